@@ -1,0 +1,3 @@
+module github.com/iii-go/iii/compose
+
+go 1.26.0

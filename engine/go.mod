@@ -1,0 +1,3 @@
+module github.com/iii-go/iii/engine
+
+go 1.26.0

@@ -1,0 +1,24 @@
+module github.com/iii-go/iii
+
+go 1.26.0
+
+require (
+	github.com/iii-go/iii/compose v0.0.0
+	github.com/iii-go/iii/engine v0.0.0
+	github.com/iii-go/iii/updater v0.0.0
+	github.com/rogpeppe/go-internal v1.16.0
+)
+
+require (
+	github.com/magefile/mage v1.17.2 // indirect
+	golang.org/x/sys v0.26.0 // indirect
+	golang.org/x/tools v0.26.0 // indirect
+)
+
+replace (
+	github.com/iii-go/iii/compose => ./compose
+	github.com/iii-go/iii/engine => ./engine
+	github.com/iii-go/iii/updater => ./updater
+)
+
+tool github.com/magefile/mage

@@ -1,0 +1,59 @@
+// Command iii is the iii platform in one binary: the engine, `iii call`, `iii compose` and
+// `iii update`. The first word picks the part; everything else is handed to it unchanged.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	compose "github.com/iii-go/iii/compose/cli"
+	engine "github.com/iii-go/iii/engine/cli"
+	updater "github.com/iii-go/iii/updater/cli"
+)
+
+// version is set at build time with -ldflags "-X main.version=..." from the VERSION file.
+var version = "0.0.0-dev"
+
+const usage = `iii: the iii engine, its function caller, Compose and the updater.
+
+Usage:
+  iii [--config FILE]            run the engine (default ws://127.0.0.1:49134)
+  iii call FN [k=v ...]          call a function through a running engine (aliases: trigger, t)
+  iii compose [--up] [...]       run a project's workers from worker-compose.yaml
+  iii update [TARGET]            update iii to the newest release
+  iii --version                  print the version
+
+Run 'iii <command> --help' for the flags of a command.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout))
+}
+
+func run(args []string, stdout io.Writer) int {
+	if len(args) == 0 {
+		return engine.RunEngine(version, args)
+	}
+	switch args[0] {
+	case "--version", "-V", "version":
+		fmt.Fprintln(stdout, version)
+		return 0
+	case "--help", "-h", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "call", "trigger", "t":
+		return engine.RunCall(args[1:])
+	case "compose":
+		return compose.Run(version, args[1:])
+	case "update":
+		return updater.Run(version, args[1:])
+	case "engine":
+		return engine.RunEngine(version, args[1:])
+	}
+	if args[0] != "" && args[0][0] == '-' {
+		return engine.RunEngine(version, args)
+	}
+	fmt.Fprintf(os.Stderr, "error[UNKNOWN_COMMAND]: unknown command %q. Run 'iii --help' to see available commands.\n", args[0])
+	return 2
+}

@@ -1,0 +1,3 @@
+module github.com/iii-go/iii/sandbox-libkrun
+
+go 1.26.0
