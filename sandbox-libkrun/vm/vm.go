@@ -1,0 +1,90 @@
+// Package vm is the boundary between the adapter's sandbox API and the machines that run it: a
+// Driver boots a Machine from a Spec; a Machine runs commands and file operations through the
+// guest agent and is stopped (and its processes killed) by Stop.
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Driver boots machines. The Linux driver runs qemu's microvm machine (KVM when a probe boot
+// works, TCG otherwise); a libkrun driver may sit behind the same interface.
+type Driver interface {
+	// Name says which driver and acceleration is in use, e.g. "qemu-microvm/tcg".
+	Name() string
+	// Boot starts a machine and returns once its guest agent answers, or fails with the tail of
+	// the VM's console output in the error.
+	Boot(ctx context.Context, spec Spec) (Machine, error)
+}
+
+// Spec describes one machine.
+type Spec struct {
+	RootFS   string        // host directory served read-only as the root filesystem
+	CPUs     int           // vCPUs, at least 1
+	MemoryMB int           // guest RAM in MiB, at least 128
+	Env      []string      // KEY=VALUE base environment of every exec
+	Workdir  string        // default working directory inside the guest
+	Mounts   []Mount       // extra host directories (VM workers); each must lie under a host root
+	Network  bool          // guest networking
+	StateDir string        // host directory owned by this machine (sockets, console log, disks)
+	Deadline time.Duration // wall-clock bound on the machine's life; 0 means no bound
+	// ScratchMB bounds the tmpfs upper layer that receives the guest's writes.
+	ScratchMB int
+}
+
+// Mount is a host directory made visible in the guest.
+type Mount struct {
+	Host     string
+	Guest    string
+	ReadOnly bool
+}
+
+// Machine is a booted VM.
+type Machine interface {
+	// Exec runs one command and waits for it (or for ctx / req.Timeout).
+	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
+	// FS runs one fs::* operation in the guest. op is the operation name without prefix ("ls",
+	// "write", ...); req and the reply are the JSON bodies of REFERENCE-sandbox.md §4.7 minus
+	// sandbox_id. A failure is returned as *FSError carrying its S21x code.
+	FS(ctx context.Context, op string, req json.RawMessage) (json.RawMessage, error)
+	// KernelRelease returns `uname -r` of the guest kernel.
+	KernelRelease() string
+	// PIDs returns the host process ids backing the machine (qemu, virtiofsd, ...).
+	PIDs() []int
+	// Stop ends the machine: a polite shutdown, then SIGKILL of every PID. Safe to call twice.
+	Stop(ctx context.Context) error
+	// Done is closed when the machine has exited for any reason.
+	Done() <-chan struct{}
+}
+
+// ExecRequest is one command in the guest.
+type ExecRequest struct {
+	Argv      []string      // argv[0] is resolved through PATH in the guest
+	Env       []string      // KEY=VALUE, layered over Spec.Env for this call
+	Stdin     []byte        // piped to stdin, then closed
+	Workdir   string        // empty: Spec.Workdir, else "/"
+	Timeout   time.Duration // the command is killed after it; TimedOut is then true
+	OutputCap int           // bytes kept per stream; more is dropped and *Truncated set
+}
+
+// ExecResult is what a command left behind. ExitCode is nil when it was killed by a signal.
+type ExecResult struct {
+	Stdout          []byte
+	Stderr          []byte
+	StdoutTruncated bool
+	StderrTruncated bool
+	ExitCode        *int
+	TimedOut        bool
+	Duration        time.Duration
+}
+
+// FSError is a file-operation failure with its sandbox code (S210–S217).
+type FSError struct {
+	Code    string
+	Message string
+	Fix     json.RawMessage // optional hint, e.g. {"parents":true}
+}
+
+func (e *FSError) Error() string { return e.Code + ": " + e.Message }
