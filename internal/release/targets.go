@@ -1,0 +1,72 @@
+// Package release builds iii's release assets: one archive per product and target triple with a
+// sha256 sidecar, a sorted checksums.txt and a manifest.json. Archives are reproducible: fixed
+// mtimes, uid/gid 0, sorted entries, deterministic compression.
+package release
+
+// Product is a binary that ships as release assets.
+type Product struct {
+	Name        string // binary and asset name prefix: iii, sandbox-libkrun
+	Package     string // Go package relative to the repository root
+	VersionFile string // file holding the product's version, relative to the repository root
+}
+
+// Target is one platform an asset is built for.
+type Target struct {
+	Triple   string   // e.g. x86_64-unknown-linux-gnu
+	GOOS     string   // Go's OS name
+	GOARCH   string   // Go's architecture name
+	Archive  string   // "tar.gz" or "zip"
+	Products []string // names of the products built for this target
+}
+
+// Products lists every product that ships. iii-worker and iii-init are gone in 0.26 (req A1).
+var Products = []Product{
+	{Name: "iii", Package: ".", VersionFile: "VERSION"},
+	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION"},
+}
+
+// Targets is the one table of release targets: iii ships for all of them; the sandbox adapter
+// only for Apple Silicon macOS and glibc Linux (req H1).
+var Targets = []Target{
+	{"aarch64-apple-darwin", "darwin", "arm64", "tar.gz", []string{"iii", "sandbox-libkrun"}},
+	{"x86_64-apple-darwin", "darwin", "amd64", "tar.gz", []string{"iii"}},
+	{"x86_64-unknown-linux-gnu", "linux", "amd64", "tar.gz", []string{"iii", "sandbox-libkrun"}},
+	{"x86_64-unknown-linux-musl", "linux", "amd64", "tar.gz", []string{"iii"}},
+	{"aarch64-unknown-linux-gnu", "linux", "arm64", "tar.gz", []string{"iii", "sandbox-libkrun"}},
+	{"aarch64-unknown-linux-musl", "linux", "arm64", "tar.gz", []string{"iii"}},
+	{"x86_64-pc-windows-msvc", "windows", "amd64", "zip", []string{"iii"}},
+	{"aarch64-pc-windows-msvc", "windows", "arm64", "zip", []string{"iii"}},
+}
+
+// Ships reports whether product p is built for target t.
+func (t Target) Ships(p string) bool {
+	for _, s := range t.Products {
+		if s == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Exe is the binary's file name inside the archive.
+func (t Target) Exe(product string) string {
+	if t.GOOS == "windows" {
+		return product + ".exe"
+	}
+	return product
+}
+
+// AssetName is the archive's file name: <product>-<triple>.<archive>.
+func (t Target) AssetName(product string) string {
+	return product + "-" + t.Triple + "." + t.Archive
+}
+
+// FindTarget returns the target with the given triple.
+func FindTarget(triple string) (Target, bool) {
+	for _, t := range Targets {
+		if t.Triple == triple {
+			return t, true
+		}
+	}
+	return Target{}, false
+}

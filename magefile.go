@@ -1,0 +1,134 @@
+//go:build mage
+
+// Build, release, test and lint iii. Run `go tool mage -l` for the list of targets.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/iii-go/iii/internal/release"
+	"github.com/magefile/mage/mg"
+	"github.com/magefile/mage/sh"
+)
+
+// modules are the workspace's modules, root first.
+var modules = []string{".", "engine", "compose", "sandbox-libkrun", "updater"}
+
+// Build builds iii and sandbox-libkrun for this host into bin/.
+func Build(ctx context.Context) error {
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	host := release.Target{GOOS: goEnv("GOOS"), GOARCH: goEnv("GOARCH")}
+	for _, p := range release.Products {
+		v, err := release.ReadVersion(root, p)
+		if err != nil {
+			return err
+		}
+		out := filepath.Join("bin", host.Exe(p.Name))
+		if err := release.BuildBinary(ctx, root, p, host, v, out); err != nil {
+			return err
+		}
+		fmt.Printf("built %s %s\n", out, v)
+	}
+	return nil
+}
+
+// Release cross-compiles every target into dist/iii/v<version>/ with checksums and a manifest.
+func Release(ctx context.Context) error {
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	dist := os.Getenv("III_DIST_DIR")
+	if dist == "" {
+		dist = filepath.Join(root, "dist")
+	}
+	m, err := release.Run(ctx, release.Options{Root: root, Dist: dist, Jobs: 2, Log: os.Stdout})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("release %s: %d assets in %s\n", m.Version, len(m.Assets), release.Dir(dist, m.Version))
+	return nil
+}
+
+// Test runs go vet, every module's unit tests, then the end-to-end suite against bin/.
+func Test(ctx context.Context) error {
+	mg.SerialCtxDeps(ctx, Vet, Build)
+	for _, m := range modules {
+		if err := inDir(m, "go", "test", "-count=1", "./..."); err != nil {
+			return err
+		}
+	}
+	bin, _ := filepath.Abs("bin")
+	return sh.RunWithV(map[string]string{"III_TEST_BIN": bin},
+		"go", "test", "-count=1", "-timeout", "45m", "./testscripts")
+}
+
+// Lint checks gofmt and go vet over every module.
+func Lint(ctx context.Context) error {
+	out, err := sh.Output("gofmt", "-l", ".")
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(out) != "" {
+		return fmt.Errorf("gofmt would change:\n%s", out)
+	}
+	return Vet(ctx)
+}
+
+// Vet runs go vet in every module.
+func Vet(ctx context.Context) error {
+	for _, m := range modules {
+		if err := inDir(m, "go", "vet", "./..."); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Bench runs every module's benchmark program (engine, router, adapter) and prints ratios
+// against baselines measured in the same run.
+func Bench(ctx context.Context) error {
+	ran := false
+	for _, m := range modules {
+		dir := filepath.Join(m, "internal", "bench")
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		ran = true
+		fmt.Printf("== bench %s\n", m)
+		if err := sh.RunV("go", "run", "./"+filepath.ToSlash(dir)); err != nil {
+			return err
+		}
+	}
+	if !ran {
+		return fmt.Errorf("no benchmark programs found (expected <module>/internal/bench)")
+	}
+	return nil
+}
+
+// inDir runs a command in a module directory with its output shown.
+func inDir(dir, cmd string, args ...string) error {
+	c := exec.Command(cmd, args...)
+	c.Dir = dir
+	c.Stdout, c.Stderr = os.Stdout, os.Stderr
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("%s %s in %s: %w", cmd, strings.Join(args, " "), dir, err)
+	}
+	return nil
+}
+
+func goEnv(key string) string {
+	out, err := sh.Output("go", "env", key)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(out)
+}
