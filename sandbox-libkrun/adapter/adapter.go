@@ -1,0 +1,641 @@
+// Package adapter implements the sandbox API (REFERENCE-sandbox.md §4): each operation is a plain
+// handler that takes the JSON request and returns the JSON-ready reply or an S-code error. VMs come
+// from a vm.Driver and root filesystems from an Images resolver, so the package runs against fakes.
+package adapter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/catalog"
+	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+)
+
+// Name is the adapter's name in adapter::info.
+const Name = "sandbox-libkrun"
+
+// Contract is the sandbox contract version this adapter implements.
+var Contract = ContractVersion{Major: 1, Minor: 1}
+
+// ContractVersion is {major, minor}.
+type ContractVersion struct {
+	Major uint32 `json:"major"`
+	Minor uint32 `json:"minor"`
+}
+
+// OutputCap is the number of bytes of each stream an exec reply keeps (1 MiB).
+const OutputCap = 1 << 20
+
+// DefaultExecTimeout applies when a request has no timeout_ms.
+const DefaultExecTimeout = 300000 * time.Millisecond
+
+// ReapInterval is how often the idle reaper runs.
+const ReapInterval = 10 * time.Second
+
+// busyGrace is added to idle timeout and max exec timeout before a busy sandbox is reclaimed.
+const busyGrace = 60 * time.Second
+
+// stopTimeout bounds one machine stop.
+const stopTimeout = 15 * time.Second
+
+// bootErrorTail bounds the console tail an S300 message carries.
+const bootErrorTail = 4096
+
+// stoppedRetention is how long a stopped sandbox stays listed (and answers S004).
+const stoppedRetention = time.Hour
+
+// ErrNotCached is returned (wrapped) by an Images resolver when the image is not cached and it
+// was asked not to pull it.
+var ErrNotCached = errors.New("image not cached")
+
+// Images turns a catalog image into a root filesystem directory on the host, pulling it into the
+// cache when autoInstall is set. A miss without autoInstall returns ErrNotCached; any other error
+// is a pull failure.
+type Images interface {
+	Resolve(ctx context.Context, name, ociRef string, autoInstall bool) (rootfsDir string, err error)
+}
+
+// Options configure a Service.
+type Options struct {
+	Settings settings.Settings
+	Driver   vm.Driver
+	Images   Images
+	Version  string           // adapter_version
+	StateDir string           // parent of each sandbox's machine state directory
+	Now      func() time.Time // clock; time.Now when nil
+	Logf     func(format string, args ...any)
+}
+
+// Service holds the live sandboxes and serves every operation.
+type Service struct {
+	opt     Options
+	cat     *catalog.Catalog
+	mu      sync.Mutex
+	boxes   map[string]*sandbox
+	booting int
+	stops   sync.WaitGroup
+}
+
+type sandbox struct {
+	id, name, image string
+	created         time.Time
+	lastActive      time.Time
+	idle            time.Duration
+	machine         vm.Machine
+	stateDir        string
+	inflight        uint32
+	stopped         bool
+	stoppedAt       time.Time
+	stopDone        chan struct{}
+}
+
+// New builds a Service.
+func New(opt Options) *Service {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Logf == nil {
+		opt.Logf = func(string, ...any) {}
+	}
+	if opt.StateDir == "" {
+		opt.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("iii-sandbox-%d", os.Getuid()))
+	}
+	return &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
+}
+
+// Handler is one operation: JSON request in, JSON-ready reply or error out. Errors are
+// *scode.Error.
+type Handler func(ctx context.Context, req json.RawMessage) (any, error)
+
+// FSOps are the ten filesystem operations, without prefix.
+var FSOps = []string{"ls", "stat", "mkdir", "write", "read", "rm", "chmod", "mv", "grep", "sed"}
+
+// Handlers maps each operation name (without the adapter prefix) to its handler.
+func (s *Service) Handlers() map[string]Handler {
+	h := map[string]Handler{
+		"create":        s.Create,
+		"exec":          s.Exec,
+		"run":           s.Run,
+		"list":          s.List,
+		"stop":          s.Stop,
+		"catalog::list": s.CatalogList,
+		"adapter::info": s.Info,
+	}
+	for _, op := range FSOps {
+		h["fs::"+op] = s.fsHandler(op)
+	}
+	return h
+}
+
+// InfoReply is the adapter::info reply.
+type InfoReply struct {
+	Adapter        string          `json:"adapter"`
+	AdapterVersion string          `json:"adapter_version"`
+	Contract       ContractVersion `json:"contract"`
+}
+
+// Info answers adapter::info.
+func (s *Service) Info(context.Context, json.RawMessage) (any, error) {
+	return InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract}, nil
+}
+
+// CatalogList answers catalog::list.
+func (s *Service) CatalogList(context.Context, json.RawMessage) (any, error) {
+	return map[string]any{"images": s.cat.List()}, nil
+}
+
+// CreateRequest is the body of create.
+type CreateRequest struct {
+	Image           *string         `json:"image"`
+	CPUs            *uint32         `json:"cpus"`
+	MemoryMB        *uint32         `json:"memory_mb"`
+	Name            *string         `json:"name"`
+	Network         *bool           `json:"network"`
+	IdleTimeoutSecs *uint64         `json:"idle_timeout_secs"`
+	Env             json.RawMessage `json:"env"`
+}
+
+// CreateReply is the reply of create.
+type CreateReply struct {
+	SandboxID string `json:"sandbox_id"`
+	Image     string `json:"image"`
+}
+
+// Create answers create.
+func (s *Service) Create(ctx context.Context, raw json.RawMessage) (any, error) {
+	var req CreateRequest
+	if err := decode(raw, &req); err != nil {
+		return nil, err
+	}
+	box, err := s.create(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return CreateReply{SandboxID: box.id, Image: box.image}, nil
+}
+
+func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, error) {
+	if req.Image == nil || *req.Image == "" {
+		return nil, scode.Invalid("image is required (a catalog name such as 'python' or 'node')")
+	}
+	env, err := parseEnv(req.Env)
+	if err != nil {
+		return nil, err
+	}
+	st := s.opt.Settings
+	cpus, mem := st.DefaultCPUs, st.DefaultMemoryMB
+	if req.CPUs != nil {
+		cpus = *req.CPUs
+	}
+	if req.MemoryMB != nil {
+		mem = *req.MemoryMB
+	}
+	if cpus < settings.MinCPUs {
+		return nil, scode.Invalid(fmt.Sprintf("cpus must be at least %d", settings.MinCPUs))
+	}
+	if mem < settings.MinMemoryMB {
+		return nil, scode.Invalid(fmt.Sprintf("memory_mb must be at least %d", settings.MinMemoryMB))
+	}
+	idle := time.Duration(st.DefaultIdleTimeoutSecs) * time.Second
+	if req.IdleTimeoutSecs != nil {
+		idle = time.Duration(*req.IdleTimeoutSecs) * time.Second
+	}
+
+	s.mu.Lock()
+	if uint32(s.liveLocked()) >= st.MaxConcurrentSandboxes {
+		s.mu.Unlock()
+		return nil, scode.Limit(fmt.Sprintf("max_concurrent_sandboxes (%d) reached", st.MaxConcurrentSandboxes))
+	}
+	img, err := s.cat.Lookup(*req.Image)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if caps, ok := st.PerImageCaps[img.Name]; ok {
+		if caps.MaxCPUs > 0 && cpus > caps.MaxCPUs {
+			s.mu.Unlock()
+			return nil, scode.Limit(fmt.Sprintf("cpus=%d exceeds per-image cap %d", cpus, caps.MaxCPUs))
+		}
+		if caps.MaxMemoryMB > 0 && mem > caps.MaxMemoryMB {
+			s.mu.Unlock()
+			return nil, scode.Limit(fmt.Sprintf("memory_mb=%d exceeds per-image cap %d", mem, caps.MaxMemoryMB))
+		}
+	}
+	s.booting++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.booting--
+		s.mu.Unlock()
+	}()
+
+	rootfs, err := s.opt.Images.Resolve(ctx, img.Name, img.OCIRef, st.AutoInstall)
+	if err != nil {
+		if e, ok := scode.As(err); ok {
+			return nil, e
+		}
+		if errors.Is(err, ErrNotCached) {
+			return nil, scode.RootfsMissing(img.Name, img.OCIRef)
+		}
+		return nil, scode.PullFailed(img.Name, err.Error())
+	}
+
+	id := newUUID()
+	stateDir := filepath.Join(s.opt.StateDir, id)
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, scode.BootFailed("cannot create the machine state directory: " + err.Error())
+	}
+	network := req.Network != nil && *req.Network
+	m, err := s.opt.Driver.Boot(ctx, vm.Spec{
+		RootFS:    rootfs,
+		CPUs:      int(cpus),
+		MemoryMB:  int(mem),
+		Env:       env,
+		Network:   network,
+		StateDir:  stateDir,
+		ScratchMB: int(mem) / 2,
+	})
+	if err != nil {
+		os.RemoveAll(stateDir)
+		return nil, scode.BootFailed(tail(err.Error(), bootErrorTail))
+	}
+	now := s.opt.Now()
+	box := &sandbox{id: id, image: img.Name, created: now, lastActive: now, idle: idle, machine: m, stateDir: stateDir}
+	if req.Name != nil {
+		box.name = *req.Name
+	}
+	s.mu.Lock()
+	s.boxes[id] = box
+	s.mu.Unlock()
+	s.opt.Logf("sandbox %s created (image %s, %d cpus, %d MiB, driver %s)", id, img.Name, cpus, mem, s.opt.Driver.Name())
+	return box, nil
+}
+
+// liveLocked counts sandboxes that hold a VM or are booting one.
+func (s *Service) liveLocked() int {
+	n := s.booting
+	for _, b := range s.boxes {
+		if !b.stopped {
+			n++
+		}
+	}
+	return n
+}
+
+// ExecRequest is the body of exec.
+type ExecRequest struct {
+	SandboxID string          `json:"sandbox_id"`
+	Cmd       string          `json:"cmd"`
+	Args      []string        `json:"args"`
+	Argv      []string        `json:"argv"`
+	Stdin     *string         `json:"stdin"`
+	Env       json.RawMessage `json:"env"`
+	TimeoutMS *uint64         `json:"timeout_ms"`
+	Workdir   *string         `json:"workdir"`
+}
+
+// ExecReply is the reply of exec (contract 1.1).
+type ExecReply struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	ExitCode        *int   `json:"exit_code"`
+	TimedOut        bool   `json:"timed_out"`
+	DurationMS      uint64 `json:"duration_ms"`
+	Success         bool   `json:"success"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+}
+
+// Exec answers exec.
+func (s *Service) Exec(ctx context.Context, raw json.RawMessage) (any, error) {
+	var req ExecRequest
+	if err := decode(raw, &req); err != nil {
+		return nil, err
+	}
+	return s.exec(ctx, req)
+}
+
+func (s *Service) exec(ctx context.Context, req ExecRequest) (*ExecReply, error) {
+	id, err := checkID(req.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	argv, err := resolveArgv(req.Cmd, req.Args, req.Argv)
+	if err != nil {
+		return nil, err
+	}
+	env, err := parseEnv(req.Env)
+	if err != nil {
+		return nil, err
+	}
+	stdin, err := parseStdin(req.Stdin)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := s.execTimeout(req.TimeoutMS)
+	if err != nil {
+		return nil, err
+	}
+	box, err := s.admit(id, true)
+	if err != nil {
+		return nil, err
+	}
+	defer s.release(box)
+	workdir := ""
+	if req.Workdir != nil {
+		workdir = *req.Workdir
+	}
+	res, err := box.machine.Exec(ctx, vm.ExecRequest{
+		Argv: argv, Env: env, Stdin: stdin, Workdir: workdir, Timeout: timeout, OutputCap: OutputCap,
+	})
+	if err != nil {
+		if machineDone(box.machine) {
+			return nil, scode.Stopped(id)
+		}
+		return nil, scode.BootFailed("the sandbox's guest agent is unreachable: " + err.Error())
+	}
+	return execReply(res), nil
+}
+
+func (s *Service) execTimeout(ms *uint64) (time.Duration, error) {
+	t := DefaultExecTimeout
+	if ms != nil {
+		if *ms == 0 {
+			return 0, scode.Invalid("timeout_ms must be at least 1")
+		}
+		t = time.Duration(*ms) * time.Millisecond
+	}
+	if limit := time.Duration(s.opt.Settings.MaxExecTimeoutMS) * time.Millisecond; t > limit {
+		t = limit
+	}
+	return t, nil
+}
+
+func execReply(res vm.ExecResult) *ExecReply {
+	out, outCut := capBytes(res.Stdout)
+	errOut, errCut := capBytes(res.Stderr)
+	r := &ExecReply{
+		Stdout: string(out), Stderr: string(errOut),
+		ExitCode: res.ExitCode, TimedOut: res.TimedOut,
+		DurationMS:      uint64(res.Duration / time.Millisecond),
+		StdoutTruncated: res.StdoutTruncated || outCut,
+		StderrTruncated: res.StderrTruncated || errCut,
+	}
+	if res.TimedOut {
+		r.ExitCode = nil
+	}
+	r.Success = !r.TimedOut && r.ExitCode != nil && *r.ExitCode == 0
+	return r
+}
+
+func capBytes(b []byte) ([]byte, bool) {
+	if len(b) > OutputCap {
+		return b[:OutputCap], true
+	}
+	return b, false
+}
+
+// admit looks up a live sandbox, bumps its idle clock and, for an exec, takes a slot.
+func (s *Service) admit(id string, exec bool) (*sandbox, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	box, ok := s.boxes[id]
+	if !ok {
+		return nil, scode.NotFound(id)
+	}
+	if !box.stopped && machineDone(box.machine) {
+		s.markStoppedLocked(box)
+	}
+	if box.stopped {
+		return nil, scode.Stopped(id)
+	}
+	if exec {
+		if box.inflight >= s.opt.Settings.MaxConcurrentExecPerSandbox {
+			return nil, scode.ExecCap(id)
+		}
+		box.inflight++
+	}
+	box.lastActive = s.opt.Now()
+	return box, nil
+}
+
+// release ends an exec: frees the slot and bumps the idle clock.
+func (s *Service) release(box *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	box.inflight--
+	box.lastActive = s.opt.Now()
+}
+
+func machineDone(m vm.Machine) bool {
+	select {
+	case <-m.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// ListEntry is one row of list.
+type ListEntry struct {
+	SandboxID      string `json:"sandbox_id"`
+	Name           string `json:"name,omitempty"`
+	Image          string `json:"image"`
+	AgeSecs        uint64 `json:"age_secs"`
+	ExecInProgress bool   `json:"exec_in_progress"`
+	ExecInFlight   uint32 `json:"exec_in_flight"`
+	ExecSlotsFree  uint32 `json:"exec_slots_free"`
+	Stopped        bool   `json:"stopped"`
+}
+
+// List answers list.
+func (s *Service) List(_ context.Context, raw json.RawMessage) (any, error) {
+	var ignored struct{}
+	if err := decode(raw, &ignored); err != nil {
+		return nil, err
+	}
+	now := s.opt.Now()
+	capacity := s.opt.Settings.MaxConcurrentExecPerSandbox
+	s.mu.Lock()
+	rows := make([]ListEntry, 0, len(s.boxes))
+	created := map[string]time.Time{}
+	for _, b := range s.boxes {
+		if !b.stopped && machineDone(b.machine) {
+			s.markStoppedLocked(b)
+		}
+		free := uint32(0)
+		if capacity > b.inflight {
+			free = capacity - b.inflight
+		}
+		rows = append(rows, ListEntry{
+			SandboxID: b.id, Name: b.name, Image: b.image,
+			AgeSecs:        uint64(now.Sub(b.created) / time.Second),
+			ExecInProgress: b.inflight > 0, ExecInFlight: b.inflight, ExecSlotsFree: free,
+			Stopped: b.stopped,
+		})
+		created[b.id] = b.created
+	}
+	s.mu.Unlock()
+	sort.Slice(rows, func(i, j int) bool {
+		ci, cj := created[rows[i].SandboxID], created[rows[j].SandboxID]
+		if !ci.Equal(cj) {
+			return ci.Before(cj)
+		}
+		return rows[i].SandboxID < rows[j].SandboxID
+	})
+	return map[string]any{"sandboxes": rows}, nil
+}
+
+// StopRequest is the body of stop.
+type StopRequest struct {
+	SandboxID string `json:"sandbox_id"`
+	Wait      bool   `json:"wait"`
+}
+
+// StopReply is the reply of stop.
+type StopReply struct {
+	SandboxID string `json:"sandbox_id"`
+	Stopped   bool   `json:"stopped"`
+}
+
+// Stop answers stop. An unknown id is S002; a stopped sandbox stops again successfully.
+func (s *Service) Stop(ctx context.Context, raw json.RawMessage) (any, error) {
+	var req StopRequest
+	if err := decode(raw, &req); err != nil {
+		return nil, err
+	}
+	id, err := checkID(req.SandboxID)
+	if err != nil {
+		return nil, err
+	}
+	done, err := s.stop(id)
+	if err != nil {
+		return nil, err
+	}
+	if req.Wait {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
+	return StopReply{SandboxID: id, Stopped: true}, nil
+}
+
+// stop marks a sandbox stopped and stops its machine in the background; the returned channel is
+// closed once the machine is gone.
+func (s *Service) stop(id string) (<-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	box, ok := s.boxes[id]
+	if !ok {
+		return nil, scode.NotFound(id)
+	}
+	return s.markStoppedLocked(box), nil
+}
+
+// markStoppedLocked flags box stopped (once) and starts stopping its machine.
+func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
+	if box.stopped {
+		return box.stopDone
+	}
+	box.stopped = true
+	box.stoppedAt = s.opt.Now()
+	box.stopDone = make(chan struct{})
+	s.stops.Add(1)
+	go func() {
+		defer s.stops.Done()
+		defer close(box.stopDone)
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		if err := box.machine.Stop(ctx); err != nil {
+			s.opt.Logf("sandbox %s: stop: %v", box.id, err)
+		}
+		os.RemoveAll(box.stateDir)
+	}()
+	return box.stopDone
+}
+
+// Reap stops every sandbox idle for longer than its idle timeout, reclaims a busy one once
+// idle timeout + max_exec_timeout_ms + 60 s have passed, and forgets sandboxes stopped long ago.
+func (s *Service) Reap() {
+	now := s.opt.Now()
+	maxExec := time.Duration(s.opt.Settings.MaxExecTimeoutMS) * time.Millisecond
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, b := range s.boxes {
+		if b.stopped {
+			if now.Sub(b.stoppedAt) >= stoppedRetention {
+				delete(s.boxes, id)
+			}
+			continue
+		}
+		idleFor := now.Sub(b.lastActive)
+		switch {
+		case machineDone(b.machine):
+			s.opt.Logf("sandbox %s: its VM exited", id)
+		case b.inflight == 0 && idleFor >= b.idle:
+			s.opt.Logf("sandbox %s: reaped after %s idle", id, idleFor.Round(time.Second))
+		case b.inflight > 0 && idleFor >= b.idle+maxExec+busyGrace:
+			s.opt.Logf("sandbox %s: reclaimed while busy after %s", id, idleFor.Round(time.Second))
+		default:
+			continue
+		}
+		s.markStoppedLocked(b)
+	}
+}
+
+// RunReaper calls Reap every interval until ctx ends.
+func (s *Service) RunReaper(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Reap()
+		}
+	}
+}
+
+// Shutdown stops every sandbox and waits for their machines (or ctx).
+func (s *Service) Shutdown(ctx context.Context) {
+	s.mu.Lock()
+	for _, b := range s.boxes {
+		s.markStoppedLocked(b)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.stops.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func newUUID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}

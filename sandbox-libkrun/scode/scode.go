@@ -1,0 +1,190 @@
+// Package scode holds every sandbox error code (S-code) the adapter answers with and the error
+// envelope {type, code, message, docs_url, retryable, fix, fix_note} they travel in.
+package scode
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+)
+
+// The documented sandbox codes (REFERENCE-sandbox.md §6.2). S301 and S303 are answered by the
+// engine's router; they are listed so every code has exactly one home.
+const (
+	S001 = "S001" // invalid request
+	S002 = "S002" // sandbox not found
+	S003 = "S003" // exec concurrency cap reached
+	S004 = "S004" // sandbox already stopped
+	S100 = "S100" // image not in catalog or not allowlisted
+	S101 = "S101" // rootfs not cached and auto_install off
+	S102 = "S102" // image pull or extraction failed
+	S200 = "S200" // exec timed out
+	S210 = "S210" // invalid fs request
+	S211 = "S211" // path or parent not found
+	S212 = "S212" // wrong file type
+	S213 = "S213" // already exists
+	S214 = "S214" // directory not empty
+	S215 = "S215" // permission denied
+	S216 = "S216" // other fs I/O error
+	S217 = "S217" // invalid regex
+	S218 = "S218" // fs channel aborted
+	S219 = "S219" // fs op unsupported by the guest agent
+	S300 = "S300" // VM boot failed
+	S301 = "S301" // bound adapter not connected (router)
+	S303 = "S303" // no adapter bound (router)
+	S400 = "S400" // resource limit exceeded
+	S501 = "S501" // VM worker mount outside the adapter's host roots
+)
+
+// Error types of the envelope.
+const (
+	TypeValidation = "validation"
+	TypeConfig     = "config"
+	TypeInternal   = "internal"
+	TypeTransient  = "transient"
+	TypeExecution  = "execution"
+	TypeFilesystem = "filesystem"
+	TypePlatform   = "platform"
+)
+
+// DocsBase is the Sandboxes page; each code has an anchor there (lower-cased code).
+const DocsBase = "https://iii.dev/docs/using-iii/sandboxes"
+
+// RestartCommand restarts the adapter so that it re-reads its host roots.
+const RestartCommand = "iii call compose::restart worker=sandbox-libkrun"
+
+type meta struct {
+	typ     string
+	retry   bool
+	fixNote string
+}
+
+var table = map[string]meta{
+	S001: {TypeValidation, false, "Fix the request as the message says; examples of each accepted shape are inline in it."},
+	S002: {TypeValidation, false, "The sandbox is gone (stopped, reaped or never created). Create a new one with sandbox::create."},
+	S003: {TypeValidation, false, "Every exec slot of this sandbox is busy and waiting will not free a foreground exec. Detach long-running servers (nohup cmd > log 2>&1 &) or stop this sandbox and create a new one."},
+	S004: {TypeValidation, false, "The sandbox was stopped or reaped for idleness. Create a new one with sandbox::create."},
+	S100: {TypeConfig, false, "Set `image` to a name listed by sandbox::catalog::list that is in image_allowlist, or add a custom_images entry and allowlist it in the adapter's config_override."},
+	S101: {TypeInternal, false, "Pull the image into ~/.iii/cache/ or set auto_install: true in the adapter's config_override."},
+	S102: {TypeTransient, true, "Pulling the image failed; retry after a short delay. The image must ship a linux manifest for this host's architecture."},
+	S200: {TypeExecution, false, "Raise timeout_ms (up to max_exec_timeout_ms) or split the work into shorter commands."},
+	S210: {TypeFilesystem, false, ""},
+	S211: {TypeFilesystem, false, ""},
+	S212: {TypeFilesystem, false, ""},
+	S213: {TypeFilesystem, false, ""},
+	S214: {TypeFilesystem, false, ""},
+	S215: {TypeFilesystem, false, ""},
+	S216: {TypeFilesystem, false, ""},
+	S217: {TypeFilesystem, false, ""},
+	S218: {TypeTransient, true, "Retry the operation with a fresh channel."},
+	S219: {TypeFilesystem, false, ""},
+	S300: {TypePlatform, false, "The VM could not boot; this is not recoverable by retrying. Check the host requirements printed by the adapter at start."},
+	S301: {TypePlatform, false, "Start or install the sandbox adapter in its namespace."},
+	S303: {TypeConfig, false, "Add a top-level sandbox: section to the engine config."},
+	S400: {TypeConfig, false, "A configured limit was reached; stop a sandbox or ask for less, or raise the limit in the adapter's config_override."},
+	S501: {TypeConfig, false, "Restart the adapter so that it reads its host roots again (" + RestartCommand + "), or move the worker under the compose directory."},
+}
+
+// Error is one S-code failure. Its Error text is the JSON envelope, so a handler error carrying it
+// reaches the caller as the envelope itself.
+type Error struct {
+	Type      string          `json:"type"`
+	Code      string          `json:"code"`
+	Message   string          `json:"message"`
+	DocsURL   string          `json:"docs_url"`
+	Retryable bool            `json:"retryable"`
+	Fix       json.RawMessage `json:"fix"`
+	FixNote   *string         `json:"fix_note"`
+}
+
+// New builds the envelope of code with message.
+func New(code, message string) *Error {
+	m := table[code]
+	e := &Error{Type: m.typ, Code: code, Message: message, DocsURL: DocsURL(code), Retryable: m.retry, Fix: json.RawMessage("null")}
+	if m.fixNote != "" {
+		note := m.fixNote
+		e.FixNote = &note
+	}
+	return e
+}
+
+// WithFix returns e with fix set to the JSON of v (a value to merge into the original request).
+func (e *Error) WithFix(v any) *Error {
+	b, err := json.Marshal(v)
+	if err == nil {
+		e.Fix = b
+	}
+	return e
+}
+
+// DocsURL is the Sandboxes page entry of code.
+func DocsURL(code string) string { return DocsBase + "#" + strings.ToLower(code) }
+
+// Known reports whether code is a documented S-code.
+func Known(code string) bool { _, ok := table[code]; return ok }
+
+// JSON is the envelope as JSON.
+func (e *Error) JSON() []byte {
+	b, _ := json.Marshal(e)
+	return b
+}
+
+func (e *Error) Error() string { return string(e.JSON()) }
+
+// As returns the *Error inside err, if any.
+func As(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}
+
+// Invalid is S001 `invalid request: {detail}`.
+func Invalid(detail string) *Error { return New(S001, "invalid request: "+detail) }
+
+// NotFound is S002 `sandbox not found: {id}`.
+func NotFound(id string) *Error { return New(S002, "sandbox not found: "+id) }
+
+// ExecCap is S003.
+func ExecCap(id string) *Error {
+	return New(S003, "sandbox "+id+" is at its exec concurrency cap (max_concurrent_exec_per_sandbox)")
+}
+
+// Stopped is S004 `sandbox already stopped: {id}`.
+func Stopped(id string) *Error { return New(S004, "sandbox already stopped: "+id) }
+
+// ImageNotAllowed is S100 for an image that is unknown or not allowlisted.
+func ImageNotAllowed(image string) *Error {
+	return New(S100, "image '"+image+"' not in catalog; valid presets are 'python' and 'node', or add a custom image via worker config (see S100 docs)").
+		WithFix(map[string]string{"image": "python"})
+}
+
+// RootfsMissing is S101.
+func RootfsMissing(image, ref string) *Error {
+	return New(S101, "rootfs missing on disk for image '"+image+"'. Pull "+ref+" into ~/.iii/cache/ or set auto_install: true (see S101 docs)")
+}
+
+// PullFailed is S102 `auto-install failed for image '{image}': {reason}`.
+func PullFailed(image, reason string) *Error {
+	return New(S102, "auto-install failed for image '"+image+"': "+reason)
+}
+
+// BootFailed is S300 `VM boot failed: {detail}`.
+func BootFailed(detail string) *Error { return New(S300, "VM boot failed: "+detail) }
+
+// Limit is S400 `resource limit exceeded: {detail}`.
+func Limit(detail string) *Error { return New(S400, "resource limit exceeded: "+detail) }
+
+// FS is an S21x failure with its own message.
+func FS(code, message string) *Error { return New(code, message) }
+
+// OutsideRoots is S501: a VM worker mount that lies under none of the host roots.
+func OutsideRoots(path string, roots []string) *Error {
+	list := strings.Join(roots, ", ")
+	if list == "" {
+		list = "none"
+	}
+	return New(S501, "host path '"+path+"' is outside the adapter's host roots ("+list+
+		"); the adapter reads its roots only when it starts: restart it with `"+RestartCommand+
+		"`, or move the worker under the compose directory (see "+DocsURL(S501)+")").
+		WithFix(map[string]any{"host_roots": roots})
+}

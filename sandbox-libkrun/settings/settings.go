@@ -1,0 +1,391 @@
+// Package settings loads and validates the adapter's configuration entry. Validation fails
+// closed: a wrong type, an unknown key, a negative number or a custom image that shadows a preset
+// is an error that names the key, never a silent fallback to a default.
+package settings
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Presets are the built-in catalog images, by name, in their stable listing order.
+var Presets = []Preset{
+	{Name: "python", OCIRef: "docker.io/iiidev/python:latest"},
+	{Name: "node", OCIRef: "docker.io/iiidev/node:latest"},
+}
+
+// Preset is one built-in image.
+type Preset struct {
+	Name   string
+	OCIRef string
+}
+
+// ImageCaps bounds what a create may ask for one image; 0 means no cap.
+type ImageCaps struct {
+	MaxCPUs     uint32 `json:"max_cpus,omitempty"`
+	MaxMemoryMB uint32 `json:"max_memory_mb,omitempty"`
+}
+
+// Settings is the validated adapter configuration.
+type Settings struct {
+	AutoInstall                 bool                 `json:"auto_install"`
+	ImageAllowlist              []string             `json:"image_allowlist"`
+	CustomImages                map[string]string    `json:"custom_images"`
+	DefaultIdleTimeoutSecs      uint64               `json:"default_idle_timeout_secs"`
+	MaxConcurrentSandboxes      uint32               `json:"max_concurrent_sandboxes"`
+	MaxConcurrentExecPerSandbox uint32               `json:"max_concurrent_exec_per_sandbox"`
+	MaxExecTimeoutMS            uint64               `json:"max_exec_timeout_ms"`
+	DefaultCPUs                 uint32               `json:"default_cpus"`
+	DefaultMemoryMB             uint32               `json:"default_memory_mb"`
+	PerImageCaps                map[string]ImageCaps `json:"per_image_caps"`
+}
+
+// Minimums a VM needs; smaller values are rejected at load and at create.
+const (
+	MinCPUs     = 1
+	MinMemoryMB = 128
+)
+
+// Defaults are the package defaults: everything off or conservative; the allowlist is empty, so
+// every create is denied until it is set.
+func Defaults() Settings {
+	return Settings{
+		AutoInstall:                 true,
+		ImageAllowlist:              []string{},
+		CustomImages:                map[string]string{},
+		DefaultIdleTimeoutSecs:      300,
+		MaxConcurrentSandboxes:      32,
+		MaxConcurrentExecPerSandbox: 4,
+		MaxExecTimeoutMS:            300000,
+		DefaultCPUs:                 1,
+		DefaultMemoryMB:             512,
+		PerImageCaps:                map[string]ImageCaps{},
+	}
+}
+
+// Keys lists every accepted top-level key, sorted.
+func Keys() []string {
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Error is a validation failure; Key names the offending key (dotted for nested ones).
+type Error struct {
+	Key     string
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Key == "" {
+		return "invalid adapter settings: " + e.Message
+	}
+	return "invalid adapter setting `" + e.Key + "`: " + e.Message
+}
+
+func bad(key, format string, a ...any) *Error {
+	return &Error{Key: key, Message: fmt.Sprintf(format, a...)}
+}
+
+// fields maps each key to the function that applies its raw value to s.
+var fields = map[string]func(s *Settings, key string, v any) error{
+	"auto_install": func(s *Settings, k string, v any) error {
+		b, ok := v.(bool)
+		if !ok {
+			return bad(k, "must be true or false, got %s", describe(v))
+		}
+		s.AutoInstall = b
+		return nil
+	},
+	"image_allowlist": func(s *Settings, k string, v any) error {
+		list, err := stringList(k, v)
+		s.ImageAllowlist = list
+		return err
+	},
+	"custom_images": func(s *Settings, k string, v any) error {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return bad(k, "must be a map of image name to OCI reference, got %s", describe(v))
+		}
+		out := map[string]string{}
+		for _, name := range sortedKeys(m) {
+			if strings.TrimSpace(name) == "" {
+				return bad(k, "custom_images key must not be empty")
+			}
+			if IsPreset(name) {
+				return bad(k+"."+name, "custom_images key '%s' shadows a built-in preset — rename it (presets: %s)", name, presetNames())
+			}
+			ref, ok := m[name].(string)
+			if !ok {
+				return bad(k+"."+name, "must be an OCI reference string, got %s", describe(m[name]))
+			}
+			if strings.TrimSpace(ref) == "" {
+				return bad(k+"."+name, "OCI reference must not be empty")
+			}
+			out[name] = ref
+		}
+		s.CustomImages = out
+		return nil
+	},
+	"default_idle_timeout_secs": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, math.MaxUint64)
+		s.DefaultIdleTimeoutSecs = n
+		return err
+	},
+	"max_concurrent_sandboxes": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, math.MaxUint32)
+		s.MaxConcurrentSandboxes = uint32(n)
+		return err
+	},
+	"max_concurrent_exec_per_sandbox": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, math.MaxUint32)
+		s.MaxConcurrentExecPerSandbox = uint32(n)
+		return err
+	},
+	"max_exec_timeout_ms": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, math.MaxUint64)
+		if err == nil && n == 0 {
+			return bad(k, "must be at least 1")
+		}
+		s.MaxExecTimeoutMS = n
+		return err
+	},
+	"default_cpus": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, math.MaxUint32)
+		if err == nil && n < MinCPUs {
+			return bad(k, "must be at least %d", MinCPUs)
+		}
+		s.DefaultCPUs = uint32(n)
+		return err
+	},
+	"default_memory_mb": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, math.MaxUint32)
+		if err == nil && n < MinMemoryMB {
+			return bad(k, "must be at least %d (a VM needs %d MiB)", MinMemoryMB, MinMemoryMB)
+		}
+		s.DefaultMemoryMB = uint32(n)
+		return err
+	},
+	"per_image_caps": func(s *Settings, k string, v any) error {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return bad(k, "must be a map of image name to {max_cpus, max_memory_mb}, got %s", describe(v))
+		}
+		out := map[string]ImageCaps{}
+		for _, name := range sortedKeys(m) {
+			key := k + "." + name
+			if strings.TrimSpace(name) == "" {
+				return bad(k, "image name must not be empty")
+			}
+			caps, ok := m[name].(map[string]any)
+			if !ok {
+				return bad(key, "must be a map with max_cpus and/or max_memory_mb, got %s", describe(m[name]))
+			}
+			var c ImageCaps
+			for _, ck := range sortedKeys(caps) {
+				n, err := uintValue(key+"."+ck, caps[ck], math.MaxUint32)
+				if err != nil {
+					return err
+				}
+				switch ck {
+				case "max_cpus":
+					c.MaxCPUs = uint32(n)
+				case "max_memory_mb":
+					c.MaxMemoryMB = uint32(n)
+				default:
+					return bad(key+"."+ck, "unknown key (accepted: max_cpus, max_memory_mb)")
+				}
+			}
+			out[name] = c
+		}
+		s.PerImageCaps = out
+		return nil
+	},
+}
+
+// IsPreset reports whether name is a built-in preset.
+func IsPreset(name string) bool {
+	for _, p := range Presets {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func presetNames() string {
+	names := make([]string, len(Presets))
+	for i, p := range Presets {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// Parse validates a configuration value (the decoded JSON or YAML document, a map) layered over
+// the package defaults. It returns the settings and warnings to print at start.
+func Parse(doc any) (Settings, []string, error) {
+	s := Defaults()
+	if doc == nil {
+		return s, nil, nil
+	}
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return s, nil, bad("", "the configuration must be a map of keys, got %s", describe(doc))
+	}
+	if _, legacy := m["sandbox"]; legacy {
+		return s, nil, bad("sandbox", "legacy wrapped shape detected: move fields from `sandbox:` to the top level.")
+	}
+	for _, k := range sortedKeys(m) {
+		apply, ok := fields[k]
+		if !ok {
+			return s, nil, bad(k, "unknown key (accepted: %s)", strings.Join(Keys(), ", "))
+		}
+		if m[k] == nil {
+			return s, nil, bad(k, "must have a value, got null")
+		}
+		if err := apply(&s, k, m[k]); err != nil {
+			return s, nil, err
+		}
+	}
+	var warnings []string
+	if s.MaxConcurrentExecPerSandbox == 0 {
+		s.MaxConcurrentExecPerSandbox = 1
+		warnings = append(warnings, "max_concurrent_exec_per_sandbox is 0, which means 1 (not unlimited)")
+	}
+	if len(s.ImageAllowlist) == 0 {
+		warnings = append(warnings, "image_allowlist is empty: every sandbox::create fails with S100 until it lists an image")
+	}
+	for _, name := range s.ImageAllowlist {
+		if !IsPreset(name) && s.CustomImages[name] == "" {
+			warnings = append(warnings, fmt.Sprintf("image_allowlist names '%s', which is neither a preset nor a custom_images key", name))
+		}
+	}
+	return s, warnings, nil
+}
+
+// ParseJSON validates a JSON document.
+func ParseJSON(data []byte) (Settings, []string, error) {
+	doc, err := decodeJSON(data)
+	if err != nil {
+		return Defaults(), nil, bad("", "not valid JSON: %v", err)
+	}
+	return Parse(doc)
+}
+
+// ParseYAML validates a YAML (or JSON) document.
+func ParseYAML(data []byte) (Settings, []string, error) {
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return Defaults(), nil, bad("", "not valid YAML: %v", err)
+	}
+	// Re-encode through JSON so that both sources share one value model (json.Number numbers,
+	// string-keyed maps).
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return Defaults(), nil, bad("", "unsupported YAML value: %v", err)
+	}
+	return ParseJSON(raw)
+}
+
+// LoadFile reads and validates a YAML or JSON file.
+func LoadFile(path string) (Settings, []string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Defaults(), nil, &Error{Message: fmt.Sprintf("cannot read %s: %v", path, err)}
+	}
+	return ParseYAML(data)
+}
+
+func decodeJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	return doc, nil
+}
+
+// uintValue reads a non-negative integer no larger than max.
+func uintValue(key string, v any, max uint64) (uint64, error) {
+	var text string
+	switch n := v.(type) {
+	case json.Number:
+		text = n.String()
+	case float64:
+		text = fmt.Sprint(n)
+	case int:
+		text = fmt.Sprint(n)
+	default:
+		return 0, bad(key, "must be a non-negative integer, got %s", describe(v))
+	}
+	if strings.HasPrefix(text, "-") {
+		return 0, bad(key, "must be a non-negative integer, got %s", text)
+	}
+	u, err := strconv.ParseUint(text, 10, 64)
+	if err != nil {
+		return 0, bad(key, "must be a non-negative integer, got %s", text)
+	}
+	if u > max {
+		return 0, bad(key, "must be at most %d, got %s", max, text)
+	}
+	return u, nil
+}
+
+func stringList(key string, v any) ([]string, error) {
+	items, ok := v.([]any)
+	if !ok {
+		return nil, bad(key, "must be a list of image names, got %s", describe(v))
+	}
+	out := make([]string, 0, len(items))
+	for i, it := range items {
+		s, ok := it.(string)
+		if !ok {
+			return nil, bad(fmt.Sprintf("%s.%d", key, i), "must be a string, got %s", describe(it))
+		}
+		if strings.TrimSpace(s) == "" {
+			return nil, bad(fmt.Sprintf("%s.%d", key, i), "must not be empty")
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// describe names the JSON type of v for messages.
+func describe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return fmt.Sprintf("a boolean (%v)", x)
+	case json.Number, float64, int:
+		return fmt.Sprintf("a number (%v)", x)
+	case string:
+		return fmt.Sprintf("a string (%q)", x)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a map"
+	}
+	return fmt.Sprintf("%T", v)
+}
