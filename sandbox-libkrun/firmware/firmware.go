@@ -1,0 +1,324 @@
+// Package firmware builds and locates what the Linux VM driver boots: an uncompressed kernel
+// (vmlinux) taken from Debian's cloud kernel package and an initramfs holding the guest agent as
+// /init plus the kernel modules it loads. Both are installed into ~/.iii/lib/ and packed as a
+// release asset.
+package firmware
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// File names inside the firmware directory.
+const (
+	KernelFile   = "iii-vm-vmlinux"
+	InitrdFile   = "iii-vm-initramfs.cpio"
+	ManifestFile = "iii-vm-firmware.json"
+)
+
+// AssetName is the release asset holding the three firmware files.
+const AssetName = "sandbox-firmware-x86_64-unknown-linux-gnu.tar.gz"
+
+// DefaultPackage is the Debian package whose kernel the firmware repackages.
+const DefaultPackage = "linux-image-cloud-amd64"
+
+// Modules are the kernel modules the guest loads (their dependencies are added).
+var Modules = []string{"virtio_mmio", "virtio_console", "virtiofs", "overlay", "virtio_net"}
+
+// Manifest describes an installed firmware.
+type Manifest struct {
+	KernelRelease string   `json:"kernel_release"`
+	Package       string   `json:"package"`
+	Modules       []string `json:"modules"`
+	Built         string   `json:"built"`
+}
+
+// Paths are the files of an installed firmware.
+type Paths struct {
+	Dir      string
+	Kernel   string
+	Initrd   string
+	Manifest string
+}
+
+// Dir is the firmware directory: $III_LIB_DIR, else ~/.iii/lib (HOME honoured).
+func Dir() string {
+	if d := os.Getenv("III_LIB_DIR"); d != "" {
+		return d
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = "/root"
+	}
+	return filepath.Join(home, ".iii", "lib")
+}
+
+// At returns the firmware paths inside dir.
+func At(dir string) Paths {
+	return Paths{Dir: dir, Kernel: filepath.Join(dir, KernelFile), Initrd: filepath.Join(dir, InitrdFile), Manifest: filepath.Join(dir, ManifestFile)}
+}
+
+// Locate returns the installed firmware, or an error naming the missing file and how to build it.
+func Locate() (Paths, error) {
+	p := At(Dir())
+	for _, f := range []string{p.Kernel, p.Initrd} {
+		if _, err := os.Stat(f); err != nil {
+			return p, fmt.Errorf("VM firmware missing: %s not found; build it with `go tool mage firmware` (or unpack the %s release asset into %s)", f, AssetName, p.Dir)
+		}
+	}
+	return p, nil
+}
+
+// Options steer Build.
+type Options struct {
+	WorkDir   string    // scratch directory for the download and extraction (required)
+	OutDir    string    // where the firmware files go (default Dir())
+	AssetPath string    // if set, the release tarball is written here too
+	Package   string    // Debian kernel package (default DefaultPackage)
+	Agent     string    // path of a built guest agent; empty: build it from ModuleDir
+	ModuleDir string    // the sandbox-libkrun module directory, to build the agent
+	Log       io.Writer // progress lines; nil discards
+}
+
+// Build downloads the kernel package with apt-get, extracts the uncompressed kernel and the
+// needed modules, builds the guest agent and writes the firmware files.
+func Build(ctx context.Context, o Options) (Paths, error) {
+	if o.WorkDir == "" {
+		return Paths{}, errors.New("firmware: WorkDir is required")
+	}
+	if o.OutDir == "" {
+		o.OutDir = Dir()
+	}
+	if o.Package == "" {
+		o.Package = DefaultPackage
+	}
+	logf := func(format string, a ...any) {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, format+"\n", a...)
+		}
+	}
+	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+		return Paths{}, err
+	}
+	deb, err := downloadKernelDeb(ctx, o.WorkDir, o.Package)
+	if err != nil {
+		return Paths{}, err
+	}
+	logf("firmware: kernel package %s", filepath.Base(deb))
+	root := filepath.Join(o.WorkDir, "kernel-root")
+	_ = os.RemoveAll(root)
+	if err := run(ctx, "", "dpkg-deb", "-x", deb, root); err != nil {
+		return Paths{}, err
+	}
+	vmlinuzs, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
+	if len(vmlinuzs) != 1 {
+		return Paths{}, fmt.Errorf("firmware: expected one boot/vmlinuz-* in %s, found %d", deb, len(vmlinuzs))
+	}
+	release := strings.TrimPrefix(filepath.Base(vmlinuzs[0]), "vmlinuz-")
+	bz, err := os.ReadFile(vmlinuzs[0])
+	if err != nil {
+		return Paths{}, err
+	}
+	vmlinux, err := ExtractVmlinux(bz)
+	if err != nil {
+		return Paths{}, err
+	}
+	idx, err := ScanModules(filepath.Join(root, "lib", "modules", release))
+	if err != nil {
+		return Paths{}, err
+	}
+	mods, err := LoadOrder(idx, Modules)
+	if err != nil {
+		return Paths{}, err
+	}
+	agent := o.Agent
+	if agent == "" {
+		agent = filepath.Join(o.WorkDir, "init")
+		if err := BuildAgent(ctx, o.ModuleDir, agent); err != nil {
+			return Paths{}, err
+		}
+	}
+	initrd, err := Initramfs(agent, mods)
+	if err != nil {
+		return Paths{}, err
+	}
+	man := Manifest{KernelRelease: release, Package: filepath.Base(deb), Built: time.Now().UTC().Format(time.RFC3339)}
+	for _, m := range mods {
+		man.Modules = append(man.Modules, m.Name)
+	}
+	manJSON, _ := json.MarshalIndent(man, "", "  ")
+	files := []struct {
+		name string
+		data []byte
+	}{{KernelFile, vmlinux}, {InitrdFile, initrd}, {ManifestFile, append(manJSON, '\n')}}
+	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+		return Paths{}, err
+	}
+	for _, f := range files {
+		if err := writeAtomic(filepath.Join(o.OutDir, f.name), f.data, 0o644); err != nil {
+			return Paths{}, err
+		}
+	}
+	logf("firmware: kernel %s (%d MB), initramfs %d KB with %d modules, in %s", release, len(vmlinux)>>20, len(initrd)>>10, len(mods), o.OutDir)
+	if o.AssetPath != "" {
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		for _, f := range files {
+			if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
+				return Paths{}, err
+			}
+			if _, err := tw.Write(f.data); err != nil {
+				return Paths{}, err
+			}
+		}
+		if err := tw.Close(); err != nil {
+			return Paths{}, err
+		}
+		if err := gz.Close(); err != nil {
+			return Paths{}, err
+		}
+		if err := os.MkdirAll(filepath.Dir(o.AssetPath), 0o755); err != nil {
+			return Paths{}, err
+		}
+		if err := writeAtomic(o.AssetPath, buf.Bytes(), 0o644); err != nil {
+			return Paths{}, err
+		}
+		logf("firmware: asset %s (%d MB)", o.AssetPath, buf.Len()>>20)
+	}
+	return At(o.OutDir), nil
+}
+
+// Install unpacks a firmware release asset into dir.
+func Install(asset, dir string) error {
+	f, err := os.Open(asset)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(gz)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch h.Name {
+		case KernelFile, InitrdFile, ManifestFile:
+		default:
+			return fmt.Errorf("firmware asset: unexpected member %q", h.Name)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			return err
+		}
+		if err := writeAtomic(filepath.Join(dir, h.Name), data, 0o644); err != nil {
+			return err
+		}
+	}
+}
+
+// Initramfs builds the uncompressed cpio archive: /init (the agent), the module files under
+// /lib/modules and their load order in /lib/modules/order, and /dev/console for init's stdio.
+func Initramfs(agent string, mods []Module) ([]byte, error) {
+	init, err := os.ReadFile(agent)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	c := &cpioWriter{w: &buf}
+	for _, d := range []string{"dev", "proc", "sys", "lib", "lib/modules", "lower", "scratch", "newroot"} {
+		c.Dir(d)
+	}
+	c.CharDev("dev/console", 0o600, 5, 1)
+	c.File("init", 0o755, init)
+	var order strings.Builder
+	for _, m := range mods {
+		data, err := os.ReadFile(m.Path)
+		if err != nil {
+			return nil, err
+		}
+		name := m.Name + ".ko"
+		c.File("lib/modules/"+name, 0o644, data)
+		order.WriteString(name + "\n")
+	}
+	c.File("lib/modules/order", 0o644, []byte(order.String()))
+	if err := c.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// BuildAgent compiles the static guest agent (package guest of moduleDir) for linux/amd64.
+func BuildAgent(ctx context.Context, moduleDir, out string) error {
+	if moduleDir == "" {
+		return errors.New("firmware: ModuleDir (the sandbox-libkrun module) is required to build the agent")
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./guest")
+	cmd.Dir = moduleDir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build guest agent: %v\n%s", err, b)
+	}
+	return nil
+}
+
+// downloadKernelDeb fetches the real kernel package behind the meta package pkg.
+func downloadKernelDeb(ctx context.Context, dir, pkg string) (string, error) {
+	target := pkg
+	out, err := exec.CommandContext(ctx, "apt-cache", "depends", "--important", pkg).Output()
+	if err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if dep, ok := strings.CutPrefix(strings.TrimSpace(line), "Depends: "); ok && strings.HasPrefix(dep, "linux-image-") {
+				target = dep
+				break
+			}
+		}
+	}
+	if err := run(ctx, dir, "apt-get", "download", "-q", target); err != nil {
+		return "", fmt.Errorf("%w (is the apt package list current? run apt-get update)", err)
+	}
+	debs, _ := filepath.Glob(filepath.Join(dir, target+"_*.deb"))
+	if len(debs) == 0 {
+		return "", fmt.Errorf("firmware: apt-get download left no %s_*.deb in %s", target, dir)
+	}
+	return debs[len(debs)-1], nil
+}
+
+func run(ctx context.Context, dir, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+	}
+	return nil
+}
+
+func writeAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, perm); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

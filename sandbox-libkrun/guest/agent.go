@@ -1,0 +1,110 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/iii-go/iii/sandbox-libkrun/guest/fsops"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
+	"golang.org/x/sys/unix"
+)
+
+type mountReq = proto.GuestMount
+
+// agent serves the control port.
+type agent struct {
+	port *os.File
+	wmu  sync.Mutex
+
+	mu    sync.Mutex
+	execs map[uint32]*running
+}
+
+func newAgent(port *os.File) *agent {
+	return &agent{port: port, execs: map[uint32]*running{}}
+}
+
+func (a *agent) send(f proto.Frame) {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if err := proto.Write(a.port, f); err != nil {
+		fmt.Fprintf(os.Stderr, "guest agent: write: %v\n", err)
+	}
+}
+
+func (a *agent) sendJSON(t proto.Type, id uint32, v any) {
+	f, err := proto.Marshal(t, id, v)
+	if err != nil {
+		f, _ = proto.Marshal(proto.TypeReply, id, proto.Reply{Error: &proto.Error{Message: err.Error()}})
+	}
+	a.send(f)
+}
+
+func (a *agent) replyErr(id uint32, err error) {
+	a.sendJSON(proto.TypeReply, id, proto.Reply{Error: &proto.Error{Message: err.Error()}})
+}
+
+// serve answers frames until the host asks for shutdown or the port closes.
+func (a *agent) serve() error {
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	a.sendJSON(proto.TypeHello, 0, proto.Hello{KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: agentVersion})
+	r := bufio.NewReaderSize(a.port, 1<<20)
+	for {
+		f, err := proto.Read(r)
+		if err != nil {
+			return fmt.Errorf("control port: %w", err)
+		}
+		switch f.Type {
+		case proto.TypeShutdown:
+			a.killAll()
+			return nil
+		case proto.TypePing:
+			a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
+		case proto.TypeInit:
+			var in proto.Init
+			if err := json.Unmarshal(f.Payload, &in); err != nil {
+				a.replyErr(f.ID, err)
+				continue
+			}
+			if err := setupRoot(in.RootTag, in.ScratchMB, in.Mounts); err != nil {
+				a.replyErr(f.ID, err)
+				continue
+			}
+			a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
+		case proto.TypeExec:
+			var ex proto.Exec
+			if err := json.Unmarshal(f.Payload, &ex); err != nil {
+				a.sendJSON(proto.TypeExecDone, f.ID, proto.ExecDone{Stderr: []byte(err.Error()), ExitCode: intp(126)})
+				continue
+			}
+			go a.exec(f.ID, ex)
+		case proto.TypeKill:
+			var k proto.Kill
+			if json.Unmarshal(f.Payload, &k) == nil {
+				a.signal(f.ID, unix.Signal(k.Signal))
+			}
+		case proto.TypeFS:
+			var req proto.FS
+			if err := json.Unmarshal(f.Payload, &req); err != nil {
+				a.replyErr(f.ID, err)
+				continue
+			}
+			go func(id uint32) {
+				res, ferr := fsops.Do(req.Op, req.Request)
+				if ferr != nil {
+					a.sendJSON(proto.TypeReply, id, proto.Reply{Error: &proto.Error{Code: ferr.Code, Message: ferr.Message, Fix: ferr.Fix}})
+					return
+				}
+				a.sendJSON(proto.TypeReply, id, proto.Reply{Result: res})
+			}(f.ID)
+		}
+	}
+}
+
+func intp(v int) *int { return &v }

@@ -1,0 +1,162 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func mountPseudo() error {
+	for _, m := range []struct{ src, dst, typ string }{
+		{"devtmpfs", "/dev", "devtmpfs"},
+		{"proc", "/proc", "proc"},
+		{"sysfs", "/sys", "sysfs"},
+	} {
+		if err := os.MkdirAll(m.dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, m.dst, m.typ, 0, ""); err != nil && err != unix.EBUSY {
+			return fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	return nil
+}
+
+// loadModules loads, in order, the modules named one per line in dir/order (paths relative to
+// dir). A module already present (built in or loaded) is skipped.
+func loadModules(dir string) error {
+	f, err := os.Open(filepath.Join(dir, "order"))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name := strings.TrimSpace(sc.Text())
+		if name == "" {
+			continue
+		}
+		if err := loadModule(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("load module %s: %w", name, err)
+		}
+	}
+	return sc.Err()
+}
+
+func loadModule(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	err = unix.FinitModule(fd, "", 0)
+	if err == unix.EEXIST {
+		return nil
+	}
+	return err
+}
+
+// openPort waits for the virtio-serial port called name to appear and opens it read-write.
+func openPort(name string, wait time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		matches, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
+		for _, m := range matches {
+			b, err := os.ReadFile(m)
+			if err != nil || strings.TrimSpace(string(b)) != name {
+				continue
+			}
+			dev := "/dev/" + filepath.Base(filepath.Dir(m))
+			f, err := os.OpenFile(dev, os.O_RDWR, 0)
+			if err == nil {
+				return f, nil
+			}
+			if !os.IsNotExist(err) {
+				return nil, err
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("virtio-serial port %q did not appear within %s", name, wait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// setupRoot assembles the sandbox root at /newroot and chroots into it.
+func setupRoot(rootTag string, scratchMB int, mounts []mountReq) error {
+	if scratchMB <= 0 {
+		scratchMB = 256
+	}
+	for _, d := range []string{"/lower", "/scratch", "/newroot"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount(rootTag, "/lower", "virtiofs", unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mount virtiofs root %q: %w", rootTag, err)
+	}
+	if err := unix.Mount("scratch", "/scratch", "tmpfs", unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", scratchMB)); err != nil {
+		return fmt.Errorf("mount scratch tmpfs: %w", err)
+	}
+	for _, d := range []string{"/scratch/upper", "/scratch/work"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := "lowerdir=/lower,upperdir=/scratch/upper,workdir=/scratch/work"
+	if err := unix.Mount("overlay", "/newroot", "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay: %w", err)
+	}
+	for _, m := range []struct{ src, dst, typ, opts string }{
+		{"proc", "proc", "proc", ""},
+		{"sysfs", "sys", "sysfs", ""},
+		{"devtmpfs", "dev", "devtmpfs", ""},
+		{"shm", "dev/shm", "tmpfs", "mode=1777"},
+		{"devpts", "dev/pts", "devpts", "newinstance,ptmxmode=0666"},
+	} {
+		dst := filepath.Join("/newroot", m.dst)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(m.src, dst, m.typ, 0, m.opts); err != nil {
+			return fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	if err := os.MkdirAll("/newroot/tmp", 0o1777); err == nil {
+		_ = os.Chmod("/newroot/tmp", 0o1777)
+	}
+	for _, m := range mounts {
+		dst := filepath.Join("/newroot", filepath.Clean("/"+m.Path))
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return fmt.Errorf("mount point %s: %w", m.Path, err)
+		}
+		var flags uintptr = unix.MS_NODEV
+		if m.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		if err := unix.Mount(m.Tag, dst, "virtiofs", flags, ""); err != nil {
+			return fmt.Errorf("mount virtiofs %q at %s: %w", m.Tag, m.Path, err)
+		}
+	}
+	// switch_root: move the new root over / so no path leads back to the initramfs.
+	if err := unix.Chdir("/newroot"); err != nil {
+		return err
+	}
+	if err := unix.Mount(".", "/", "", unix.MS_MOVE, ""); err != nil {
+		return fmt.Errorf("move root: %w", err)
+	}
+	if err := unix.Chroot("."); err != nil {
+		return fmt.Errorf("chroot: %w", err)
+	}
+	return unix.Chdir("/")
+}

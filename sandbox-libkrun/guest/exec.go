@@ -1,0 +1,229 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
+	"golang.org/x/sys/unix"
+)
+
+// defaultCap is the per-stream output cap when the host sends none.
+const defaultCap = 1 << 20
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// running is an exec in flight.
+type running struct {
+	mu   sync.Mutex
+	pgid int
+}
+
+func (a *agent) signal(id uint32, sig unix.Signal) {
+	a.mu.Lock()
+	r := a.execs[id]
+	a.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.pgid > 0 {
+		_ = unix.Kill(-r.pgid, sig)
+	}
+	r.mu.Unlock()
+}
+
+func (a *agent) killAll() {
+	a.mu.Lock()
+	ids := make([]uint32, 0, len(a.execs))
+	for id := range a.execs {
+		ids = append(ids, id)
+	}
+	a.mu.Unlock()
+	for _, id := range ids {
+		a.signal(id, unix.SIGKILL)
+	}
+}
+
+// capWriter keeps the first max bytes and records whether more arrived; when stream is set it
+// also forwards each chunk as an Output frame.
+type capWriter struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	max       int
+	truncated bool
+	forward   func([]byte)
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	keep := p
+	if room := w.max - w.buf.Len(); len(keep) > room {
+		keep = keep[:max(room, 0)]
+		w.truncated = true
+	}
+	w.buf.Write(keep)
+	if w.forward != nil && len(keep) > 0 {
+		w.forward(bytes.Clone(keep))
+	}
+	return len(p), nil
+}
+
+func (a *agent) exec(id uint32, ex proto.Exec) {
+	start := time.Now()
+	done := a.run(id, ex)
+	done.DurationNS = time.Since(start).Nanoseconds()
+	a.sendJSON(proto.TypeExecDone, id, done)
+}
+
+func (a *agent) run(id uint32, ex proto.Exec) proto.ExecDone {
+	if len(ex.Argv) == 0 || ex.Argv[0] == "" {
+		return proto.ExecDone{Stderr: []byte("empty argv\n"), ExitCode: intp(127)}
+	}
+	env := ex.Env
+	if envGet(env, "PATH") == "" {
+		env = append(env[:len(env):len(env)], "PATH="+defaultPath)
+	}
+	path, err := lookPath(ex.Argv[0], envGet(env, "PATH"))
+	if err != nil {
+		return spawnFailure(ex.Argv[0], err)
+	}
+	capN := ex.OutputCap
+	if capN <= 0 {
+		capN = defaultCap
+	}
+	stdout := &capWriter{max: capN}
+	stderr := &capWriter{max: capN}
+	if ex.Stream {
+		stdout.forward = func(b []byte) { a.sendJSON(proto.TypeOutput, id, proto.Output{Stream: 1, Data: b}) }
+		stderr.forward = func(b []byte) { a.sendJSON(proto.TypeOutput, id, proto.Output{Stream: 2, Data: b}) }
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        ex.Argv,
+		Env:         env,
+		Dir:         ex.Workdir,
+		Stdin:       bytes.NewReader(ex.Stdin),
+		Stdout:      stdout,
+		Stderr:      stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		WaitDelay:   500 * time.Millisecond,
+	}
+	if cmd.Dir == "" {
+		cmd.Dir = "/"
+	}
+	r := &running{}
+	a.mu.Lock()
+	a.execs[id] = r
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.execs, id)
+		a.mu.Unlock()
+	}()
+	r.mu.Lock()
+	err = cmd.Start()
+	if err == nil {
+		r.pgid = cmd.Process.Pid
+	}
+	r.mu.Unlock()
+	if err != nil {
+		return spawnFailure(ex.Argv[0], err)
+	}
+	timedOut := false
+	var timer *time.Timer
+	if ex.TimeoutMS > 0 {
+		timer = time.AfterFunc(time.Duration(ex.TimeoutMS)*time.Millisecond, func() {
+			r.mu.Lock()
+			timedOut = true
+			_ = unix.Kill(-r.pgid, unix.SIGKILL)
+			r.mu.Unlock()
+		})
+	}
+	_ = cmd.Wait()
+	if timer != nil {
+		timer.Stop()
+	}
+	// Whatever the command left running in its group goes with it.
+	r.mu.Lock()
+	_ = unix.Kill(-r.pgid, unix.SIGKILL)
+	to := timedOut
+	r.mu.Unlock()
+	res := proto.ExecDone{
+		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated,
+		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated,
+		TimedOut: to,
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		res.Signal = int(ws.Signal())
+	} else {
+		res.ExitCode = intp(cmd.ProcessState.ExitCode())
+	}
+	return res
+}
+
+// spawnFailure turns a failed start into the shell's convention: 127 not found, 126 not runnable.
+func spawnFailure(name string, err error) proto.ExecDone {
+	code := 126
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, exec.ErrNotFound) {
+		code = 127
+	}
+	return proto.ExecDone{Stderr: []byte(name + ": " + err.Error() + "\n"), ExitCode: intp(code)}
+}
+
+func envGet(env []string, key string) string {
+	v := ""
+	for _, kv := range env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+// lookPath resolves name like a shell does, against the command's PATH rather than the agent's.
+func lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, checkExec(name)
+	}
+	var firstErr error
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		err := checkExec(p)
+		if err == nil {
+			return p, nil
+		}
+		if firstErr == nil && !errors.Is(err, fs.ErrNotExist) {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return "", firstErr
+	}
+	return "", exec.ErrNotFound
+}
+
+func checkExec(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fs.ErrPermission
+	}
+	return nil
+}

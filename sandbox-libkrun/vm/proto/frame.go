@@ -1,0 +1,104 @@
+// Package proto is the wire format between the host driver and the guest agent: length-prefixed
+// frames over the virtio-serial control port, each carrying a type, a request id and a payload
+// (JSON for every message type defined here).
+package proto
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// MaxPayload bounds one frame's payload; larger frames are refused on both ends.
+const MaxPayload = 64 << 20
+
+// headerLen is the length prefix (4) plus type (1) plus id (4).
+const headerLen = 9
+
+// Type says what a frame carries.
+type Type byte
+
+// Frame types. Host→guest: Init, Exec, Kill, FS, Shutdown. Guest→host: Hello, Reply, Output,
+// ExecDone.
+const (
+	TypeHello    Type = 1  // guest is up: Hello
+	TypeInit     Type = 2  // set up the root filesystem: Init; answered by Reply
+	TypeExec     Type = 3  // run a command: Exec; answered by Output* then ExecDone
+	TypeKill     Type = 4  // signal a running exec: Kill (same id as the Exec)
+	TypeFS       Type = 5  // file operation: FS; answered by Reply
+	TypeShutdown Type = 6  // sync and power off; no answer
+	TypeReply    Type = 7  // answer to Init or FS: Reply
+	TypeOutput   Type = 8  // streamed output chunk of an exec: Output
+	TypeExecDone Type = 9  // an exec finished: ExecDone
+	TypePing     Type = 10 // liveness probe; answered by a Reply with the same id
+)
+
+// Frame is one message on the control channel.
+type Frame struct {
+	Type    Type
+	ID      uint32
+	Payload []byte
+}
+
+// ErrTooLarge is returned for a frame whose payload exceeds MaxPayload.
+var ErrTooLarge = errors.New("proto: frame payload too large")
+
+// Encode appends the wire form of f to dst.
+func Encode(dst []byte, f Frame) ([]byte, error) {
+	if len(f.Payload) > MaxPayload {
+		return dst, ErrTooLarge
+	}
+	var h [headerLen]byte
+	binary.BigEndian.PutUint32(h[0:4], uint32(len(f.Payload)+5))
+	h[4] = byte(f.Type)
+	binary.BigEndian.PutUint32(h[5:9], f.ID)
+	dst = append(dst, h[:]...)
+	return append(dst, f.Payload...), nil
+}
+
+// Write writes f to w in a single Write call, so concurrent writers serialised by a mutex never
+// interleave.
+func Write(w io.Writer, f Frame) error {
+	b, err := Encode(make([]byte, 0, headerLen+len(f.Payload)), f)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// Read reads one frame from r. A clean end of stream before a frame starts is io.EOF; a stream
+// that ends inside a frame is io.ErrUnexpectedEOF.
+func Read(r *bufio.Reader) (Frame, error) {
+	var h [headerLen]byte
+	if _, err := io.ReadFull(r, h[:4]); err != nil {
+		return Frame{}, err
+	}
+	n := binary.BigEndian.Uint32(h[0:4])
+	if n < 5 {
+		return Frame{}, fmt.Errorf("proto: frame length %d shorter than its header", n)
+	}
+	if n-5 > MaxPayload {
+		return Frame{}, ErrTooLarge
+	}
+	if _, err := io.ReadFull(r, h[4:]); err != nil {
+		return Frame{}, unexpected(err)
+	}
+	f := Frame{Type: Type(h[4]), ID: binary.BigEndian.Uint32(h[5:9])}
+	if n > 5 {
+		f.Payload = make([]byte, n-5)
+		if _, err := io.ReadFull(r, f.Payload); err != nil {
+			return Frame{}, unexpected(err)
+		}
+	}
+	return f, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -1,0 +1,89 @@
+package proto
+
+import "encoding/json"
+
+// Hello is the guest's first frame, sent once the control port is open.
+type Hello struct {
+	KernelRelease string `json:"kernel_release"`
+	Agent         string `json:"agent"`
+}
+
+// Init asks the guest to assemble its root: the virtiofs tag RootTag mounted read-only under a
+// tmpfs upper layer of ScratchMB MiB, plus extra virtiofs mounts, then chroot into it.
+type Init struct {
+	RootTag   string       `json:"root_tag"`
+	ScratchMB int          `json:"scratch_mb"`
+	Mounts    []GuestMount `json:"mounts,omitempty"`
+}
+
+// GuestMount is a virtiofs tag mounted at Path inside the guest root.
+type GuestMount struct {
+	Tag      string `json:"tag"`
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"read_only"`
+}
+
+// Reply answers Init, FS and Ping. Exactly one of Result and Error is set (neither for Init/Ping
+// success).
+type Reply struct {
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// Error is a failure reported by the guest. Code is an S21x code for file operations and empty
+// for other failures.
+type Error struct {
+	Code    string          `json:"code,omitempty"`
+	Message string          `json:"message"`
+	Fix     json.RawMessage `json:"fix,omitempty"`
+}
+
+// Exec runs one command in the guest root.
+type Exec struct {
+	Argv      []string `json:"argv"`
+	Env       []string `json:"env,omitempty"`
+	Stdin     []byte   `json:"stdin,omitempty"`
+	Workdir   string   `json:"workdir,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+	OutputCap int      `json:"output_cap,omitempty"`
+	// Stream asks for Output frames as output arrives, in addition to the collected result.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// Output is a chunk of a streamed exec's output.
+type Output struct {
+	Stream int    `json:"stream"` // 1 stdout, 2 stderr
+	Data   []byte `json:"data"`
+}
+
+// ExecDone is the result of an exec.
+type ExecDone struct {
+	Stdout          []byte `json:"stdout,omitempty"`
+	Stderr          []byte `json:"stderr,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Signal          int    `json:"signal,omitempty"`
+	TimedOut        bool   `json:"timed_out,omitempty"`
+	DurationNS      int64  `json:"duration_ns"`
+}
+
+// Kill sends Signal to the process group of a running exec.
+type Kill struct {
+	Signal int `json:"signal"`
+}
+
+// FS is one fs::* operation; Op is the name without prefix and Request its JSON body.
+type FS struct {
+	Op      string          `json:"op"`
+	Request json.RawMessage `json:"request"`
+}
+
+// Marshal builds a frame whose payload is the JSON of v.
+func Marshal(t Type, id uint32, v any) (Frame, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Frame{}, err
+	}
+	return Frame{Type: t, ID: id, Payload: b}, nil
+}
