@@ -1,0 +1,378 @@
+// Package core is the engine's function router: it accepts worker connections on the WebSocket
+// listener, keys functions by (namespace, id), routes invocations between workers and to the
+// engine's built-in functions, and enforces project tokens on protected namespaces.
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// NamespacePolicy protects one namespace with a project token kept in a file (mode 0600).
+type NamespacePolicy struct {
+	TokenFile string // read on every check, so a replaced token takes effect at once
+	Owner     bool   // holders of this token may call owner-only engine functions
+}
+
+// Options configure an Engine.
+type Options struct {
+	// Grace is how long registrations that arrive before engine::workers::register wait for it
+	// before they are applied in the default namespace.
+	Grace      time.Duration
+	Namespaces map[string]NamespacePolicy
+	Logger     *slog.Logger
+}
+
+// Caller describes the connection that invoked a built-in function.
+type Caller struct {
+	WorkerID  string
+	Name      string
+	Namespace string // "" when the caller never registered
+	Owner     bool   // presented the token of a namespace marked owner
+}
+
+// Builtin serves an engine function. Return a *protocol.Error to choose the error code.
+type Builtin func(ctx context.Context, c Caller, payload json.RawMessage) (any, error)
+
+type builtin struct {
+	fn          Builtin
+	description string
+}
+
+type fkey struct{ ns, id string }
+
+type fnEntry struct {
+	conn  *conn
+	frame *protocol.Message
+}
+
+// Engine routes functions between connected workers.
+type Engine struct {
+	opts     Options
+	log      *slog.Logger
+	idPrefix string
+	nextID   atomic.Uint64
+
+	mu       sync.RWMutex
+	builtins map[string]builtin
+	funcs    map[fkey]*fnEntry
+	conns    map[string]*conn
+}
+
+// New returns an engine with the engine::workers::* and engine::functions::list built-ins.
+func New(opts Options) *Engine {
+	if opts.Grace <= 0 {
+		opts.Grace = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	e := &Engine{
+		opts: opts, log: opts.Logger, idPrefix: hex.EncodeToString(b[:]) + "-",
+		builtins: map[string]builtin{}, funcs: map[fkey]*fnEntry{}, conns: map[string]*conn{},
+	}
+	e.Handle(protocol.FnRegisterWorker, "Announce a worker: name, namespace, runtime", nil)
+	e.Handle(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
+	e.Handle(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
+	return e
+}
+
+// Handle adds a built-in function, served in every namespace and listed in default.
+func (e *Engine) Handle(id, description string, fn Builtin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.builtins[id] = builtin{fn: fn, description: description}
+}
+
+// Lookup reports which worker connection serves id in ns.
+func (e *Engine) Lookup(ns, id string) (workerID string, ok bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	f := e.funcs[fkey{ns, id}]
+	if f == nil {
+		return "", false
+	}
+	return f.conn.id, true
+}
+
+// WorkerGone returns a channel closed when the worker connection id disconnects (already closed
+// when no such connection exists).
+func (e *Engine) WorkerGone(id string) <-chan struct{} {
+	e.mu.RLock()
+	c := e.conns[id]
+	e.mu.RUnlock()
+	if c == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return c.ctx.Done()
+}
+
+func (e *Engine) newID() string {
+	return e.idPrefix + strconv.FormatUint(e.nextID.Add(1), 36)
+}
+
+// Handler is the HTTP handler of the worker listener: every path upgrades to a worker connection.
+func (e *Engine) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+		if err != nil {
+			return
+		}
+		ws.SetReadLimit(protocol.MaxFrameBytes)
+		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		e.serveConn(r.Context(), ws, strings.TrimSpace(token))
+	})
+}
+
+// Serve accepts workers on ln until ctx ends, then closes every connection.
+func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	e.mu.RLock()
+	conns := make([]*conn, 0, len(e.conns))
+	for _, c := range e.conns {
+		conns = append(conns, c)
+	}
+	e.mu.RUnlock()
+	for _, c := range conns {
+		c.ws.Close(websocket.StatusGoingAway, "engine shutting down")
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// Invoke calls id in ns on behalf of the engine itself (used by the sandbox router) and returns
+// its raw result. timeout 0 waits until ctx ends.
+func (e *Engine) Invoke(ctx context.Context, ns, id string, payload json.RawMessage, timeout time.Duration) (json.RawMessage, *protocol.Error) {
+	return e.dispatch(ctx, Caller{WorkerID: "engine", Namespace: protocol.DefaultNamespace}, ns, id, payload, nil, timeout, false)
+}
+
+func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, data, meta json.RawMessage, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	e.mu.RLock()
+	b, isBuiltin := e.builtins[id]
+	f := e.funcs[fkey{ns, id}]
+	e.mu.RUnlock()
+	if isBuiltin && b.fn != nil {
+		return runBuiltin(ctx, b.fn, caller, data, id, timeout)
+	}
+	if f == nil {
+		return nil, e.notFound(ns, id)
+	}
+	return e.forward(ctx, f.conn, id, data, meta, timeout, void)
+}
+
+func runBuiltin(ctx context.Context, fn Builtin, caller Caller, data json.RawMessage, id string, timeout time.Duration) (res json.RawMessage, perr *protocol.Error) {
+	defer func() {
+		if r := recover(); r != nil {
+			perr = protocol.NewError(errcode.InvocationFailed, "%s panicked: %v", id, r)
+		}
+	}()
+	out, err := fn(ctx, caller, data)
+	if err != nil {
+		if ctx.Err() == context.DeadlineExceeded && timeout > 0 {
+			return nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", id, timeout.Milliseconds())
+		}
+		return nil, protocol.AsError(err)
+	}
+	if raw, ok := out.(json.RawMessage); ok {
+		return raw, nil
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		return nil, protocol.NewError(errcode.InvocationFailed, "%s: result is not JSON: %v", id, err)
+	}
+	return raw, nil
+}
+
+func (e *Engine) notFound(ns, id string) *protocol.Error {
+	e.mu.RLock()
+	var elsewhere []string
+	for k := range e.funcs {
+		if k.id == id && k.ns != ns {
+			elsewhere = append(elsewhere, k.ns)
+		}
+	}
+	e.mu.RUnlock()
+	msg := "Function " + id + " not found in namespace " + ns + "."
+	if len(elsewhere) > 0 {
+		sort.Strings(elsewhere)
+		msg += " It is registered in namespace(s): " + strings.Join(elsewhere, ", ") + "."
+	}
+	return &protocol.Error{Code: errcode.FunctionNotFound, Message: msg}
+}
+
+// forward sends an invocation to the worker serving it and waits for its result.
+func (e *Engine) forward(ctx context.Context, target *conn, id string, data, meta json.RawMessage, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
+	m := &protocol.Message{Type: protocol.TypeInvokeFunction, FunctionID: id, Data: data, Metadata: meta}
+	if void {
+		m.Action = &protocol.Action{Type: "void"}
+		if err := target.send(m); err != nil {
+			return nil, stopped(id)
+		}
+		return nil, nil
+	}
+	m.InvocationID = e.newID()
+	ch := make(chan *protocol.Message, 1)
+	target.mu.Lock()
+	if target.ctx.Err() != nil {
+		target.mu.Unlock()
+		return nil, stopped(id)
+	}
+	target.pending[m.InvocationID] = ch
+	target.mu.Unlock()
+	defer func() {
+		target.mu.Lock()
+		delete(target.pending, m.InvocationID)
+		target.mu.Unlock()
+	}()
+	if err := target.send(m); err != nil {
+		return nil, stopped(id)
+	}
+	select {
+	case r := <-ch:
+		if r.Error != nil {
+			return nil, r.Error
+		}
+		if len(r.Result) == 0 {
+			return json.RawMessage("null"), nil
+		}
+		return r.Result, nil
+	case <-target.ctx.Done():
+		return nil, stopped(id)
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0 {
+			return nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", id, timeout.Milliseconds())
+		}
+		return nil, protocol.NewError(errcode.InvocationStopped, "the caller of %s went away", id)
+	}
+}
+
+func stopped(id string) *protocol.Error {
+	return protocol.NewError(errcode.InvocationStopped, "the worker serving %s disconnected before replying", id)
+}
+
+// reserved reports whether a worker may not register id: the engine's own families.
+func reserved(id string) bool { return protocol.IsEngineFunction(id) }
+
+func (e *Engine) listWorkers(_ context.Context, _ Caller, _ json.RawMessage) (any, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	byConn := map[*conn][]string{}
+	for k, f := range e.funcs {
+		byConn[f.conn] = append(byConn[f.conn], k.id)
+	}
+	type worker struct {
+		ID          string   `json:"id"`
+		Name        string   `json:"name"`
+		Namespace   string   `json:"namespace"`
+		Runtime     string   `json:"runtime,omitempty"`
+		Version     string   `json:"version,omitempty"`
+		Description string   `json:"description,omitempty"`
+		OS          string   `json:"os,omitempty"`
+		PID         int      `json:"pid,omitempty"`
+		Registered  bool     `json:"registered"`
+		Functions   []string `json:"functions"`
+		ConnectedAt string   `json:"connected_at"`
+	}
+	out := []worker{}
+	for _, c := range e.conns {
+		c.mu.Lock()
+		w := worker{ID: c.id, Name: c.info.Name, Namespace: c.nsOrDefault(), Runtime: c.info.Runtime,
+			Version: c.info.Version, Description: c.info.Description, OS: c.info.OS, PID: c.info.PID,
+			Registered: c.registered, Functions: byConn[c], ConnectedAt: c.connectedAt.UTC().Format(time.RFC3339)}
+		c.mu.Unlock()
+		if w.Functions == nil {
+			w.Functions = []string{}
+		}
+		sort.Strings(w.Functions)
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].ID < out[j].ID
+	})
+	return map[string]any{"workers": out}, nil
+}
+
+func (e *Engine) listFunctions(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Namespace string `json:"namespace"`
+	}
+	_ = json.Unmarshal(payload, &in)
+	type fn struct {
+		FunctionID     string          `json:"function_id"`
+		Namespace      string          `json:"namespace"`
+		Description    string          `json:"description,omitempty"`
+		WorkerID       string          `json:"worker_id"`
+		WorkerName     string          `json:"worker_name,omitempty"`
+		RequestFormat  json.RawMessage `json:"request_format,omitempty"`
+		ResponseFormat json.RawMessage `json:"response_format,omitempty"`
+	}
+	e.mu.RLock()
+	out := []fn{}
+	for id, b := range e.builtins {
+		if in.Namespace == "" || in.Namespace == protocol.DefaultNamespace {
+			out = append(out, fn{FunctionID: id, Namespace: protocol.DefaultNamespace, Description: b.description, WorkerID: "engine", WorkerName: "engine"})
+		}
+	}
+	for k, f := range e.funcs {
+		if in.Namespace != "" && in.Namespace != k.ns {
+			continue
+		}
+		f.conn.mu.Lock()
+		name := f.conn.info.Name
+		f.conn.mu.Unlock()
+		out = append(out, fn{FunctionID: k.id, Namespace: k.ns, Description: f.frame.Description, WorkerID: f.conn.id,
+			WorkerName: name, RequestFormat: f.frame.RequestFormat, ResponseFormat: f.frame.ResponseFormat})
+	}
+	e.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].FunctionID < out[j].FunctionID
+	})
+	return map[string]any{"functions": out}, nil
+}

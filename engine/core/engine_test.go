@@ -1,0 +1,145 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+func startEngine(t *testing.T, opts Options) (*Engine, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e, "ws://" + ln.Addr().String()
+}
+
+func worker(t *testing.T, url, ns string, fns map[string]protocol.Handler) *protocol.Worker {
+	t.Helper()
+	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: ns, Name: "t-" + ns})
+	for id, h := range fns {
+		if err := w.Register(id, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func code(err error) string {
+	var e *protocol.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func TestCallRoutesByNamespace(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	worker(t, url, "math", map[string]protocol.Handler{
+		"math::add": func(_ context.Context, in json.RawMessage) (any, error) {
+			var p struct{ A, B int }
+			_ = json.Unmarshal(in, &p)
+			return map[string]int{"c": p.A + p.B}, nil
+		},
+		"math::fail": func(context.Context, json.RawMessage) (any, error) { return nil, errors.New("boom") },
+	})
+	cl := worker(t, url, "default", nil)
+	ctx := context.Background()
+	out, err := cl.Call(ctx, "math::add", map[string]int{"a": 2, "b": 3}, protocol.InNamespace("math"))
+	if err != nil || string(out) != `{"c":5}` {
+		t.Fatalf("got %s, %v", out, err)
+	}
+	_, err = cl.Call(ctx, "math::add", nil)
+	if code(err) != errcode.FunctionNotFound || !strings.Contains(err.Error(), "namespace default") || !strings.Contains(err.Error(), "math") {
+		t.Fatalf("not found: %v", err)
+	}
+	_, err = cl.Call(ctx, "math::fail", nil, protocol.InNamespace("math"))
+	if code(err) != errcode.InvocationFailed || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("fail: %v", err)
+	}
+}
+
+func TestTimeoutAndStopped(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{}, 4)
+	slow := worker(t, url, "default", map[string]protocol.Handler{
+		"slow::wait": func(ctx context.Context, _ json.RawMessage) (any, error) {
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		},
+	})
+	cl := worker(t, url, "default", nil)
+	_, err := cl.Call(context.Background(), "slow::wait", nil, protocol.WithTimeout(100*time.Millisecond))
+	if code(err) != errcode.Timeout {
+		t.Fatalf("timeout: %v", err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cl.Call(context.Background(), "slow::wait", nil)
+		errc <- err
+	}()
+	<-started // the timed-out call
+	<-started
+	slow.Close()
+	select {
+	case err := <-errc:
+		if code(err) != errcode.InvocationStopped {
+			t.Fatalf("stopped: %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("call hung after the worker closed")
+	}
+}
+
+func TestTokenProtectedNamespace(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok, Owner: true}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj"})
+	if code(err) != errcode.TokenRequired {
+		t.Fatalf("no token: %v", err)
+	}
+	bad := filepath.Join(dir, "bad")
+	_ = os.WriteFile(bad, []byte("nope"), 0o600)
+	_, err = protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj", TokenFile: bad})
+	if code(err) != errcode.TokenInvalid || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("bad token: %v", err)
+	}
+	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj", TokenFile: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+}

@@ -1,0 +1,79 @@
+// Package errcode holds every error code the engine documents, one constant per code. Function
+// errors carry them as {"code","message"}; CLI errors print them as error[CODE]: message.
+package errcode
+
+// Protocol codes carried in invocationresult errors (REFERENCE-engine.md §1.4).
+const (
+	// FunctionNotFound: no such function id in the requested namespace.
+	FunctionNotFound = "function_not_found"
+	// InvocationFailed: the handler returned an error or panicked.
+	InvocationFailed = "invocation_failed"
+	// InvocationStopped: the worker serving the call disconnected before replying.
+	InvocationStopped = "invocation_stopped"
+	// Timeout: the engine gave up waiting for the serving worker (invokefunction timeout_ms).
+	Timeout = "timeout"
+	// ClientTimeout: the SDK gave up waiting for the engine.
+	ClientTimeout = "TIMEOUT"
+	// InvalidNamespace: a namespace field is present but blank.
+	InvalidNamespace = "INVALID_NAMESPACE"
+	// Forbidden: the caller may not use this function (e.g. an owner-only engine function).
+	Forbidden = "FORBIDDEN"
+	// InvalidArguments: the payload of a built-in function is malformed.
+	InvalidArguments = "INVALID_ARGUMENTS"
+	// FunctionNamespaceConflict: another live worker already serves this id in the namespace.
+	FunctionNamespaceConflict = "FUNCTION_NAMESPACE_CONFLICT"
+	// ReservedNamespace: engine::*, configuration::* and sandbox::* belong to the engine.
+	ReservedNamespace = "RESERVED_FUNCTION_ID"
+	// TokenRequired: the namespace is token-protected and the worker presented no token.
+	TokenRequired = "NAMESPACE_TOKEN_REQUIRED"
+	// TokenInvalid: the namespace is token-protected and the presented token does not match.
+	TokenInvalid = "NAMESPACE_TOKEN_INVALID"
+	// NotConnected: the SDK has no live connection to the engine.
+	NotConnected = "NOT_CONNECTED"
+)
+
+// Configuration worker codes (REFERENCE-engine.md §3).
+const (
+	// NotRegistered: configuration::set on an id nobody registered.
+	NotRegistered = "NOT_REGISTERED"
+	// NotFound: configuration::get or ::schema on an unknown id.
+	NotFound = "NOT_FOUND"
+	// InvalidID: the id does not match [a-z0-9_-]{1,64}.
+	InvalidID = "INVALID_ID"
+	// SchemaInvalid: a value fails its schema, or the schema itself does not compile.
+	SchemaInvalid = "SCHEMA_INVALID"
+	// SchemaUnavailable: set on a stored id whose owner has not registered its schema this session.
+	SchemaUnavailable = "SCHEMA_UNAVAILABLE"
+	// ExpandFailed: get found ${VAR} with no default and VAR unset.
+	ExpandFailed = "EXPAND_FAILED"
+	// AdapterError: the configuration store could not persist an entry.
+	AdapterError = "ADAPTER_ERROR"
+)
+
+// config.yaml and command-line codes.
+const (
+	// ConfigInvalid: config.yaml is not valid (bad YAML, unknown key, wrong type).
+	ConfigInvalid = "CONFIG_INVALID"
+	// ConfigNotFound: the file named by --config does not exist.
+	ConfigNotFound = "CONFIG_NOT_FOUND"
+	// UnsupportedConfigWorkers: config.yaml declares workers the engine no longer runs.
+	UnsupportedConfigWorkers = "UNSUPPORTED_CONFIG_WORKERS"
+	// ListenFailed: the worker listener could not bind its address.
+	ListenFailed = "LISTEN_FAILED"
+	// Usage: bad command-line arguments.
+	Usage = "USAGE"
+	// EngineUnreachable: iii call found no engine at the address.
+	EngineUnreachable = "ENGINE_UNREACHABLE"
+	// CallFailed: iii call got an error that is not a function error.
+	CallFailed = "CALL_FAILED"
+)
+
+// Sandbox router codes (REFERENCE-sandbox.md §6); router errors use the S-code envelope.
+const (
+	// S301: an adapter is bound but no live worker serves it in its namespace.
+	S301 = "S301"
+	// S302: the bound adapter speaks a different contract major than the engine.
+	S302 = "S302"
+	// S303: no adapter is bound to the router.
+	S303 = "S303"
+)

@@ -1,0 +1,33 @@
+// Package protocol is the iii worker wire protocol (JSON frames over WebSocket, compatible with
+// the Node package iii-sdk@0.22.x) and a Go worker SDK built on it.
+//
+// A worker connects, registers functions, serves invocations concurrently and calls functions:
+//
+//	w := protocol.NewWorker(protocol.Config{})            // URL, namespace, name from the env
+//	w.Register("math::add", func(ctx context.Context, in json.RawMessage) (any, error) { ... })
+//	if err := w.Start(ctx); err != nil { ... }             // returns once the engine accepted it
+//	out, err := w.Call(ctx, "math::add", map[string]int{"a": 1, "b": 2})
+//	w.Close()
+//
+// Environment read by Config defaults: III_URL (default ws://127.0.0.1:49134), III_NAMESPACE
+// (default "default"), III_WORKER_NAME, III_TOKEN_FILE.
+//
+// Handshake. On open the SDK sends every registerfunction it holds, then calls
+// engine::workers::register synchronously with {runtime, version, name, description, os, pid,
+// namespace}. The engine parks registrations that arrive before that call and applies them in
+// the worker's namespace when it arrives, so when Start returns every function is live. After a
+// lost connection the SDK reconnects with backoff (100 ms doubling to 5 s) and registers again.
+//
+// Project tokens. A namespace may be token-protected by the engine's config.yaml. A worker
+// registering into it must present the token: the SDK reads it from the file named by
+// Config.TokenFile (default $III_TOKEN_FILE) and sends it in the WebSocket handshake as the
+// HTTP header "Authorization: Bearer <token>". The token is never put in a frame, a log line or
+// an error. A refused registration (NAMESPACE_TOKEN_REQUIRED, NAMESPACE_TOKEN_INVALID) makes
+// Start fail, or Done close with that error after a reconnect; the SDK does not retry it.
+//
+// Calls. Call waits for the reply (default timeout 30 s, or the context deadline) and sends the
+// timeout to the engine as timeout_ms, so the engine answers "timeout" itself; if even the engine
+// stays silent, Call returns TIMEOUT. Calls to engine::*, configuration::* and sandbox::* go to
+// the default namespace; other calls go to the worker's own namespace unless InNamespace is given.
+// Function errors are *Error values whose Raw keeps every key of the body.
+package protocol

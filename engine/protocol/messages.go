@@ -1,0 +1,203 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Message types, the lowercased variant names of REFERENCE-engine.md §1.3.
+const (
+	TypeRegisterFunction          = "registerfunction"
+	TypeUnregisterFunction        = "unregisterfunction"
+	TypeRegisterTriggerType       = "registertriggertype"
+	TypeUnregisterTriggerType     = "unregistertriggertype"
+	TypeRegisterTrigger           = "registertrigger"
+	TypeUnregisterTrigger         = "unregistertrigger"
+	TypeTriggerRegistrationResult = "triggerregistrationresult"
+	TypeRegisterService           = "registerservice"
+	TypeInvokeFunction            = "invokefunction"
+	TypeInvocationResult          = "invocationresult"
+	TypeWorkerRegistered          = "workerregistered"
+	TypeReattach                  = "reattach"
+	TypeRegistrationRejected      = "registrationrejected"
+	TypePing                      = "ping"
+	TypePong                      = "pong"
+)
+
+var knownTypes = map[string]bool{
+	TypeRegisterFunction: true, TypeUnregisterFunction: true, TypeRegisterTriggerType: true,
+	TypeUnregisterTriggerType: true, TypeRegisterTrigger: true, TypeUnregisterTrigger: true,
+	TypeTriggerRegistrationResult: true, TypeRegisterService: true, TypeInvokeFunction: true,
+	TypeInvocationResult: true, TypeWorkerRegistered: true, TypeReattach: true,
+	TypeRegistrationRejected: true, TypePing: true, TypePong: true,
+}
+
+// Well-known engine function ids.
+const (
+	FnRegisterWorker = "engine::workers::register"
+	FnListWorkers    = "engine::workers::list"
+	FnListFunctions  = "engine::functions::list"
+)
+
+// Message is one wire frame. Every frame type uses a subset of the fields; unknown JSON keys are
+// ignored on decode and empty fields are left out on encode.
+type Message struct {
+	Type string `json:"type"`
+
+	// registerfunction, unregisterfunction, registertrigger*, registerservice.
+	ID             string          `json:"id,omitempty"`
+	Name           string          `json:"name,omitempty"`
+	Description    string          `json:"description,omitempty"`
+	RequestFormat  json.RawMessage `json:"request_format,omitempty"`
+	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
+	TriggerType    string          `json:"trigger_type,omitempty"`
+	Config         json.RawMessage `json:"config,omitempty"`
+
+	// invokefunction, invocationresult.
+	InvocationID string          `json:"invocation_id,omitempty"`
+	FunctionID   string          `json:"function_id,omitempty"`
+	Data         json.RawMessage `json:"data,omitempty"`
+	Action       *Action         `json:"action,omitempty"`
+	Metadata     json.RawMessage `json:"metadata,omitempty"`
+	Namespace    *string         `json:"namespace,omitempty"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	Error        *Error          `json:"error,omitempty"`
+	Traceparent  string          `json:"traceparent,omitempty"`
+	Baggage      string          `json:"baggage,omitempty"`
+	// TimeoutMS is an extension of this implementation: how long the engine waits for the
+	// serving worker before answering "timeout". Other engines ignore it.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+
+	// workerregistered, reattach, registrationrejected.
+	WorkerID         string `json:"worker_id,omitempty"`
+	ReattachToken    string `json:"reattach_token,omitempty"`
+	PreviousWorkerID string `json:"previous_worker_id,omitempty"`
+	Code             string `json:"code,omitempty"`
+	OwnerWorkerID    string `json:"owner_worker_id,omitempty"`
+	WorkerName       string `json:"worker_name,omitempty"`
+}
+
+// Action selects how an invokefunction is delivered; {"type":"void"} means no reply is wanted.
+type Action struct {
+	Type  string `json:"type"`
+	Queue string `json:"queue,omitempty"`
+}
+
+// IsVoid reports whether the invocation wants no reply.
+func (m *Message) IsVoid() bool {
+	return m.Action != nil && m.Action.Type == "void" || m.Type == TypeInvokeFunction && m.InvocationID == ""
+}
+
+// NamespaceOr returns the frame's namespace, or def when it has none.
+func (m *Message) NamespaceOr(def string) string {
+	if m.Namespace == nil {
+		return def
+	}
+	return *m.Namespace
+}
+
+// ErrUnknownType is returned by Decode for a frame whose type this implementation does not know;
+// receivers ignore such frames (version skew).
+var ErrUnknownType = errors.New("unknown message type")
+
+// Decode parses one frame. It fails on invalid JSON, a missing type, an unknown type, and on a
+// namespace that is present but not a string.
+func Decode(b []byte) (*Message, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return nil, errors.New("frame is not a JSON object")
+	}
+	var m Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decoding frame: %w", err)
+	}
+	if m.Type == "" {
+		return nil, errors.New("frame has no type")
+	}
+	if !knownTypes[m.Type] {
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, m.Type)
+	}
+	return &m, nil
+}
+
+// Encode renders a frame as JSON.
+func Encode(m *Message) ([]byte, error) { return json.Marshal(m) }
+
+// Error is a wire error body {"code","message","stacktrace"?}. Bodies with more keys (such as the
+// sandbox S-code envelope) keep every key: Raw returns them exactly as received.
+type Error struct {
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	Stacktrace string `json:"stacktrace,omitempty"`
+	raw        json.RawMessage
+}
+
+// NewError builds an error body from a code and a message.
+func NewError(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// RawError wraps a complete JSON error object (for example an S-code envelope); it is sent and
+// relayed byte for byte.
+func RawError(raw json.RawMessage) *Error {
+	e := &Error{}
+	if err := e.UnmarshalJSON(raw); err != nil {
+		return NewError("UNKNOWN", "%s", string(raw))
+	}
+	return e
+}
+
+// Error implements error.
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Raw returns the complete error object as JSON.
+func (e *Error) Raw() json.RawMessage {
+	if e.raw != nil {
+		return e.raw
+	}
+	b, _ := e.MarshalJSON()
+	return b
+}
+
+// MarshalJSON writes the object as received when it came from the wire, else its fields.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	if e.raw != nil {
+		return e.raw, nil
+	}
+	type plain Error
+	return json.Marshal((*plain)(e))
+}
+
+// UnmarshalJSON keeps the whole object and reads code, message and stacktrace from it. A bare
+// string becomes the message of an UNKNOWN error.
+func (e *Error) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*e = Error{Code: "UNKNOWN", Message: s}
+		return nil
+	}
+	var f struct {
+		Code       any    `json:"code"`
+		Message    any    `json:"message"`
+		Stacktrace string `json:"stacktrace"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*e = Error{Code: fmt.Sprint(orEmpty(f.Code)), Message: fmt.Sprint(orEmpty(f.Message)), Stacktrace: f.Stacktrace}
+	e.raw = append(json.RawMessage(nil), b...)
+	return nil
+}
+
+func orEmpty(v any) any {
+	if v == nil {
+		return ""
+	}
+	return v
+}

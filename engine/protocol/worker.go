@@ -1,0 +1,636 @@
+package protocol
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/iii-go/iii/engine/errcode"
+)
+
+// Environment variables read by Config defaults.
+const (
+	EnvURL        = "III_URL"
+	EnvNamespace  = "III_NAMESPACE"
+	EnvWorkerName = "III_WORKER_NAME"
+	EnvTokenFile  = "III_TOKEN_FILE"
+)
+
+// DefaultURL is where the engine listens unless configured otherwise.
+const DefaultURL = "ws://127.0.0.1:49134"
+
+// DefaultNamespace is the namespace of workers and calls that name none.
+const DefaultNamespace = "default"
+
+// DefaultCallTimeout bounds a Call whose context has no deadline.
+const DefaultCallTimeout = 30 * time.Second
+
+// MaxFrameBytes is the largest frame either side reads.
+const MaxFrameBytes = 64 << 20
+
+// Handler serves one invocation. The returned value is sent as JSON (a json.RawMessage as is);
+// a returned *Error is sent as is, any other error as invocation_failed.
+type Handler func(ctx context.Context, payload json.RawMessage) (any, error)
+
+// Config says how a Worker connects. Empty fields take their defaults from the environment.
+type Config struct {
+	URL         string // engine address; default $III_URL, then DefaultURL
+	Namespace   string // namespace to register in; default $III_NAMESPACE, then "default"
+	Name        string // worker name shown by engine::workers::list; default $III_WORKER_NAME
+	Description string // free text shown by engine::workers::list
+	Version     string // the worker's own version, reported at registration
+	TokenFile   string // file holding the project token; default $III_TOKEN_FILE
+	NoReconnect bool   // fail instead of retrying when the connection drops or cannot be made
+	Logger      *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.URL == "" {
+		c.URL = os.Getenv(EnvURL)
+	}
+	if c.URL == "" {
+		c.URL = DefaultURL
+	}
+	if c.Namespace == "" {
+		c.Namespace = os.Getenv(EnvNamespace)
+	}
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	if c.Name == "" {
+		c.Name = os.Getenv(EnvWorkerName)
+	}
+	if c.TokenFile == "" {
+		c.TokenFile = os.Getenv(EnvTokenFile)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// FuncOption sets optional fields of a registered function.
+type FuncOption func(*Message)
+
+// WithDescription sets the function's description.
+func WithDescription(d string) FuncOption { return func(m *Message) { m.Description = d } }
+
+// WithRequestFormat sets the JSON Schema of the function's payload.
+func WithRequestFormat(schema json.RawMessage) FuncOption {
+	return func(m *Message) { m.RequestFormat = schema }
+}
+
+// WithResponseFormat sets the JSON Schema of the function's result.
+func WithResponseFormat(schema json.RawMessage) FuncOption {
+	return func(m *Message) { m.ResponseFormat = schema }
+}
+
+type function struct {
+	frame   *Message
+	handler Handler
+}
+
+// Worker is a connection to the engine that serves registered functions and makes calls.
+type Worker struct {
+	cfg      Config
+	idPrefix string
+	nextID   atomic.Uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	funcs    map[string]*function
+	conn     *websocket.Conn
+	up       chan struct{} // closed while conn is registered
+	pending  map[string]chan *Message
+	workerID string
+	started  bool
+	everUp   bool // the first Start succeeded; later losses reconnect in the background
+	done     chan struct{}
+	err      error
+}
+
+// NewWorker returns an unconnected worker. Register functions, then Start it.
+func NewWorker(cfg Config) *Worker {
+	ctx, cancel := context.WithCancel(context.Background())
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &Worker{
+		cfg: cfg.withDefaults(), idPrefix: hex.EncodeToString(b[:]) + "-",
+		ctx: ctx, cancel: cancel,
+		funcs: map[string]*function{}, up: make(chan struct{}),
+		pending: map[string]chan *Message{}, done: make(chan struct{}),
+	}
+}
+
+// Connect is NewWorker followed by Start, for workers that only call functions or register later.
+func Connect(ctx context.Context, cfg Config) (*Worker, error) {
+	w := NewWorker(cfg)
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Namespace is the namespace the worker registers in.
+func (w *Worker) Namespace() string { return w.cfg.Namespace }
+
+// URL is the engine address the worker connects to.
+func (w *Worker) URL() string { return w.cfg.URL }
+
+// WorkerID is the id the engine gave the current connection.
+func (w *Worker) WorkerID() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.workerID
+}
+
+// Done is closed when the worker stops for good: Close, or a refused registration.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Err says why Done closed (nil after Close).
+func (w *Worker) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Register adds a function; when connected it is sent to the engine at once, and it is sent
+// again after every reconnect.
+func (w *Worker) Register(id string, h Handler, opts ...FuncOption) error {
+	if id == "" || h == nil {
+		return errors.New("register: id and handler are required")
+	}
+	m := &Message{Type: TypeRegisterFunction, ID: id}
+	for _, o := range opts {
+		o(m)
+	}
+	w.mu.Lock()
+	w.funcs[id] = &function{frame: m, handler: h}
+	c := w.liveConnLocked()
+	w.mu.Unlock()
+	if c != nil {
+		return w.write(c, m)
+	}
+	return nil
+}
+
+// Unregister removes a function.
+func (w *Worker) Unregister(id string) error {
+	w.mu.Lock()
+	delete(w.funcs, id)
+	c := w.liveConnLocked()
+	w.mu.Unlock()
+	if c != nil {
+		return w.write(c, &Message{Type: TypeUnregisterFunction, ID: id})
+	}
+	return nil
+}
+
+func (w *Worker) liveConnLocked() *websocket.Conn {
+	select {
+	case <-w.up:
+		return w.conn
+	default:
+		return nil
+	}
+}
+
+// Start connects and registers. It returns once the engine has accepted the worker and every
+// function registered so far; without NoReconnect it retries until ctx ends.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("worker already started")
+	}
+	w.started = true
+	w.mu.Unlock()
+	backoff := 100 * time.Millisecond
+	for {
+		err := w.connect(ctx)
+		if err == nil {
+			return nil
+		}
+		if w.cfg.NoReconnect || isRefusal(err) {
+			w.stop(err)
+			return err
+		}
+		w.cfg.Logger.Warn("connecting to the engine", "url", w.cfg.URL, "err", err)
+		select {
+		case <-ctx.Done():
+			w.stop(ctx.Err())
+			return fmt.Errorf("connecting to %s: %w", w.cfg.URL, err)
+		case <-w.ctx.Done():
+			return errors.New("worker closed")
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func isRefusal(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Code == errcode.TokenRequired || e.Code == errcode.TokenInvalid || e.Code == errcode.Forbidden)
+}
+
+// dialOptions adds the project token, read fresh from its file, as a bearer header.
+func (w *Worker) dialOptions() (*websocket.DialOptions, error) {
+	opts := &websocket.DialOptions{}
+	if w.cfg.TokenFile != "" {
+		b, err := os.ReadFile(w.cfg.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the project token file: %w", err)
+		}
+		h := http.Header{}
+		h.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+		opts.HTTPHeader = h
+	}
+	return opts, nil
+}
+
+// connect dials, sends registrations and engine::workers::register, and waits for its reply.
+func (w *Worker) connect(ctx context.Context) error {
+	opts, err := w.dialOptions()
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(dctx, w.cfg.URL, opts)
+	if err != nil {
+		return err
+	}
+	c.SetReadLimit(MaxFrameBytes)
+	w.mu.Lock()
+	w.conn = c
+	frames := make([]*Message, 0, len(w.funcs))
+	for _, f := range w.funcs {
+		frames = append(frames, f.frame)
+	}
+	w.mu.Unlock()
+	go w.readLoop(c)
+	for _, m := range frames {
+		if err := w.write(c, m); err != nil {
+			c.CloseNow()
+			return err
+		}
+	}
+	reg := map[string]any{
+		"runtime": "go", "version": w.cfg.Version, "name": w.cfg.Name, "description": w.cfg.Description,
+		"os": runtime.GOOS, "pid": os.Getpid(), "namespace": w.cfg.Namespace,
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	if _, err := w.callOn(rctx, c, FnRegisterWorker, reg, nil, 10*time.Second); err != nil {
+		c.Close(websocket.StatusNormalClosure, "registration failed")
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.conn != c {
+		return errors.New("connection lost during registration")
+	}
+	close(w.up)
+	w.everUp = true
+	return nil
+}
+
+// readLoop dispatches frames of one connection until it fails, then reconnects unless stopped.
+func (w *Worker) readLoop(c *websocket.Conn) {
+	for {
+		_, b, err := c.Read(w.ctx)
+		if err != nil {
+			break
+		}
+		m, err := Decode(b)
+		if err != nil {
+			w.cfg.Logger.Debug("ignoring frame", "err", err)
+			continue
+		}
+		switch m.Type {
+		case TypeInvocationResult:
+			w.mu.Lock()
+			ch := w.pending[m.InvocationID]
+			delete(w.pending, m.InvocationID)
+			w.mu.Unlock()
+			if ch != nil {
+				ch <- m
+			}
+		case TypeInvokeFunction:
+			go w.serve(c, m)
+		case TypeWorkerRegistered:
+			w.mu.Lock()
+			w.workerID = m.WorkerID
+			w.mu.Unlock()
+		case TypePing:
+			_ = w.write(c, &Message{Type: TypePong})
+		case TypeRegistrationRejected:
+			w.cfg.Logger.Warn("registration rejected", "code", m.Code, "function", m.FunctionID, "namespace", m.NamespaceOr(""))
+		}
+	}
+	w.mu.Lock()
+	if w.conn == c {
+		w.conn = nil
+		select {
+		case <-w.up:
+			w.up = make(chan struct{})
+		default:
+		}
+	}
+	for id, ch := range w.pending {
+		ch <- nil
+		delete(w.pending, id)
+	}
+	registered := w.err == nil && w.everUp
+	w.mu.Unlock()
+	c.CloseNow()
+	if w.ctx.Err() != nil || w.cfg.NoReconnect {
+		if w.cfg.NoReconnect {
+			w.stop(errors.New("connection to the engine closed"))
+		}
+		return
+	}
+	if registered {
+		go w.reconnect()
+	}
+}
+
+// reconnect retries until connected again, the worker closes, or registration is refused.
+func (w *Worker) reconnect() {
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		w.mu.Lock()
+		busy := w.conn != nil
+		w.mu.Unlock()
+		if busy {
+			return
+		}
+		err := w.connect(w.ctx)
+		if err == nil {
+			w.cfg.Logger.Info("reconnected to the engine", "url", w.cfg.URL)
+			return
+		}
+		if isRefusal(err) {
+			w.stop(err)
+			return
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (w *Worker) serve(c *websocket.Conn, m *Message) {
+	w.mu.Lock()
+	f := w.funcs[m.FunctionID]
+	w.mu.Unlock()
+	var res any
+	var err error
+	if f == nil {
+		err = NewError(errcode.FunctionNotFound, "Function %s not found in namespace %s.", m.FunctionID, w.cfg.Namespace)
+	} else {
+		res, err = invokeHandler(w.ctx, f.handler, m.Data)
+	}
+	if m.IsVoid() {
+		return
+	}
+	out := &Message{Type: TypeInvocationResult, InvocationID: m.InvocationID, FunctionID: m.FunctionID}
+	if err != nil {
+		out.Error = AsError(err)
+	} else if raw, merr := marshalResult(res); merr != nil {
+		out.Error = NewError(errcode.InvocationFailed, "result is not JSON: %v", merr)
+	} else {
+		out.Result = raw
+	}
+	if werr := w.write(c, out); werr != nil {
+		w.cfg.Logger.Debug("replying", "err", werr)
+	}
+}
+
+func invokeHandler(ctx context.Context, h Handler, data json.RawMessage) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = NewError(errcode.InvocationFailed, "handler panicked: %v", r)
+		}
+	}()
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	return h(ctx, data)
+}
+
+// AsError turns any error into a wire error: an *Error as is, others as invocation_failed.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return NewError(errcode.InvocationFailed, "%s", err.Error())
+}
+
+func marshalResult(v any) (json.RawMessage, error) {
+	switch r := v.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		return r, nil
+	}
+	return json.Marshal(v)
+}
+
+func (w *Worker) write(c *websocket.Conn, m *Message) error {
+	b, err := Encode(m)
+	if err != nil {
+		return err
+	}
+	return c.Write(context.Background(), websocket.MessageText, b)
+}
+
+// CallOption changes one call.
+type CallOption func(*callOpts)
+
+type callOpts struct {
+	ns      *string
+	timeout time.Duration
+}
+
+// InNamespace sends the call to ns instead of the default choice.
+func InNamespace(ns string) CallOption { return func(o *callOpts) { o.ns = &ns } }
+
+// WithTimeout bounds the call (default: the context deadline, else DefaultCallTimeout).
+func WithTimeout(d time.Duration) CallOption { return func(o *callOpts) { o.timeout = d } }
+
+// IsEngineFunction reports whether id belongs to the engine (engine::*, configuration::*,
+// sandbox::*); such calls go to the default namespace.
+func IsEngineFunction(id string) bool {
+	return strings.HasPrefix(id, "engine::") || strings.HasPrefix(id, "configuration::") || strings.HasPrefix(id, "sandbox::")
+}
+
+func (w *Worker) resolve(fn string, opts []CallOption) callOpts {
+	var o callOpts
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.ns == nil && !IsEngineFunction(fn) && w.cfg.Namespace != DefaultNamespace {
+		ns := w.cfg.Namespace
+		o.ns = &ns
+	}
+	return o
+}
+
+// Call invokes fn with payload (any JSON-marshalable value; json.RawMessage as is) and returns
+// the raw result. Function errors are *Error.
+func (w *Worker) Call(ctx context.Context, fn string, payload any, opts ...CallOption) (json.RawMessage, error) {
+	o := w.resolve(fn, opts)
+	timeout := o.timeout
+	if timeout == 0 {
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = time.Until(dl)
+		} else {
+			timeout = DefaultCallTimeout
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
+	defer cancel()
+	c, err := w.waitUp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return w.callOn(ctx, c, fn, payload, o.ns, timeout)
+}
+
+// CallVoid invokes fn without waiting for any reply.
+func (w *Worker) CallVoid(ctx context.Context, fn string, payload any, opts ...CallOption) error {
+	o := w.resolve(fn, opts)
+	data, err := marshalPayload(payload)
+	if err != nil {
+		return err
+	}
+	c, err := w.waitUp(ctx)
+	if err != nil {
+		return err
+	}
+	return w.write(c, &Message{Type: TypeInvokeFunction, FunctionID: fn, Data: data, Namespace: o.ns, Action: &Action{Type: "void"}})
+}
+
+func marshalPayload(p any) (json.RawMessage, error) {
+	if p == nil {
+		return json.RawMessage("{}"), nil
+	}
+	if r, ok := p.(json.RawMessage); ok {
+		return r, nil
+	}
+	return json.Marshal(p)
+}
+
+func (w *Worker) waitUp(ctx context.Context) (*websocket.Conn, error) {
+	for {
+		w.mu.Lock()
+		up, c, stopped := w.up, w.conn, w.err
+		w.mu.Unlock()
+		select {
+		case <-w.done:
+			if stopped == nil {
+				stopped = errors.New("worker closed")
+			}
+			return nil, NewError(errcode.NotConnected, "not connected to the engine: %v", stopped)
+		default:
+		}
+		select {
+		case <-up:
+			if c != nil {
+				return c, nil
+			}
+		case <-ctx.Done():
+			return nil, NewError(errcode.NotConnected, "not connected to the engine at %s", w.cfg.URL)
+		case <-w.done:
+		}
+	}
+}
+
+func (w *Worker) callOn(ctx context.Context, c *websocket.Conn, fn string, payload any, ns *string, timeout time.Duration) (json.RawMessage, error) {
+	data, err := marshalPayload(payload)
+	if err != nil {
+		return nil, err
+	}
+	id := w.idPrefix + strconv.FormatUint(w.nextID.Add(1), 36)
+	ch := make(chan *Message, 1)
+	w.mu.Lock()
+	w.pending[id] = ch
+	w.mu.Unlock()
+	m := &Message{Type: TypeInvokeFunction, InvocationID: id, FunctionID: fn, Data: data, Namespace: ns, TimeoutMS: timeout.Milliseconds()}
+	if err := w.write(c, m); err != nil {
+		w.drop(id)
+		return nil, NewError(errcode.NotConnected, "sending to the engine: %v", err)
+	}
+	t := time.NewTimer(timeout + time.Second)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		if r == nil {
+			return nil, NewError(errcode.NotConnected, "connection to the engine was lost before %s replied", fn)
+		}
+		if r.Error != nil {
+			return nil, r.Error
+		}
+		if len(r.Result) == 0 {
+			return json.RawMessage("null"), nil
+		}
+		return r.Result, nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	w.drop(id)
+	return nil, NewError(errcode.ClientTimeout, "invocation timed out after %dms", timeout.Milliseconds())
+}
+
+func (w *Worker) drop(id string) {
+	w.mu.Lock()
+	delete(w.pending, id)
+	w.mu.Unlock()
+}
+
+func (w *Worker) stop(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.done:
+		return
+	default:
+	}
+	w.err = err
+	close(w.done)
+}
+
+// Close disconnects and stops reconnecting. In-flight handlers see their context cancelled.
+func (w *Worker) Close() error {
+	w.stop(nil)
+	w.cancel()
+	w.mu.Lock()
+	c := w.conn
+	w.mu.Unlock()
+	if c != nil {
+		return c.Close(websocket.StatusNormalClosure, "worker closing")
+	}
+	return nil
+}
