@@ -1,3 +1,9 @@
 module github.com/iii-go/iii/compose
 
 go 1.26.0
+
+require (
+	github.com/Masterminds/semver/v3 v3.5.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)

@@ -1,0 +1,176 @@
+// Package token keeps a Compose project's secret: a random token in a mode-0600 file of the
+// state directory. The engine reads it by path (its config names the file) and admits
+// registrations into the project's namespace only with it; workers get the file's path in
+// III_TOKEN_FILE. The value itself never leaves the file through this package: no function
+// returns it.
+//
+// The package also carries the token policy of the adapter upgrade (req B9, B10): warnings for
+// adapters that leak the token, a record that a leaking VM worker ran, and the replacement of
+// the token on the first `iii compose --up` with an adapter that no longer leaks it.
+package token
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/Masterminds/semver/v3"
+)
+
+// File names inside the state directory.
+const (
+	FileName = "token"
+	metaName = "token.json"
+)
+
+// EnvTokenFile is the variable that hands workers the token file's path.
+const EnvTokenFile = "III_TOKEN_FILE"
+
+// Path returns where the token of the project whose state directory is dir lives.
+func Path(dir string) string { return filepath.Join(dir, FileName) }
+
+// Ensure creates the token file when it does not exist and returns its path; created says
+// whether a new token was written. An existing file is tightened to mode 0600.
+func Ensure(dir string) (path string, created bool, err error) {
+	path = Path(dir)
+	st, err := os.Stat(path)
+	if err == nil {
+		if st.Size() == 0 {
+			return path, true, write(path)
+		}
+		return path, false, os.Chmod(path, 0o600)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", false, err
+	}
+	return path, true, write(path)
+}
+
+// Replace writes a new token over the old one (atomically, mode 0600) and forgets any record
+// that the old one was exposed.
+func Replace(dir string) error {
+	if err := write(Path(dir)); err != nil {
+		return err
+	}
+	err := os.Remove(filepath.Join(dir, metaName))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func write(path string) error {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".token.tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.WriteString(hex.EncodeToString(b[:]) + "\n"); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// Exposure records that the current token was readable by a VM worker (req B10).
+type Exposure struct {
+	Container      string `json:"container"`
+	AdapterVersion string `json:"adapter_version"`
+}
+
+// MarkExposed records that container ran as a VM worker able to read the token under an adapter
+// of version adapterVersion. The first record is kept.
+func MarkExposed(dir, container, adapterVersion string) error {
+	if _, ok, err := exposed(dir); err != nil || ok {
+		return err
+	}
+	b, err := json.Marshal(Exposure{Container: container, AdapterVersion: adapterVersion})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, metaName), b, 0o600)
+}
+
+func exposed(dir string) (Exposure, bool, error) {
+	var e Exposure
+	b, err := os.ReadFile(filepath.Join(dir, metaName))
+	if errors.Is(err, os.ErrNotExist) {
+		return e, false, nil
+	}
+	if err != nil {
+		return e, false, err
+	}
+	// An unreadable record still means the token was exposed.
+	_ = json.Unmarshal(b, &e)
+	return e, true, nil
+}
+
+// Version thresholds of the adapter's token handling.
+var (
+	firstSafe  = semver.MustParse("0.3.1")
+	firstNoObs = semver.MustParse("0.3.0")
+)
+
+// ObserversCanRead reports whether adapter version v lets observers read the token (0.2.x, req B9).
+func ObserversCanRead(v string) bool {
+	sv, err := semver.NewVersion(v)
+	return err == nil && sv.LessThan(firstNoObs)
+}
+
+// VMMountsExpose reports whether adapter version v lets a VM worker whose directory holds the
+// compose file read the token (before 0.3.1, req B10).
+func VMMountsExpose(v string) bool {
+	sv, err := semver.NewVersion(v)
+	return err == nil && sv.LessThan(firstSafe)
+}
+
+// Warnings returns the documented warnings for running adapter version v; exposing lists the
+// containers that are path:// VM workers whose directory holds the compose file.
+func Warnings(adapter, v string, exposing []string) []string {
+	var out []string
+	if ObserversCanRead(v) {
+		out = append(out, fmt.Sprintf("%s %s: observers can read the project token; move to version '^0.3' "+
+			"(stop Compose, change the range, run iii compose --up, or run iii call compose::update)", adapter, v))
+	}
+	if VMMountsExpose(v) {
+		for _, c := range exposing {
+			out = append(out, fmt.Sprintf("%s %s: VM worker '%s' mounts the directory of the compose file and can read "+
+				"the project token; its disk keeps those bytes. Move to %s 0.3.1 or later and run iii compose --up, which replaces the token",
+				adapter, v, c, adapter))
+		}
+	}
+	return out
+}
+
+// RotateIfExposed replaces the token when a VM worker could read it under an older adapter and
+// the adapter is now at v >= 0.3.1. Call it only from `iii compose --up`: updating or
+// restarting the adapter keeps the token. It returns a message to print when it replaced it.
+func RotateIfExposed(dir, adapter, v string) (string, error) {
+	e, ok, err := exposed(dir)
+	if err != nil || !ok || VMMountsExpose(v) {
+		return "", err
+	}
+	if _, err := semver.NewVersion(v); err != nil {
+		return "", nil
+	}
+	if err := Replace(dir); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("replaced the project token: VM worker '%s' could read it under %s %s; %s %s keeps it out of VM mounts",
+		e.Container, adapter, e.AdapterVersion, adapter, v), nil
+}

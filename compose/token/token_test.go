@@ -1,0 +1,74 @@
+package token
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestEnsureCreatesOwnerOnlyAndKeeps(t *testing.T) {
+	dir := t.TempDir()
+	p, created, err := Ensure(dir)
+	if err != nil || !created {
+		t.Fatalf("Ensure = %v, %v", created, err)
+	}
+	st, _ := os.Stat(p)
+	if st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, want 0600", st.Mode().Perm())
+	}
+	first, _ := os.ReadFile(p)
+	if len(bytes.TrimSpace(first)) != 64 {
+		t.Fatalf("token has %d chars, want 64 hex", len(bytes.TrimSpace(first)))
+	}
+	if _, created, _ := Ensure(dir); created {
+		t.Fatal("second Ensure created a new token")
+	}
+	again, _ := os.ReadFile(p)
+	if !bytes.Equal(first, again) {
+		t.Fatal("second Ensure changed the token")
+	}
+}
+
+func TestRotationOnlyAfterExposureAndSafeAdapter(t *testing.T) {
+	dir := t.TempDir()
+	p, _, _ := Ensure(dir)
+	before, _ := os.ReadFile(p)
+
+	if msg, _ := RotateIfExposed(dir, "sandbox-libkrun", "0.3.1"); msg != "" {
+		t.Fatalf("rotated without exposure: %s", msg)
+	}
+	if err := MarkExposed(dir, "api", "0.3.0"); err != nil {
+		t.Fatal(err)
+	}
+	if msg, _ := RotateIfExposed(dir, "sandbox-libkrun", "0.3.0"); msg != "" {
+		t.Fatalf("rotated while the adapter still exposes it: %s", msg)
+	}
+	msg, err := RotateIfExposed(dir, "sandbox-libkrun", "0.3.1")
+	if err != nil || !strings.Contains(msg, "replaced the project token") || !strings.Contains(msg, "'api'") {
+		t.Fatalf("RotateIfExposed = %q, %v", msg, err)
+	}
+	after, _ := os.ReadFile(p)
+	if bytes.Equal(before, after) {
+		t.Fatal("token not replaced")
+	}
+	if msg, _ := RotateIfExposed(dir, "sandbox-libkrun", "0.3.2"); msg != "" {
+		t.Fatal("rotated twice for one exposure")
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	w := Warnings("sandbox-libkrun", "0.2.2", []string{"api"})
+	if len(w) != 2 || !strings.Contains(w[0], "observers can read the project token") || !strings.Contains(w[1], "'api'") {
+		t.Fatalf("0.2.2 warnings = %q", w)
+	}
+	if w := Warnings("sandbox-libkrun", "0.3.0", nil); len(w) != 0 {
+		t.Fatalf("0.3.0 without a path VM worker warned: %q", w)
+	}
+	if w := Warnings("sandbox-libkrun", "0.3.0", []string{"api"}); len(w) != 1 {
+		t.Fatalf("0.3.0 with a path VM worker: %q", w)
+	}
+	if w := Warnings("sandbox-libkrun", "0.3.1", []string{"api"}); len(w) != 0 {
+		t.Fatalf("0.3.1 warned: %q", w)
+	}
+}
