@@ -1,0 +1,102 @@
+package settings
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDefaults(t *testing.T) {
+	s, warnings, err := ParseJSON([]byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.AutoInstall || len(s.ImageAllowlist) != 0 || s.DefaultIdleTimeoutSecs != 300 || s.MaxConcurrentSandboxes != 32 ||
+		s.MaxConcurrentExecPerSandbox != 4 || s.MaxExecTimeoutMS != 300000 || s.DefaultCPUs != 1 || s.DefaultMemoryMB != 512 {
+		t.Fatalf("defaults %+v", s)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "image_allowlist is empty") {
+		t.Fatalf("warnings %v", warnings)
+	}
+}
+
+func TestFullValue(t *testing.T) {
+	s, _, err := ParseYAML([]byte(`
+auto_install: false
+image_allowlist: [python, tools]
+custom_images:
+  tools: docker.io/example/tools:1
+default_idle_timeout_secs: 30
+max_concurrent_sandboxes: 2
+max_concurrent_exec_per_sandbox: 3
+max_exec_timeout_ms: 1000
+default_cpus: 2
+default_memory_mb: 256
+per_image_caps:
+  python: {max_cpus: 2, max_memory_mb: 1024}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.AutoInstall || s.CustomImages["tools"] != "docker.io/example/tools:1" || s.MaxConcurrentSandboxes != 2 ||
+		s.PerImageCaps["python"].MaxMemoryMB != 1024 || s.DefaultCPUs != 2 || s.MaxExecTimeoutMS != 1000 {
+		t.Fatalf("parsed %+v", s)
+	}
+}
+
+func TestFailsClosed(t *testing.T) {
+	cases := []struct{ doc, key, msg string }{
+		{`{"auto_install":"yes"}`, "auto_install", "must be true or false"},
+		{`{"max_concurrent_sandboxes":-1}`, "max_concurrent_sandboxes", "non-negative integer, got -1"},
+		{`{"default_memory_mb":1.5}`, "default_memory_mb", "non-negative integer"},
+		{`{"default_memory_mb":64}`, "default_memory_mb", "at least 128"},
+		{`{"default_cpus":0}`, "default_cpus", "at least 1"},
+		{`{"max_concurrent_sandboxes":5000000000}`, "max_concurrent_sandboxes", "at most"},
+		{`{"image_allowlist":"python"}`, "image_allowlist", "must be a list"},
+		{`{"image_allowlist":[1]}`, "image_allowlist.0", "must be a string"},
+		{`{"custom_images":{"python":"docker.io/evil/python"}}`, "custom_images.python", "custom_images key 'python' shadows a built-in preset — rename it (presets: python, node)"},
+		{`{"custom_images":{"":"docker.io/x/y"}}`, "custom_images", "custom_images key must not be empty"},
+		{`{"custom_images":{"x":""}}`, "custom_images.x", "must not be empty"},
+		{`{"per_image_caps":{"python":{"max_gpus":1}}}`, "per_image_caps.python.max_gpus", "unknown key"},
+		{`{"per_image_caps":{"python":{"max_cpus":-2}}}`, "per_image_caps.python.max_cpus", "non-negative"},
+		{`{"imageallowlist":[]}`, "imageallowlist", "unknown key (accepted: auto_install, custom_images"},
+		{`{"sandbox":{"auto_install":true}}`, "sandbox", "legacy wrapped shape detected"},
+		{`{"default_cpus":null}`, "default_cpus", "null"},
+		{`[1,2]`, "", "must be a map"},
+	}
+	for _, c := range cases {
+		_, _, err := ParseJSON([]byte(c.doc))
+		var e *Error
+		if !errors.As(err, &e) {
+			t.Fatalf("%s: want a settings error, got %v", c.doc, err)
+		}
+		if e.Key != c.key || !strings.Contains(e.Message, c.msg) {
+			t.Fatalf("%s: got key %q message %q", c.doc, e.Key, e.Message)
+		}
+		if c.key != "" && !strings.Contains(err.Error(), "`"+c.key+"`") {
+			t.Fatalf("%s: error text does not name the key: %s", c.doc, err)
+		}
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	if _, _, err := LoadFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Fatal("a missing file must fail")
+	}
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(p, []byte("image_allowlist: [node]\nmax_concurrent_exec_per_sandbox: 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, warnings, err := LoadFile(p)
+	if err != nil || s.ImageAllowlist[0] != "node" || s.MaxConcurrentExecPerSandbox != 1 || len(warnings) != 1 {
+		t.Fatalf("%+v %v %v", s, warnings, err)
+	}
+	if err := os.WriteFile(p, []byte("default_cpus: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadFile(p); err == nil || !strings.Contains(err.Error(), "YAML") {
+		t.Fatalf("malformed YAML: %v", err)
+	}
+}
