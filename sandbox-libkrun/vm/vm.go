@@ -67,6 +67,9 @@ type ExecRequest struct {
 	Workdir   string        // empty: Spec.Workdir, else "/"
 	Timeout   time.Duration // the command is killed after it; TimedOut is then true
 	OutputCap int           // bytes kept per stream; more is dropped and *Truncated set
+	// Output, when set, receives the kept output as it arrives (stream 1 stdout, 2 stderr), in
+	// addition to the collected result. It is called from one goroutine at a time.
+	Output func(stream int, data []byte)
 }
 
 // ExecResult is what a command left behind. ExitCode is nil when it was killed by a signal.

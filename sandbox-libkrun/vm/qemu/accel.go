@@ -1,0 +1,78 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+)
+
+// KVMDevice is the KVM device the driver checks: $III_KVM_DEVICE or /dev/kvm.
+func KVMDevice() string {
+	if p := os.Getenv("III_KVM_DEVICE"); p != "" {
+		return p
+	}
+	return "/dev/kvm"
+}
+
+// detectAccel picks KVM only when a short probe boot under it really reaches the guest agent.
+// A nested "PVM" KVM (kvm_pvm loaded, neither kvm_intel nor kvm_amd) cannot run a stock kernel,
+// so it goes straight to TCG.
+func (d *Driver) detectAccel() string {
+	f, err := os.OpenFile(KVMDevice(), os.O_RDWR, 0)
+	if err != nil {
+		return "tcg"
+	}
+	f.Close()
+	if exists("/sys/module/kvm_pvm") && !exists("/sys/module/kvm_intel") && !exists("/sys/module/kvm_amd") {
+		return "tcg"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := d.floor(ctx, "kvm"); err != nil {
+		return "tcg"
+	}
+	return "kvm"
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// Floor boots the kernel and initramfs with nothing attached and an /init that powers off at
+// once, and returns the wall time from starting qemu to its exit: the cost of a VM doing `true`.
+func (d *Driver) Floor(ctx context.Context) (time.Duration, error) {
+	return d.floor(ctx, d.Accel())
+}
+
+func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, error) {
+	spec := vm.Spec{CPUs: 1, MemoryMB: 256}
+	args := d.qemuArgs(spec, accel, true, nil, "", "iii.floor=1")
+	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
+	defer cancel()
+	cmd := exec.Command(d.opt.Qemu, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return 0, fmt.Errorf("floor boot: %w", err)
+		}
+		return time.Since(start), nil
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-done
+		return 0, errors.New("floor boot: no power-off before the deadline")
+	}
+}

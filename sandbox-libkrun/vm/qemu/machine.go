@@ -1,0 +1,456 @@
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
+)
+
+// ErrStopped is returned by calls on a machine that has exited.
+var ErrStopped = errors.New("vm: machine has exited")
+
+type machine struct {
+	spec    vm.Spec
+	release string
+
+	qemu    *proc
+	vfsd    []*proc
+	console string // console log path
+	sockDir string // removed on exit when it is not StateDir
+
+	conn net.Conn
+	wmu  sync.Mutex
+
+	nextID  atomic.Uint32
+	mu      sync.Mutex
+	pending map[uint32]*call
+	helloCh chan proto.Hello
+	connErr chan struct{} // closed when the control channel breaks
+
+	stopOnce sync.Once
+	done     chan struct{}
+	deadline *time.Timer
+}
+
+// call is a request waiting for its answer; out receives streamed output of an exec.
+type call struct {
+	reply chan proto.Frame
+	out   func(stream int, data []byte)
+}
+
+func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, error) {
+	if spec.CPUs < 1 {
+		spec.CPUs = 1
+	}
+	if spec.MemoryMB < 128 {
+		return nil, fmt.Errorf("VM boot failed: memory_mb %d is below the 128 MiB minimum", spec.MemoryMB)
+	}
+	if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("VM boot failed: root filesystem %q is not a directory", spec.RootFS)
+	}
+	for _, mt := range spec.Mounts {
+		if st, err := os.Stat(mt.Host); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("VM boot failed: mount source %q is not a directory", mt.Host)
+		}
+	}
+	if spec.StateDir == "" {
+		dir, err := os.MkdirTemp("", "iii-vm-")
+		if err != nil {
+			return nil, err
+		}
+		spec.StateDir = dir
+	}
+	if err := os.MkdirAll(spec.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	accel := d.Accel()
+	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
+	defer cancel()
+
+	m := &machine{
+		spec:    spec,
+		pending: map[uint32]*call{},
+		helloCh: make(chan proto.Hello, 1),
+		connErr: make(chan struct{}),
+		done:    make(chan struct{}),
+		console: filepath.Join(spec.StateDir, "console.log"),
+		sockDir: spec.StateDir,
+	}
+	// Unix socket paths are limited to 108 bytes; long state dirs get their sockets elsewhere.
+	if len(spec.StateDir) > 80 {
+		dir, err := os.MkdirTemp("", "iii-vm-")
+		if err != nil {
+			return nil, err
+		}
+		m.sockDir = dir
+	}
+	fail := func(err error) (vm.Machine, error) {
+		m.kill()
+		return nil, fmt.Errorf("VM boot failed: %v%s", err, m.consoleTail())
+	}
+	log, err := os.Create(m.console)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+
+	shares := append([]vm.Mount{{Host: spec.RootFS, ReadOnly: true}}, spec.Mounts...)
+	var socks []string
+	for i, sh := range shares {
+		sock := filepath.Join(m.sockDir, fmt.Sprintf("vfs%d.sock", i))
+		_ = os.Remove(sock)
+		p, err := startProc("virtiofsd", virtiofsdArgv(d.opt.Virtiofsd, sh.Host, sock, sh.ReadOnly), log)
+		if err != nil {
+			return fail(fmt.Errorf("start virtiofsd: %w", err))
+		}
+		m.vfsd = append(m.vfsd, p)
+		socks = append(socks, sock)
+	}
+	for i, sock := range socks {
+		if err := waitPath(ctx, sock, m.vfsd[i]); err != nil {
+			return fail(fmt.Errorf("virtiofsd for %s: %w", shares[i].Host, err))
+		}
+	}
+	ctrl := filepath.Join(m.sockDir, "ctrl.sock")
+	_ = os.Remove(ctrl)
+	argv := append([]string{d.opt.Qemu}, d.qemuArgs(spec, accel, false, socks, ctrl, "")...)
+	m.qemu, err = startProc("qemu", argv, log)
+	if err != nil {
+		return fail(fmt.Errorf("start qemu: %w", err))
+	}
+	go m.reap()
+	conn, err := dialCtrl(ctx, ctrl, m.qemu)
+	if err != nil {
+		return fail(err)
+	}
+	m.conn = conn
+	go m.readLoop()
+
+	select {
+	case h := <-m.helloCh:
+		m.release = h.KernelRelease
+	case <-m.connErr:
+		m.qemu.waitFor(time.Second)
+		return fail(errors.New("the guest closed its control channel before the agent started"))
+	case <-ctx.Done():
+		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
+	}
+	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB}
+	for i, mt := range spec.Mounts {
+		init.Mounts = append(init.Mounts, proto.GuestMount{Tag: tagFor(i + 1), Path: mt.Guest, ReadOnly: mt.ReadOnly})
+	}
+	if _, err := m.request(ctx, proto.TypeInit, init); err != nil {
+		return fail(fmt.Errorf("root setup: %w", err))
+	}
+	if spec.Deadline > 0 {
+		m.deadline = time.AfterFunc(spec.Deadline, m.kill)
+	}
+	return m, nil
+}
+
+// virtiofsdArgv serves dir on sock. A read-only share runs virtiofsd in a private mount namespace
+// where dir is a read-only bind mount, so the host refuses writes whatever the guest kernel does.
+func virtiofsdArgv(virtiofsd, dir, sock string, readOnly bool) []string {
+	serve := []string{virtiofsd, "--socket-path=" + sock, "-o", "source=" + dir, "-o", "cache=always", "-o", "sandbox=chroot"}
+	if !readOnly {
+		return serve
+	}
+	script := `mount --bind -- "$1" "$1" && mount -o remount,bind,ro -- "$1" && shift 2 && exec "$@"`
+	return append([]string{"unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", dir, "--"}, serve...)
+}
+
+func waitPath(ctx context.Context, path string, p *proc) error {
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if p.exited() {
+			return fmt.Errorf("exited before creating its socket (%v)", p.err)
+		}
+		if err := pollWait(ctx); err != nil {
+			return errors.New("socket did not appear in time")
+		}
+	}
+}
+
+func dialCtrl(ctx context.Context, path string, qemu *proc) (net.Conn, error) {
+	for {
+		c, err := net.Dial("unix", path)
+		if err == nil {
+			return c, nil
+		}
+		if qemu.exited() {
+			return nil, fmt.Errorf("qemu exited during start (%v)", qemu.err)
+		}
+		if err := pollWait(ctx); err != nil {
+			return nil, fmt.Errorf("control socket did not open: %v", err)
+		}
+	}
+}
+
+func pollWait(ctx context.Context) error {
+	t := time.NewTimer(3 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// reap waits for qemu to exit, then ends the rest of the machine.
+func (m *machine) reap() {
+	<-m.qemu.done
+	m.kill()
+}
+
+// kill ends every process of the machine by PID and releases its resources; idempotent.
+func (m *machine) kill() {
+	m.stopOnce.Do(func() {
+		if m.deadline != nil {
+			m.deadline.Stop()
+		}
+		if m.qemu != nil {
+			m.qemu.kill()
+		}
+		for _, p := range m.vfsd {
+			p.kill()
+		}
+		if m.conn != nil {
+			m.conn.Close()
+		}
+		if m.sockDir != m.spec.StateDir {
+			os.RemoveAll(m.sockDir)
+		} else {
+			matches, _ := filepath.Glob(filepath.Join(m.sockDir, "*.sock"))
+			for _, s := range matches {
+				os.Remove(s)
+			}
+		}
+		close(m.done)
+	})
+}
+
+func (m *machine) consoleTail() string {
+	b, err := os.ReadFile(m.console)
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return ""
+	}
+	return "\n--- VM console (last lines) ---\n" + tail(string(b), 32, 4096)
+}
+
+func (m *machine) readLoop() {
+	defer close(m.connErr)
+	r := bufio.NewReaderSize(m.conn, 1<<20)
+	for {
+		f, err := proto.Read(r)
+		if err != nil {
+			return
+		}
+		switch f.Type {
+		case proto.TypeHello:
+			var h proto.Hello
+			_ = json.Unmarshal(f.Payload, &h)
+			select {
+			case m.helloCh <- h:
+			default:
+			}
+		case proto.TypeOutput:
+			m.mu.Lock()
+			c := m.pending[f.ID]
+			m.mu.Unlock()
+			if c != nil && c.out != nil {
+				var o proto.Output
+				if json.Unmarshal(f.Payload, &o) == nil {
+					c.out(o.Stream, o.Data)
+				}
+			}
+		case proto.TypeReply, proto.TypeExecDone:
+			m.mu.Lock()
+			c := m.pending[f.ID]
+			delete(m.pending, f.ID)
+			m.mu.Unlock()
+			if c != nil {
+				c.reply <- f
+			}
+		}
+	}
+}
+
+func (m *machine) send(f proto.Frame) error {
+	m.wmu.Lock()
+	defer m.wmu.Unlock()
+	return proto.Write(m.conn, f)
+}
+
+func (m *machine) register(out func(int, []byte)) (uint32, *call) {
+	id := m.nextID.Add(1)
+	c := &call{reply: make(chan proto.Frame, 1), out: out}
+	m.mu.Lock()
+	m.pending[id] = c
+	m.mu.Unlock()
+	return id, c
+}
+
+func (m *machine) forget(id uint32) {
+	m.mu.Lock()
+	delete(m.pending, id)
+	m.mu.Unlock()
+}
+
+// request sends a frame that is answered by a Reply and returns the reply's result.
+func (m *machine) request(ctx context.Context, t proto.Type, v any) (json.RawMessage, error) {
+	id, c := m.register(nil)
+	defer m.forget(id)
+	f, err := proto.Marshal(t, id, v)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.send(f); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrStopped, err)
+	}
+	select {
+	case f := <-c.reply:
+		var r proto.Reply
+		if err := json.Unmarshal(f.Payload, &r); err != nil {
+			return nil, err
+		}
+		if r.Error != nil {
+			if r.Error.Code != "" {
+				return nil, &vm.FSError{Code: r.Error.Code, Message: r.Error.Message, Fix: r.Error.Fix}
+			}
+			return nil, errors.New(r.Error.Message)
+		}
+		return r.Result, nil
+	case <-m.connErr:
+		return nil, ErrStopped
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Exec runs one command in the guest.
+func (m *machine) Exec(ctx context.Context, req vm.ExecRequest) (vm.ExecResult, error) {
+	if len(req.Argv) == 0 {
+		return vm.ExecResult{}, errors.New("vm: empty argv")
+	}
+	ex := proto.Exec{
+		Argv:      req.Argv,
+		Env:       append(append([]string(nil), m.spec.Env...), req.Env...),
+		Stdin:     req.Stdin,
+		Workdir:   req.Workdir,
+		TimeoutMS: req.Timeout.Milliseconds(),
+		OutputCap: req.OutputCap,
+		Stream:    req.Output != nil,
+	}
+	if req.Timeout > 0 && ex.TimeoutMS == 0 {
+		ex.TimeoutMS = 1
+	}
+	if ex.Workdir == "" {
+		ex.Workdir = m.spec.Workdir
+	}
+	if ex.Workdir == "" {
+		ex.Workdir = "/"
+	}
+	id, c := m.register(req.Output)
+	defer m.forget(id)
+	f, err := proto.Marshal(proto.TypeExec, id, ex)
+	if err != nil {
+		return vm.ExecResult{}, err
+	}
+	start := time.Now()
+	if err := m.send(f); err != nil {
+		return vm.ExecResult{}, fmt.Errorf("%w: %v", ErrStopped, err)
+	}
+	// The guest enforces the timeout; the host waits a grace period beyond it before giving up.
+	var guard <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout + 10*time.Second)
+		defer t.Stop()
+		guard = t.C
+	}
+	select {
+	case f := <-c.reply:
+		var d proto.ExecDone
+		if err := json.Unmarshal(f.Payload, &d); err != nil {
+			return vm.ExecResult{}, err
+		}
+		return vm.ExecResult{
+			Stdout: d.Stdout, Stderr: d.Stderr,
+			StdoutTruncated: d.StdoutTruncated, StderrTruncated: d.StderrTruncated,
+			ExitCode: d.ExitCode, TimedOut: d.TimedOut, Duration: time.Since(start),
+		}, nil
+	case <-m.connErr:
+		return vm.ExecResult{}, ErrStopped
+	case <-guard:
+		m.signal(id, syscall.SIGKILL)
+		return vm.ExecResult{TimedOut: true, Duration: time.Since(start)}, fmt.Errorf("vm: the guest did not end the command %s after its timeout", 10*time.Second)
+	case <-ctx.Done():
+		m.signal(id, syscall.SIGKILL)
+		return vm.ExecResult{}, ctx.Err()
+	}
+}
+
+func (m *machine) signal(id uint32, sig syscall.Signal) {
+	if f, err := proto.Marshal(proto.TypeKill, id, proto.Kill{Signal: int(sig)}); err == nil {
+		_ = m.send(f)
+	}
+}
+
+// FS runs one fs::* operation in the guest.
+func (m *machine) FS(ctx context.Context, op string, req json.RawMessage) (json.RawMessage, error) {
+	if len(req) == 0 {
+		req = json.RawMessage("{}")
+	}
+	return m.request(ctx, proto.TypeFS, proto.FS{Op: op, Request: req})
+}
+
+// KernelRelease is the guest's `uname -r`.
+func (m *machine) KernelRelease() string { return m.release }
+
+// PIDs lists the host processes of the machine that have not exited.
+func (m *machine) PIDs() []int {
+	var pids []int
+	for _, p := range append([]*proc{m.qemu}, m.vfsd...) {
+		if p != nil && !p.exited() {
+			pids = append(pids, p.pid())
+		}
+	}
+	return pids
+}
+
+// Stop asks the guest to power off, waits briefly, then kills every process by PID.
+func (m *machine) Stop(ctx context.Context) error {
+	select {
+	case <-m.done:
+		return nil
+	default:
+	}
+	if f, err := proto.Marshal(proto.TypeShutdown, 0, struct{}{}); err == nil && m.conn != nil {
+		_ = m.send(f)
+	}
+	grace := 200 * time.Millisecond
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < grace {
+		grace = max(time.Until(dl), 0)
+	}
+	m.qemu.waitFor(grace)
+	m.kill()
+	return nil
+}
+
+// Done is closed once every process of the machine has exited.
+func (m *machine) Done() <-chan struct{} { return m.done }
