@@ -1,0 +1,203 @@
+// Package supervisor starts, watches and stops the processes of a Compose project: each worker
+// and the managed engine run in their own process group with their output in a log file, die
+// with Compose (SIGKILL on parent death, and a reaper process that kills their groups when
+// Compose is gone), and stop politely (SIGTERM) before a SIGKILL after their stop timeout.
+//
+// Readiness and start order belong to the caller; the supervisor only owns processes.
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec describes one process.
+type Spec struct {
+	Name    string   // container key, or "engine"
+	Argv    []string // program and arguments; Argv[0] is looked up in PATH
+	Dir     string   // working directory
+	Env     []string // complete environment, KEY=VALUE
+	LogPath string   // stdout and stderr are appended here
+}
+
+// Process is one running (or finished) child.
+type Process struct {
+	Name    string
+	PID     int
+	Started time.Time
+
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+	stopped bool // Stop was asked for: the exit is expected
+	mu      sync.Mutex
+}
+
+// Done is closed when the process has exited and been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// ExitErr is the reason the process ended (nil for exit status 0); valid after Done.
+func (p *Process) ExitErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// Expected reports whether the process ended because Stop asked it to.
+func (p *Process) Expected() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopped
+}
+
+// Supervisor owns a set of child processes.
+type Supervisor struct {
+	reaper *Reaper
+	// OnExit, when set, is called from a goroutine after a process ended without Stop.
+	OnExit func(p *Process)
+
+	mu    sync.Mutex
+	procs map[string]*Process
+}
+
+// New returns a supervisor that registers its process groups with reaper (which may be nil).
+func New(reaper *Reaper) *Supervisor {
+	return &Supervisor{reaper: reaper, procs: map[string]*Process{}}
+}
+
+// ErrRunning is returned by Start when a process of that name is still running.
+var ErrRunning = errors.New("already running")
+
+// Start spawns spec.
+func (s *Supervisor) Start(spec Spec) (*Process, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("no command")
+	}
+	s.mu.Lock()
+	if old := s.procs[spec.Name]; old != nil {
+		select {
+		case <-old.done:
+		default:
+			s.mu.Unlock()
+			return nil, fmt.Errorf("%s: %w", spec.Name, ErrRunning)
+		}
+	}
+	s.mu.Unlock()
+	var log *os.File
+	if spec.LogPath != "" {
+		f, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		log = f
+		defer f.Close()
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Dir
+	cmd.Env = spec.Env
+	if log != nil {
+		cmd.Stdout, cmd.Stderr = log, log
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &Process{Name: spec.Name, PID: cmd.Process.Pid, Started: time.Now(), cmd: cmd, done: make(chan struct{})}
+	if err := s.reaper.Add(p.PID); err != nil {
+		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	}
+	s.mu.Lock()
+	s.procs[spec.Name] = p
+	s.mu.Unlock()
+	go s.wait(p)
+	return p, nil
+}
+
+func (s *Supervisor) wait(p *Process) {
+	err := p.cmd.Wait()
+	// The group may hold descendants that outlive the leader; they go with it.
+	_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	_ = s.reaper.Remove(p.PID)
+	p.mu.Lock()
+	p.err = err
+	expected := p.stopped
+	p.mu.Unlock()
+	close(p.done)
+	if !expected && s.OnExit != nil {
+		s.OnExit(p)
+	}
+}
+
+// Get returns the process named name, if any was started.
+func (s *Supervisor) Get(name string) *Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.procs[name]
+}
+
+// Running reports whether the named process is alive.
+func (s *Supervisor) Running(name string) bool {
+	p := s.Get(name)
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM to the process group of name, waits up to timeout, then sends SIGKILL and
+// waits for the exit. It reports whether the kill was needed. A process that is not running is
+// not an error.
+func (s *Supervisor) Stop(name string, timeout time.Duration) (killed bool, err error) {
+	p := s.Get(name)
+	if p == nil {
+		return false, nil
+	}
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+		return false, nil
+	default:
+	}
+	_ = syscall.Kill(-p.PID, syscall.SIGTERM)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return false, nil
+	case <-t.C:
+	}
+	_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	kt := time.NewTimer(5 * time.Second)
+	defer kt.Stop()
+	select {
+	case <-p.done:
+		return true, nil
+	case <-kt.C:
+		return true, fmt.Errorf("%s (pid %d) survived SIGKILL for 5s", name, p.PID)
+	}
+}
+
+// Forget drops a finished process from the table.
+func (s *Supervisor) Forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.procs[name]; p != nil {
+		select {
+		case <-p.done:
+			delete(s.procs, name)
+		default:
+		}
+	}
+}

@@ -1,0 +1,159 @@
+package supervisor
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if IsReaper() {
+		os.Exit(RunReaper(os.Stdin))
+	}
+	os.Exit(m.Run())
+}
+
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func waitGone(t *testing.T, pid int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still alive after %v", pid, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitFileText(t *testing.T, path string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
+			return strings.TrimSpace(string(b))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never written", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPoliteStopAndLog(t *testing.T) {
+	dir := t.TempDir()
+	s := New(nil)
+	log := filepath.Join(dir, "w.log")
+	p, err := s.Start(Spec{Name: "w", Argv: []string{"/bin/sh", "-c", `trap 'echo bye; exit 0' TERM; echo hello $FOO; while :; do sleep 0.05; done`},
+		Env: []string{"FOO=bar", "PATH=/usr/bin:/bin"}, LogPath: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFileText(t, log, 5*time.Second)
+	killed, err := s.Stop("w", 5*time.Second)
+	if err != nil || killed {
+		t.Fatalf("Stop = %v, %v; want a polite stop", killed, err)
+	}
+	<-p.Done()
+	if !p.Expected() {
+		t.Fatal("stop not marked expected")
+	}
+	b, _ := os.ReadFile(log)
+	if !strings.Contains(string(b), "hello bar") || !strings.Contains(string(b), "bye") {
+		t.Fatalf("log = %q", b)
+	}
+}
+
+func TestKillAfterStopTimeout(t *testing.T) {
+	s := New(nil)
+	log := filepath.Join(t.TempDir(), "stubborn.log")
+	p, err := s.Start(Spec{Name: "stubborn", Argv: []string{"/bin/sh", "-c", `trap '' TERM; echo ready; while :; do sleep 0.05; done`}, LogPath: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFileText(t, log, 5*time.Second)
+	start := time.Now()
+	killed, err := s.Stop("stubborn", 300*time.Millisecond)
+	if err != nil || !killed {
+		t.Fatalf("Stop = %v, %v; want killed", killed, err)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond || el > 3*time.Second {
+		t.Fatalf("stop took %v", el)
+	}
+	waitGone(t, p.PID, 2*time.Second)
+}
+
+func TestUnexpectedExitIsReported(t *testing.T) {
+	s := New(nil)
+	got := make(chan *Process, 1)
+	s.OnExit = func(p *Process) { got <- p }
+	p, err := s.Start(Spec{Name: "w", Argv: []string{"/bin/sh", "-c", "while :; do sleep 0.05; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(p.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-got:
+		if e.Name != "w" || e.ExitErr() == nil || !strings.Contains(e.ExitErr().Error(), "killed") {
+			t.Fatalf("OnExit got %s: %v", e.Name, e.ExitErr())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no OnExit after kill -9")
+	}
+}
+
+// TestReaperKillsGroupsWhenOwnerDies runs a middle process (this test binary as a reaper owner
+// stand-in: a shell that holds the reaper's stdin) and kills it with SIGKILL: the reaper must
+// kill the registered group, grandchildren included.
+func TestReaperKillsGroupsWhenOwnerDies(t *testing.T) {
+	dir := t.TempDir()
+	pidfile := filepath.Join(dir, "grandchild.pid")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := StartReaper(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A worker in its own group that starts a grandchild in the same group.
+	w := exec.Command("/bin/sh", "-c", `sleep 60 & echo $! > `+pidfile+`; wait`)
+	w.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go w.Wait()
+	if err := r.Add(w.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	gc, _ := strconv.Atoi(waitFileText(t, pidfile, 5*time.Second))
+	// Closing the pipe is what the kernel does when Compose dies.
+	start := time.Now()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, w.Process.Pid, 2*time.Second)
+	waitGone(t, gc, 2*time.Second)
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("reaping took %v", el)
+	}
+}
