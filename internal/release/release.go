@@ -3,6 +3,8 @@ package release
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -38,6 +40,7 @@ type Options struct {
 	Targets  []Target          // default: every target of the table
 	Versions map[string]string // product → version; default: read from each VersionFile
 	Log      io.Writer         // one progress line per built asset
+	Extra    []string          // files (relative to Root) published as they are, e.g. updater/install.sh
 }
 
 // ReadVersion returns a product's version from its VERSION file.
@@ -122,6 +125,13 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	if len(errs) > 0 {
 		return nil, errs[0]
 	}
+	for _, rel := range o.Extra {
+		a, err := PublishFile(out, versions["iii"], filepath.Join(o.Root, rel))
+		if err != nil {
+			return nil, err
+		}
+		assets = append(assets, a)
+	}
 	m, err := WriteIndex(out, versions["iii"], assets)
 	if err != nil {
 		return nil, err
@@ -163,6 +173,26 @@ func PackageBinary(dir, product, version string, t Target, bin string) (Asset, e
 		return Asset{}, err
 	}
 	return Asset{Name: name, Product: product, Version: version, Target: t.Triple, SHA256: sum, Size: size}, nil
+}
+
+// PublishFile copies the file at src into dir under its own name, unchanged, writes its
+// <name>.sha256 sidecar and returns its entry for WriteIndex (product = file name, no target).
+func PublishFile(dir, version, src string) (Asset, error) {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return Asset{}, err
+	}
+	name := filepath.Base(src)
+	path := filepath.Join(dir, name)
+	if err := writeAtomicBytes(path, data); err != nil {
+		return Asset{}, err
+	}
+	sum := sha256.Sum256(data)
+	hexSum := hex.EncodeToString(sum[:])
+	if err := writeAtomicBytes(path+".sha256", []byte(ChecksumLine(hexSum, name))); err != nil {
+		return Asset{}, err
+	}
+	return Asset{Name: name, Product: name, Version: version, SHA256: hexSum, Size: int64(len(data))}, nil
 }
 
 func buildAsset(ctx context.Context, root, out string, p Product, t Target, version string) (Asset, error) {

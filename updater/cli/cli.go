@@ -1,13 +1,228 @@
-// Package cli is the `iii update` command line.
+// Package cli is the `iii update` command line: it updates iii from the release tree and, on
+// 0.26, says what 0.25 left behind and whether the shell runs the copy it installed. Progress
+// goes to stderr, one line per step, in the shape 0.25 printed.
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
+
+	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/updater/errcode"
+	"github.com/iii-go/iii/updater/install"
+	"github.com/iii-go/iii/updater/release"
 )
+
+const usage = `Usage: iii update [TARGET] [--list-targets]
+
+Update iii to the newest release, installed into ~/.local/bin (BIN_DIR overrides).
+
+  TARGET          what to update: self (or iii); default: everything
+  --list-targets  print the targets and exit
+  -h, --help      print this help
+
+Environment: III_RELEASE_URL (release tree, file:// or http(s)://), BIN_DIR, III_TARGET.
+`
 
 // Run runs `iii update ARGS` with the version of the running binary and returns the exit code.
 func Run(version string, args []string) int {
-	fmt.Fprintln(os.Stderr, "error[NOT_IMPLEMENTED]: iii update is not built yet")
-	return 1
+	return run(context.Background(), version, args, os.Stdout, os.Stderr)
+}
+
+// options are the parsed arguments.
+type options struct {
+	target    string
+	list      bool
+	help      bool
+	positions int
+}
+
+func parse(args []string) (options, error) {
+	var o options
+	for _, a := range args {
+		switch {
+		case a == "--list-targets":
+			o.list = true
+		case a == "-h" || a == "--help":
+			o.help = true
+		case len(a) > 0 && a[0] == '-':
+			return o, errcode.Errorf(errcode.InvalidArguments, "unknown flag %s. Run 'iii update --help' for usage.", a)
+		default:
+			o.target = a
+			o.positions++
+		}
+	}
+	if o.positions > 1 {
+		return o, errcode.Errorf(errcode.InvalidArguments, "iii update takes at most one TARGET. Run 'iii update --help' for usage.")
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	gen := GenerationOf(version)
+	if o.help {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	if o.list {
+		listTargets(stdout, gen)
+		return 0
+	}
+	names, err := gen.Select(o.target)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	binDir, err := install.Dir()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	u := &updater{
+		stderr: stderr,
+		src:    release.FromEnv(),
+		target: platform.Host(),
+		binDir: binDir,
+	}
+	if o.target == "" {
+		names = gen.forTarget(names, u.target.Triple)
+	}
+	if o.target == "" {
+		fmt.Fprintln(stderr, "  Checking all binaries for updates...")
+	}
+	failed := false
+	for _, name := range names {
+		current := version
+		if name != Self {
+			current = installedVersion(ctx, filepath.Join(binDir, u.exe(name)))
+		}
+		if err := u.update(ctx, name, current); err != nil {
+			fmt.Fprintf(stderr, "  %s: %v\n", label(err), err)
+			failed = true
+		}
+	}
+	if gen.Current() {
+		home, herr := os.UserHomeDir()
+		u.checkShadow(ctx)
+		if herr == nil {
+			u.reportLeftovers(home)
+		}
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// label is "error" or "error[CODE]" for a failure line.
+func label(err error) string {
+	if c := errcode.Of(err); c != "" {
+		return "error[" + c + "]"
+	}
+	return "error"
+}
+
+// fail prints a command-level failure and returns exit code 2.
+func fail(stderr io.Writer, err error) int {
+	code := errcode.Of(err)
+	if code == "" {
+		code = errcode.InvalidArguments
+	}
+	fmt.Fprintf(stderr, "error[%s]: %v\n", code, err)
+	return 2
+}
+
+func listTargets(w io.Writer, gen Generation) {
+	fmt.Fprintln(w, "Available targets for `iii update`:")
+	fmt.Fprintln(w, "  self (or iii)")
+	for _, m := range gen.Managed() {
+		if m.Alias != "" {
+			fmt.Fprintf(w, "  %s (or %s)\n", m.Name, m.Alias)
+		} else {
+			fmt.Fprintf(w, "  %s\n", m.Name)
+		}
+	}
+}
+
+// updater updates one binary at a time from one release.
+type updater struct {
+	stderr   io.Writer
+	src      *release.Source
+	target   platform.Target
+	binDir   string
+	manifest *release.Manifest
+	resolved error
+}
+
+// exe is the file name of binary name on the target.
+func (u *updater) exe(name string) string {
+	if u.target.GOOS == "windows" {
+		return name + ".exe"
+	}
+	return name
+}
+
+// latest returns the manifest of the latest release, read once.
+func (u *updater) latest(ctx context.Context) (*release.Manifest, error) {
+	if u.manifest == nil && u.resolved == nil {
+		v, err := u.src.Resolve(ctx, "latest")
+		if err == nil {
+			u.manifest, err = u.src.Manifest(ctx, v)
+		}
+		u.resolved = err
+	}
+	return u.manifest, u.resolved
+}
+
+// update brings binary name, now at version current ("" when not installed), to the latest
+// release and prints the progress lines.
+func (u *updater) update(ctx context.Context, name, current string) error {
+	fmt.Fprintf(u.stderr, "  Checking for updates to %s...\n", name)
+	m, err := u.latest(ctx)
+	if err != nil {
+		return err
+	}
+	a, ok := m.Find(name, u.target.Triple)
+	if !ok {
+		return &release.AssetNotFoundError{Target: u.target.Triple, Binary: name}
+	}
+	if current != "" && !Newer(a.Version, current) {
+		fmt.Fprintf(u.stderr, "  ✓ %s is already up to date (v%s)\n", name, current)
+		return nil
+	}
+	if current == "" {
+		fmt.Fprintf(u.stderr, "  Installing %s v%s...\n", name, a.Version)
+	} else {
+		fmt.Fprintf(u.stderr, "  Updating %s to v%s...\n", name, a.Version)
+	}
+	dest := filepath.Join(u.binDir, u.exe(name))
+	data, err := u.src.Fetch(ctx, m.Version, a)
+	if err == nil {
+		data, err = install.Extract(data, a.Name, u.exe(name))
+	}
+	if err == nil {
+		err = install.Write(dest, data)
+	}
+	if err != nil {
+		var e *errcode.Error
+		if errors.As(err, &e) {
+			return errcode.Errorf(e.Code, "%s; %s was left untouched", e.Message, dest)
+		}
+		return err
+	}
+	if current == "" {
+		fmt.Fprintf(u.stderr, "  ✓ %s installed: v%s\n", name, a.Version)
+		return nil
+	}
+	fmt.Fprintf(u.stderr, "  ✓ %s updated: %s → %s\n", name, current, a.Version)
+	if name == Self {
+		fmt.Fprintln(u.stderr, "  note: iii has been updated. Restart your shell or run the command again to use the new version.")
+	}
+	return nil
 }

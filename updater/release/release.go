@@ -1,0 +1,238 @@
+// Package release reads an iii release tree: the channel pointer <base>/iii/latest, and per
+// version <base>/iii/v<version>/ with manifest.json, the asset archives and their <asset>.sha256
+// sidecars. The base is a file:// or http(s):// URL. Every asset is checked against its digest
+// before it is returned.
+package release
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+	"github.com/iii-go/iii/updater/errcode"
+)
+
+// URLEnv names the variable that points at the release tree.
+const URLEnv = "III_RELEASE_URL"
+
+// DefaultURL is the release tree used when URLEnv is unset.
+const DefaultURL = "https://github.com/iii-go/iii/releases/download"
+
+// maxDownload bounds any one file read from the tree.
+const maxDownload = 1 << 30
+
+// Asset is one entry of a release's manifest.json.
+type Asset struct {
+	Name    string `json:"asset"`
+	Product string `json:"product"`
+	Version string `json:"version"`
+	Target  string `json:"target"`
+	SHA256  string `json:"sha256"`
+}
+
+// Manifest is a release's manifest.json.
+type Manifest struct {
+	Version string  `json:"version"`
+	Assets  []Asset `json:"assets"`
+}
+
+// Find returns the asset of product built for target.
+func (m *Manifest) Find(product, target string) (Asset, bool) {
+	for _, a := range m.Assets {
+		if a.Product == product && a.Target == target {
+			return a, true
+		}
+	}
+	return Asset{}, false
+}
+
+// AssetNotFoundError says a release has no asset of Binary for Target. Its text is the one 0.25
+// printed, so it carries no code.
+type AssetNotFoundError struct {
+	Target, Binary string
+}
+
+func (e *AssetNotFoundError) Error() string {
+	return fmt.Sprintf("Release asset not found for platform %s: %s", e.Target, e.Binary)
+}
+
+// errNotExist is returned by get when the tree has no such file.
+var errNotExist = errors.New("no such file in the release tree")
+
+// Source is a release tree.
+type Source struct {
+	Base   string       // file:// or http(s):// URL of the tree, without the trailing /
+	Client *http.Client // for http(s); nil means a client with a 60s timeout
+}
+
+// FromEnv returns the tree named by $III_RELEASE_URL, or DefaultURL.
+func FromEnv() *Source {
+	base := os.Getenv(URLEnv)
+	if base == "" {
+		base = DefaultURL
+	}
+	return &Source{Base: strings.TrimRight(base, "/")}
+}
+
+// TagDir is the URL of the directory of a version: <base>/iii/v<version>.
+func (s *Source) TagDir(version string) string { return s.Base + "/iii/v" + version }
+
+// NormalizeVersion turns "iii/v0.25.0", "v0.25.0" or "0.25.0" into "0.25.0" and checks it is
+// a semantic version.
+func NormalizeVersion(v string) (string, error) {
+	v = strings.TrimPrefix(strings.TrimSpace(v), "iii/")
+	v = strings.TrimPrefix(v, "v")
+	if _, err := semver.StrictNewVersion(v); err != nil {
+		return "", errcode.Errorf(errcode.ReleaseNotFound, "%q is not a version such as 0.26.0 or iii/v0.26.0", v)
+	}
+	return v, nil
+}
+
+// Resolve returns the version that want names: "" or "latest" reads the channel pointer,
+// anything else is an exact version (0.25.0, v0.25.0, iii/v0.25.0) that must exist in the tree.
+func (s *Source) Resolve(ctx context.Context, want string) (string, error) {
+	if want == "" || want == "latest" {
+		b, err := s.get(ctx, s.Base+"/iii/latest")
+		if err != nil {
+			return "", s.wrap(err, errcode.ReleaseNotFound, "cannot read the latest iii version")
+		}
+		v, err := NormalizeVersion(string(b))
+		if err != nil {
+			return "", errcode.Errorf(errcode.ReleaseNotFound, "%s/iii/latest does not hold a version: %v", s.Base, err)
+		}
+		return v, nil
+	}
+	v, err := NormalizeVersion(want)
+	if err != nil {
+		return "", err
+	}
+	if _, err := s.Manifest(ctx, v); err != nil {
+		return "", err
+	}
+	return v, nil
+}
+
+// Manifest reads the manifest.json of a version.
+func (s *Source) Manifest(ctx context.Context, version string) (*Manifest, error) {
+	b, err := s.get(ctx, s.TagDir(version)+"/manifest.json")
+	if err != nil {
+		return nil, s.wrap(err, errcode.ReleaseNotFound, "no release iii/v"+version)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, errcode.Errorf(errcode.ReleaseNotFound, "%s/manifest.json: %v", s.TagDir(version), err)
+	}
+	return &m, nil
+}
+
+// Fetch downloads asset a of the given version and checks it against the digest of its .sha256
+// sidecar and of the manifest; on a mismatch nothing is returned.
+func (s *Source) Fetch(ctx context.Context, version string, a Asset) ([]byte, error) {
+	dir := s.TagDir(version)
+	side, err := s.get(ctx, dir+"/"+a.Name+".sha256")
+	if err != nil {
+		return nil, s.wrap(err, errcode.DownloadFailed, "cannot read the checksum of "+a.Name)
+	}
+	want, err := ParseChecksum(string(side), a.Name)
+	if err != nil {
+		return nil, err
+	}
+	if a.SHA256 != "" && !strings.EqualFold(a.SHA256, want) {
+		return nil, errcode.Errorf(errcode.ChecksumMismatch,
+			"%s: manifest.json says sha256 %s but %s.sha256 says %s", a.Name, a.SHA256, a.Name, want)
+	}
+	data, err := s.get(ctx, dir+"/"+a.Name)
+	if err != nil {
+		return nil, s.wrap(err, errcode.DownloadFailed, "cannot download "+a.Name)
+	}
+	sum := sha256.Sum256(data)
+	if got := hex.EncodeToString(sum[:]); got != want {
+		return nil, errcode.Errorf(errcode.ChecksumMismatch,
+			"%s: sha256 is %s but the release publishes %s; the download is corrupt or was tampered with", a.Name, got, want)
+	}
+	return data, nil
+}
+
+// ParseChecksum reads a sha256sum-style line ("<hex>  <name>") or a bare digest and returns
+// the digest.
+func ParseChecksum(text, name string) (string, error) {
+	fields := strings.Fields(text)
+	if len(fields) == 0 || len(fields[0]) != 64 {
+		return "", errcode.Errorf(errcode.ChecksumMismatch, "%s.sha256 holds no SHA-256 digest", name)
+	}
+	if _, err := hex.DecodeString(fields[0]); err != nil {
+		return "", errcode.Errorf(errcode.ChecksumMismatch, "%s.sha256 holds no SHA-256 digest", name)
+	}
+	if len(fields) > 1 && strings.TrimPrefix(fields[1], "*") != name {
+		return "", errcode.Errorf(errcode.ChecksumMismatch, "%s.sha256 is the checksum of %s", name, fields[1])
+	}
+	return strings.ToLower(fields[0]), nil
+}
+
+// wrap gives err a code and a context, keeping "not found" distinct from other failures.
+func (s *Source) wrap(err error, code, what string) error {
+	if errors.Is(err, errNotExist) {
+		return errcode.Errorf(code, "%s: not found in the release tree %s", what, s.Base)
+	}
+	return errcode.Errorf(code, "%s: %v", what, err)
+}
+
+// get reads one file of the tree.
+func (s *Source) get(ctx context.Context, raw string) ([]byte, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	switch u.Scheme {
+	case "file":
+		f, err := os.Open(u.Path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, errNotExist
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return readLimited(f)
+	case "http", "https":
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+		if err != nil {
+			return nil, err
+		}
+		c := s.Client
+		if c == nil {
+			c = &http.Client{Timeout: 60 * time.Second}
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
+			return nil, errNotExist
+		case resp.StatusCode != http.StatusOK:
+			return nil, fmt.Errorf("GET %s: %s", raw, resp.Status)
+		}
+		return readLimited(resp.Body)
+	}
+	return nil, fmt.Errorf("unsupported release URL %q (want file://, http:// or https://)", raw)
+}
+
+func readLimited(r io.Reader) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxDownload+1))
+	if err == nil && len(b) > maxDownload {
+		err = fmt.Errorf("file larger than %d bytes", maxDownload)
+	}
+	return b, err
+}
