@@ -1,0 +1,123 @@
+// Package engineconf renders the config.yaml of the engine that `iii compose --up` starts for a
+// file whose engine: is a mapping. The engine listens where engine.url says, runs the declared
+// engine workers, protects the project namespace with the project token (by file path: the
+// token is never written into the config), and binds its sandbox router to engine.sandbox, so
+// only an engine Compose owns is ever bound by Compose (req E1).
+package engineconf
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// DefaultAdapter is the sandbox router's adapter prefix when engine.sandbox names none.
+const DefaultAdapter = "sandbox-libkrun"
+
+// Input is what the engine config is built from.
+type Input struct {
+	// URL is engine.url (ws://host:port).
+	URL string
+	// GraceMS is engine.registration_namespace_grace_ms, nil when unset.
+	GraceMS *int64
+	// Workers are engine.workers (name -> config mapping), in WorkerOrder.
+	Workers     map[string]any
+	WorkerOrder []string
+	// SandboxAdapter and SandboxNamespace bind the router (engine.sandbox, defaults applied by
+	// the caller: the adapter prefix and the project namespace).
+	SandboxAdapter, SandboxNamespace string
+	// Namespace is the project namespace, protected by the token in TokenFile.
+	Namespace string
+	TokenFile string
+}
+
+type worker struct {
+	Name   string `yaml:"name"`
+	Config any    `yaml:"config,omitempty"`
+}
+
+type sandbox struct {
+	Adapter   string `yaml:"adapter"`
+	Namespace string `yaml:"namespace"`
+}
+
+type namespace struct {
+	Name      string `yaml:"name"`
+	TokenFile string `yaml:"token_file"`
+	Owner     bool   `yaml:"owner"`
+}
+
+type document struct {
+	GraceMS    *int64      `yaml:"registration_namespace_grace_ms,omitempty"`
+	Workers    []worker    `yaml:"workers"`
+	Sandbox    sandbox     `yaml:"sandbox"`
+	Namespaces []namespace `yaml:"namespaces"`
+}
+
+// HostPort returns the host and port of a ws:// or wss:// engine URL.
+func HostPort(raw string) (string, int, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Hostname() == "" {
+		return "", 0, fmt.Errorf("engine url %q is not a ws:// or wss:// URL with a host", raw)
+	}
+	p := u.Port()
+	if p == "" {
+		if u.Scheme == "wss" {
+			return u.Hostname(), 443, nil
+		}
+		return u.Hostname(), 80, nil
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, fmt.Errorf("engine url %q has a bad port", raw)
+	}
+	return u.Hostname(), n, nil
+}
+
+// Render returns the engine config. iii-worker-manager listens on the URL's host and port
+// unless the file configures it; the project namespace is token-protected with owner rights
+// (Compose publishes configuration entries with them).
+func Render(in Input) ([]byte, error) {
+	host, port, err := HostPort(in.URL)
+	if err != nil {
+		return nil, err
+	}
+	doc := document{GraceMS: in.GraceMS}
+	manager := false
+	for _, name := range in.WorkerOrder {
+		cfg := in.Workers[name]
+		if m, ok := cfg.(map[string]any); ok && len(m) == 0 {
+			cfg = nil
+		}
+		if name == "iii-worker-manager" {
+			manager = true
+			m, _ := cfg.(map[string]any)
+			merged := map[string]any{"host": host, "port": port}
+			for k, v := range m {
+				merged[k] = v
+			}
+			cfg = merged
+		}
+		doc.Workers = append(doc.Workers, worker{Name: name, Config: cfg})
+	}
+	if !manager {
+		doc.Workers = append([]worker{{Name: "iii-worker-manager", Config: map[string]any{"host": host, "port": port}}}, doc.Workers...)
+	}
+	adapter := in.SandboxAdapter
+	if adapter == "" {
+		adapter = DefaultAdapter
+	}
+	sbNS := in.SandboxNamespace
+	if sbNS == "" {
+		sbNS = in.Namespace
+	}
+	doc.Sandbox = sandbox{Adapter: adapter, Namespace: sbNS}
+	doc.Namespaces = []namespace{{Name: in.Namespace, TokenFile: in.TokenFile, Owner: true}}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte("# Written by iii compose for this run; removed after a clean shutdown. Do not edit.\n"), b...), nil
+}

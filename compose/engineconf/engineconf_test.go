@@ -1,0 +1,79 @@
+package engineconf
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/iii-go/iii/engine/config"
+)
+
+func tokenFile(t *testing.T) string {
+	t.Helper()
+	p := t.TempDir() + "/token"
+	if err := os.WriteFile(p, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRenderIsAValidEngineConfig(t *testing.T) {
+	tok := tokenFile(t)
+	grace := int64(2000)
+	out, err := Render(Input{
+		URL: "ws://127.0.0.1:50123", GraceMS: &grace,
+		Workers:     map[string]any{"configuration": map[string]any{"adapter": map[string]any{"name": "fs"}}, "iii-http-functions": map[string]any{}},
+		WorkerOrder: []string{"configuration", "iii-http-functions"},
+		Namespace:   "shop", TokenFile: tok,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(out, func(string) (string, bool) { return "", false }, "/")
+	if err != nil {
+		t.Fatalf("engine rejects the rendered config: %v\n%s", err, out)
+	}
+	if c.Port != 50123 || c.Host != "127.0.0.1" || c.GraceMS != 2000 {
+		t.Errorf("listener %s:%d grace %d", c.Host, c.Port, c.GraceMS)
+	}
+	if c.Sandbox == nil || c.Sandbox.Adapter != "sandbox-libkrun" || c.Sandbox.Namespace != "shop" {
+		t.Errorf("sandbox binding = %+v, want sandbox-libkrun in shop", c.Sandbox)
+	}
+	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != "shop" || c.Namespaces[0].TokenFile != tok || !c.Namespaces[0].Owner {
+		t.Errorf("namespaces = %+v", c.Namespaces)
+	}
+	if strings.Contains(string(out), "secret") {
+		t.Errorf("config carries a token value:\n%s", out)
+	}
+}
+
+func TestRenderKeepsDeclaredListenerAndCustomBinding(t *testing.T) {
+	out, err := Render(Input{
+		URL:         "ws://127.0.0.1:50124",
+		Workers:     map[string]any{"iii-worker-manager": map[string]any{"handshake_timeout_ms": 5000}},
+		WorkerOrder: []string{"iii-worker-manager"},
+		Namespace:   "dev", TokenFile: tokenFile(t), SandboxAdapter: "my-adapter", SandboxNamespace: "vms",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(out, os.LookupEnv, "/")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if c.Port != 50124 || c.HandshakeTimeoutMS != 5000 {
+		t.Errorf("listener port %d handshake %d", c.Port, c.HandshakeTimeoutMS)
+	}
+	if c.Sandbox.Adapter != "my-adapter" || c.Sandbox.Namespace != "vms" {
+		t.Errorf("sandbox = %+v", c.Sandbox)
+	}
+}
+
+func TestHostPort(t *testing.T) {
+	if _, _, err := HostPort("http://x:1"); err == nil {
+		t.Error("http URL accepted")
+	}
+	if h, p, err := HostPort("ws://localhost"); err != nil || h != "localhost" || p != 80 {
+		t.Errorf("ws://localhost = %s %d %v", h, p, err)
+	}
+}
