@@ -1,9 +1,19 @@
 // Package fsops implements the ten fs::* operations of the sandbox contract against the local
-// filesystem; the guest agent runs it inside the sandbox root.
+// filesystem; the guest agent runs it inside the sandbox root. Requests and replies are the JSON
+// bodies of REFERENCE-sandbox.md §4.7 without sandbox_id, except that read returns the file's
+// bytes as content_b64 (the adapter turns them into a stream channel) and write takes content as
+// a string or content_b64.
 package fsops
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
 )
 
 // Error is an operation failure with its S21x code.
@@ -19,7 +29,10 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 func Do(op string, req json.RawMessage) (json.RawMessage, *Error) {
 	h, ok := ops[op]
 	if !ok {
-		return nil, &Error{Code: "S210", Message: "unknown fs operation: " + op}
+		return nil, invalid("unknown fs operation: %s", op)
+	}
+	if len(req) == 0 {
+		req = json.RawMessage("{}")
 	}
 	v, err := h(req)
 	if err != nil {
@@ -32,4 +45,104 @@ func Do(op string, req json.RawMessage) (json.RawMessage, *Error) {
 	return b, nil
 }
 
-var ops = map[string]func(json.RawMessage) (any, *Error){}
+var ops = map[string]func(json.RawMessage) (any, *Error){
+	"ls": ls, "stat": stat, "mkdir": mkdir, "write": write, "read": read,
+	"rm": rm, "chmod": chmod, "mv": mv, "grep": grep, "sed": sed,
+}
+
+func invalid(format string, a ...any) *Error {
+	return &Error{Code: "S210", Message: fmt.Sprintf(format, a...)}
+}
+
+func decode(req json.RawMessage, v any) *Error {
+	if err := json.Unmarshal(req, v); err != nil {
+		return invalid("invalid fs request: %v", err)
+	}
+	return nil
+}
+
+func required(name, v string) *Error {
+	if v == "" {
+		return invalid("missing field `%s`", name)
+	}
+	return nil
+}
+
+// fsErr maps an OS error on path to its S21x code.
+func fsErr(path string, err error) *Error {
+	var errno syscall.Errno
+	errors.As(err, &errno)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return &Error{Code: "S211", Message: "file not found: " + path}
+	case errno == syscall.ENOTDIR || errno == syscall.EISDIR:
+		return &Error{Code: "S212", Message: "not a directory or wrong type: " + path}
+	case errno == syscall.ENOTEMPTY:
+		return &Error{Code: "S214", Message: "directory not empty: " + path}
+	case errors.Is(err, fs.ErrExist):
+		return &Error{Code: "S213", Message: "already exists: " + path}
+	case errors.Is(err, fs.ErrPermission) || errno == syscall.EROFS:
+		return &Error{Code: "S215", Message: "permission denied: " + err.Error()}
+	}
+	return &Error{Code: "S216", Message: "fs i/o error: " + err.Error()}
+}
+
+func parentMissing(path string) *Error {
+	return &Error{Code: "S211", Message: "parent directory not found: " + path, Fix: json.RawMessage(`{"parents":true}`)}
+}
+
+// parseMode reads an octal mode string such as "0644" or "755".
+func parseMode(s, def string) (fs.FileMode, *Error) {
+	if s == "" {
+		s = def
+	}
+	n, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || n > 0o7777 {
+		return 0, invalid("invalid mode %q: want an octal string such as \"0644\"", s)
+	}
+	m := fs.FileMode(n & 0o777)
+	if n&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if n&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if n&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m, nil
+}
+
+// modeString renders the permission bits as "0644".
+func modeString(m fs.FileMode) string {
+	n := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		n |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		n |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		n |= 0o1000
+	}
+	return fmt.Sprintf("%04o", n)
+}
+
+// Entry is the FsEntry of the contract.
+type Entry struct {
+	Name      string `json:"name"`
+	IsDir     bool   `json:"is_dir"`
+	Size      int64  `json:"size"`
+	Mode      string `json:"mode"`
+	Mtime     int64  `json:"mtime"`
+	IsSymlink bool   `json:"is_symlink"`
+}
+
+func entryOf(name string, fi fs.FileInfo) Entry {
+	return Entry{Name: name, IsDir: fi.IsDir(), Size: fi.Size(), Mode: modeString(fi.Mode()), Mtime: fi.ModTime().Unix(), IsSymlink: fi.Mode()&fs.ModeSymlink != 0}
+}
+
+// chmodFull applies permission and special bits (os.Chmod handles setuid/setgid/sticky).
+func chmodFull(path string, m fs.FileMode) error { return os.Chmod(path, m) }
+
+func unixTime(t time.Time) int64 { return t.Unix() }

@@ -1,0 +1,227 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+	"golang.org/x/sys/unix"
+)
+
+// newDriver returns a driver or skips the test with the reason it cannot run.
+func newDriver(t *testing.T) *Driver {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("VM boots are slow under TCG; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("virtiofsd needs root")
+	}
+	d, err := New(Options{})
+	if err != nil {
+		t.Skipf("no VM driver on this host: %v", err)
+	}
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Skip("busybox (busybox-static) is needed for the test root filesystem")
+	}
+	return d
+}
+
+// busyboxRoot builds a tiny root filesystem with a static busybox as /bin/*.
+func busyboxRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	bb, _ := exec.LookPath("busybox")
+	for _, d := range []string{"bin", "etc", "tmp", "root"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id"} {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", app)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "image-file"), []byte("from the image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func boot(t *testing.T, d *Driver, spec vm.Spec) vm.Machine {
+	t.Helper()
+	if spec.CPUs == 0 {
+		spec.CPUs = 1
+	}
+	if spec.MemoryMB == 0 {
+		spec.MemoryMB = 256
+	}
+	if spec.StateDir == "" {
+		spec.StateDir = t.TempDir()
+	}
+	spec.ScratchMB = 64
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	m, err := d.Boot(ctx, spec)
+	if err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	t.Logf("%s booted in %s", d.Name(), time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() { _ = m.Stop(context.Background()) })
+	return m
+}
+
+func run(t *testing.T, m vm.Machine, req vm.ExecRequest) vm.ExecResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := m.Exec(ctx, req)
+	if err != nil {
+		t.Fatalf("exec %q: %v", req.Argv, err)
+	}
+	return res
+}
+
+func code(r vm.ExecResult) int {
+	if r.ExitCode == nil {
+		return -1
+	}
+	return *r.ExitCode
+}
+
+func TestMachine(t *testing.T) {
+	d := newDriver(t)
+	root := busyboxRoot(t)
+	m := boot(t, d, vm.Spec{RootFS: root, Env: []string{"BASE=base"}})
+
+	t.Run("kernel", func(t *testing.T) {
+		var host unix.Utsname
+		_ = unix.Uname(&host)
+		res := run(t, m, vm.ExecRequest{Argv: []string{"uname", "-r"}})
+		got := strings.TrimSpace(string(res.Stdout))
+		if got == "" || got == unix.ByteSliceToString(host.Release[:]) || got != m.KernelRelease() {
+			t.Fatalf("guest kernel %q, agent said %q, host %q", got, m.KernelRelease(), unix.ByteSliceToString(host.Release[:]))
+		}
+	})
+	t.Run("exit codes", func(t *testing.T) {
+		for _, c := range []struct {
+			argv []string
+			want int
+		}{
+			{[]string{"true"}, 0},
+			{[]string{"sh", "-c", "exit 7"}, 7},
+			{[]string{"no-such-command"}, 127},
+			{[]string{"/etc/image-file"}, 126},
+		} {
+			if got := code(run(t, m, vm.ExecRequest{Argv: c.argv})); got != c.want {
+				t.Errorf("%q: exit %d, want %d", c.argv, got, c.want)
+			}
+		}
+	})
+	t.Run("stdin env workdir", func(t *testing.T) {
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", `cat; echo "$BASE $CALL"; pwd; echo err >&2`},
+			Stdin: []byte("in\n"), Env: []string{"CALL=call"}, Workdir: "/tmp"})
+		if string(res.Stdout) != "in\nbase call\n/tmp\n" || string(res.Stderr) != "err\n" {
+			t.Fatalf("stdout %q stderr %q", res.Stdout, res.Stderr)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		start := time.Now()
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sleep", "30"}, Timeout: 500 * time.Millisecond})
+		if !res.TimedOut || res.ExitCode != nil || time.Since(start) > 10*time.Second {
+			t.Fatalf("timed_out %v exit %v after %s", res.TimedOut, res.ExitCode, time.Since(start))
+		}
+	})
+	t.Run("output cap", func(t *testing.T) {
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "yes | head -c 5000; yes e | head -c 10 >&2"}, OutputCap: 1000})
+		if len(res.Stdout) != 1000 || !res.StdoutTruncated || res.StderrTruncated || len(res.Stderr) != 10 {
+			t.Fatalf("stdout %d bytes truncated=%v, stderr %d truncated=%v", len(res.Stdout), res.StdoutTruncated, len(res.Stderr), res.StderrTruncated)
+		}
+	})
+	t.Run("streamed output", func(t *testing.T) {
+		var got bytes.Buffer
+		res := run(t, m, vm.ExecRequest{Argv: []string{"echo", "hello"}, Output: func(s int, b []byte) {
+			if s == 1 {
+				got.Write(b)
+			}
+		}})
+		if got.String() != "hello\n" || string(res.Stdout) != "hello\n" {
+			t.Fatalf("streamed %q collected %q", got.String(), res.Stdout)
+		}
+	})
+	t.Run("writes stay in the guest", func(t *testing.T) {
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "echo x > /etc/new && echo y > /etc/image-file && cat /etc/new /etc/image-file"}})
+		if code(res) != 0 || string(res.Stdout) != "x\ny\n" {
+			t.Fatalf("guest write: exit %d %q %q", code(res), res.Stdout, res.Stderr)
+		}
+		if _, err := os.Stat(filepath.Join(root, "etc", "new")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("guest write reached the host: %v", err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(root, "etc", "image-file")); string(b) != "from the image\n" {
+			t.Fatalf("host image file changed to %q", b)
+		}
+	})
+	t.Run("host files invisible", func(t *testing.T) {
+		secret := filepath.Join(t.TempDir(), "secret")
+		if err := os.WriteFile(secret, []byte("host secret"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{secret, "/etc/hostname", "/" + filepath.Base(root) + "/etc/image-file"} {
+			res := run(t, m, vm.ExecRequest{Argv: []string{"cat", p}})
+			if code(res) == 0 || bytes.Contains(res.Stdout, []byte("host secret")) {
+				t.Fatalf("cat %s in the guest: exit %d %q", p, code(res), res.Stdout)
+			}
+		}
+	})
+	t.Run("fs ops", func(t *testing.T) {
+		ctx := context.Background()
+		if _, err := m.FS(ctx, "write", json.RawMessage(`{"path":"/tmp/a/b.txt","content":"hello fs","parents":true}`)); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		out, err := m.FS(ctx, "read", json.RawMessage(`{"path":"/tmp/a/b.txt"}`))
+		if err != nil || !bytes.Contains(out, []byte(`"body":"hello fs"`)) {
+			t.Fatalf("read: %s %v", out, err)
+		}
+		res := run(t, m, vm.ExecRequest{Argv: []string{"cat", "/tmp/a/b.txt"}})
+		if string(res.Stdout) != "hello fs" {
+			t.Fatalf("exec sees %q", res.Stdout)
+		}
+		_, err = m.FS(ctx, "read", json.RawMessage(`{"path":"/nope"}`))
+		var fe *vm.FSError
+		if !errors.As(err, &fe) || fe.Code != "S211" {
+			t.Fatalf("read of a missing file: %v", err)
+		}
+	})
+	t.Run("stop kills every process", func(t *testing.T) {
+		pids := m.PIDs()
+		if len(pids) < 2 {
+			t.Fatalf("PIDs %v: want qemu and virtiofsd", pids)
+		}
+		if err := m.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-m.Done()
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); err == nil {
+				t.Errorf("pid %d still alive after Stop", pid)
+			}
+		}
+	})
+}
