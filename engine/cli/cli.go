@@ -2,18 +2,133 @@
 package cli
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/iii-go/iii/engine/config"
+	"github.com/iii-go/iii/engine/configuration"
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/sandbox"
 )
 
-// RunEngine runs the engine with the given arguments and returns the process exit code.
-func RunEngine(version string, args []string) int {
-	fmt.Fprintln(os.Stderr, "error[NOT_IMPLEMENTED]: the engine is not built yet")
+const engineUsage = `Usage: iii [--config FILE]
+
+Runs the iii engine: the worker listener (ws://127.0.0.1:49134 unless config.yaml's
+iii-worker-manager entry says otherwise), the configuration worker and the sandbox router.
+SIGINT or SIGTERM stops it.
+
+Flags:
+  -c, --config FILE     engine configuration (default config.yaml; missing = defaults)
+  --no-update-check     accepted for compatibility; this engine never checks for updates
+  -h, --help            show this help
+`
+
+func fail(code, format string, args ...any) int {
+	fmt.Fprintf(os.Stderr, "error[%s]: %s\n", code, fmt.Sprintf(format, args...))
 	return 1
 }
 
-// RunCall runs `iii call FN k=v ...` and returns the process exit code.
-func RunCall(args []string) int {
-	fmt.Fprintln(os.Stderr, "error[NOT_IMPLEMENTED]: iii call is not built yet")
-	return 1
+// RunEngine runs the engine with the given arguments and returns the process exit code.
+func RunEngine(version string, args []string) int {
+	fs := flag.NewFlagSet("iii", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var path string
+	fs.StringVar(&path, "config", "", "")
+	fs.StringVar(&path, "c", "", "")
+	fs.Bool("no-update-check", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(engineUsage)
+			return 0
+		}
+		return fail(errcode.Usage, "%v\n%s", err, engineUsage)
+	}
+	if fs.NArg() > 0 {
+		return fail(errcode.Usage, "unexpected argument %q. Run 'iii --help' to see available commands.", fs.Arg(0))
+	}
+	cfg, code := loadConfig(path)
+	if cfg == nil {
+		return code
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fail(errcode.ListenFailed, "cannot listen on %s: %v", addr, err)
+	}
+	policies := map[string]core.NamespacePolicy{}
+	for _, n := range cfg.Namespaces {
+		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, Owner: n.Owner}
+	}
+	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log})
+	store, err := configuration.New(cfg.ConfigDir)
+	if err != nil {
+		ln.Close()
+		return fail(errcode.AdapterError, "loading configuration entries from %s: %v", cfg.ConfigDir, err)
+	}
+	store.Install(eng)
+	var bind *sandbox.Binding
+	if cfg.Sandbox != nil {
+		bind = &sandbox.Binding{Adapter: cfg.Sandbox.Adapter, Namespace: cfg.Sandbox.Namespace, Source: "config"}
+	}
+	sandbox.New(eng, bind).Install()
+	for _, d := range cfg.Declared {
+		if d == "iii-http-functions" || d == "iii-stream" {
+			log.Info("engine worker declared but not served by this engine", "worker", d)
+		}
+	}
+	if bind != nil {
+		log.Info("sandbox router bound", "adapter", bind.Adapter, "namespace", bind.Namespace)
+	} else {
+		log.Info("sandbox router has no adapter bound; sandbox::* answers S303")
+	}
+	for _, n := range cfg.Namespaces {
+		log.Info("namespace protected by a project token", "namespace", n.Name, "owner", n.Owner)
+	}
+	fmt.Fprintf(os.Stderr, "iii engine %s listening on ws://%s\n", version, ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := eng.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+		return fail(errcode.ListenFailed, "%v", err)
+	}
+	fmt.Fprintln(os.Stderr, "iii engine stopped")
+	return 0
+}
+
+// loadConfig reads the config file; a missing default file means defaults. It returns nil and
+// the exit code on failure.
+func loadConfig(path string) (*config.Config, int) {
+	explicit := path != ""
+	if !explicit {
+		path = "config.yaml"
+	}
+	cfg, err := config.Load(path)
+	if err == nil {
+		return cfg, 0
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		if explicit {
+			return nil, fail(errcode.ConfigNotFound, "config file %s does not exist", path)
+		}
+		abs, _ := filepath.Abs(".")
+		fmt.Fprintf(os.Stderr, "no config.yaml found in %s; starting with defaults\n", abs)
+		return config.Default(), 0
+	}
+	var ce *config.Error
+	if errors.As(err, &ce) {
+		return nil, fail(ce.Code, "%s: %s", path, ce.Message)
+	}
+	return nil, fail(errcode.ConfigInvalid, "%s: %v", path, err)
 }

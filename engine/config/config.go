@@ -1,0 +1,440 @@
+// Package config reads the engine's config.yaml: strict keys, list-shaped workers (legacy
+// modules), ${VAR:default} expansion, the top-level sandbox: binding and token-protected
+// namespaces.
+//
+//	registration_namespace_grace_ms: 1000
+//	workers:
+//	  - name: iii-worker-manager
+//	    config: {host: 127.0.0.1, port: ${III_PORT:49134}}
+//	  - name: configuration
+//	    config: {adapter: {name: fs, config: {directory: ./config}}}
+//	sandbox:                     # binds the sandbox router; both keys optional
+//	  adapter: sandbox-libkrun
+//	  namespace: default
+//	namespaces:                  # token-protected namespaces (written by Compose)
+//	  - name: myproject
+//	    token_file: /path/to/token   # mode 0600; the token itself is never in this file
+//	    owner: true                  # its token may call configuration::publish, engine::sandbox::bind
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/iii-go/iii/engine/errcode"
+)
+
+// Defaults.
+const (
+	DefaultHost             = "127.0.0.1"
+	DefaultPort             = 49134
+	DefaultGraceMS          = 1000
+	DefaultConfigDir        = "./config"
+	DefaultSandboxAdapter   = "sandbox-libkrun"
+	DefaultSandboxNamespace = "default"
+	// MigrationDocs is where UNSUPPORTED_CONFIG_WORKERS points.
+	MigrationDocs = "https://iii.dev/docs/upgrading/workers-to-compose"
+)
+
+// Config is a parsed config.yaml.
+type Config struct {
+	Path               string // file it came from; "" for defaults
+	GraceMS            int
+	Host               string
+	Port               int
+	HandshakeTimeoutMS int
+	ConfigDir          string // configuration worker's fs directory
+	TTLSeconds         int
+	Sandbox            *Sandbox // nil: no adapter bound
+	Namespaces         []Namespace
+	Declared           []string // engine workers declared in workers:, in file order
+}
+
+// Sandbox is the top-level sandbox: section.
+type Sandbox struct {
+	Adapter   string // function prefix of the adapter
+	Namespace string // namespace the adapter runs in
+}
+
+// Namespace is one token-protected namespace.
+type Namespace struct {
+	Name      string
+	TokenFile string // absolute
+	Owner     bool
+}
+
+// Error is a config error with its code.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func invalid(line int, format string, args ...any) *Error {
+	msg := fmt.Sprintf(format, args...)
+	if line > 0 {
+		msg = fmt.Sprintf("line %d: %s", line, msg)
+	}
+	return &Error{Code: errcode.ConfigInvalid, Message: msg}
+}
+
+// Default is the configuration used when there is no file.
+func Default() *Config {
+	return &Config{GraceMS: DefaultGraceMS, Host: DefaultHost, Port: DefaultPort, HandshakeTimeoutMS: 10000, ConfigDir: DefaultConfigDir}
+}
+
+// Load reads and parses path with the process environment.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := Parse(b, os.LookupEnv, filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	c.Path = path
+	return c, nil
+}
+
+var varRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:([^}]*))?\}`)
+
+// Expand replaces ${VAR} and ${VAR:default} in text; an unset VAR without default is an error.
+func Expand(text []byte, lookup func(string) (string, bool)) ([]byte, error) {
+	var missing []string
+	lines := bytes.Split(text, []byte("\n"))
+	for i, line := range lines {
+		lines[i] = varRE.ReplaceAllFunc(line, func(m []byte) []byte {
+			sub := varRE.FindSubmatch(m)
+			if v, ok := lookup(string(sub[1])); ok {
+				return []byte(v)
+			}
+			if sub[2] != nil {
+				return sub[3]
+			}
+			missing = append(missing, fmt.Sprintf("%s (line %d)", sub[1], i+1))
+			return m
+		})
+	}
+	if len(missing) > 0 {
+		return nil, &Error{Code: errcode.ConfigInvalid, Message: "environment variable(s) not set and no default given: " + strings.Join(missing, ", ")}
+	}
+	return bytes.Join(lines, []byte("\n")), nil
+}
+
+// Parse expands and parses a config file; baseDir resolves relative token_file paths.
+func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Config, error) {
+	text, err := Expand(raw, lookup)
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(text, &doc); err != nil {
+		return nil, &Error{Code: errcode.ConfigInvalid, Message: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	c := Default()
+	if len(doc.Content) == 0 {
+		return c, nil
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, invalid(root.Line, "the file must be a mapping of keys")
+	}
+	var unsupported []string
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		if seen[k.Value] {
+			return nil, invalid(k.Line, "key %q appears twice", k.Value)
+		}
+		seen[k.Value] = true
+		switch k.Value {
+		case "registration_namespace_grace_ms":
+			if c.GraceMS, err = intValue(v, k.Value); err != nil {
+				return nil, err
+			}
+		case "workers", "modules":
+			u, err := c.parseWorkers(k.Value, v)
+			if err != nil {
+				return nil, err
+			}
+			unsupported = append(unsupported, u...)
+		case "sandbox":
+			if c.Sandbox, err = parseSandbox(v); err != nil {
+				return nil, err
+			}
+		case "namespaces":
+			if c.Namespaces, err = parseNamespaces(v, baseDir); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, invalid(k.Line, "unknown key %q; allowed: registration_namespace_grace_ms, workers (or modules), sandbox, namespaces", k.Value)
+		}
+	}
+	if len(unsupported) > 0 {
+		return nil, &Error{Code: errcode.UnsupportedConfigWorkers, Message: "Workers in config.yaml are no longer supported:\n" +
+			strings.Join(unsupported, "\n") + "\n\nSee: " + MigrationDocs}
+	}
+	return c, nil
+}
+
+// configurable are the engine workers config.yaml may declare.
+var configurable = map[string]bool{"configuration": true, "iii-worker-manager": true, "iii-http-functions": true, "iii-stream": true}
+
+// Advice says where an unsupported config.yaml worker went.
+func Advice(name string) string {
+	switch name {
+	case "iii-http", "http":
+		return "move to worker-compose.yaml as 'http'"
+	case "iii-cron", "cron":
+		return "move to worker-compose.yaml as 'cron'"
+	case "iii-queue", "queue":
+		return "move to worker-compose.yaml as 'queue'"
+	case "iii-state", "state":
+		return "move to worker-compose.yaml as 'state'"
+	case "iii-pubsub", "pubsub":
+		return "move to worker-compose.yaml as 'pubsub'"
+	case "iii-bridge", "bridge":
+		return "move to worker-compose.yaml as 'bridge'"
+	case "iii-exec":
+		return "translate to Compose lifecycle scripts"
+	case "iii-engine-functions", "iii-telemetry", "iii-observability":
+		return "remove this redundant entry; the engine provides it automatically"
+	case "iii-sandbox":
+		return "remove this entry; the engine carries the sandbox router. Run the adapter as the " +
+			"'sandbox-libkrun' worker (iii call compose::add worker=iii-sandbox) and bind it with a " +
+			"top-level 'sandbox:' section (adapter, namespace)"
+	}
+	return "move this worker to worker-compose.yaml"
+}
+
+func (c *Config) parseWorkers(key string, v *yaml.Node) ([]string, error) {
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return nil, invalid(v.Line, "%s: must be a list; write `%s: []` for none", key, key)
+	}
+	if v.Kind != yaml.SequenceNode {
+		return nil, invalid(v.Line, "%s: must be a list of {name, config} entries", key)
+	}
+	var unsupported []string
+	for i, e := range v.Content {
+		if e.Kind != yaml.MappingNode {
+			return nil, invalid(e.Line, "%s[%d]: must be a mapping with a name", key, i)
+		}
+		var name string
+		var cfg *yaml.Node
+		for j := 0; j+1 < len(e.Content); j += 2 {
+			ek, ev := e.Content[j], e.Content[j+1]
+			switch ek.Value {
+			case "name":
+				name = ev.Value
+			case "config":
+				cfg = ev
+			case "image":
+			default:
+				return nil, invalid(ek.Line, "unknown key %q in %s[%d]; allowed: name, image, config", ek.Value, key, i)
+			}
+		}
+		if name == "" {
+			return nil, invalid(e.Line, "%s[%d]: name is required", key, i)
+		}
+		base, instance, _ := strings.Cut(name, "#")
+		if !configurable[base] {
+			unsupported = append(unsupported, fmt.Sprintf("- '%s' -> %s", base, Advice(base)))
+			continue
+		}
+		for j := 0; j+1 < len(e.Content); j += 2 {
+			if e.Content[j].Value == "image" {
+				return nil, invalid(e.Content[j].Line, "%s: 'image' is not allowed on an engine worker", name)
+			}
+		}
+		c.Declared = append(c.Declared, name)
+		if cfg == nil || instance != "" {
+			continue
+		}
+		var err error
+		switch base {
+		case "iii-worker-manager":
+			err = c.parseListener(cfg)
+		case "configuration":
+			err = c.parseConfiguration(cfg)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return unsupported, nil
+}
+
+func mapping(v *yaml.Node, what string, allowed []string, fn func(k, v *yaml.Node) error) error {
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return nil
+	}
+	if v.Kind != yaml.MappingNode {
+		return invalid(v.Line, "%s must be a mapping", what)
+	}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k := v.Content[i]
+		ok := false
+		for _, a := range allowed {
+			ok = ok || a == k.Value
+		}
+		if !ok {
+			return invalid(k.Line, "unknown key %q in %s; allowed: %s", k.Value, what, strings.Join(allowed, ", "))
+		}
+		if err := fn(k, v.Content[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) parseListener(v *yaml.Node) error {
+	return mapping(v, "iii-worker-manager config", []string{"host", "port", "handshake_timeout_ms", "middleware_function_id", "rbac"}, func(k, v *yaml.Node) error {
+		var err error
+		switch k.Value {
+		case "host":
+			c.Host, err = strValue(v, k.Value)
+		case "port":
+			c.Port, err = intValue(v, k.Value)
+			if err == nil && (c.Port < 0 || c.Port > 65535) {
+				err = invalid(v.Line, "port %d is out of range", c.Port)
+			}
+		case "handshake_timeout_ms":
+			c.HandshakeTimeoutMS, err = intValue(v, k.Value)
+		}
+		return err
+	})
+}
+
+func (c *Config) parseConfiguration(v *yaml.Node) error {
+	return mapping(v, "configuration config", []string{"adapter", "ttl_seconds"}, func(k, v *yaml.Node) error {
+		if k.Value == "ttl_seconds" {
+			var err error
+			c.TTLSeconds, err = intValue(v, k.Value)
+			return err
+		}
+		return mapping(v, "configuration adapter", []string{"name", "config"}, func(k, v *yaml.Node) error {
+			if k.Value == "name" {
+				if v.Value != "fs" {
+					return invalid(v.Line, "configuration adapter %q is not supported; use fs", v.Value)
+				}
+				return nil
+			}
+			return mapping(v, "fs adapter config", []string{"directory"}, func(k, v *yaml.Node) error {
+				var err error
+				c.ConfigDir, err = strValue(v, k.Value)
+				return err
+			})
+		})
+	})
+}
+
+func parseSandbox(v *yaml.Node) (*Sandbox, error) {
+	s := &Sandbox{Adapter: DefaultSandboxAdapter, Namespace: DefaultSandboxNamespace}
+	err := mapping(v, "sandbox", []string{"adapter", "namespace"}, func(k, v *yaml.Node) error {
+		val, err := strValue(v, k.Value)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(val) == "" {
+			return invalid(v.Line, "sandbox.%s must not be empty", k.Value)
+		}
+		if k.Value == "adapter" {
+			s.Adapter = val
+		} else {
+			s.Namespace = val
+		}
+		return nil
+	})
+	return s, err
+}
+
+func parseNamespaces(v *yaml.Node, baseDir string) ([]Namespace, error) {
+	if v.Kind != yaml.SequenceNode {
+		return nil, invalid(v.Line, "namespaces must be a list of {name, token_file, owner}")
+	}
+	var out []Namespace
+	seen := map[string]bool{}
+	for _, e := range v.Content {
+		var n Namespace
+		err := mapping(e, "namespaces entry", []string{"name", "token_file", "owner"}, func(k, v *yaml.Node) error {
+			var err error
+			switch k.Value {
+			case "name":
+				n.Name, err = strValue(v, k.Value)
+			case "token_file":
+				n.TokenFile, err = strValue(v, k.Value)
+			case "owner":
+				err = v.Decode(&n.Owner)
+				if err != nil {
+					err = invalid(v.Line, "owner must be true or false")
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if n.Name == "" || n.TokenFile == "" {
+			return nil, invalid(e.Line, "a namespaces entry needs name and token_file")
+		}
+		if n.Name == DefaultSandboxNamespace {
+			return nil, invalid(e.Line, "the default namespace cannot be token-protected")
+		}
+		if seen[n.Name] {
+			return nil, invalid(e.Line, "namespace %q listed twice", n.Name)
+		}
+		seen[n.Name] = true
+		if !filepath.IsAbs(n.TokenFile) {
+			n.TokenFile = filepath.Join(baseDir, n.TokenFile)
+		}
+		if err := checkTokenFile(n); err != nil {
+			return nil, invalid(e.Line, "%s", err)
+		}
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func checkTokenFile(n Namespace) error {
+	st, err := os.Stat(n.TokenFile)
+	if err != nil {
+		return fmt.Errorf("token file of namespace %q: %v", n.Name, errors.Unwrap(err))
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("token file of namespace %q is not a regular file", n.Name)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("token file of namespace %q must have mode 0600, has %#o", n.Name, st.Mode().Perm())
+	}
+	return nil
+}
+
+func strValue(v *yaml.Node, key string) (string, error) {
+	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+		return "", invalid(v.Line, "%s must be a string", key)
+	}
+	return v.Value, nil
+}
+
+func intValue(v *yaml.Node, key string) (int, error) {
+	if v.Kind != yaml.ScalarNode {
+		return 0, invalid(v.Line, "%s must be an integer", key)
+	}
+	n, err := strconv.Atoi(v.Value)
+	if err != nil {
+		return 0, invalid(v.Line, "%s must be an integer, got %q", key, v.Value)
+	}
+	return n, nil
+}

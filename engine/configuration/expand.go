@@ -1,0 +1,90 @@
+package configuration
+
+import (
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+)
+
+var placeholderRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:([^}]*))?\}`)
+
+// expander resolves ${VAR} and ${VAR:default} in every string of a value. A string that is one
+// placeholder and nothing else takes the scalar type its schema asks for.
+type expander struct {
+	lookup  func(string) (string, bool)
+	missing map[string]bool
+}
+
+func newExpander() *expander { return &expander{lookup: os.LookupEnv, missing: map[string]bool{}} }
+
+func (x *expander) missingVars() []string {
+	var out []string
+	for k := range x.missing {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (x *expander) value(v any, schema any) any {
+	sm, _ := schema.(map[string]any)
+	switch t := v.(type) {
+	case map[string]any:
+		props, _ := sm["properties"].(map[string]any)
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			var sub any
+			if props != nil {
+				sub = props[k]
+			}
+			if sub == nil && sm != nil {
+				sub = sm["additionalProperties"]
+			}
+			out[k] = x.value(e, sub)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = x.value(e, sm["items"])
+		}
+		return out
+	case string:
+		return x.str(t, sm)
+	}
+	return v
+}
+
+func (x *expander) str(s string, schema map[string]any) any {
+	whole := placeholderRE.FindStringSubmatchIndex(s)
+	out := placeholderRE.ReplaceAllStringFunc(s, func(m string) string {
+		sub := placeholderRE.FindStringSubmatch(m)
+		if v, ok := x.lookup(sub[1]); ok {
+			return v
+		}
+		if sub[2] != "" {
+			return sub[3]
+		}
+		x.missing[sub[1]] = true
+		return m
+	})
+	if whole == nil || whole[0] != 0 || whole[1] != len(s) || schema == nil {
+		return out
+	}
+	switch schema["type"] {
+	case "integer":
+		if n, err := strconv.ParseInt(out, 10, 64); err == nil {
+			return n
+		}
+	case "number":
+		if f, err := strconv.ParseFloat(out, 64); err == nil {
+			return f
+		}
+	case "boolean":
+		if b, err := strconv.ParseBool(out); err == nil {
+			return b
+		}
+	}
+	return out
+}

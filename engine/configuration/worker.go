@@ -1,0 +1,380 @@
+// Package configuration is the engine's configuration worker: named entries with a JSON Schema
+// and a value, kept in files, read in expanded or template (raw) form.
+//
+// Functions: configuration::register, ::set, ::get, ::list, ::schema (REFERENCE-engine.md §3),
+// plus configuration::publish, used by the Compose that owns the engine to set an entry in
+// memory before it starts a worker (the adapter's <namespace>-sandbox-libkrun). Published
+// entries are not registered ids: get reads them, list does not show them, set on them fails
+// NOT_REGISTERED, and they are never written to disk. Only a caller that presented the token of
+// a namespace marked owner in config.yaml may publish ({"id","value"}; a null value withdraws).
+package configuration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+var idRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+type entry struct {
+	ID          string          `json:"id"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Schema      json.RawMessage `json:"schema"`
+	Value       json.RawMessage `json:"value"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	compiled    *jsonschema.Schema
+	schemaAny   any
+}
+
+// Worker holds the entries.
+type Worker struct {
+	store fsStore
+
+	mu         sync.Mutex
+	registered map[string]*entry
+	stored     map[string]fileEntry // entries on disk, registered or not
+	published  map[string]json.RawMessage
+}
+
+// New loads the entries kept in dir.
+func New(dir string) (*Worker, error) {
+	w := &Worker{store: fsStore{dir: dir}, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
+	stored, err := w.store.load()
+	if err != nil {
+		return nil, err
+	}
+	w.stored = stored
+	return w, nil
+}
+
+// Install registers the configuration::* functions on the engine.
+func (w *Worker) Install(e *core.Engine) {
+	e.Handle("configuration::register", "Register a configuration entry: id, name, description, schema, initial_value?", w.register)
+	e.Handle("configuration::set", "Set the value of a registered entry: id, value", w.set)
+	e.Handle("configuration::get", "Read an entry: id, raw? (true = template form)", w.get)
+	e.Handle("configuration::list", "List registered entries (never values)", w.list)
+	e.Handle("configuration::schema", "Read an entry's schema: id", w.schema)
+	e.Handle("configuration::publish", "Owner only: set an in-memory entry (id, value) that set cannot change", w.publish)
+}
+
+func fail(code, format string, args ...any) error { return protocol.NewError(code, format, args...) }
+
+func checkID(id string) error {
+	if !idRE.MatchString(id) {
+		return fail(errcode.InvalidID, "invalid configuration id '%s': must match [a-z0-9_-]{1,64}", id)
+	}
+	return nil
+}
+
+func decode(payload json.RawMessage, v any) error {
+	if err := json.Unmarshal(payload, v); err != nil {
+		return fail(errcode.InvalidArguments, "payload: %v", err)
+	}
+	return nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
+}
+
+func compile(id string, schema json.RawMessage) (*jsonschema.Schema, any, error) {
+	if isNull(schema) {
+		return nil, nil, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		return nil, nil, fail(errcode.SchemaInvalid, "schema of '%s' is not JSON: %v", id, err)
+	}
+	c := jsonschema.NewCompiler()
+	url := "mem:///" + id + ".json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, nil, fail(errcode.SchemaInvalid, "schema of '%s': %v", id, err)
+	}
+	s, err := c.Compile(url)
+	if err != nil {
+		return nil, nil, fail(errcode.SchemaInvalid, "schema of '%s' does not compile: %v", id, oneLine(err))
+	}
+	var plain any
+	_ = json.Unmarshal(schema, &plain)
+	return s, plain, nil
+}
+
+func oneLine(err error) string {
+	var parts []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// validate checks the expanded form of value against the entry's schema. A value whose
+// placeholders cannot all be resolved yet is accepted as a template.
+func (en *entry) validate(value json.RawMessage) error {
+	if en.compiled == nil || isNull(value) {
+		return nil
+	}
+	expanded, missing, err := expandValue(value, en.schemaAny)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return nil
+	}
+	return validateRaw(en.compiled, expanded)
+}
+
+func validateRaw(s *jsonschema.Schema, raw json.RawMessage) error {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return fail(errcode.SchemaInvalid, "schema validation failed: value is not JSON: %v", err)
+	}
+	if err := s.Validate(inst); err != nil {
+		return fail(errcode.SchemaInvalid, "schema validation failed: %s", oneLine(err))
+	}
+	return nil
+}
+
+func expandValue(value json.RawMessage, schema any) (json.RawMessage, []string, error) {
+	var v any
+	if err := json.Unmarshal(value, &v); err != nil {
+		return nil, nil, fail(errcode.InvalidArguments, "value is not JSON: %v", err)
+	}
+	x := newExpander()
+	out, err := json.Marshal(x.value(v, schema))
+	return out, x.missingVars(), err
+}
+
+func (en *entry) public() map[string]any {
+	m := map[string]any{"id": en.ID, "name": en.Name, "description": en.Description, "schema": en.Schema}
+	if !isNull(en.Metadata) {
+		m["metadata"] = en.Metadata
+	}
+	return m
+}
+
+func (w *Worker) persist(en *entry) error {
+	v, err := toAny(en.Value)
+	if err != nil {
+		return err
+	}
+	fe := fileEntry{ID: en.ID, Name: en.Name, Description: en.Description, Value: v}
+	if err := w.store.save(fe); err != nil {
+		return fail(errcode.AdapterError, "saving configuration '%s': %v", en.ID, err)
+	}
+	w.stored[en.ID] = fe
+	return nil
+}
+
+func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		ID           string          `json:"id"`
+		Name         string          `json:"name"`
+		Description  string          `json:"description"`
+		Schema       json.RawMessage `json:"schema"`
+		InitialValue json.RawMessage `json:"initial_value"`
+		Metadata     json.RawMessage `json:"metadata"`
+	}
+	if err := decode(payload, &in); err != nil {
+		return nil, err
+	}
+	if err := checkID(in.ID); err != nil {
+		return nil, err
+	}
+	compiled, plain, err := compile(in.ID, in.Schema)
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	en := &entry{ID: in.ID, Name: in.Name, Description: in.Description, Schema: in.Schema, Metadata: in.Metadata, compiled: compiled, schemaAny: plain}
+	if en.Name == "" {
+		en.Name = in.ID
+	}
+	if prev := w.registered[in.ID]; prev != nil {
+		en.Value = prev.Value
+	} else if fe, ok := w.stored[in.ID]; ok {
+		en.Value, _ = json.Marshal(fe.Value)
+	}
+	hasInitial := !isNull(in.InitialValue)
+	if hasInitial {
+		en.Value = in.InitialValue
+	}
+	if isNull(en.Value) {
+		en.Value = json.RawMessage("null")
+	}
+	if err := en.validate(en.Value); err != nil {
+		return nil, err
+	}
+	if hasInitial || w.stored[in.ID].ID == "" {
+		if err := w.persist(en); err != nil {
+			return nil, err
+		}
+	}
+	w.registered[in.ID] = en
+	out := en.public()
+	out["value"] = en.Value
+	return out, nil
+}
+
+func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		ID    string          `json:"id"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := decode(payload, &in); err != nil {
+		return nil, err
+	}
+	if err := checkID(in.ID); err != nil {
+		return nil, err
+	}
+	if len(in.Value) == 0 {
+		in.Value = json.RawMessage("null")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	en := w.registered[in.ID]
+	if en == nil {
+		if _, onDisk := w.stored[in.ID]; onDisk {
+			return nil, fail(errcode.SchemaUnavailable, "configuration '%s' has no schema available yet; the owning worker must register before values can be set", in.ID)
+		}
+		return nil, fail(errcode.NotRegistered, "configuration '%s' is not registered; call configuration::register first", in.ID)
+	}
+	if err := en.validate(in.Value); err != nil {
+		return nil, err
+	}
+	old := en.Value
+	en.Value = in.Value
+	if err := w.persist(en); err != nil {
+		en.Value = old
+		return nil, err
+	}
+	return map[string]any{"old_value": old, "new_value": in.Value}, nil
+}
+
+func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		ID  string `json:"id"`
+		Raw bool   `json:"raw"`
+	}
+	if err := decode(payload, &in); err != nil {
+		return nil, err
+	}
+	if err := checkID(in.ID); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	var value json.RawMessage
+	var en *entry
+	if v, ok := w.published[in.ID]; ok {
+		value = v
+	} else if en = w.registered[in.ID]; en != nil {
+		value = en.Value
+	} else if fe, ok := w.stored[in.ID]; ok {
+		value, _ = json.Marshal(fe.Value)
+	}
+	var compiled *jsonschema.Schema
+	var schema any
+	if en != nil {
+		compiled, schema = en.compiled, en.schemaAny
+	}
+	w.mu.Unlock()
+	if value == nil {
+		return nil, fail(errcode.NotFound, "configuration '%s' not found", in.ID)
+	}
+	if in.Raw || isNull(value) {
+		return map[string]any{"id": in.ID, "value": value}, nil
+	}
+	expanded, missing, err := expandValue(value, schema)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		return nil, fail(errcode.ExpandFailed, "configuration '%s' references unset environment variable(s) with no default: %s", in.ID, strings.Join(missing, ", "))
+	}
+	if compiled != nil {
+		if err := validateRaw(compiled, expanded); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]any{"id": in.ID, "value": expanded}, nil
+}
+
+func (w *Worker) list(context.Context, core.Caller, json.RawMessage) (any, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]map[string]any, 0, len(w.registered))
+	ids := make([]string, 0, len(w.registered))
+	for id := range w.registered {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		out = append(out, w.registered[id].public())
+	}
+	return map[string]any{"configurations": out}, nil
+}
+
+func (w *Worker) schema(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		ID string `json:"id"`
+	}
+	if err := decode(payload, &in); err != nil {
+		return nil, err
+	}
+	if err := checkID(in.ID); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	en := w.registered[in.ID]
+	if en == nil {
+		return nil, fail(errcode.NotFound, "configuration '%s' not found", in.ID)
+	}
+	return en.public(), nil
+}
+
+func (w *Worker) publish(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
+	if !c.Owner {
+		return nil, fail(errcode.Forbidden, "function 'configuration::publish' not allowed (only the Compose that owns this engine may publish entries)")
+	}
+	var in struct {
+		ID    string          `json:"id"`
+		Value json.RawMessage `json:"value"`
+	}
+	if err := decode(payload, &in); err != nil {
+		return nil, err
+	}
+	if err := checkID(in.ID); err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if isNull(in.Value) {
+		delete(w.published, in.ID)
+		return map[string]any{"id": in.ID, "published": false}, nil
+	}
+	if !json.Valid(in.Value) {
+		return nil, fail(errcode.InvalidArguments, "value is not JSON")
+	}
+	w.published[in.ID] = append(json.RawMessage(nil), in.Value...)
+	return map[string]any{"id": in.ID, "published": true}, nil
+}
+
+// String describes the store for logs.
+func (w *Worker) String() string { return fmt.Sprintf("configuration (fs: %s)", w.store.dir) }

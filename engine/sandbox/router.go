@@ -1,0 +1,279 @@
+// Package sandbox is the engine's iii-sandbox router. It serves every sandbox::* function of the
+// sandbox contract in the default namespace and forwards each call, payload and reply unchanged,
+// to <adapter>::<op> in the namespace of the bound adapter worker.
+//
+// Binding comes from config.yaml's top-level sandbox: section, or from the Compose that owns the
+// engine through engine::sandbox::bind {"adapter"?, "namespace"?} (owner token required; adapter
+// defaults to sandbox-libkrun, namespace to the caller's namespace). Unbound: S303. Bound but no
+// live worker serves the function, or the worker leaves mid-call: S301. The adapter's
+// <adapter>::adapter::info contract must have major 1, else S302; replies of a contract 1.0
+// adapter to exec and run get stdout_truncated/stderr_truncated = false added.
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// The contract version this engine speaks.
+const (
+	ContractMajor = 1
+	ContractMinor = 1
+)
+
+// DefaultAdapter is the adapter function prefix when a binding names none.
+const DefaultAdapter = "sandbox-libkrun"
+
+// DocsBase is the Sandboxes page; each S-code links its entry as DocsBase#s301.
+const DocsBase = "https://iii.dev/docs/using-iii/sandboxes"
+
+// InfoTimeout bounds the router's question to the adapter's adapter::info.
+const InfoTimeout = 2 * time.Second
+
+// Ops are the contract operations; the router serves sandbox::<op> for each.
+var Ops = []string{
+	"create", "exec", "run", "list", "stop", "catalog::list",
+	"fs::ls", "fs::stat", "fs::mkdir", "fs::write", "fs::read", "fs::rm", "fs::chmod", "fs::mv", "fs::grep", "fs::sed",
+}
+
+// Binding names the adapter the router forwards to.
+type Binding struct {
+	Adapter   string `json:"adapter"`
+	Namespace string `json:"namespace"`
+	Source    string `json:"source"` // "config" or "compose"
+}
+
+// Contract is a {major, minor} contract version.
+type Contract struct {
+	Major uint32 `json:"major"`
+	Minor uint32 `json:"minor"`
+}
+
+type adapterInfo struct {
+	raw      json.RawMessage
+	contract *Contract
+}
+
+// Router forwards sandbox::* to the bound adapter.
+type Router struct {
+	e *core.Engine
+
+	mu      sync.Mutex
+	binding *Binding
+	infos   map[string]*adapterInfo // by adapter worker id
+}
+
+// New returns a router, bound when b is not nil.
+func New(e *core.Engine, b *Binding) *Router {
+	return &Router{e: e, binding: b, infos: map[string]*adapterInfo{}}
+}
+
+// Install registers sandbox::*, sandbox::adapter::info and engine::sandbox::bind on the engine.
+func (r *Router) Install() {
+	for _, op := range Ops {
+		r.e.Handle("sandbox::"+op, "Forwarded to the bound sandbox adapter as <adapter>::"+op, r.forwarder(op))
+	}
+	r.e.Handle("sandbox::adapter::info", "The bound sandbox adapter, its namespace, the engine's contract and the adapter's own adapter::info", r.info)
+	r.e.Handle("engine::sandbox::bind", "Owner only: bind the sandbox router to {adapter, namespace}", r.bind)
+}
+
+// Bound returns the current binding or nil.
+func (r *Router) Bound() *Binding {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.binding == nil {
+		return nil
+	}
+	b := *r.binding
+	return &b
+}
+
+type envelope struct {
+	Type      string `json:"type"`
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	DocsURL   string `json:"docs_url"`
+	Retryable bool   `json:"retryable"`
+	Fix       any    `json:"fix"`
+	FixNote   string `json:"fix_note"`
+}
+
+// DocsURL is the Sandboxes page entry of an S-code.
+func DocsURL(code string) string { return DocsBase + "#" + strings.ToLower(code) }
+
+func sErr(code, typ, msg, note string) *protocol.Error {
+	raw, _ := json.Marshal(envelope{Type: typ, Code: code, Message: msg, DocsURL: DocsURL(code), FixNote: note})
+	return protocol.RawError(raw)
+}
+
+func unbound(op string) *protocol.Error {
+	return sErr(errcode.S303, "config",
+		"no sandbox adapter is bound to this engine, so sandbox::"+op+" has nowhere to go",
+		"Add a top-level sandbox: section to this engine's config.yaml (adapter: sandbox-libkrun, namespace: default) "+
+			"and start the adapter in that namespace, or run the engine from a Compose file that sets engine.sandbox.")
+}
+
+func howToStart(b *Binding) string {
+	return "Start or install the adapter in namespace '" + b.Namespace + "': if a Compose project runs there, " +
+		"`iii call compose::add worker=iii-sandbox -n " + b.Namespace + "`; otherwise write a worker-compose.yaml that declares the " +
+		"sandbox-libkrun container and run `iii compose --up --namespace " + b.Namespace + "` with this engine's address."
+}
+
+func notConnected(b *Binding, op string) *protocol.Error {
+	return sErr(errcode.S301, "platform",
+		"the sandbox adapter '"+b.Adapter+"' bound to this engine is not connected in namespace '"+b.Namespace+
+			"': no live worker serves "+b.Adapter+"::"+op+". "+howToStart(b), howToStart(b))
+}
+
+func leftMidCall(b *Binding, op string) *protocol.Error {
+	return sErr(errcode.S301, "platform",
+		"the sandbox adapter '"+b.Adapter+"' in namespace '"+b.Namespace+"' disconnected while serving sandbox::"+op+
+			"; the call did not complete. "+howToStart(b), howToStart(b))
+}
+
+func incompatible(b *Binding, c Contract) *protocol.Error {
+	return sErr(errcode.S302, "config",
+		"the sandbox adapter '"+b.Adapter+"' in namespace '"+b.Namespace+"' implements sandbox contract "+
+			itoa(c.Major)+"."+itoa(c.Minor)+", but this engine speaks contract "+itoa(ContractMajor)+"."+itoa(ContractMinor)+
+			" and needs major "+itoa(ContractMajor),
+		"Install an adapter of contract major "+itoa(ContractMajor)+": `iii call compose::add worker=iii-sandbox` pins the range.")
+}
+
+func itoa(n uint32) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func (r *Router) forwarder(op string) core.Builtin {
+	fill := op == "exec" || op == "run"
+	return func(ctx context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+		b := r.Bound()
+		if b == nil {
+			return nil, unbound(op)
+		}
+		fn := b.Adapter + "::" + op
+		wid, ok := r.e.Lookup(b.Namespace, fn)
+		if !ok {
+			return nil, notConnected(b, op)
+		}
+		info := r.adapterInfo(ctx, b, wid)
+		if info != nil && info.contract != nil && info.contract.Major != ContractMajor {
+			return nil, incompatible(b, *info.contract)
+		}
+		res, perr := r.e.Invoke(ctx, b.Namespace, fn, payload, 0)
+		if perr != nil {
+			if perr.Code == errcode.InvocationStopped && ctx.Err() == nil || perr.Code == errcode.FunctionNotFound {
+				return nil, leftMidCall(b, op)
+			}
+			return nil, perr
+		}
+		if fill && info != nil && info.contract != nil && info.contract.Minor == 0 {
+			return fillTruncation(res), nil
+		}
+		return res, nil
+	}
+}
+
+// fillTruncation adds stdout_truncated/stderr_truncated = false to a contract 1.0 reply.
+func fillTruncation(res json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(res, &m); err != nil || m == nil {
+		return res
+	}
+	for _, k := range []string{"stdout_truncated", "stderr_truncated"} {
+		if _, ok := m[k]; !ok {
+			m[k] = json.RawMessage("false")
+		}
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return res
+	}
+	return out
+}
+
+// adapterInfo returns the adapter worker's adapter::info, asked once per connection; nil when it
+// does not answer within InfoTimeout.
+func (r *Router) adapterInfo(ctx context.Context, b *Binding, wid string) *adapterInfo {
+	r.mu.Lock()
+	info, ok := r.infos[wid]
+	r.mu.Unlock()
+	if ok {
+		return info
+	}
+	raw, perr := r.e.Invoke(ctx, b.Namespace, b.Adapter+"::adapter::info", json.RawMessage("{}"), InfoTimeout)
+	if perr != nil {
+		return nil
+	}
+	info = &adapterInfo{raw: raw}
+	var parsed struct {
+		Contract *Contract `json:"contract"`
+	}
+	if json.Unmarshal(raw, &parsed) == nil {
+		info.contract = parsed.Contract
+	}
+	r.mu.Lock()
+	r.infos[wid] = info
+	r.mu.Unlock()
+	go func() {
+		<-r.e.WorkerGone(wid)
+		r.mu.Lock()
+		delete(r.infos, wid)
+		r.mu.Unlock()
+	}()
+	return info
+}
+
+func (r *Router) info(ctx context.Context, _ core.Caller, _ json.RawMessage) (any, error) {
+	out := map[string]any{
+		"adapter": nil, "namespace": nil, "bound": false,
+		"contract": Contract{Major: ContractMajor, Minor: ContractMinor}, "info": nil,
+	}
+	b := r.Bound()
+	if b == nil {
+		return out, nil
+	}
+	out["adapter"], out["namespace"], out["bound"], out["source"] = b.Adapter, b.Namespace, true, b.Source
+	if wid, ok := r.e.Lookup(b.Namespace, b.Adapter+"::adapter::info"); ok {
+		if info := r.adapterInfo(ctx, b, wid); info != nil {
+			out["info"] = info.raw
+		}
+	}
+	return out, nil
+}
+
+func (r *Router) bind(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
+	if !c.Owner {
+		return nil, protocol.NewError(errcode.Forbidden, "function 'engine::sandbox::bind' not allowed (only the Compose that owns this engine may bind the sandbox router)")
+	}
+	var in struct {
+		Adapter   string `json:"adapter"`
+		Namespace string `json:"namespace"`
+	}
+	if len(payload) > 0 && string(payload) != "null" {
+		if err := json.Unmarshal(payload, &in); err != nil {
+			return nil, protocol.NewError(errcode.InvalidArguments, "payload: %v", err)
+		}
+	}
+	b := &Binding{Adapter: in.Adapter, Namespace: in.Namespace, Source: "compose"}
+	if b.Adapter == "" {
+		b.Adapter = DefaultAdapter
+	}
+	if b.Namespace == "" {
+		b.Namespace = c.Namespace
+	}
+	if b.Namespace == "" {
+		b.Namespace = protocol.DefaultNamespace
+	}
+	r.mu.Lock()
+	r.binding = b
+	r.mu.Unlock()
+	return b, nil
+}
