@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -267,7 +268,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)
-		return nil, scode.BootFailed(tail(err.Error(), bootErrorTail))
+		return nil, scode.BootFailed(tail(strings.TrimPrefix(err.Error(), "VM boot failed: "), bootErrorTail))
 	}
 	now := s.opt.Now()
 	box := &sandbox{id: id, image: img.Name, created: now, lastActive: now, idle: idle, machine: m, stateDir: stateDir}

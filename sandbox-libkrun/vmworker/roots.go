@@ -1,0 +1,81 @@
+package vmworker
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/iii-go/iii/sandbox-libkrun/scode"
+)
+
+// Roots are the host directories a VM worker may mount, fixed when the adapter starts.
+type Roots struct {
+	list []string // absolute, cleaned, symlinks resolved
+}
+
+// NewRoots resolves each directory once; a root that does not exist yet is kept as given
+// (cleaned and absolute), so that it still bounds later mounts.
+func NewRoots(dirs []string) Roots {
+	var r Roots
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if strings.TrimSpace(d) == "" {
+			continue
+		}
+		p := canonical(d)
+		if !seen[p] {
+			seen[p] = true
+			r.list = append(r.list, p)
+		}
+	}
+	return r
+}
+
+// List returns the roots in the order given.
+func (r Roots) List() []string { return append([]string(nil), r.list...) }
+
+// Check returns S501 unless path lies at or under one of the roots.
+func (r Roots) Check(path string) error {
+	p := canonical(path)
+	for _, root := range r.list {
+		if within(p, root) {
+			return nil
+		}
+	}
+	return scode.OutsideRoots(p, r.list)
+}
+
+// within reports whether p is root or below it.
+func within(p, root string) bool {
+	if p == root || root == "/" {
+		return true
+	}
+	return strings.HasPrefix(p, root+string(filepath.Separator))
+}
+
+// canonical makes p absolute, cleaned, with symlinks resolved where it exists.
+func canonical(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		p = real
+	}
+	return filepath.Clean(p)
+}
+
+// PackageCache is Compose's package cache: $III_COMPOSE_STATE_DIR/packages, else
+// ~/.iii/compose/packages.
+func PackageCache() string {
+	if d := os.Getenv("III_COMPOSE_STATE_DIR"); d != "" {
+		return filepath.Join(d, "packages")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".iii", "compose", "packages")
+}
+
+// StateRoot is where VM worker state lives: ~/.iii/sandbox/workers.
+func StateRoot() string {
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".iii", "sandbox", "workers")
+}

@@ -1,0 +1,494 @@
+// Package vmworker runs Compose's VM workers: <prefix>::worker::start|stop|status|delete boot a
+// microVM per vm_id with the worker's directory inside, keep its state in
+// ~/.iii/sandbox/workers/<vm_id>/, and refuse any host directory outside the roots fixed when
+// the adapter started (S501). The compose file's .iii/ directory never reaches a VM.
+package vmworker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+)
+
+// Images resolves an OCI reference to a root filesystem directory (see adapter.Images).
+type Images interface {
+	Resolve(ctx context.Context, name, ociRef string, autoInstall bool) (rootfsDir string, err error)
+}
+
+// Options configure a Manager.
+type Options struct {
+	Driver      vm.Driver
+	Images      Images
+	AutoInstall bool
+	Roots       Roots
+	ComposeDir  string // the compose file's directory; its .iii/ is never mounted
+	StateRoot   string // default StateRoot()
+	RunDir      string // short directory for machine sockets; default $TMPDIR/iii-vmw-<uid>
+	CPUs        int    // default vCPUs
+	MemoryMB    int    // default RAM
+	Logf        func(format string, args ...any)
+}
+
+// GuestDir is where the worker's directory appears in the guest unless guest_dir says otherwise.
+const GuestDir = "/workspace"
+
+// States a VM worker reports.
+const (
+	StateStarting = "starting"
+	StateRunning  = "running"
+	StateExited   = "exited"
+	StateStopped  = "stopped"
+	StateAbsent   = "absent"
+)
+
+// Manager owns every VM worker of this adapter process.
+type Manager struct {
+	opt     Options
+	mu      sync.Mutex
+	workers map[string]*worker
+	wg      sync.WaitGroup
+}
+
+type worker struct {
+	id       string
+	name     string
+	state    string
+	machine  vm.Machine
+	exitCode *int
+	started  time.Time
+	done     chan struct{} // closed when the worker's command has ended and its VM is stopped
+}
+
+// New builds a Manager.
+func New(opt Options) *Manager {
+	if opt.StateRoot == "" {
+		opt.StateRoot = StateRoot()
+	}
+	if opt.RunDir == "" {
+		opt.RunDir = filepath.Join(os.TempDir(), fmt.Sprintf("iii-vmw-%d", os.Getuid()))
+	}
+	if opt.CPUs < 1 {
+		opt.CPUs = 1
+	}
+	if opt.MemoryMB < 128 {
+		opt.MemoryMB = 512
+	}
+	if opt.Logf == nil {
+		opt.Logf = func(string, ...any) {}
+	}
+	if opt.ComposeDir != "" {
+		opt.ComposeDir = canonical(opt.ComposeDir)
+	}
+	return &Manager{opt: opt, workers: map[string]*worker{}}
+}
+
+// Handler is one worker::* operation.
+type Handler func(ctx context.Context, req json.RawMessage) (any, error)
+
+// Handlers maps "worker::start" ... "worker::delete" to their handlers.
+func (m *Manager) Handlers() map[string]Handler {
+	return map[string]Handler{
+		"worker::start":  m.Start,
+		"worker::stop":   m.Stop,
+		"worker::status": m.Status,
+		"worker::delete": m.Delete,
+	}
+}
+
+// Roots returns the host roots.
+func (m *Manager) Roots() []string { return m.opt.Roots.List() }
+
+// MountSpec is an extra host directory for a VM worker.
+type MountSpec struct {
+	Host     string `json:"host"`
+	Guest    string `json:"guest"`
+	ReadOnly *bool  `json:"read_only"`
+}
+
+// StartRequest is the body of worker::start.
+type StartRequest struct {
+	VMID     string          `json:"vm_id"`
+	Name     string          `json:"name"`
+	Image    string          `json:"image"`
+	Dir      string          `json:"dir"`
+	GuestDir string          `json:"guest_dir"`
+	Command  []string        `json:"command"`
+	Env      json.RawMessage `json:"env"`
+	CPUs     int             `json:"cpus"`
+	MemoryMB int             `json:"memory_mb"`
+	Network  *bool           `json:"network"`
+	Mounts   []MountSpec     `json:"mounts"`
+}
+
+// StatusReply describes one VM worker.
+type StatusReply struct {
+	VMID        string   `json:"vm_id"`
+	Name        string   `json:"name,omitempty"`
+	State       string   `json:"state"`
+	ExitCode    *int     `json:"exit_code,omitempty"`
+	StateDir    string   `json:"state_dir"`
+	StateExists bool     `json:"state_exists"`
+	PIDs        []int    `json:"pids"`
+	Kernel      string   `json:"kernel_release,omitempty"`
+	HostRoots   []string `json:"host_roots"`
+}
+
+var vmIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+func checkVMID(id string) error {
+	if id == "" {
+		return scode.Invalid("vm_id is required")
+	}
+	if !vmIDRe.MatchString(id) {
+		return scode.Invalid("vm_id must match [A-Za-z0-9][A-Za-z0-9_.-]{0,127}: " + id)
+	}
+	return nil
+}
+
+// StateDir is the state directory of vm_id.
+func (m *Manager) StateDir(id string) string { return filepath.Join(m.opt.StateRoot, id) }
+
+func decode(raw json.RawMessage, v any) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = json.RawMessage("{}")
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return scode.Invalid(err.Error())
+	}
+	return nil
+}
+
+// Start boots the VM worker vm_id and starts its command. A running vm_id answers its status.
+func (m *Manager) Start(ctx context.Context, raw json.RawMessage) (any, error) {
+	var req StartRequest
+	if err := decode(raw, &req); err != nil {
+		return nil, err
+	}
+	if err := checkVMID(req.VMID); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Image == "":
+		return nil, scode.Invalid("image is required (the worker's runtime.base_image, an OCI reference)")
+	case req.Dir == "":
+		return nil, scode.Invalid("dir is required (the worker's directory on the host)")
+	case len(req.Command) == 0 || req.Command[0] == "":
+		return nil, scode.Invalid("command is required (the argv that starts the worker inside the VM)")
+	}
+	env, err := parseEnv(req.Env)
+	if err != nil {
+		return nil, err
+	}
+	// Roots first: a directory outside them is refused before anything touches the disk.
+	if err := m.opt.Roots.Check(req.Dir); err != nil {
+		return nil, err
+	}
+	for _, mt := range req.Mounts {
+		if mt.Host == "" || !filepath.IsAbs(mt.Guest) {
+			return nil, scode.Invalid("each mount needs a host directory and an absolute guest path")
+		}
+		if err := m.opt.Roots.Check(mt.Host); err != nil {
+			return nil, err
+		}
+	}
+	if st, err := os.Stat(req.Dir); err != nil || !st.IsDir() {
+		return nil, scode.Invalid("dir is not a directory: " + req.Dir)
+	}
+
+	m.mu.Lock()
+	if w, ok := m.workers[req.VMID]; ok && (w.state == StateRunning || w.state == StateStarting) {
+		m.mu.Unlock()
+		return m.status(req.VMID), nil
+	}
+	w := &worker{id: req.VMID, name: req.Name, state: StateStarting, started: time.Now(), done: make(chan struct{})}
+	m.workers[req.VMID] = w
+	m.mu.Unlock()
+
+	machine, err := m.boot(ctx, req, env)
+	m.mu.Lock()
+	if err != nil {
+		w.state = StateStopped
+		close(w.done)
+		m.mu.Unlock()
+		return nil, err
+	}
+	w.machine = machine
+	w.state = StateRunning
+	m.mu.Unlock()
+
+	m.wg.Add(1)
+	go m.run(w, req.Command)
+	m.opt.Logf("VM worker %s started (%s)", req.VMID, m.opt.Driver.Name())
+	return m.status(req.VMID), nil
+}
+
+// boot prepares the state directory and the mounts, then boots the machine.
+func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.Machine, error) {
+	state := m.StateDir(req.VMID)
+	if err := os.MkdirAll(filepath.Join(state, "logs"), 0o700); err != nil {
+		return nil, scode.BootFailed("cannot create the state directory: " + err.Error())
+	}
+	meta, _ := json.MarshalIndent(map[string]any{"vm_id": req.VMID, "name": req.Name, "image": req.Image, "dir": canonical(req.Dir)}, "", "  ")
+	if err := os.WriteFile(filepath.Join(state, "meta.json"), meta, 0o600); err != nil {
+		return nil, scode.BootFailed("cannot write the state directory: " + err.Error())
+	}
+	// The worker directory is mirrored into the state directory (without any .iii/), so the VM
+	// keeps its own writes there and never sees the project token.
+	workdir := filepath.Join(state, "workdir")
+	if err := mirror(canonical(req.Dir), workdir); err != nil {
+		return nil, scode.BootFailed("copying the worker directory: " + err.Error())
+	}
+	guest := req.GuestDir
+	if guest == "" {
+		guest = GuestDir
+	}
+	mounts := []vm.Mount{{Host: workdir, Guest: guest}}
+	for i, mt := range req.Mounts {
+		host := canonical(mt.Host)
+		if m.exposesToken(host) {
+			copyDir := filepath.Join(state, "mounts", fmt.Sprint(i))
+			if err := mirror(host, copyDir); err != nil {
+				return nil, scode.BootFailed("copying a mount: " + err.Error())
+			}
+			host = copyDir
+		}
+		ro := mt.ReadOnly == nil || *mt.ReadOnly
+		mounts = append(mounts, vm.Mount{Host: host, Guest: mt.Guest, ReadOnly: ro})
+	}
+	rootfs, err := m.opt.Images.Resolve(ctx, req.Image, req.Image, m.opt.AutoInstall)
+	if err != nil {
+		if e, ok := scode.As(err); ok {
+			return nil, e
+		}
+		return nil, scode.PullFailed(req.Image, err.Error())
+	}
+	cpus, mem := req.CPUs, req.MemoryMB
+	if cpus < 1 {
+		cpus = m.opt.CPUs
+	}
+	if mem < 128 {
+		mem = m.opt.MemoryMB
+	}
+	sum := sha256.Sum256([]byte(state))
+	machine, err := m.opt.Driver.Boot(ctx, vm.Spec{
+		RootFS: rootfs, CPUs: cpus, MemoryMB: mem, Env: env, Workdir: guest, Mounts: mounts,
+		Network:  req.Network == nil || *req.Network,
+		StateDir: filepath.Join(m.opt.RunDir, hex.EncodeToString(sum[:6])), ScratchMB: mem / 2,
+	})
+	if err != nil {
+		return nil, scode.BootFailed(strings.TrimPrefix(err.Error(), "VM boot failed: "))
+	}
+	return machine, nil
+}
+
+// exposesToken reports whether mounting host would show the compose file's .iii/ directory.
+func (m *Manager) exposesToken(host string) bool {
+	return m.opt.ComposeDir != "" && within(m.opt.ComposeDir, host)
+}
+
+// run executes the worker's command, appending its output to logs/worker.log, and stops the VM
+// when the command ends.
+func (m *Manager) run(w *worker, argv []string) {
+	defer m.wg.Done()
+	defer close(w.done)
+	logPath := filepath.Join(m.StateDir(w.id), "logs", "worker.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		m.opt.Logf("VM worker %s: log: %v", w.id, err)
+	}
+	res, err := w.machine.Exec(context.Background(), vm.ExecRequest{
+		Argv: argv, OutputCap: 64 << 10,
+		Output: func(_ int, data []byte) {
+			if logf != nil {
+				logf.Write(data)
+			}
+		},
+	})
+	if logf != nil {
+		logf.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	w.machine.Stop(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w.state == StateRunning {
+		w.state = StateExited
+	}
+	if err == nil {
+		w.exitCode = res.ExitCode
+	}
+	m.opt.Logf("VM worker %s ended (state %s)", w.id, w.state)
+}
+
+// IDRequest is the body of worker::stop, worker::status and worker::delete.
+type IDRequest struct {
+	VMID string `json:"vm_id"`
+}
+
+// Stop stops the VM worker and waits until its VM is gone. Stopping a worker that is not
+// running succeeds.
+func (m *Manager) Stop(ctx context.Context, raw json.RawMessage) (any, error) {
+	var req IDRequest
+	if err := decode(raw, &req); err != nil {
+		return nil, err
+	}
+	if err := checkVMID(req.VMID); err != nil {
+		return nil, err
+	}
+	m.stopAndWait(ctx, req.VMID)
+	return m.status(req.VMID), nil
+}
+
+func (m *Manager) stopAndWait(ctx context.Context, id string) {
+	m.mu.Lock()
+	w, ok := m.workers[id]
+	if ok && w.state == StateRunning {
+		w.state = StateStopped
+	}
+	m.mu.Unlock()
+	if !ok {
+		return
+	}
+	if w.machine != nil {
+		sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		w.machine.Stop(sctx)
+		cancel()
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	}
+}
+
+// Status answers one vm_id, or every known VM worker when vm_id is empty.
+func (m *Manager) Status(_ context.Context, raw json.RawMessage) (any, error) {
+	var req IDRequest
+	if err := decode(raw, &req); err != nil {
+		return nil, err
+	}
+	if req.VMID == "" {
+		m.mu.Lock()
+		ids := make([]string, 0, len(m.workers))
+		for id := range m.workers {
+			ids = append(ids, id)
+		}
+		m.mu.Unlock()
+		sort.Strings(ids)
+		out := make([]StatusReply, 0, len(ids))
+		for _, id := range ids {
+			out = append(out, m.status(id))
+		}
+		return map[string]any{"workers": out, "host_roots": m.opt.Roots.List()}, nil
+	}
+	if err := checkVMID(req.VMID); err != nil {
+		return nil, err
+	}
+	return m.status(req.VMID), nil
+}
+
+func (m *Manager) status(id string) StatusReply {
+	dir := m.StateDir(id)
+	_, err := os.Stat(dir)
+	r := StatusReply{VMID: id, State: StateAbsent, StateDir: dir, StateExists: err == nil, PIDs: []int{}, HostRoots: m.opt.Roots.List()}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w, ok := m.workers[id]; ok {
+		r.Name, r.State, r.ExitCode = w.name, w.state, w.exitCode
+		if w.machine != nil && w.state == StateRunning {
+			r.PIDs = append(r.PIDs, w.machine.PIDs()...)
+			r.Kernel = w.machine.KernelRelease()
+		}
+	}
+	return r
+}
+
+// DeleteReply is the reply of worker::delete.
+type DeleteReply struct {
+	VMID     string `json:"vm_id"`
+	Deleted  bool   `json:"deleted"`
+	StateDir string `json:"state_dir"`
+}
+
+// Delete stops the VM worker if it runs and removes its state directory.
+func (m *Manager) Delete(ctx context.Context, raw json.RawMessage) (any, error) {
+	var req IDRequest
+	if err := decode(raw, &req); err != nil {
+		return nil, err
+	}
+	if err := checkVMID(req.VMID); err != nil {
+		return nil, err
+	}
+	m.stopAndWait(ctx, req.VMID)
+	dir := m.StateDir(req.VMID)
+	_, statErr := os.Stat(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, scode.FS(scode.S216, "fs i/o error: removing "+dir+": "+err.Error())
+	}
+	m.mu.Lock()
+	delete(m.workers, req.VMID)
+	m.mu.Unlock()
+	return DeleteReply{VMID: req.VMID, Deleted: statErr == nil, StateDir: dir}, nil
+}
+
+// Shutdown stops every VM worker and waits for them (or ctx).
+func (m *Manager) Shutdown(ctx context.Context) {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.workers))
+	for id := range m.workers {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		m.stopAndWait(ctx, id)
+	}
+	done := make(chan struct{})
+	go func() { m.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// parseEnv accepts ["K=V"] or {"K":"V"} (sorted by key).
+func parseEnv(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		var mp map[string]string
+		if err := json.Unmarshal(raw, &mp); err != nil {
+			return nil, scode.Invalid("env must be a list of \"K=V\" strings or a map of names to string values")
+		}
+		keys := make([]string, 0, len(mp))
+		for k := range mp {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			list = append(list, k+"="+mp[k])
+		}
+	}
+	for _, kv := range list {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || !envNameRe.MatchString(name) {
+			return nil, scode.Invalid(fmt.Sprintf("env contains an invalid entry: %q (names must match `[A-Za-z_][A-Za-z0-9_]*`)", kv))
+		}
+	}
+	return list, nil
+}

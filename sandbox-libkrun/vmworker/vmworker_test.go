@@ -1,0 +1,203 @@
+package vmworker
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+)
+
+type fakeDriver struct {
+	mu    sync.Mutex
+	specs []vm.Spec
+	last  *fakeMachine
+}
+
+func (d *fakeDriver) Name() string { return "fake" }
+func (d *fakeDriver) Boot(_ context.Context, spec vm.Spec) (vm.Machine, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.specs = append(d.specs, spec)
+	d.last = &fakeMachine{done: make(chan struct{}), argv: make(chan []string, 1)}
+	return d.last, nil
+}
+
+type fakeMachine struct {
+	once sync.Once
+	done chan struct{}
+	argv chan []string
+}
+
+func (m *fakeMachine) Exec(_ context.Context, req vm.ExecRequest) (vm.ExecResult, error) {
+	m.argv <- req.Argv
+	req.Output(1, []byte("worker up\n"))
+	<-m.done
+	return vm.ExecResult{}, nil
+}
+func (m *fakeMachine) FS(context.Context, string, json.RawMessage) (json.RawMessage, error) {
+	return nil, nil
+}
+func (m *fakeMachine) KernelRelease() string { return "6.1.0-guest" }
+func (m *fakeMachine) PIDs() []int           { return []int{4242} }
+func (m *fakeMachine) Done() <-chan struct{} { return m.done }
+func (m *fakeMachine) Stop(context.Context) error {
+	m.once.Do(func() { close(m.done) })
+	return nil
+}
+
+type images struct{}
+
+func (images) Resolve(_ context.Context, _, ref string, _ bool) (string, error) {
+	return "/cache/" + ref, nil
+}
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRootsCheck(t *testing.T) {
+	base := t.TempDir()
+	project := filepath.Join(base, "project")
+	shared := filepath.Join(base, "shared")
+	other := filepath.Join(base, "other")
+	for _, d := range []string{project, shared, other} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(other, filepath.Join(project, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	r := NewRoots([]string{project, shared, "", project})
+	if len(r.List()) != 2 {
+		t.Fatalf("roots %v", r.List())
+	}
+	for _, ok := range []string{project, filepath.Join(project, "w"), shared + "/./x/.."} {
+		if err := r.Check(ok); err != nil {
+			t.Fatalf("%s: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{other, filepath.Join(project, "escape"), project + "-evil", filepath.Join(project, "..", "other")} {
+		err := r.Check(bad)
+		e, ok := scode.As(err)
+		if !ok || e.Code != scode.S501 {
+			t.Fatalf("%s: want S501, got %v", bad, err)
+		}
+		if !strings.Contains(e.Message, project) || !strings.Contains(e.Message, shared) ||
+			!strings.Contains(e.Message, "https://iii.dev/docs/using-iii/sandboxes#s501") ||
+			!strings.Contains(e.Message, "iii call compose::restart worker=sandbox-libkrun") ||
+			e.DocsURL != "https://iii.dev/docs/using-iii/sandboxes#s501" {
+			t.Fatalf("S501 envelope %+v", e)
+		}
+	}
+}
+
+func TestWorkerLifecycle(t *testing.T) {
+	base := t.TempDir()
+	project := filepath.Join(base, "project")
+	write(t, filepath.Join(project, "worker-compose.yaml"), "workers: {}\n")
+	write(t, filepath.Join(project, ".iii", "compose", "default", "token"), "s3cret")
+	write(t, filepath.Join(project, "app", "main.py"), "print(1)")
+	write(t, filepath.Join(base, "outside", "main.py"), "print(2)")
+	drv := &fakeDriver{}
+	state := filepath.Join(base, "home", ".iii", "sandbox", "workers")
+	m := New(Options{Driver: drv, Images: images{}, Roots: NewRoots([]string{project}), ComposeDir: project,
+		StateRoot: state, RunDir: filepath.Join(base, "run")})
+	ctx := context.Background()
+	call := func(op, body string) (map[string]any, error) {
+		out, err := m.Handlers()[op](ctx, json.RawMessage(body))
+		if err != nil {
+			return nil, err
+		}
+		b, _ := json.Marshal(out)
+		var r map[string]any
+		json.Unmarshal(b, &r)
+		return r, nil
+	}
+
+	_, err := call("worker::start", `{"vm_id":"w1","image":"docker.io/library/python:3","dir":"`+filepath.Join(base, "outside")+`","command":["python3","main.py"]}`)
+	if e, ok := scode.As(err); !ok || e.Code != scode.S501 {
+		t.Fatalf("outside the roots: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "w1")); !os.IsNotExist(err) {
+		t.Fatalf("a refused start left state behind: %v", err)
+	}
+	_, err = call("worker::start", `{"vm_id":"../x","image":"i","dir":"`+project+`","command":["x"]}`)
+	if e, ok := scode.As(err); !ok || e.Code != scode.S001 {
+		t.Fatalf("bad vm_id: %v", err)
+	}
+
+	r, err := call("worker::start", `{"vm_id":"w1","name":"api","image":"docker.io/library/python:3","dir":"`+project+`","command":["python3","app/main.py"],"env":{"III_URL":"ws://10.0.2.2:49134"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r["state"] != StateRunning || r["kernel_release"] != "6.1.0-guest" {
+		t.Fatalf("start reply %v", r)
+	}
+	if argv := <-drv.last.argv; strings.Join(argv, " ") != "python3 app/main.py" {
+		t.Fatalf("argv %v", argv)
+	}
+	spec := drv.specs[0]
+	if spec.RootFS != "/cache/docker.io/library/python:3" || spec.Workdir != GuestDir || !spec.Network ||
+		spec.Env[0] != "III_URL=ws://10.0.2.2:49134" || len(spec.Mounts) != 1 {
+		t.Fatalf("spec %+v", spec)
+	}
+	wd := spec.Mounts[0].Host
+	if !strings.HasPrefix(wd, filepath.Join(state, "w1")) {
+		t.Fatalf("the worker directory is mounted from %s, not its state copy", wd)
+	}
+	if _, err := os.Stat(filepath.Join(wd, "app", "main.py")); err != nil {
+		t.Fatal("worker files missing from the VM's copy")
+	}
+	if _, err := os.Stat(filepath.Join(wd, ".iii")); !os.IsNotExist(err) {
+		t.Fatal("the compose file's .iii/ reached the VM")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(state, "w1", "logs", "worker.log"))
+		if string(b) == "worker up\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker log %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	r, _ = call("worker::stop", `{"vm_id":"w1"}`)
+	if r["state"] != StateStopped || r["state_exists"] != true {
+		t.Fatalf("stop reply %v", r)
+	}
+	r, _ = call("worker::status", `{}`)
+	if ws := r["workers"].([]any); len(ws) != 1 {
+		t.Fatalf("status %v", r)
+	}
+	r, _ = call("worker::delete", `{"vm_id":"w1"}`)
+	if r["deleted"] != true {
+		t.Fatalf("delete reply %v", r)
+	}
+	if _, err := os.Stat(filepath.Join(state, "w1")); !os.IsNotExist(err) {
+		t.Fatal("delete left the state directory")
+	}
+	r, _ = call("worker::status", `{"vm_id":"w1"}`)
+	if r["state"] != StateAbsent || r["state_exists"] != false {
+		t.Fatalf("status after delete %v", r)
+	}
+	r, _ = call("worker::delete", `{"vm_id":"w1"}`)
+	if r["deleted"] != false {
+		t.Fatalf("second delete %v", r)
+	}
+}
