@@ -1,0 +1,104 @@
+package image
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// extract unpacks a flattened image tar into dir. Every path is resolved inside dir through
+// os.Root, so neither ".." nor symlinks in the archive can write outside it.
+func extract(r io.Reader, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tr := tar.NewReader(r)
+	type dirMode struct {
+		name string
+		mode fs.FileMode
+	}
+	var dirs []dirMode
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "/"))
+		if name == "." || name == ".." || strings.HasPrefix(name, "../") {
+			continue
+		}
+		if parent := path.Dir(name); parent != "." {
+			if err := root.MkdirAll(parent, 0o755); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		mode := fs.FileMode(h.Mode & 0o777)
+		if h.Mode&0o4000 != 0 {
+			mode |= fs.ModeSetuid
+		}
+		if h.Mode&0o2000 != 0 {
+			mode |= fs.ModeSetgid
+		}
+		if h.Mode&0o1000 != 0 {
+			mode |= fs.ModeSticky
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.MkdirAll(name, 0o755); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			dirs = append(dirs, dirMode{name, mode})
+		case tar.TypeReg:
+			_ = root.Remove(name)
+			f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			_ = root.Lchown(name, h.Uid, h.Gid)
+			if err := root.Chmod(name, mode); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		case tar.TypeSymlink:
+			_ = root.Remove(name)
+			if err := root.Symlink(h.Linkname, name); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			_ = root.Lchown(name, h.Uid, h.Gid)
+		case tar.TypeLink:
+			target := path.Clean(strings.TrimPrefix(h.Linkname, "/"))
+			if strings.HasPrefix(target, "../") {
+				return fmt.Errorf("%s: hard link outside the image", name)
+			}
+			_ = root.Remove(name)
+			if err := root.Link(target, name); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		default:
+			// Device nodes, fifos and the like are not needed in a sandbox root.
+		}
+	}
+	// Directory modes last, so read-only directories do not block their own contents.
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := root.Chmod(dirs[i].name, dirs[i].mode); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
