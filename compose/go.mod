@@ -7,3 +7,7 @@ require (
 	github.com/google/go-cmp v0.7.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
+
+require github.com/iii-go/iii/engine v0.0.0
+
+replace github.com/iii-go/iii/engine => ../engine

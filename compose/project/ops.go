@@ -1,0 +1,330 @@
+package project
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/iii-go/iii/compose/composefile"
+	"github.com/iii-go/iii/compose/errcode"
+	"github.com/iii-go/iii/compose/supervisor"
+	"github.com/iii-go/iii/compose/token"
+	"github.com/iii-go/iii/compose/vmstate"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// Outcome is one container's part of an operation result.
+type Outcome struct {
+	Container string     `json:"container"`
+	State     string     `json:"state"`
+	Changed   bool       `json:"changed"`
+	Error     *CodedBody `json:"error,omitempty"`
+}
+
+// CodedBody is an error as {code, message}.
+type CodedBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Result is the result of up and down (REFERENCE-compose.md §4).
+type Result struct {
+	Status     string    `json:"status"`
+	Changed    bool      `json:"changed"`
+	Containers []Outcome `json:"containers"`
+}
+
+func body(err error) *CodedBody {
+	e := errcode.As(err, errcode.EngineCallFailed)
+	return &CodedBody{Code: e.Code, Message: e.Message}
+}
+
+// startOrder puts the adapter before every VM worker: they boot through it.
+func (p *Project) startOrder(f *composefile.File, keys []string) []string {
+	ak := AdapterKey(f)
+	if ak == "" {
+		return keys
+	}
+	hasVM, hasAdapter := false, false
+	for _, k := range keys {
+		hasAdapter = hasAdapter || k == ak
+		hasVM = hasVM || (k != ak && p.IsVM(k))
+	}
+	if !hasVM {
+		return keys
+	}
+	out := []string{ak}
+	for _, k := range keys {
+		if k != ak {
+			out = append(out, k)
+		}
+	}
+	if !hasAdapter && p.running(ak) {
+		return out[1:]
+	}
+	return out
+}
+
+// Up starts the project, or only container and what it depends on. Containers already running
+// are left alone. A failure stops what this call started, in reverse order, and fails with
+// PROJECT_DID_NOT_START carrying the container's error.
+func (p *Project) Up(ctx context.Context, container string) (Result, error) {
+	if err := p.unknown(container); err != nil {
+		return Result{}, err
+	}
+	f := p.File()
+	keys := f.StartOrder()
+	if container != "" {
+		keys = Dependencies(f, container)
+	}
+	keys = p.startOrder(f, keys)
+	res := Result{Status: "ok"}
+	var started []string
+	for _, k := range keys {
+		if p.running(k) {
+			res.Containers = append(res.Containers, Outcome{Container: k, State: p.state(k)})
+			continue
+		}
+		if err := p.start(ctx, f, k); err != nil {
+			res.Status = "failed"
+			res.Containers = append(res.Containers, Outcome{Container: k, State: StateFailed, Error: body(err)})
+			for i := len(started) - 1; i >= 0; i-- {
+				p.stop(ctx, f, started[i])
+			}
+			e := errcode.As(err, errcode.EngineCallFailed)
+			return res, errcode.New(errcode.ProjectDidNotStart, "%s did not start: container '%s': %s: %s", f.Path, k, e.Code, e.Message)
+		}
+		started = append(started, k)
+		res.Changed = true
+		res.Containers = append(res.Containers, Outcome{Container: k, State: StateReady, Changed: true})
+	}
+	return res, nil
+}
+
+// Down stops the project, or container and everything that depends on it, then deletes the
+// adapter-owned state of the VM containers it stopped (req J4, J5).
+func (p *Project) Down(ctx context.Context, container string) (Result, error) {
+	if err := p.unknown(container); err != nil {
+		return Result{}, err
+	}
+	f := p.File()
+	var keys []string
+	if container != "" {
+		keys = append(Dependents(f, container), container)
+	} else {
+		order := p.startOrder(f, f.StartOrder())
+		for i := len(order) - 1; i >= 0; i-- {
+			keys = append(keys, order[i])
+		}
+	}
+	ak := AdapterKey(f)
+	res := Result{Status: "ok"}
+	var vms []string
+	stopAdapter := false
+	for _, k := range keys {
+		if k == ak {
+			stopAdapter = true
+			continue
+		}
+		if p.IsVM(k) {
+			vms = append(vms, k)
+		}
+		changed := p.stop(ctx, f, k)
+		res.Changed = res.Changed || changed
+		res.Containers = append(res.Containers, Outcome{Container: k, State: StateStopped, Changed: changed})
+	}
+	p.cleanupVMs(ctx, f, vms)
+	if stopAdapter {
+		changed := p.stop(ctx, f, ak)
+		res.Changed = res.Changed || changed
+		res.Containers = append(res.Containers, Outcome{Container: ak, State: StateStopped, Changed: changed})
+	}
+	return res, nil
+}
+
+// StopAll stops every container (used when Compose exits) and cleans up VM state.
+func (p *Project) StopAll(ctx context.Context) {
+	_, _ = p.Down(ctx, "")
+}
+
+// stop stops one container and reports whether it was running.
+func (p *Project) stop(ctx context.Context, f *composefile.File, key string) bool {
+	if !p.running(key) && !p.opts.Sup.Running(key) {
+		p.setState(key, func(c *Container) { c.State = StateStopped })
+		return false
+	}
+	p.Progress(key, "Stopping")
+	if p.IsVM(key) {
+		if _, err := p.opts.Engine.Call(ctx, AdapterPrefix(f)+"::worker::stop", map[string]any{"vm_id": p.VMID(key)}); err != nil {
+			p.Warn(fmt.Sprintf("container '%s': %s::worker::stop: %v", key, AdapterPrefix(f), err))
+		}
+	} else if killed, err := p.opts.Sup.Stop(key, f.StopTimeout); err != nil {
+		p.Warn(err.Error())
+	} else if killed {
+		p.Warn(fmt.Sprintf("container '%s' did not stop within %v and was killed", key, f.StopTimeout))
+	}
+	p.setState(key, func(c *Container) { c.State, c.PID = StateStopped, 0 })
+	p.Progress(key, "Stopped")
+	return true
+}
+
+// cleanupVMs deletes the adapter-owned state of VM containers, starting the declared adapter
+// for the call when it is not running. When it cannot, it warns (req J5).
+func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	prefix := AdapterPrefix(f)
+	ak := AdapterKey(f)
+	why := ""
+	startedForCall := false
+	switch {
+	case ak != "" && p.running(ak):
+	case ak != "":
+		if err := p.start(ctx, f, ak); err != nil {
+			why = "the adapter failed to start: " + err.Error()
+		} else {
+			startedForCall = true
+		}
+	default:
+		if w, err := p.adapterLive(ctx, f); err != nil {
+			why = "the engine is not reachable: " + err.Error()
+		} else if !w {
+			why = "the compose file does not declare the adapter and it is not running"
+		}
+	}
+	for _, k := range keys {
+		id := p.VMID(k)
+		if why == "" {
+			if err := vmstate.Delete(ctx, plainCaller{p.opts.Engine}, prefix, id); err == nil {
+				p.Progress(k, "Removed")
+				continue
+			} else {
+				p.Warn(vmstate.Warning(k, prefix, id, p.opts.Home, err.Error()))
+				continue
+			}
+		}
+		p.Warn(vmstate.Warning(k, prefix, id, p.opts.Home, why))
+	}
+	if startedForCall {
+		p.stop(ctx, f, ak)
+	}
+}
+
+// adapterLive reports whether a worker serving <prefix>::worker::delete is registered.
+func (p *Project) adapterLive(ctx context.Context, f *composefile.File) (bool, error) {
+	raw, err := p.opts.Engine.Call(ctx, protocol.FnListFunctions, map[string]any{})
+	if err != nil {
+		return false, err
+	}
+	return strings.Contains(string(raw), `"`+AdapterPrefix(f)+`::worker::delete"`), nil
+}
+
+// onExit handles a process that ended without Stop: the container is reported and everything
+// that depends on it is taken down.
+func (p *Project) onExit(proc *supervisor.Process) {
+	key := proc.Name
+	f := p.File()
+	if f.Containers[key] == nil || p.state(key) != StateReady {
+		return
+	}
+	why := "exited"
+	if err := proc.ExitErr(); err != nil {
+		why = err.Error()
+	}
+	p.setState(key, func(c *Container) {
+		c.State, c.PID, c.LastError = StateFailed, 0, fmt.Sprintf("exited unexpectedly (%s)", why)
+	})
+	p.Progress(key, "Exited")
+	deps := Dependents(f, key)
+	var running []string
+	for _, d := range deps {
+		if p.running(d) {
+			running = append(running, d)
+		}
+	}
+	if len(running) == 0 {
+		p.printf("container '%s' (pid %d) exited unexpectedly (%s)", key, proc.PID, why)
+		return
+	}
+	p.printf("container '%s' (pid %d) exited unexpectedly (%s); stopping its dependents: %s", key, proc.PID, why, strings.Join(running, ", "))
+	for _, d := range running {
+		p.stop(context.Background(), f, d)
+		p.setState(d, func(c *Container) { c.LastError = fmt.Sprintf("stopped because '%s' exited", key) })
+	}
+}
+
+// startVM boots a VM worker through the adapter's <prefix>::worker::start.
+func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, env []string, timeout time.Duration) error {
+	key := pl.key
+	prefix := AdapterPrefix(f)
+	ak := AdapterKey(f)
+	if ak == "" || !p.running(ak) {
+		if live, _ := p.adapterLive(ctx, f); !live {
+			return errcode.New(errcode.SpawnFailed, "container '%s' could not start: it is a VM worker and no adapter serves %s::worker::start in namespace '%s'", key, prefix, f.Namespace)
+		}
+	}
+	envMap := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		envMap[k] = v
+	}
+	id := p.VMID(key)
+	p.setState(key, func(c *Container) { c.VM, c.VMID = true, id })
+	payload := map[string]any{"vm_id": id, "container": key, "namespace": f.Namespace, "dir": pl.vmDir,
+		"base_image": pl.image, "command": pl.command, "env": envMap}
+	if _, err := p.opts.Engine.Call(ctx, prefix+"::worker::start", payload); err != nil {
+		var pe *protocol.Error
+		msg := err.Error()
+		if errors.As(err, &pe) {
+			msg = pe.Code + ": " + pe.Message
+			if pe.Code == "S501" {
+				return errcode.New(errcode.SpawnFailed, "container '%s' could not start: %s. The adapter reads its host roots only when it starts: "+
+					"run `iii call compose::restart worker=%s` (it restarts each VM worker the adapter runs and ends every sandbox), "+
+					"then start '%s' with `iii call compose::up`; or move the worker under %s", key, msg, adapterContainer(f), key, f.Dir)
+			}
+		}
+		return errcode.New(errcode.SpawnFailed, "container '%s' could not start: %s", key, msg)
+	}
+	if ak != "" {
+		if v := p.Packages()[ak].Version; token.VMMountsExpose(v) && under(f.Dir, pl.vmDir) {
+			_ = token.MarkExposed(p.opts.State.Path, key, v)
+		}
+	}
+	return p.waitReady(ctx, f, key, timeout, nil)
+}
+
+func adapterContainer(f *composefile.File) string {
+	if k := AdapterKey(f); k != "" {
+		return k
+	}
+	return "sandbox-libkrun"
+}
+
+// adapterWarnings prints the token warnings for the adapter version that just started.
+func (p *Project) adapterWarnings(f *composefile.File, key string) {
+	v := p.Packages()[key].Version
+	var exposing []string
+	for _, k := range f.Order {
+		c := f.Containers[k]
+		if c.IsPackage() {
+			continue
+		}
+		if m, err := composefile.ReadManifest(c.Source.Dir); err == nil && m.IsVM() && under(f.Dir, c.Source.Dir) {
+			exposing = append(exposing, k)
+		}
+	}
+	for _, w := range token.Warnings(f.Containers[key].Source.Name, v, exposing) {
+		p.Warn(w)
+	}
+}
+
+// plainCaller adapts Engine to vmstate.Caller.
+type plainCaller struct{ e Engine }
+
+func (c plainCaller) Call(ctx context.Context, fn string, payload any) (json.RawMessage, error) {
+	return c.e.Call(ctx, fn, payload)
+}

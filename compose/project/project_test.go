@@ -1,0 +1,245 @@
+package project
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/compose/composefile"
+	"github.com/iii-go/iii/compose/state"
+	"github.com/iii-go/iii/compose/supervisor"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// fakeEngine answers the engine functions the project uses. A worker counts as registered once
+// its log holds the line READY (the test workers print it after reading their environment).
+type fakeEngine struct {
+	t     *testing.T
+	dir   state.Dir
+	sup   *supervisor.Supervisor
+	ns    string
+	mu    sync.Mutex
+	store map[string]any
+	calls []string
+}
+
+func (e *fakeEngine) Call(_ context.Context, fn string, payload any, _ ...protocol.CallOption) (json.RawMessage, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.calls = append(e.calls, fn)
+	b, _ := json.Marshal(payload)
+	var in map[string]any
+	_ = json.Unmarshal(b, &in)
+	switch fn {
+	case protocol.FnListWorkers:
+		var ws []map[string]any
+		entries, _ := os.ReadDir(e.dir.Join(state.LogsDir))
+		for _, en := range entries {
+			key := strings.TrimSuffix(en.Name(), ".log")
+			data, _ := os.ReadFile(e.dir.LogPath(key))
+			if e.sup.Running(key) && bytes.Contains(data, []byte("READY")) {
+				ws = append(ws, map[string]any{"name": key, "namespace": e.ns, "registered": true})
+			}
+		}
+		return json.Marshal(map[string]any{"workers": ws})
+	case FnConfigGet:
+		v, ok := e.store[in["id"].(string)]
+		if !ok {
+			return nil, protocol.NewError("NOT_FOUND", "configuration '%s' not found", in["id"])
+		}
+		return json.Marshal(map[string]any{"id": in["id"], "value": v})
+	case FnConfigPublish:
+		e.store[in["id"].(string)] = in["value"]
+		return json.RawMessage(`{}`), nil
+	case protocol.FnListFunctions:
+		return json.RawMessage(`{"functions":[]}`), nil
+	}
+	return nil, protocol.NewError("function_not_found", "%s", fn)
+}
+
+const worker = `echo "ns=$III_NAMESPACE name=$III_WORKER_NAME cfg=$III_CONFIG token=$III_TOKEN_FILE"; echo READY; while :; do sleep 0.05; done`
+
+func setup(t *testing.T, yaml string) (*Project, *fakeEngine, *bytes.Buffer) {
+	t.Helper()
+	t.Setenv(state.EnvStateDir, "")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "worker-compose.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := composefile.Load(path, func(k string) (string, bool) {
+		if k == "W" {
+			return worker, true
+		}
+		return os.LookupEnv(k)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, err := state.Resolve(path, f.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sd.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	sup := supervisor.New(nil)
+	eng := &fakeEngine{t: t, dir: sd, sup: sup, ns: f.Namespace, store: map[string]any{}}
+	var out bytes.Buffer
+	p := New(Options{File: f, State: sd, EngineURL: "ws://127.0.0.1:1", TokenFile: sd.Join("token"), Managed: true,
+		Engine: eng, Sup: sup, Out: &syncBuffer{b: &out}, Poll: 20 * time.Millisecond})
+	t.Cleanup(func() { p.StopAll(context.Background()) })
+	return p, eng, &out
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+const threeWorkers = `namespace: shop
+stop_timeout: 2s
+containers:
+  db:
+    worker: path://.
+    scripts: { run: "${W}" }
+  api:
+    worker: path://.
+    start_after: [db]
+    config_override: { port: 8080 }
+    scripts: { run: "${W}" }
+  web:
+    worker: path://.
+    start_after: [api]
+    scripts: { run: "${W}" }
+`
+
+func TestUpInOrderWithReservedEnvAndConfig(t *testing.T) {
+	p, eng, out := setup(t, threeWorkers)
+	res, err := p.Up(context.Background(), "")
+	if err != nil {
+		t.Fatalf("Up: %v\n%s", err, out)
+	}
+	if res.Status != "ok" || len(res.Containers) != 3 {
+		t.Fatalf("result %+v", res)
+	}
+	for i, want := range []string{"db", "api", "web"} {
+		if res.Containers[i].Container != want || res.Containers[i].State != StateReady {
+			t.Fatalf("container %d = %+v, want %s ready", i, res.Containers[i], want)
+		}
+	}
+	log, _ := os.ReadFile(p.opts.State.LogPath("api"))
+	if !strings.Contains(string(log), "ns=shop name=api cfg="+p.opts.State.ConfigPath("api")) || !strings.Contains(string(log), "token="+p.opts.State.Join("token")) {
+		t.Fatalf("api environment: %s", log)
+	}
+	id := ConfigID(p.File(), "api")
+	if v, ok := eng.store[id].(map[string]any); !ok || v["port"] != float64(8080) {
+		t.Fatalf("published %s = %v", id, eng.store[id])
+	}
+	st, err := os.Stat(p.opts.State.ConfigPath("api"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("config file: %v %v", st, err)
+	}
+	if strings.Index(out.String(), "api") > strings.Index(out.String(), "web") {
+		t.Fatalf("progress out of order:\n%s", out)
+	}
+	again, err := p.Up(context.Background(), "")
+	if err != nil || again.Changed {
+		t.Fatalf("second Up changed=%v err=%v", again.Changed, err)
+	}
+}
+
+func TestKilledWorkerTakesDependentsDown(t *testing.T) {
+	p, _, out := setup(t, threeWorkers)
+	if _, err := p.Up(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	web := p.opts.Sup.Get("web").PID
+	if err := syscall.Kill(p.opts.Sup.Get("api").PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.state("web") != StateStopped {
+		if time.Now().After(deadline) {
+			t.Fatalf("web still %s\n%s", p.state("web"), out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if syscall.Kill(web, 0) == nil {
+		<-p.opts.Sup.Get("web").Done()
+	}
+	if p.state("api") != StateFailed || p.state("db") != StateReady {
+		t.Fatalf("states api=%s db=%s", p.state("api"), p.state("db"))
+	}
+	if !strings.Contains(out.String(), "container 'api'") || !strings.Contains(out.String(), "stopping its dependents: web") {
+		t.Fatalf("no report:\n%s", out)
+	}
+}
+
+func TestFailedUpRollsBack(t *testing.T) {
+	p, _, out := setup(t, `stop_timeout: 1s
+containers:
+  db:
+    worker: path://.
+    scripts: { run: "${W}" }
+  bad:
+    worker: path://.
+    start_after: [db]
+    scripts: { run: "echo oops; exit 3" }
+`)
+	res, err := p.Up(context.Background(), "")
+	if err == nil || !strings.Contains(err.Error(), "PROJECT_DID_NOT_START") || !strings.Contains(err.Error(), "CHILD_EXITED_BEFORE_REGISTRATION") {
+		t.Fatalf("Up error = %v", err)
+	}
+	if res.Status != "failed" || p.state("db") != StateStopped || p.opts.Sup.Running("db") {
+		t.Fatalf("db not rolled back: %s\n%s", p.state("db"), out)
+	}
+	if !strings.Contains(err.Error(), "oops") {
+		t.Fatalf("error lacks the log tail: %v", err)
+	}
+}
+
+func TestStartupTimeout(t *testing.T) {
+	p, _, _ := setup(t, `startup_timeout: 300ms
+containers:
+  slow:
+    worker: path://.
+    scripts: { run: "while :; do sleep 0.05; done" }
+`)
+	_, err := p.Up(context.Background(), "")
+	if err == nil || !strings.Contains(err.Error(), "STARTUP_TIMEOUT") {
+		t.Fatalf("Up error = %v", err)
+	}
+}
+
+func TestAdapterConfigLayersAndRemovedKeyKeepsValue(t *testing.T) {
+	p, eng, _ := setup(t, threeWorkers)
+	f := p.File()
+	f.Containers["api"].ConfigOverride = map[string]any{"custom_images": map[string]any{"a": "r/a"}, "image_allowlist": []any{"python"}}
+	p.SetFile(f, map[string]Package{})
+	if _, _, err := p.layeredConfig(context.Background(), f, "api"); err != nil {
+		t.Fatal(err)
+	}
+	f.Containers["api"].ConfigOverride = map[string]any{"custom_images": map[string]any{"b": "r/b"}}
+	if _, _, err := p.layeredConfig(context.Background(), f, "api"); err != nil {
+		t.Fatal(err)
+	}
+	v := eng.store[ConfigID(f, "api")].(map[string]any)
+	imgs := v["custom_images"].(map[string]any)
+	if imgs["a"] != "r/a" || imgs["b"] != "r/b" || len(v["image_allowlist"].([]any)) != 1 {
+		t.Fatalf("layered value %v", v)
+	}
+}
