@@ -107,6 +107,15 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 // Down stops the project, or container and everything that depends on it, then deletes the
 // adapter-owned state of the VM containers it stopped (req J4, J5).
 func (p *Project) Down(ctx context.Context, container string) (Result, error) {
+	return p.down(ctx, container, true)
+}
+
+// StopAll stops every container when Compose exits; VM state is kept for the next run.
+func (p *Project) StopAll(ctx context.Context) {
+	_, _ = p.down(ctx, "", false)
+}
+
+func (p *Project) down(ctx context.Context, container string, cleanup bool) (Result, error) {
 	if err := p.unknown(container); err != nil {
 		return Result{}, err
 	}
@@ -136,18 +145,15 @@ func (p *Project) Down(ctx context.Context, container string) (Result, error) {
 		res.Changed = res.Changed || changed
 		res.Containers = append(res.Containers, Outcome{Container: k, State: StateStopped, Changed: changed})
 	}
-	p.cleanupVMs(ctx, f, vms)
+	if cleanup {
+		p.cleanupVMs(ctx, f, vms)
+	}
 	if stopAdapter {
 		changed := p.stop(ctx, f, ak)
 		res.Changed = res.Changed || changed
 		res.Containers = append(res.Containers, Outcome{Container: ak, State: StateStopped, Changed: changed})
 	}
 	return res, nil
-}
-
-// StopAll stops every container (used when Compose exits) and cleans up VM state.
-func (p *Project) StopAll(ctx context.Context) {
-	_, _ = p.Down(ctx, "")
 }
 
 // stop stops one container and reports whether it was running.
@@ -198,16 +204,16 @@ func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []st
 	}
 	for _, k := range keys {
 		id := p.VMID(k)
-		if why == "" {
-			if err := vmstate.Delete(ctx, plainCaller{p.opts.Engine}, prefix, id); err == nil {
+		reason := why
+		if reason == "" {
+			err := vmstate.Delete(ctx, plainCaller{p.opts.Engine}, prefix, id)
+			if err == nil {
 				p.Progress(k, "Removed")
 				continue
-			} else {
-				p.Warn(vmstate.Warning(k, prefix, id, p.opts.Home, err.Error()))
-				continue
 			}
+			reason = err.Error()
 		}
-		p.Warn(vmstate.Warning(k, prefix, id, p.opts.Home, why))
+		p.Warn(vmstate.Warning(k, prefix, id, p.opts.Home, reason))
 	}
 	if startedForCall {
 		p.stop(ctx, f, ak)
@@ -327,4 +333,22 @@ type plainCaller struct{ e Engine }
 
 func (c plainCaller) Call(ctx context.Context, fn string, payload any) (json.RawMessage, error) {
 	return c.e.Call(ctx, fn, payload)
+}
+
+// RemoveContainer stops key alone (its dependents keep running) and, for a VM container,
+// deletes its adapter-owned state (req J4, J5). The caller then drops it from the file.
+func (p *Project) RemoveContainer(ctx context.Context, key string) {
+	f := p.File()
+	if f.Containers[key] == nil {
+		return
+	}
+	vm := p.IsVM(key)
+	p.stop(ctx, f, key)
+	if vm {
+		p.cleanupVMs(ctx, f, []string{key})
+	}
+	p.mu.Lock()
+	delete(p.containers, key)
+	p.mu.Unlock()
+	p.opts.Sup.Forget(key)
 }

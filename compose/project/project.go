@@ -277,3 +277,6 @@ func (p *Project) unknown(key string) error {
 	sort.Strings(keys)
 	return errcode.New(errcode.UnknownContainer, "container '%s' is not in %s (containers: %v)", key, f.Path, keys)
 }
+
+// StateDir is the project's state directory.
+func (p *Project) StateDir() string { return p.opts.State.Path }

@@ -1,0 +1,280 @@
+// Package daemon is the `compose` worker: it serves compose::up, down, status, restart, update,
+// add, remove, stop and validate in its namespace for the project it runs, with the request and
+// response fields of REFERENCE-compose.md §4. Replies are synchronous.
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/iii-go/iii/compose/composefile"
+	"github.com/iii-go/iii/compose/errcode"
+	"github.com/iii-go/iii/compose/project"
+	"github.com/iii-go/iii/compose/sandboxadapter"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// Function ids served by the daemon.
+const (
+	FnUp       = "compose::up"
+	FnDown     = "compose::down"
+	FnStatus   = "compose::status"
+	FnRestart  = "compose::restart"
+	FnUpdate   = "compose::update"
+	FnAdd      = "compose::add"
+	FnRemove   = "compose::remove"
+	FnStop     = "compose::stop"
+	FnValidate = "compose::validate"
+)
+
+// Deps are the compose-file and package operations the daemon delegates.
+type Deps struct {
+	// Load parses the compose file at path.
+	Load func(path string) (*composefile.File, error)
+	// Install resolves the file's package containers through the lock (re-resolving the keys
+	// in update, or every package container when update holds "*") and installs them.
+	Install func(ctx context.Context, f *composefile.File, update []string) (map[string]project.Package, error)
+	// AddContainer writes a container into the file (comments kept) and returns its key.
+	AddContainer func(path, key, worker, version string) error
+	// SetVersion rewrites a container's version range in the file (comments kept).
+	SetVersion func(path, key, version string) error
+	// RemoveContainer deletes a container and every reference to it from the file.
+	RemoveContainer func(path, key string) error
+}
+
+// Daemon serves compose::* for one project.
+type Daemon struct {
+	Namespace string
+	Project   *project.Project
+	Deps      Deps
+	// Stopped is closed when compose::stop asks the daemon to exit.
+	Stopped chan struct{}
+
+	opMu     sync.Mutex // one mutation at a time
+	stopOnce sync.Once
+}
+
+// New returns a daemon for p.
+func New(namespace string, p *project.Project, deps Deps) *Daemon {
+	return &Daemon{Namespace: namespace, Project: p, Deps: deps, Stopped: make(chan struct{})}
+}
+
+// Request is the payload every compose::* function accepts (all fields optional).
+type Request struct {
+	Namespace string   `json:"namespace,omitempty"`
+	File      string   `json:"file,omitempty"`
+	Container string   `json:"container,omitempty"`
+	Worker    any      `json:"worker,omitempty"`
+	Workers   []string `json:"workers,omitempty"`
+}
+
+func (r Request) workers() []string {
+	out := append([]string(nil), r.Workers...)
+	switch w := r.Worker.(type) {
+	case string:
+		out = append(out, w)
+	case []any:
+		for _, x := range w {
+			if s, ok := x.(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// Register adds the compose::* handlers to w.
+func (d *Daemon) Register(w *protocol.Worker) error {
+	handlers := map[string]struct {
+		desc string
+		fn   func(ctx context.Context, r Request) (any, error)
+		mut  bool
+	}{
+		FnUp:       {"Start the project, or a container and what it depends on", d.up, true},
+		FnDown:     {"Stop the project, or a container and its dependents", d.down, true},
+		FnStatus:   {"The project's containers and their state", d.status, false},
+		FnRestart:  {"Restart a container, or re-read the compose file and restart the project", d.restart, true},
+		FnUpdate:   {"Update package workers (worker=NAME[@VERSION] or all)", d.update, true},
+		FnAdd:      {"Add workers to the compose file and start them", d.add, true},
+		FnRemove:   {"Remove workers from the compose file and stop them", d.remove, true},
+		FnStop:     {"Stop the daemon, its workers and its managed engine", d.stop, false},
+		FnValidate: {"Check the compose file without starting anything", d.validate, false},
+	}
+	for id, h := range handlers {
+		h := h
+		fn := func(ctx context.Context, raw json.RawMessage) (any, error) {
+			var r Request
+			if len(raw) > 0 && string(raw) != "null" {
+				dec := json.NewDecoder(strings.NewReader(string(raw)))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&r); err != nil {
+					return nil, coded(errcode.New(errcode.InvalidWorkerSpec, "bad request: %v", err))
+				}
+			}
+			if r.Namespace != "" && r.Namespace != d.Namespace {
+				return nil, coded(errcode.New(errcode.WrongDaemon, "this daemon serves namespace '%s', not '%s'; route with --namespace %s", d.Namespace, r.Namespace, r.Namespace))
+			}
+			if err := d.checkFile(r.File); err != nil {
+				return nil, coded(err)
+			}
+			if h.mut {
+				d.opMu.Lock()
+				defer d.opMu.Unlock()
+			}
+			out, err := h.fn(ctx, r)
+			if err != nil {
+				return out, coded(err)
+			}
+			return out, nil
+		}
+		if err := w.Register(id, fn, protocol.WithDescription(h.desc)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// coded turns a Compose error into a wire error {code, message}.
+func coded(err error) error {
+	e := errcode.As(err, errcode.EngineCallFailed)
+	return protocol.NewError(e.Code, "%s", e.Message)
+}
+
+// checkFile accepts no file or the project's own file.
+func (d *Daemon) checkFile(file string) error {
+	if file == "" {
+		return nil
+	}
+	abs := file
+	if !filepath.IsAbs(abs) {
+		wd, _ := os.Getwd()
+		abs = filepath.Join(wd, file)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return errcode.New(errcode.ComposeFileUnreadable, "cannot read %s: %v", abs, err)
+	}
+	own := d.Project.File().Path
+	if a, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = a
+	}
+	if o, err := filepath.EvalSymlinks(own); err == nil {
+		own = o
+	}
+	if abs != own {
+		return errcode.New(errcode.UnknownProject, "this daemon runs %s, not %s", own, abs)
+	}
+	return nil
+}
+
+func (d *Daemon) up(ctx context.Context, r Request) (any, error) {
+	res, err := d.Project.Up(ctx, r.Container)
+	return res, err
+}
+
+func (d *Daemon) down(ctx context.Context, r Request) (any, error) {
+	return d.Project.Down(ctx, r.Container)
+}
+
+// Status is the reply of compose::status.
+type Status struct {
+	Namespace  string              `json:"namespace"`
+	File       string              `json:"file"`
+	StateDir   string              `json:"state_dir"`
+	DaemonPID  int                 `json:"daemon_pid"`
+	Containers []project.Container `json:"containers"`
+}
+
+func (d *Daemon) status(_ context.Context, _ Request) (any, error) {
+	return d.StatusNow(), nil
+}
+
+// StatusNow returns the current status.
+func (d *Daemon) StatusNow() Status {
+	return Status{Namespace: d.Namespace, File: d.Project.File().Path, StateDir: d.Project.StateDir(),
+		DaemonPID: os.Getpid(), Containers: d.Project.Status()}
+}
+
+// Reload re-reads the project's file and installs its packages.
+func (d *Daemon) Reload(ctx context.Context) (*composefile.File, map[string]project.Package, error) {
+	f, err := d.Deps.Load(d.Project.File().Path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := d.checkEngineUnchanged(f); err != nil {
+		return nil, nil, err
+	}
+	pkgs, err := d.Deps.Install(ctx, f, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, pkgs, nil
+}
+
+func (d *Daemon) checkEngineUnchanged(f *composefile.File) error {
+	old := d.Project.File()
+	if (old.Engine == nil) != (f.Engine == nil) || (f.Engine != nil && old.Engine.URL != f.Engine.URL) {
+		return errcode.New(errcode.EngineRestartRequired, "%s: the engine: section changed; stop Compose and run iii compose --up again to apply it", f.Path)
+	}
+	return nil
+}
+
+func (d *Daemon) restart(ctx context.Context, r Request) (any, error) {
+	key := r.Container
+	if ws := r.workers(); key == "" && len(ws) > 0 {
+		key = ws[0]
+	}
+	if key == sandboxadapter.Alias {
+		key = project.AdapterKey(d.Project.File())
+	}
+	return d.Project.Restart(ctx, key, d.Reload)
+}
+
+func (d *Daemon) stop(_ context.Context, r Request) (any, error) {
+	if r.Container != "" {
+		return nil, errcode.New(errcode.StopTakesNoContainer, "compose::stop stops the whole daemon; use compose::down container=%s to stop one container", r.Container)
+	}
+	var stopping []string
+	for _, c := range d.Project.Status() {
+		if c.State == project.StateReady || c.State == project.StateStarting {
+			stopping = append(stopping, c.Key)
+		}
+	}
+	// Answer first, then exit.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		d.stopOnce.Do(func() { close(d.Stopped) })
+	}()
+	return map[string]any{"daemon": "compose", "daemon_pid": os.Getpid(), "stopping": nonNil(stopping)}, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (d *Daemon) validate(_ context.Context, r Request) (any, error) {
+	f, err := d.Deps.Load(d.Project.File().Path)
+	if err != nil {
+		return nil, err
+	}
+	var deferred []string
+	for _, k := range f.Order {
+		if f.Containers[k].IsPackage() {
+			deferred = append(deferred, k)
+		}
+	}
+	return map[string]any{"namespace": f.Namespace, "start_order": f.StartOrder(), "deferred_packages": nonNil(deferred)}, nil
+}
+
+// ErrNotAvailable is returned when a Deps operation is missing.
+func notAvailable(what string) error {
+	return errcode.New(errcode.DaemonNotAvailable, "%s is not available in this build", what)
+}
+
