@@ -277,4 +277,3 @@ func (d *Daemon) validate(_ context.Context, r Request) (any, error) {
 func notAvailable(what string) error {
 	return errcode.New(errcode.DaemonNotAvailable, "%s is not available in this build", what)
 }
-
