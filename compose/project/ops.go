@@ -280,8 +280,8 @@ func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, en
 	}
 	id := p.VMID(key)
 	p.setState(key, func(c *Container) { c.VM, c.VMID = true, id })
-	payload := map[string]any{"vm_id": id, "container": key, "namespace": f.Namespace, "dir": pl.vmDir,
-		"base_image": pl.image, "command": pl.command, "env": envMap}
+	payload := map[string]any{"vm_id": id, "name": key, "image": pl.image, "dir": pl.vmDir,
+		"command": []string{"/bin/sh", "-c", pl.command}, "env": envMap}
 	if _, err := p.opts.Engine.Call(ctx, prefix+"::worker::start", payload); err != nil {
 		var pe *protocol.Error
 		msg := err.Error()
