@@ -1,0 +1,108 @@
+// Package hostcheck verifies, before the adapter serves anything, that this host can run sandbox
+// microVMs: each missing piece is reported on its own with the command that fixes it.
+//
+// Tests and operators can point the checks elsewhere through the environment: III_QEMU (qemu
+// binary), III_VIRTIOFSD (virtiofsd binary), III_KVM_DEVICE (the KVM device, default /dev/kvm),
+// III_LIBCAPNG (a path that must exist in place of libcap-ng.so.0) and III_LIB_DIR (firmware
+// directory, default ~/.iii/lib).
+package hostcheck
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/iii-go/iii/sandbox-libkrun/firmware"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
+)
+
+// Problem is one failed check.
+type Problem struct {
+	Check   string // short name: qemu, virtiofsd, kvm, libcap-ng, firmware
+	Message string // what is wrong and how to fix it
+	// Fatal problems prevent any VM from booting; the KVM device is not fatal because the driver
+	// falls back to TCG software emulation.
+	Fatal bool
+}
+
+func (p Problem) String() string { return p.Check + ": " + p.Message }
+
+// Run performs every check and returns the problems found (none on a ready host).
+func Run() []Problem {
+	if runtime.GOOS != "linux" {
+		return []Problem{{Check: "platform", Message: "sandbox microVMs need Linux (UNSUPPORTED_PLATFORM: " + runtime.GOOS + "/" + runtime.GOARCH + ")", Fatal: true}}
+	}
+	var ps []Problem
+	if q := qemu.QemuPath(); !found(q) {
+		ps = append(ps, Problem{"qemu", fmt.Sprintf("qemu is not installed (%s not found); install it with `apt-get install qemu-system-x86`", q), true})
+	}
+	if v := qemu.VirtiofsdPath(); !found(v) {
+		ps = append(ps, Problem{"virtiofsd", fmt.Sprintf("virtiofsd is not installed (%s not found); install it with `apt-get install qemu-system-common`", v), true})
+	}
+	if p := checkKVM(qemu.KVMDevice()); p != nil {
+		ps = append(ps, *p)
+	}
+	if !libcapng() {
+		ps = append(ps, Problem{"libcap-ng", "libcap-ng0 is not installed (libcap-ng.so.0 not found, needed by virtiofsd); install it with `apt-get install libcap-ng0`", true})
+	}
+	if _, err := firmware.Locate(); err != nil {
+		ps = append(ps, Problem{"firmware", err.Error(), true})
+	}
+	return ps
+}
+
+// Err joins the fatal problems into one error, or returns nil.
+func Err(ps []Problem) error {
+	var msgs []string
+	for _, p := range ps {
+		if p.Fatal {
+			msgs = append(msgs, p.String())
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return errors.New("host cannot run sandbox VMs:\n  " + strings.Join(msgs, "\n  "))
+}
+
+func found(bin string) bool {
+	if strings.Contains(bin, "/") {
+		st, err := os.Stat(bin)
+		return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+	}
+	_, err := exec.LookPath(bin)
+	return err == nil
+}
+
+func checkKVM(dev string) *Problem {
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err == nil {
+		f.Close()
+		return nil
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return &Problem{"kvm", fmt.Sprintf("KVM not available -- %s does not exist. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization; sandboxes fall back to slow TCG emulation", dev), false}
+	}
+	return &Problem{"kvm", fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission. Add your user to the 'kvm' group: sudo usermod -aG kvm $USER; sandboxes fall back to slow TCG emulation", dev), false}
+}
+
+// libcapng looks for libcap-ng.so.0 in the loader cache and the standard library directories.
+func libcapng() bool {
+	if p := os.Getenv("III_LIBCAPNG"); p != "" {
+		_, err := os.Stat(p)
+		return err == nil
+	}
+	if out, err := exec.Command("ldconfig", "-p").Output(); err == nil && strings.Contains(string(out), "libcap-ng.so.0") {
+		return true
+	}
+	for _, dir := range []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"} {
+		if _, err := os.Stat(filepath.Join(dir, "libcap-ng.so.0")); err == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
+)
+
+// Stats summarises a series of timings.
+type Stats struct {
+	N      int
+	Median time.Duration
+	P90    time.Duration
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("median %s  p90 %s  (n=%d)", s.Median.Round(time.Millisecond), s.P90.Round(time.Millisecond), s.N)
+}
+
+// summarize computes the median and the 90th percentile (nearest rank) of ds.
+func summarize(ds []time.Duration) Stats {
+	if len(ds) == 0 {
+		return Stats{}
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	med := s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	rank := (9*len(s) + 9) / 10 // ceil(0.9 n)
+	return Stats{N: len(s), Median: med, P90: s[rank-1]}
+}
+
+// measureFloor boots the firmware's kernel and initramfs n times with an /init that powers off at
+// once (a VM running `true`) and summarises the wall time from starting qemu to its exit.
+func measureFloor(ctx context.Context, d *qemu.Driver, n int) (Stats, error) {
+	var ds []time.Duration
+	for i := 0; i < n; i++ {
+		dur, err := d.Floor(ctx)
+		if err != nil {
+			return Stats{}, err
+		}
+		ds = append(ds, dur)
+	}
+	return summarize(ds), nil
+}
