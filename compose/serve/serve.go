@@ -67,6 +67,13 @@ func Run(ctx context.Context, o Options) error {
 		}
 		o.Exe = exe
 	}
+	if o.Deps.Install == nil {
+		// Without a package installer only path:// containers can start; package:// ones fail
+		// PACKAGE_NOT_INSTALLED when they are reached.
+		o.Deps.Install = func(context.Context, *composefile.File, []string) (map[string]project.Package, error) {
+			return map[string]project.Package{}, nil
+		}
+	}
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
