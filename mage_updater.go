@@ -1,0 +1,22 @@
+//go:build mage
+
+package main
+
+import (
+	"fmt"
+	"os/exec"
+
+	"github.com/magefile/mage/sh"
+)
+
+// shellScripts are the shell scripts that ship; each must be POSIX sh and shellcheck-clean.
+var shellScripts = []string{"updater/install.sh"}
+
+// Shellcheck checks every shipped shell script with shellcheck as POSIX sh (Debian: shellcheck).
+func Shellcheck() error {
+	if _, err := exec.LookPath("shellcheck"); err != nil {
+		return fmt.Errorf("shellcheck is not installed (Debian: apt-get install shellcheck; or bash .ci/install-deps)")
+	}
+	args := append([]string{"--shell=sh", "--severity=style"}, shellScripts...)
+	return sh.RunV("shellcheck", args...)
+}
