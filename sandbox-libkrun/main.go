@@ -1,20 +1,323 @@
 // Command sandbox-libkrun is the sandbox adapter worker: it serves <prefix>::* for the engine's
-// sandbox router and runs each sandbox in a microVM.
+// sandbox router and Compose's VM workers, and runs each sandbox in a microVM.
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/sandbox-libkrun/adapter"
+	"github.com/iii-go/iii/sandbox-libkrun/hostcheck"
+	"github.com/iii-go/iii/sandbox-libkrun/image"
+	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
+	"github.com/iii-go/iii/sandbox-libkrun/vmworker"
 )
 
 // version is set at build time with -ldflags "-X main.version=..." from sandbox-libkrun/VERSION.
 var version = "0.0.0-dev"
 
+// Environment variables the adapter reads (besides the SDK's III_URL, III_NAMESPACE,
+// III_WORKER_NAME and III_TOKEN_FILE).
+const (
+	envPrefix     = "III_SANDBOX_PREFIX"     // function prefix
+	envHostRoots  = "III_SANDBOX_HOST_ROOTS" // extra VM-worker host roots, path-list separated
+	envComposeDir = "III_COMPOSE_DIR"        // the compose file's directory (a host root)
+	envComposeNS  = "III_COMPOSE_NAMESPACE"  // the project's namespace (names the settings entry)
+	envConfigName = "III_CONFIG_NAME"        // the settings entry id, when Compose names it
+)
+
+const usage = `sandbox-libkrun: the sandbox adapter worker (sandbox contract %d.%d)
+
+Usage: sandbox-libkrun [flags]
+
+Connects to the engine at $III_URL (default ws://127.0.0.1:49134), registers <prefix>::* in
+$III_NAMESPACE (default "default") and runs every sandbox and VM worker in a microVM.
+
+Flags:
+  --prefix NAME        function prefix (env III_SANDBOX_PREFIX; default sandbox-libkrun)
+  --config FILE        read settings from a YAML/JSON file instead of the engine's
+                       configuration worker (standalone use)
+  --config-id ID       configuration entry to read (env III_CONFIG_NAME; default
+                       <namespace>-sandbox-libkrun, namespace from III_COMPOSE_NAMESPACE,
+                       else III_NAMESPACE)
+  --compose-dir DIR    the compose file's directory, a host root whose .iii/ is never mounted
+                       (env III_COMPOSE_DIR)
+  --host-root DIR      a VM-worker host root; repeatable (env III_SANDBOX_HOST_ROOTS, a list
+                       separated by %q). Compose's package cache is always a root.
+  --check              validate settings and host, print the result, and exit
+  --version            print the version and exit
+  --help               this text
+
+Functions: <prefix>::create exec run list stop catalog::list adapter::info
+  fs::{ls,stat,mkdir,write,read,rm,chmod,mv,grep,sed} worker::{start,stop,status,delete}
+`
+
+type options struct {
+	prefix, configFile, configID, composeDir string
+	hostRoots                                []string
+	check                                    bool
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "--version" || os.Args[1] == "-V") {
-		fmt.Println(version)
-		return
+	for _, a := range os.Args[1:] {
+		if a == "--version" || a == "-V" {
+			fmt.Println(version)
+			return
+		}
 	}
-	fmt.Fprintln(os.Stderr, "error[NOT_IMPLEMENTED]: the adapter is not built yet")
-	os.Exit(1)
+	os.Exit(run(os.Args[1:]))
+}
+
+// fail prints error[CODE]: message and returns the exit status.
+func fail(code, format string, a ...any) int {
+	fmt.Fprintf(os.Stderr, "error[%s]: %s\n", code, fmt.Sprintf(format, a...))
+	return 1
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "sandbox-libkrun: "+format+"\n", a...)
+}
+
+func parseFlags(args []string) (options, int, bool) {
+	var o options
+	var roots multiFlag
+	fs := flag.NewFlagSet("sandbox-libkrun", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.prefix, "prefix", envOr(envPrefix, adapter.Name), "")
+	fs.StringVar(&o.configFile, "config", "", "")
+	fs.StringVar(&o.configID, "config-id", os.Getenv(envConfigName), "")
+	fs.StringVar(&o.composeDir, "compose-dir", os.Getenv(envComposeDir), "")
+	fs.Var(&roots, "host-root", "")
+	fs.BoolVar(&o.check, "check", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Printf(usage, adapter.Contract.Major, adapter.Contract.Minor, string(os.PathListSeparator))
+			return o, 0, true
+		}
+		return o, fail("USAGE", "%v (see sandbox-libkrun --help)", err), true
+	}
+	if fs.NArg() > 0 {
+		return o, fail("USAGE", "unexpected argument %q (see sandbox-libkrun --help)", fs.Arg(0)), true
+	}
+	if o.prefix == "" || strings.ContainsAny(o.prefix, " \t:") {
+		return o, fail("USAGE", "--prefix must be a non-empty name without spaces or colons, got %q", o.prefix), true
+	}
+	o.hostRoots = roots
+	for _, r := range filepath.SplitList(os.Getenv(envHostRoots)) {
+		if r != "" {
+			o.hostRoots = append(o.hostRoots, r)
+		}
+	}
+	return o, 0, false
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(args []string) int {
+	o, code, done := parseFlags(args)
+	if done {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	var w *protocol.Worker
+	if !o.check || o.configFile == "" {
+		w = protocol.NewWorker(protocol.Config{
+			Name:        envOr(protocol.EnvWorkerName, adapter.Name),
+			Description: "sandbox adapter: runs sandboxes and VM workers in microVMs",
+			Version:     version,
+			Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := w.Start(cctx)
+		cancel()
+		if err != nil {
+			return fail("ENGINE_UNREACHABLE", "cannot register with the engine at %s: %v", w.URL(), err)
+		}
+		defer w.Close()
+	}
+
+	st, err := loadSettings(ctx, w, o)
+	if err != nil {
+		return fail("INVALID_SETTINGS", "%v; the adapter does not start with a bad value (fix it in the adapter's config_override, then run `iii call compose::restart`)", err)
+	}
+
+	problems := hostcheck.Run()
+	for _, p := range problems {
+		if !p.Fatal {
+			logf("warning: %s", p)
+		}
+	}
+	if err := hostcheck.Err(problems); err != nil {
+		return fail("HOST_CHECK_FAILED", "%v", err)
+	}
+	drv, err := qemu.New(qemu.Options{})
+	if err != nil {
+		return fail("HOST_CHECK_FAILED", "%v", err)
+	}
+	if o.check {
+		fmt.Printf("settings ok; VM driver %s; host roots %s\n", drv.Name(), strings.Join(hostRoots(o).List(), ", "))
+		return 0
+	}
+
+	images := cacheImages{c: image.NewCache("")}
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Logf: logf})
+	roots := hostRoots(o)
+	workers := vmworker.New(vmworker.Options{
+		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,
+		CPUs: int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), Logf: logf,
+	})
+	for op, h := range svc.Handlers() {
+		if err := w.Register(o.prefix+"::"+op, wrap(h)); err != nil {
+			return fail("REGISTER_FAILED", "%s::%s: %v", o.prefix, op, err)
+		}
+	}
+	for op, h := range workers.Handlers() {
+		if err := w.Register(o.prefix+"::"+op, wrap(adapter.Handler(h))); err != nil {
+			return fail("REGISTER_FAILED", "%s::%s: %v", o.prefix, op, err)
+		}
+	}
+	logf("serving %s::* in namespace %s (version %s, driver %s, host roots: %s)",
+		o.prefix, w.Namespace(), version, drv.Name(), strings.Join(roots.List(), ", "))
+
+	reapCtx, stopReaper := context.WithCancel(ctx)
+	go svc.RunReaper(reapCtx, adapter.ReapInterval)
+
+	status := 0
+	select {
+	case <-ctx.Done():
+		logf("stopping every VM")
+	case <-w.Done():
+		if err := w.Err(); err != nil {
+			logf("engine connection ended: %v; stopping every VM", err)
+			status = 1
+		}
+	}
+	stopReaper()
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	workers.Shutdown(sctx)
+	svc.Shutdown(sctx)
+	return status
+}
+
+// wrap turns an S-code error into the wire error whose body is the envelope itself.
+func wrap(h adapter.Handler) protocol.Handler {
+	return func(ctx context.Context, in json.RawMessage) (any, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			if e, ok := scode.As(err); ok {
+				return nil, protocol.RawError(e.JSON())
+			}
+			return nil, err
+		}
+		return out, nil
+	}
+}
+
+// hostRoots are the VM-worker roots: the compose directory, Compose's package cache and every
+// root given by flag or environment.
+func hostRoots(o options) vmworker.Roots {
+	dirs := []string{}
+	if o.composeDir != "" {
+		dirs = append(dirs, o.composeDir)
+	}
+	dirs = append(dirs, vmworker.PackageCache())
+	dirs = append(dirs, o.hostRoots...)
+	return vmworker.NewRoots(dirs)
+}
+
+// loadSettings reads the settings from --config, else from the configuration worker. A missing
+// entry means the package defaults.
+func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.Settings, error) {
+	var (
+		st       settings.Settings
+		warnings []string
+		err      error
+	)
+	if o.configFile != "" {
+		st, warnings, err = settings.LoadFile(o.configFile)
+	} else {
+		id := o.configID
+		if id == "" {
+			id = envOr(envComposeNS, w.Namespace()) + "-" + adapter.Name
+		}
+		st, warnings, err = fetchSettings(ctx, w, id)
+	}
+	for _, msg := range warnings {
+		logf("warning: %s", msg)
+	}
+	return st, err
+}
+
+func fetchSettings(ctx context.Context, w *protocol.Worker, id string) (settings.Settings, []string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	raw, err := w.Call(cctx, "configuration::get", map[string]any{"id": id})
+	if err != nil {
+		var pe *protocol.Error
+		if errors.As(err, &pe) && pe.Code == "NOT_FOUND" {
+			logf("no configuration entry %q: using the package defaults", id)
+			return settings.Parse(nil)
+		}
+		return settings.Defaults(), nil, fmt.Errorf("reading configuration entry %q: %v", id, err)
+	}
+	var reply struct {
+		Value json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(raw, &reply); err != nil {
+		return settings.Defaults(), nil, fmt.Errorf("configuration entry %q: %v", id, err)
+	}
+	if len(reply.Value) == 0 || string(reply.Value) == "null" {
+		return settings.Parse(nil)
+	}
+	st, warnings, err := settings.ParseJSON(reply.Value)
+	if err != nil {
+		return st, warnings, fmt.Errorf("configuration entry %q: %w", id, err)
+	}
+	return st, warnings, nil
+}
+
+// cacheImages resolves images through the rootfs cache in ~/.iii/cache/, pulling on a miss when
+// auto_install is on.
+type cacheImages struct{ c *image.Cache }
+
+// pullTimeout bounds one image pull.
+const pullTimeout = 10 * time.Minute
+
+func (ci cacheImages) Resolve(ctx context.Context, _, ref string, autoInstall bool) (string, error) {
+	if p, ok := ci.c.RootFS(ref); ok {
+		return p, nil
+	}
+	if !autoInstall {
+		return "", adapter.ErrNotCached
+	}
+	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	return ci.c.Pull(ctx, ref)
 }

@@ -72,7 +72,7 @@ type Options struct {
 	Driver   vm.Driver
 	Images   Images
 	Version  string           // adapter_version
-	StateDir string           // parent of each sandbox's machine state directory
+	StateDir string           // parent of each sandbox's machine state directory (sockets, console)
 	Now      func() time.Time // clock; time.Now when nil
 	Logf     func(format string, args ...any)
 }
@@ -109,7 +109,7 @@ func New(opt Options) *Service {
 		opt.Logf = func(string, ...any) {}
 	}
 	if opt.StateDir == "" {
-		opt.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("iii-sandbox-%d", os.Getuid()))
+		opt.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("iii-sbx-%d", os.Getuid()))
 	}
 	return &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
 }
@@ -252,7 +252,8 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 	}
 
 	id := newUUID()
-	stateDir := filepath.Join(s.opt.StateDir, id)
+	// A short directory name keeps the machine's socket paths under the 108-byte limit.
+	stateDir := filepath.Join(s.opt.StateDir, strings.ReplaceAll(id, "-", "")[:16])
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, scode.BootFailed("cannot create the machine state directory: " + err.Error())
 	}
