@@ -155,18 +155,29 @@ func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	_ = ln.Close()
 	e.mu.RLock()
 	conns := make([]*conn, 0, len(e.conns))
 	for _, c := range e.conns {
 		conns = append(conns, c)
 	}
 	e.mu.RUnlock()
+	var wg sync.WaitGroup
 	for _, c := range conns {
-		c.ws.Close(websocket.StatusGoingAway, "engine shutting down")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() { c.ws.Close(websocket.StatusGoingAway, "engine shutting down"); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(200 * time.Millisecond):
+				c.ws.CloseNow()
+			}
+		}()
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
+	wg.Wait()
+	_ = srv.Close()
 	return nil
 }
 
