@@ -171,6 +171,13 @@ func (d *Daemon) checkFile(file string) error {
 	return nil
 }
 
+// UpLocked runs compose::up for the whole project as one mutation (the initial up of --up).
+func (d *Daemon) UpLocked(ctx context.Context) (project.Result, error) {
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	return d.Project.Up(ctx, "")
+}
+
 func (d *Daemon) up(ctx context.Context, r Request) (any, error) {
 	res, err := d.Project.Up(ctx, r.Container)
 	return res, err

@@ -164,7 +164,7 @@ func Run(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", url, f.Namespace)
 
 	if o.Up {
-		if _, err := p.Up(ctx, ""); err != nil {
+		if _, err := d.UpLocked(ctx); err != nil {
 			fmt.Fprintln(o.Out, " ✘ Containers Failed")
 			return err
 		}
