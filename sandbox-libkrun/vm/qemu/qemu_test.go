@@ -109,7 +109,8 @@ func code(r vm.ExecResult) int {
 func TestMachine(t *testing.T) {
 	d := newDriver(t)
 	root := busyboxRoot(t)
-	m := boot(t, d, vm.Spec{RootFS: root, Env: []string{"BASE=base"}})
+	state := t.TempDir()
+	m := boot(t, d, vm.Spec{RootFS: root, Env: []string{"BASE=base"}, StateDir: state})
 
 	t.Run("kernel", func(t *testing.T) {
 		var host unix.Utsname
@@ -223,5 +224,6 @@ func TestMachine(t *testing.T) {
 				t.Errorf("pid %d still alive after Stop", pid)
 			}
 		}
+		waitGone(t, state, 5*time.Second)
 	})
 }
