@@ -1,0 +1,189 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/iii-go/iii/compose/errcode"
+)
+
+const (
+	// EnvURL names the default registry (file://DIR, http(s)://HOST/PATH or a directory).
+	EnvURL = "III_REGISTRY_URL"
+	// DefaultHost is the public registry; package://NAME and package://DefaultHost/NAME use it.
+	DefaultHost = "api.workers.iii.dev"
+)
+
+// Client reads one registry.
+type Client struct {
+	base *url.URL
+	http *http.Client
+}
+
+// New returns a client for the registry rooted at raw: a file:// or http(s):// URL, or a
+// directory path.
+func New(raw string) (*Client, error) {
+	u, err := parseRoot(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{base: u, http: &http.Client{Timeout: 5 * time.Minute}}, nil
+}
+
+func parseRoot(raw string) (*url.URL, error) {
+	if !strings.Contains(raw, "://") {
+		abs, err := filepath.Abs(raw)
+		if err != nil {
+			return nil, err
+		}
+		return &url.URL{Scheme: "file", Path: filepath.ToSlash(abs) + "/"}, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "file" && u.Scheme != "http" && u.Scheme != "https") {
+		return nil, errcode.New(errcode.RegistryUnreachable, "registry %q is not a file://, http:// or https:// URL", raw)
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	return u, nil
+}
+
+// ForHost returns the client for a package://HOST/NAME reference: the default registry
+// ($III_REGISTRY_URL, else https://api.workers.iii.dev) for an empty host or DefaultHost, and
+// https://HOST otherwise.
+func ForHost(host string) (*Client, error) {
+	if host == "" || host == DefaultHost {
+		if env := os.Getenv(EnvURL); env != "" {
+			return New(env)
+		}
+		return New("https://" + DefaultHost)
+	}
+	return New("https://" + host)
+}
+
+// URL is the registry's root.
+func (c *Client) URL() string { return c.base.String() }
+
+// errNotFound marks a missing file or an HTTP 404.
+var errNotFound = errors.New("not found")
+
+// open fetches u (relative to the registry root when not absolute).
+func (c *Client) open(ctx context.Context, u *url.URL) (io.ReadCloser, int64, error) {
+	switch u.Scheme {
+	case "file":
+		f, err := os.Open(filepath.FromSlash(u.Path))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, 0, errNotFound
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		st, err := f.Stat()
+		if err != nil || st.IsDir() {
+			f.Close()
+			return nil, 0, errNotFound
+		}
+		return f, st.Size(), nil
+	case "http", "https":
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return nil, 0, err
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return nil, 0, err
+		}
+		if resp.StatusCode == http.StatusNotFound {
+			resp.Body.Close()
+			return nil, 0, errNotFound
+		}
+		if resp.StatusCode/100 != 2 {
+			resp.Body.Close()
+			return nil, 0, &statusError{resp.Status}
+		}
+		return resp.Body, resp.ContentLength, nil
+	}
+	return nil, 0, fmt.Errorf("unsupported URL scheme %q", u.Scheme)
+}
+
+type statusError struct{ status string }
+
+func (e *statusError) Error() string { return "HTTP " + e.status }
+
+// Index fetches workers/<name>/index.json.
+func (c *Client) Index(ctx context.Context, name string) (*Index, error) {
+	if err := CheckName("package name", name); err != nil {
+		return nil, err
+	}
+	u := c.base.ResolveReference(&url.URL{Path: "workers/" + name + "/index.json"})
+	rc, _, err := c.open(ctx, u)
+	if errors.Is(err, errNotFound) {
+		if c.base.Scheme == "file" {
+			if _, serr := os.Stat(filepath.FromSlash(c.base.Path)); serr != nil {
+				return nil, errcode.New(errcode.RegistryUnreachable, "registry %s is unreachable: %v", c.URL(), serr)
+			}
+		}
+		return nil, errcode.New(errcode.PackageNotResolved, "the registry %s has no package '%s'", c.URL(), name)
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		return nil, errcode.New(errcode.PackageNotResolved, "the registry %s refused '%s': %v", c.URL(), name, err)
+	}
+	if err != nil {
+		return nil, errcode.New(errcode.RegistryUnreachable, "registry %s is unreachable: %v", c.URL(), err)
+	}
+	defer rc.Close()
+	var ix Index
+	if err := json.NewDecoder(io.LimitReader(rc, 16<<20)).Decode(&ix); err != nil {
+		return nil, errcode.New(errcode.PackageNotResolved, "%s is not a valid registry index: %v", u, err)
+	}
+	if ix.Name == "" {
+		ix.Name = name
+	}
+	for i := range ix.Versions {
+		v := &ix.Versions[i]
+		for t, a := range v.Artifacts {
+			ref, err := url.Parse(a.URL)
+			if err != nil {
+				return nil, errcode.New(errcode.PackageNotResolved, "%s: %s %s: bad artifact URL %q", u, name, v.Version, a.URL)
+			}
+			a.URL = u.ResolveReference(ref).String()
+			v.Artifacts[t] = a
+		}
+	}
+	return &ix, nil
+}
+
+// Resolve fetches name's index and selects the version for selector (see Index.Select).
+func (c *Client) Resolve(ctx context.Context, name, selector string) (*Version, error) {
+	ix, err := c.Index(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	v, err := ix.Select(selector)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckName("version", v.Version); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// Fetch opens an absolute artifact URL (file or http(s)).
+func (c *Client) Fetch(ctx context.Context, rawURL string) (io.ReadCloser, int64, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, 0, err
+	}
+	return c.open(ctx, u)
+}
