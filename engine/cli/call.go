@@ -126,6 +126,8 @@ func parseCall(args []string) (*callArgs, error) {
 		return nil, fmt.Errorf("--json: invalid JSON `%s`", *jsonArg)
 	case jsonArg != nil && len(kv) == 0:
 		a.payload = json.RawMessage(*jsonArg)
+	case jsonArg == nil:
+		a.payload = orderedObject(keys, kv)
 	default:
 		obj := map[string]json.RawMessage{}
 		if jsonArg != nil {
@@ -149,6 +151,23 @@ func parseCall(args []string) (*callArgs, error) {
 		a.url = "ws://" + net.JoinHostPort(host, port)
 	}
 	return a, nil
+}
+
+// orderedObject renders the pairs as a JSON object in the order they were given.
+func orderedObject(keys []string, kv map[string]json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(kv[k])
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // RunCall runs `iii call FN k=v ...` and returns the process exit code.

@@ -90,7 +90,7 @@ func registerAdapter(w *protocol.Worker) {
 			case "error":
 				return nil, protocol.RawError(json.RawMessage(`{"type":"validation","code":"S002","message":"sandbox not found: 00000000-0000-4000-8000-000000000000","docs_url":"https://iii.dev/docs/using-iii/sandboxes#s002","retryable":false,"fix":null,"fix_note":"from the fake adapter","adapter_extra":{"op":"` + op + `"}}`))
 			}
-			reply := map[string]any{"op": op, "adapter": prefix, "namespace": w.Namespace(), "request": json.RawMessage(in)}
+			reply := map[string]any{"op": op, "adapter": prefix, "namespace": w.Namespace(), "request": json.RawMessage(in), "request_raw": string(in)}
 			if op == "exec" || op == "run" {
 				reply["stdout"], reply["stderr"], reply["exit_code"], reply["timed_out"], reply["duration_ms"], reply["success"] = "", "", 0, false, 1, true
 				if mnr >= 1 || maj > 1 {
