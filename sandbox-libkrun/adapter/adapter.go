@@ -258,6 +258,9 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 		return nil, scode.BootFailed("cannot create the machine state directory: " + err.Error())
 	}
 	network := req.Network != nil && *req.Network
+	if network {
+		env = RewriteLoopback(env)
+	}
 	m, err := s.opt.Driver.Boot(ctx, vm.Spec{
 		RootFS:    rootfs,
 		CPUs:      int(cpus),

@@ -248,13 +248,13 @@ func TestCreateChecksInOrder(t *testing.T) {
 	_, e = h.call(t, "create", `{"image":"python","env":{"1BAD":"x"}}`)
 	wantCode(t, e, scode.S001, `"1BAD"`)
 
-	reply := h.mustCall(t, "create", `{"image":"python","name":"one","env":{"B":"2","A":"1"},"network":true}`)
+	reply := h.mustCall(t, "create", `{"image":"python","name":"one","env":{"B":"2","A":"1","URL":"ws://127.0.0.1:49134/x"},"network":true}`)
 	if reply["image"] != "python" || !uuidRe.MatchString(reply["sandbox_id"].(string)) {
 		t.Fatalf("create reply %v", reply)
 	}
 	spec := h.drv.specs[0]
 	if spec.RootFS != "/cache/python" || spec.CPUs != 1 || spec.MemoryMB != 512 || !spec.Network ||
-		strings.Join(spec.Env, ",") != "A=1,B=2" {
+		strings.Join(spec.Env, ",") != "A=1,B=2,URL=ws://10.0.2.2:49134/x" {
 		t.Fatalf("spec %+v", spec)
 	}
 	// The limit is checked before the catalog: a second create of an unknown image is S400.

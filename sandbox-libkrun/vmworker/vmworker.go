@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iii-go/iii/sandbox-libkrun/adapter"
 	"github.com/iii-go/iii/sandbox-libkrun/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
@@ -272,6 +274,9 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 		if e, ok := scode.As(err); ok {
 			return nil, e
 		}
+		if errors.Is(err, adapter.ErrNotCached) {
+			return nil, scode.RootfsMissing(req.Image, req.Image)
+		}
 		return nil, scode.PullFailed(req.Image, err.Error())
 	}
 	cpus, mem := req.CPUs, req.MemoryMB
@@ -281,10 +286,14 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 	if mem < 128 {
 		mem = m.opt.MemoryMB
 	}
+	network := req.Network == nil || *req.Network
+	if network {
+		env = adapter.RewriteLoopback(env)
+	}
 	sum := sha256.Sum256([]byte(state))
 	machine, err := m.opt.Driver.Boot(ctx, vm.Spec{
 		RootFS: rootfs, CPUs: cpus, MemoryMB: mem, Env: env, Workdir: guest, Mounts: mounts,
-		Network:  req.Network == nil || *req.Network,
+		Network:  network,
 		StateDir: filepath.Join(m.opt.RunDir, hex.EncodeToString(sum[:6])), ScratchMB: mem / 2,
 	})
 	if err != nil {

@@ -140,7 +140,7 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("bad vm_id: %v", err)
 	}
 
-	r, err := call("worker::start", `{"vm_id":"w1","name":"api","image":"docker.io/library/python:3","dir":"`+project+`","command":["python3","app/main.py"],"env":{"III_URL":"ws://10.0.2.2:49134"}}`)
+	r, err := call("worker::start", `{"vm_id":"w1","name":"api","image":"docker.io/library/python:3","dir":"`+project+`","command":["python3","app/main.py"],"env":{"III_URL":"ws://127.0.0.1:49134"}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
