@@ -187,7 +187,7 @@ func nodeModules() string {
 		dir := filepath.Join(base, "iii-e2e-node", hex.EncodeToString(sum[:8]))
 		mods := filepath.Join(dir, "node_modules")
 		if _, err := os.Stat(filepath.Join(mods, "iii-sdk", "package.json")); err == nil {
-			nodeDir = mods
+			nodeDir, nodeSkipReason = mods, ""
 			return
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -213,6 +213,7 @@ func nodeModules() string {
 			return
 		}
 		nodeDir = mods
+		nodeSkipReason = ""
 	})
 	return nodeDir
 }
