@@ -70,7 +70,7 @@ func TestCheck(t *testing.T) {
 	}
 	cases := map[string][]Want{
 		"container 'sandbox-libkrun' changed from package://api.workers.iii.dev/sandbox-libkrun@^0.3 to package://api.workers.iii.dev/sandbox-libkrun@^0.2": {{"sandbox-libkrun", "package://api.workers.iii.dev/sandbox-libkrun", "^0.2"}},
-		"container 'state' is missing from the lock": append(ok, Want{"state", "package://state", "1"}),
+		"container 'state' is missing from the lock":          append(ok, Want{"state", "package://state", "1"}),
 		"container 'sandbox-libkrun' exists only in the lock": nil,
 	}
 	for want, wants := range cases {
