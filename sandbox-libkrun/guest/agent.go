@@ -76,6 +76,15 @@ func (a *agent) serve() error {
 				a.replyErr(f.ID, err)
 				continue
 			}
+			if err := setupLoopback(); err != nil {
+				fmt.Fprintf(os.Stderr, "guest agent: loopback: %v\n", err)
+			}
+			if in.Network {
+				if err := setupNetwork(); err != nil {
+					a.replyErr(f.ID, fmt.Errorf("network: %w", err))
+					continue
+				}
+			}
 			a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
 		case proto.TypeExec:
 			var ex proto.Exec

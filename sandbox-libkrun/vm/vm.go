@@ -79,6 +79,7 @@ type ExecResult struct {
 	StdoutTruncated bool
 	StderrTruncated bool
 	ExitCode        *int
+	Signal          int // the signal that ended the command when ExitCode is nil (0 if unknown)
 	TimedOut        bool
 	Duration        time.Duration
 }

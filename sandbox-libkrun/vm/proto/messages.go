@@ -14,6 +14,8 @@ type Init struct {
 	RootTag   string       `json:"root_tag"`
 	ScratchMB int          `json:"scratch_mb"`
 	Mounts    []GuestMount `json:"mounts,omitempty"`
+	// Network configures the guest for qemu's user-mode network (10.0.2.15, gateway 10.0.2.2).
+	Network bool `json:"network,omitempty"`
 }
 
 // GuestMount is a virtiofs tag mounted at Path inside the guest root.

@@ -148,7 +148,7 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 	case <-ctx.Done():
 		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
 	}
-	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB}
+	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network}
 	for i, mt := range spec.Mounts {
 		init.Mounts = append(init.Mounts, proto.GuestMount{Tag: tagFor(i + 1), Path: mt.Guest, ReadOnly: mt.ReadOnly})
 	}
@@ -392,7 +392,7 @@ func (m *machine) Exec(ctx context.Context, req vm.ExecRequest) (vm.ExecResult, 
 		return vm.ExecResult{
 			Stdout: d.Stdout, Stderr: d.Stderr,
 			StdoutTruncated: d.StdoutTruncated, StderrTruncated: d.StderrTruncated,
-			ExitCode: d.ExitCode, TimedOut: d.TimedOut, Duration: time.Since(start),
+			ExitCode: d.ExitCode, Signal: d.Signal, TimedOut: d.TimedOut, Duration: time.Since(start),
 		}, nil
 	case <-m.connErr:
 		return vm.ExecResult{}, ErrStopped

@@ -53,7 +53,7 @@ func busyboxRoot(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id"} {
+	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id", "nc", "printf"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", app)); err != nil {
 			t.Fatal(err)
 		}
