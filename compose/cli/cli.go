@@ -10,6 +10,8 @@ import (
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/daemon"
 	"github.com/iii-go/iii/compose/errcode"
+	"github.com/iii-go/iii/compose/pkginstall"
+	"github.com/iii-go/iii/compose/registry"
 	"github.com/iii-go/iii/compose/serve"
 	"github.com/iii-go/iii/compose/supervisor"
 )
@@ -54,7 +56,13 @@ func Run(version string, args []string) int {
 	if frozen && !o.Up {
 		return fail(errcode.New(errcode.FrozenRequiresUp, "--frozen works only with --up"))
 	}
-	o.Deps = daemon.Deps{Load: func(path string) (*composefile.File, error) { return composefile.Load(path, nil) }}
+	cache, err := registry.CacheDir()
+	if err != nil {
+		return fail(err)
+	}
+	inst := &pkginstall.Installer{Cache: cache, Out: os.Stdout}
+	o.PackageCache = cache
+	o.Deps = daemon.Deps{Load: func(path string) (*composefile.File, error) { return composefile.Load(path, nil) }, Install: inst.Install}
 	if err := serve.Run(context.Background(), o); err != nil {
 		return fail(err)
 	}
