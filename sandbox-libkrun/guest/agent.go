@@ -53,7 +53,7 @@ func (a *agent) replyErr(id uint32, err error) {
 func (a *agent) serve() error {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	a.sendJSON(proto.TypeHello, 0, proto.Hello{KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: agentVersion})
+	a.sendJSON(proto.TypeHello, 0, proto.Hello{KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: proto.AgentVersion})
 	r := bufio.NewReaderSize(a.port, 1<<20)
 	for {
 		f, err := proto.Read(r)

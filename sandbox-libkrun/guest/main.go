@@ -18,8 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const agentVersion = "iii-guest/1"
-
 func main() {
 	if os.Getpid() != 1 {
 		fmt.Fprintln(os.Stderr, "guest: this program is the VM's /init and must run as PID 1")

@@ -2,6 +2,10 @@ package proto
 
 import "encoding/json"
 
+// AgentVersion names this protocol revision; the host refuses an agent that sends another one
+// (an initramfs built from older sources).
+const AgentVersion = "iii-guest/2"
+
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
 	KernelRelease string `json:"kernel_release"`

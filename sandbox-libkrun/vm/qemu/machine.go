@@ -141,6 +141,9 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 
 	select {
 	case h := <-m.helloCh:
+		if h.Agent != proto.AgentVersion {
+			return fail(fmt.Errorf("the firmware's guest agent is %q, this adapter speaks %q: rebuild the firmware with `go tool mage firmware`", h.Agent, proto.AgentVersion))
+		}
 		m.release = h.KernelRelease
 	case <-m.connErr:
 		m.qemu.waitFor(time.Second)

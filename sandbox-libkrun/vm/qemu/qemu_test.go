@@ -227,3 +227,21 @@ func TestMachine(t *testing.T) {
 		waitGone(t, state, 5*time.Second)
 	})
 }
+
+func TestBootFailureShowsConsole(t *testing.T) {
+	newDriver(t)
+	bad := filepath.Join(t.TempDir(), "initrd")
+	if err := os.WriteFile(bad, []byte("not an initramfs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{Initrd: bad, BootTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	_, err = d.Boot(context.Background(), vm.Spec{RootFS: busyboxRoot(t), CPUs: 1, MemoryMB: 128, StateDir: state})
+	if err == nil || !strings.Contains(err.Error(), "VM boot failed") || !strings.Contains(err.Error(), "--- VM console") || !strings.Contains(err.Error(), "panic") {
+		t.Fatalf("got %v", err)
+	}
+	waitGone(t, state, 5*time.Second)
+}
