@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -101,13 +102,30 @@ func cmdVMHome(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// vmpids FILE SUBSTRING: write to FILE, one per line, the PIDs of live processes whose command
-// line contains SUBSTRING (e.g. a sandbox's state directory); there must be at least one.
-// ! vmpids FILE SUBSTRING: there must be none.
+// vmpids [-timeout=20s] FILE SUBSTRING: wait until at least one live process has SUBSTRING in
+// its command line (e.g. a sandbox's state directory) and write their PIDs to FILE, one per line.
+// ! vmpids: wait until there is none.
 func cmdVMPids(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) != 2 {
-		ts.Fatalf("usage: vmpids FILE SUBSTRING")
+	d, rest := timeoutFlag(ts, "vmpids", args, 20*time.Second)
+	if len(rest) != 2 {
+		ts.Fatalf("usage: vmpids [-timeout=D] FILE SUBSTRING")
 	}
+	var pids []string
+	ok := poll(d, func() bool {
+		pids = processesWith(rest[1])
+		return (len(pids) > 0) != neg
+	})
+	if !ok && neg {
+		ts.Fatalf("vmpids: processes still running for %q after %v: %v", rest[1], d, pids)
+	}
+	if !ok {
+		ts.Fatalf("vmpids: no process for %q after %v", rest[1], d)
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(rest[0]), []byte(strings.Join(pids, "\n")+"\n"), 0o644))
+}
+
+// processesWith returns the PIDs of live processes whose command line contains substr.
+func processesWith(substr string) []string {
 	var pids []string
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -119,15 +137,9 @@ func cmdVMPids(ts *testscript.TestScript, neg bool, args []string) {
 		if err != nil {
 			continue
 		}
-		if strings.Contains(strings.ReplaceAll(string(cmdline), "\x00", " "), args[1]) {
+		if strings.Contains(strings.ReplaceAll(string(cmdline), "\x00", " "), substr) {
 			pids = append(pids, e.Name())
 		}
 	}
-	if neg && len(pids) > 0 {
-		ts.Fatalf("vmpids: processes still running for %q: %v", args[1], pids)
-	}
-	if !neg && len(pids) == 0 {
-		ts.Fatalf("vmpids: no process for %q", args[1])
-	}
-	ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(strings.Join(pids, "\n")+"\n"), 0o644))
+	return pids
 }
