@@ -1,76 +1,219 @@
-// Package cli is the `iii compose` command line.
+// Package cli is the `iii compose` command line: flag parsing and its combination rules, then
+// `build` (prepare only) or the runtime (prepare, then serve.Run). Every error prints as
+// error[CODE]: message on stderr with a non-zero exit.
 package cli
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/daemon"
 	"github.com/iii-go/iii/compose/errcode"
-	"github.com/iii-go/iii/compose/pkginstall"
+	"github.com/iii-go/iii/compose/fileedit"
+	"github.com/iii-go/iii/compose/prepare"
+	"github.com/iii-go/iii/compose/project"
 	"github.com/iii-go/iii/compose/registry"
 	"github.com/iii-go/iii/compose/serve"
 	"github.com/iii-go/iii/compose/supervisor"
 )
+
+// DefaultFile is the compose file used without -f.
+const DefaultFile = "worker-compose.yaml"
+
+const usage = `Usage:
+  iii compose [--engine URL] [-n NS] [--up [-f FILE] [--frozen]]
+  iii compose build [-f FILE] [--frozen]
+
+Run a project's workers from worker-compose.yaml.
+
+  (no --up)          start only the Compose daemon (the compose worker); ./worker-compose.yaml,
+                     if present, supplies its defaults
+  --up               also start the file's engine (when engine: is a mapping) and its containers
+  -f, --file FILE    the compose file (default ./worker-compose.yaml); only with --up
+  --frozen           start from worker-compose.lock as is: never resolve, never write the compose
+                     file or the lock; only with --up
+  --engine URL       attach to this engine (beats III_URL and ws://127.0.0.1:49134)
+  -n, --namespace NS the daemon's and the project's namespace
+  build              resolve and download every package:// worker and write the lock, without an
+                     engine; --frozen checks the lock and downloads only
+
+Environment: III_URL, III_REGISTRY_URL (the worker registry), III_COMPOSE_STATE_DIR (state and
+package cache), III_TARGET (override the host target).
+`
+
+type options struct {
+	build, up, frozen, help bool
+	file                    string
+	fileSet                 bool
+	namespace, engine       string
+	nsSet, engineSet        bool
+}
+
+func parse(args []string) (options, error) {
+	o := options{file: DefaultFile}
+	if len(args) > 0 && args[0] == "build" {
+		o.build, args = true, args[1:]
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, inline, hasInline := strings.Cut(a, "=")
+		if !strings.HasPrefix(name, "--") {
+			name, hasInline = a, false
+		}
+		value := func() (string, error) {
+			if hasInline {
+				return inline, nil
+			}
+			if i+1 >= len(args) {
+				return "", errcode.New(errcode.UsageError, "%s needs a value; run 'iii compose --help'", name)
+			}
+			i++
+			return args[i], nil
+		}
+		var err error
+		switch name {
+		case "-h", "--help", "help":
+			o.help = true
+		case "--up":
+			o.up = true
+		case "--frozen":
+			o.frozen = true
+		case "-f", "--file":
+			o.file, err = value()
+			o.fileSet = true
+		case "-n", "--namespace":
+			o.namespace, err = value()
+			o.nsSet = true
+		case "--engine":
+			o.engine, err = value()
+			o.engineSet = true
+		default:
+			return o, errcode.New(errcode.UsageError, "unknown argument %q; run 'iii compose --help'", a)
+		}
+		if err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// check applies the flag-combination rules.
+func (o options) check() error {
+	if o.build {
+		var bad []string
+		if o.up {
+			bad = append(bad, "--up")
+		}
+		if o.engineSet {
+			bad = append(bad, "--engine")
+		}
+		if o.nsSet {
+			bad = append(bad, "--namespace")
+		}
+		if len(bad) > 0 {
+			return errcode.New(errcode.BuildConflictsWithServeOptions, "iii compose build takes only -f and --frozen; %s belong(s) to the daemon (iii compose [--engine URL] [-n NS] [--up])", strings.Join(bad, ", "))
+		}
+		return nil
+	}
+	if o.fileSet && !o.up {
+		return errcode.New(errcode.FileRequiresUp, "-f/--file %s works only with --up (iii compose --up -f %s)", o.file, o.file)
+	}
+	if o.frozen && !o.up {
+		return errcode.New(errcode.FrozenRequiresUp, "--frozen works only with --up (iii compose --up --frozen) or with build (iii compose build --frozen)")
+	}
+	if o.nsSet && !composefile.ValidNamespace(o.namespace) {
+		return errcode.New(errcode.InvalidNamespace, "--namespace %q is not a namespace: use lowercase letters, digits, _ and -", o.namespace)
+	}
+	return nil
+}
 
 // Run runs `iii compose ARGS` and returns the process exit code.
 func Run(version string, args []string) int {
 	if supervisor.IsReaper() {
 		return supervisor.RunReaper(os.Stdin)
 	}
-	o := serve.Options{Version: version, File: "worker-compose.yaml"}
-	fileSet, frozen := false, false
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		val := func() string {
-			if k, v, ok := strings.Cut(a, "="); ok && strings.HasPrefix(k, "--") {
-				return v
-			}
-			if i+1 < len(args) {
-				i++
-				return args[i]
-			}
-			return ""
-		}
-		switch name, _, _ := strings.Cut(a, "="); name {
-		case "--up":
-			o.Up = true
-		case "--frozen":
-			frozen = true
-		case "-f", "--file":
-			o.File, fileSet = val(), true
-		case "-n", "--namespace":
-			o.Namespace = val()
-		case "--engine":
-			o.EngineURL = val()
-		default:
-			return fail(errcode.New(errcode.UsageError, "unknown argument %q; usage: iii compose [--engine URL] [-n NS] [--up [-f FILE] [--frozen]]", a))
-		}
+	return run(context.Background(), version, args, os.Stdout, os.Stderr)
+}
+
+func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args)
+	if err != nil {
+		return fail(stderr, err, 2)
 	}
-	if fileSet && !o.Up {
-		return fail(errcode.New(errcode.FileRequiresUp, "-f/--file works only with --up"))
+	if o.help {
+		fmt.Fprint(stdout, usage)
+		return 0
 	}
-	if frozen && !o.Up {
-		return fail(errcode.New(errcode.FrozenRequiresUp, "--frozen works only with --up"))
+	if err := o.check(); err != nil {
+		return fail(stderr, err, 2)
 	}
 	cache, err := registry.CacheDir()
 	if err != nil {
-		return fail(err)
+		return fail(stderr, err, 1)
 	}
-	inst := &pkginstall.Installer{Cache: cache, Out: os.Stdout}
-	o.PackageCache = cache
-	o.Deps = daemon.Deps{Load: func(path string) (*composefile.File, error) { return composefile.Load(path, nil) }, Install: inst.Install}
-	if err := serve.Run(context.Background(), o); err != nil {
-		return fail(err)
+	popts := prepare.Options{Frozen: o.frozen, Build: o.build, Namespace: o.namespace, EngineURL: o.engine, CacheDir: cache, Out: stdout}
+	if o.build {
+		res, err := prepare.Run(ctx, o.file, popts)
+		if err != nil {
+			return fail(stderr, err, 1)
+		}
+		fmt.Fprintf(stdout, "✓ built %s: %d package(s) in %s\n", res.File.Path, len(res.Packages), cache)
+		return 0
+	}
+	var first *prepare.Result
+	if o.up {
+		// Every check that needs no engine runs before anything starts.
+		if first, err = prepare.Run(ctx, o.file, popts); err != nil {
+			return fail(stderr, err, 1)
+		}
+	}
+	install := func(ctx context.Context, f *composefile.File, update []string) (map[string]project.Package, error) {
+		res := first
+		first = nil
+		if res == nil || res.File.Path != f.Path || len(update) > 0 {
+			p := popts
+			p.Update = update
+			var err error
+			if res, err = prepare.Run(ctx, f.Path, p); err != nil {
+				return nil, err
+			}
+		}
+		return packages(res), nil
+	}
+	sopts := serve.Options{Version: version, File: o.file, Up: o.up, EngineURL: o.engine, Namespace: o.namespace,
+		PackageCache: cache, Out: stdout, Err: stderr,
+		Deps: daemon.Deps{
+			Load:            func(path string) (*composefile.File, error) { return composefile.Load(path, nil) },
+			Install:         install,
+			AddContainer:    fileedit.AddContainer,
+			SetVersion:      fileedit.SetVersion,
+			RemoveContainer: fileedit.RemoveContainer,
+		}}
+	if err := serve.Run(ctx, sopts); err != nil {
+		return fail(stderr, err, 1)
 	}
 	return 0
 }
 
-func fail(err error) int {
+// packages converts prepared packages into what the runtime starts.
+func packages(res *prepare.Result) map[string]project.Package {
+	out := make(map[string]project.Package, len(res.Packages))
+	for k, p := range res.Packages {
+		var def any
+		if p.DefaultConfig != nil {
+			def = p.DefaultConfig
+		}
+		out[k] = project.Package{Name: p.Name, Version: p.Version, Kind: p.Type, Exec: p.Exec, Dir: p.Dir, DefaultConfig: def}
+	}
+	return out
+}
+
+func fail(w io.Writer, err error, code int) int {
 	e := errcode.As(err, errcode.IOError)
-	fmt.Fprintf(os.Stderr, "error[%s]: %s\n", e.Code, e.Message)
-	return 1
+	fmt.Fprintf(w, "error[%s]: %s\n", e.Code, e.Message)
+	return code
 }
