@@ -23,7 +23,7 @@ func init() {
 	registerSetup(func(env *testscript.Env) error {
 		reason := vmHost()
 		if reason == "" && len(cachedImages("iiidev")) == 0 {
-			reason = "the python/node presets are not in ~/.iii/cache (go tool mage presets)"
+			reason = "the python/node presets are not in ~/.iii/cache (go tool mage images)"
 		}
 		env.Setenv("VM_SKIP_REASON", reason)
 		return nil
