@@ -59,7 +59,7 @@ func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, error)
 	cmd := exec.Command(d.opt.Qemu, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		return 0, err
 	}
 	done := make(chan error, 1)

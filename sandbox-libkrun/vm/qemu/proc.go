@@ -3,9 +3,41 @@ package qemu
 import (
 	"os"
 	"os/exec"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 )
+
+// Pdeathsig fires when the parent *thread* exits, not the process. Every child is therefore
+// started from one goroutine locked to an OS thread that lives as long as the process, so the
+// signal comes exactly when the adapter dies.
+var (
+	spawnOnce sync.Once
+	spawnReq  chan func()
+)
+
+func onSpawnThread(f func()) {
+	spawnOnce.Do(func() {
+		spawnReq = make(chan func())
+		go func() {
+			runtime.LockOSThread()
+			for g := range spawnReq {
+				g()
+			}
+		}()
+	})
+	done := make(chan struct{})
+	spawnReq <- func() { f(); close(done) }
+	<-done
+}
+
+// startCmd starts cmd on the spawn thread.
+func startCmd(cmd *exec.Cmd) error {
+	var err error
+	onSpawnThread(func() { err = cmd.Start() })
+	return err
+}
 
 // proc is a child process owned by a machine: killed with SIGKILL by PID when the machine ends,
 // and by the kernel (Pdeathsig) when the adapter process dies.
@@ -21,7 +53,7 @@ func startProc(name string, argv []string, log *os.File) (*proc, error) {
 	cmd.Stdout = log
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		return nil, err
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
