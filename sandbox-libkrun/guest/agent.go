@@ -23,10 +23,15 @@ type agent struct {
 
 	mu    sync.Mutex
 	execs map[uint32]*running
+
+	spawnMu  sync.Mutex   // held while starting a command and while reaping orphans
+	children map[int]bool // PIDs of running commands, reaped by their own Wait
 }
 
 func newAgent(port *os.File) *agent {
-	return &agent{port: port, execs: map[uint32]*running{}}
+	a := &agent{port: port, execs: map[uint32]*running{}, children: map[int]bool{}}
+	go a.reapOrphans()
+	return a
 }
 
 func (a *agent) send(f proto.Frame) {

@@ -133,14 +133,22 @@ func (a *agent) run(id uint32, ex proto.Exec) proto.ExecDone {
 		a.mu.Unlock()
 	}()
 	r.mu.Lock()
+	a.spawnMu.Lock()
 	err = cmd.Start()
 	if err == nil {
 		r.pgid = cmd.Process.Pid
+		a.children[r.pgid] = true
 	}
+	a.spawnMu.Unlock()
 	r.mu.Unlock()
 	if err != nil {
 		return spawnFailure(ex.Argv[0], err)
 	}
+	defer func() {
+		a.spawnMu.Lock()
+		delete(a.children, r.pgid)
+		a.spawnMu.Unlock()
+	}()
 	timedOut := false
 	var timer *time.Timer
 	if ex.TimeoutMS > 0 {
@@ -155,15 +163,18 @@ func (a *agent) run(id uint32, ex proto.Exec) proto.ExecDone {
 	if timer != nil {
 		timer.Stop()
 	}
-	// Whatever the command left running in its group goes with it.
+	// Background children (`nohup server &`) outlive the command unless it timed out.
 	r.mu.Lock()
-	_ = unix.Kill(-r.pgid, unix.SIGKILL)
 	to := timedOut
 	r.mu.Unlock()
 	res := proto.ExecDone{
 		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated,
 		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated,
 		TimedOut: to,
+	}
+	if cmd.ProcessState == nil {
+		res.Stderr = append(res.Stderr, "guest agent: lost the command's exit status\n"...)
+		return res
 	}
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		res.Signal = int(ws.Signal())

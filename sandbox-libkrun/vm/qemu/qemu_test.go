@@ -53,7 +53,7 @@ func busyboxRoot(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id", "nc", "printf"} {
+	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id", "nc", "printf", "kill", "grep"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", app)); err != nil {
 			t.Fatal(err)
 		}
@@ -208,6 +208,25 @@ func TestMachine(t *testing.T) {
 		var fe *vm.FSError
 		if !errors.As(err, &fe) || fe.Code != "S211" {
 			t.Fatalf("read of a missing file: %v", err)
+		}
+	})
+	t.Run("background children survive, orphans are reaped", func(t *testing.T) {
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"}})
+		pid := strings.TrimSpace(string(res.Stdout))
+		if res := run(t, m, vm.ExecRequest{Argv: []string{"kill", "-0", pid}}); code(res) != 0 {
+			t.Fatalf("background sleep %s is gone: %q", pid, res.Stderr)
+		}
+		run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "(true &); (true &); sleep 0.2"}})
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "grep -l ') Z ' /proc/[0-9]*/stat"}})
+			if len(bytes.TrimSpace(res.Stdout)) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("zombies left: %s", res.Stdout)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 	t.Run("stop kills every process", func(t *testing.T) {
