@@ -24,8 +24,8 @@ import (
 type Problem struct {
 	Check   string // short name: qemu, virtiofsd, kvm, libcap-ng, firmware
 	Message string // what is wrong and how to fix it
-	// Fatal problems prevent any VM from booting; the KVM device is not fatal because the driver
-	// falls back to TCG software emulation.
+	// Fatal problems stop the adapter from starting. Every check is fatal today (req H2 makes
+	// /dev/kvm access a requirement even though the driver may end up using TCG).
 	Fatal bool
 }
 
@@ -85,9 +85,9 @@ func checkKVM(dev string) *Problem {
 		return nil
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		return &Problem{"kvm", fmt.Sprintf("KVM not available -- %s does not exist. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization; sandboxes fall back to slow TCG emulation", dev), false}
+		return &Problem{"kvm", fmt.Sprintf("KVM not available -- %s does not exist. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization in the firmware/hypervisor; under WSL2 enable nested virtualization", dev), true}
 	}
-	return &Problem{"kvm", fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission. Add your user to the 'kvm' group: sudo usermod -aG kvm $USER; sandboxes fall back to slow TCG emulation", dev), false}
+	return &Problem{"kvm", fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission. Add your user to the 'kvm' group: sudo usermod -aG kvm $USER, then log in again", dev), true}
 }
 
 // libcapng looks for libcap-ng.so.0 in the loader cache and the standard library directories.

@@ -53,7 +53,7 @@ func busyboxRoot(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id", "nc", "printf", "kill", "grep"} {
+	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id", "nc", "printf", "kill", "grep", "mount", "mkdir", "dd", "rm"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", app)); err != nil {
 			t.Fatal(err)
 		}
@@ -178,6 +178,26 @@ func TestMachine(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(root, "etc", "image-file")); string(b) != "from the image\n" {
 			t.Fatalf("host image file changed to %q", b)
 		}
+	})
+	t.Run("root share is read-only on the host", func(t *testing.T) {
+		// A guest root process mounting the virtiofs tag again cannot write through it either.
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "mkdir -p /mnt/r && mount -t virtiofs root /mnt/r; echo pwned > /mnt/r/pwned; mount -o remount,rw /mnt/r; echo pwned > /mnt/r/pwned2"}})
+		// The remount to rw succeeds inside the guest; the host's read-only bind refuses the write.
+		if !bytes.Contains(res.Stderr, []byte("pwned2: Read-only file system")) {
+			t.Fatalf("write after a guest remount,rw was not refused as read-only: %q", res.Stderr)
+		}
+		for _, f := range []string{"pwned", "pwned2"} {
+			if _, err := os.Stat(filepath.Join(root, f)); err == nil {
+				t.Fatalf("guest wrote %s into the host root (%q)", f, res.Stderr)
+			}
+		}
+	})
+	t.Run("scratch is bounded", func(t *testing.T) {
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=100"}})
+		if code(res) == 0 || !bytes.Contains(res.Stderr, []byte("No space left")) {
+			t.Fatalf("100 MB into a 64 MB scratch: exit %d %q", code(res), res.Stderr)
+		}
+		run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "rm -f /tmp/big"}})
 	})
 	t.Run("host files invisible", func(t *testing.T) {
 		secret := filepath.Join(t.TempDir(), "secret")
