@@ -1,0 +1,40 @@
+package qemu
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+func fakeDriver(t *testing.T, opt Options) *Driver {
+	t.Helper()
+	opt.Qemu, opt.Virtiofsd, opt.Kernel, opt.Initrd = "/bin/false", "/bin/true", "/nonexistent/k", "/nonexistent/i"
+	d, err := New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestAccelWithoutKVMDevice(t *testing.T) {
+	t.Setenv("III_VM_ACCEL", "")
+	t.Setenv("III_KVM_DEVICE", filepath.Join(t.TempDir(), "kvm"))
+	if got := fakeDriver(t, Options{}).Name(); got != "qemu-microvm/tcg" {
+		t.Fatalf("Name() = %q", got)
+	}
+}
+
+func TestAccelOverride(t *testing.T) {
+	t.Setenv("III_VM_ACCEL", "kvm")
+	if got := fakeDriver(t, Options{}).Accel(); got != "kvm" {
+		t.Fatalf("Accel() = %q", got)
+	}
+}
+
+func TestAccelProbeFailureFallsBack(t *testing.T) {
+	// With a usable device node but a qemu that fails at once, the probe boot fails: TCG.
+	t.Setenv("III_VM_ACCEL", "")
+	t.Setenv("III_KVM_DEVICE", "/dev/null")
+	if got := fakeDriver(t, Options{}).Accel(); got != "tcg" {
+		t.Fatalf("Accel() = %q", got)
+	}
+}
