@@ -76,6 +76,7 @@ func SandboxReplacement(old *yaml.Node, namespace string, onlyEntry bool) (strin
 		if err != nil {
 			return "", err
 		}
+		override.Style &^= yaml.FlowStyle
 		ctr.Content = append(ctr.Content, str("config_override"), override)
 	}
 	doc := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{

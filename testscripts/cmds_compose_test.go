@@ -1,0 +1,98 @@
+package testscripts
+
+import (
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/iii-go/iii/compose/registry"
+	"github.com/iii-go/iii/engine/platform"
+)
+
+func init() {
+	registerCmd("registry", cmdRegistry)
+}
+
+// adapterTargets are the targets sandbox-libkrun ships for (req H1).
+var adapterTargets = []string{"aarch64-apple-darwin", "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"}
+
+// allTargets are the targets iii itself ships for.
+var allTargets = []string{"aarch64-apple-darwin", "x86_64-apple-darwin", "x86_64-unknown-linux-gnu",
+	"x86_64-unknown-linux-musl", "aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl",
+	"x86_64-pc-windows-msvc", "aarch64-pc-windows-msvc"}
+
+// adapterDefaults is the default configuration the registry publishes for sandbox-libkrun.
+var adapterDefaults = map[string]any{"auto_install": true, "image_allowlist": []any{"python", "node"},
+	"custom_images": map[string]any{}, "default_cpus": 1, "default_memory_mb": 512,
+	"default_idle_timeout_secs": 300, "max_concurrent_sandboxes": 32}
+
+// adapterArchive packs $BIN/sandbox-libkrun once per test run.
+var adapterArchive = sync.OnceValues(func() (string, error) {
+	data, err := os.ReadFile(filepath.Join(binDir, "sandbox-libkrun"))
+	if err != nil {
+		return "", err
+	}
+	tgz, err := registry.TarGz(map[string][]byte{"sandbox-libkrun": data})
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(binDir, "sandbox-libkrun-registry.tar.gz")
+	return p, os.WriteFile(p, tgz, 0o644)
+})
+
+// registry [-http] DIR: publish the test registry into DIR and point III_REGISTRY_URL at it
+// (file://DIR, or an http:// server for the script's lifetime with -http). It holds
+// sandbox-libkrun 0.2.2, 0.3.0 and 0.3.1 (the freshly built $BIN/sandbox-libkrun, for its three
+// targets and the host), hello 1.0.0 and 1.1.0 (a shell-script binary worker for every iii
+// target), vmbundle 0.1.0 (a bundle whose iii.worker.yaml sets runtime.base_image) and
+// iii-sandbox 0.26.0 (type engine, no artifact).
+func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("registry", flag.ContinueOnError)
+	useHTTP := fs.Bool("http", false, "serve over http")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 1 {
+		ts.Fatalf("usage: registry [-http] DIR")
+	}
+	root := ts.MkAbs(fs.Arg(0))
+	adapter, err := adapterArchive()
+	ts.Check(err)
+	targets := map[string]string{platform.Host().Triple: adapter}
+	for _, t := range adapterTargets {
+		targets[t] = adapter
+	}
+	for _, v := range []string{"0.2.2", "0.3.0", "0.3.1"} {
+		ts.Check(registry.Publish(root, registry.Package{Name: "sandbox-libkrun", Version: v, Type: registry.TypeBinary,
+			Artifacts: targets, Targets: adapterTargets, Config: adapterDefaults}))
+	}
+	hello := filepath.Join(ts.MkAbs(""), ".hello-worker")
+	ts.Check(os.WriteFile(hello, []byte("#!/bin/sh\necho hello from $III_WORKER_NAME\n"), 0o755))
+	helloTargets := map[string]string{}
+	for _, t := range allTargets {
+		helloTargets[t] = hello
+	}
+	for _, v := range []string{"1.0.0", "1.1.0"} {
+		ts.Check(registry.Publish(root, registry.Package{Name: "hello", Version: v, Type: registry.TypeBinary,
+			Artifacts: helloTargets, Config: map[string]any{"greeting": "hello"}}))
+	}
+	bundle, err := registry.TarGz(map[string][]byte{
+		"iii.worker.yaml": []byte("name: vmbundle\nruntime:\n  base_image: docker.io/library/python:3.12-slim\nscripts:\n  start: python3 main.py\n"),
+		"main.py":         []byte("print('hello from a VM')\n"),
+	})
+	ts.Check(err)
+	bundleFile := filepath.Join(ts.MkAbs(""), ".vmbundle.tar.gz")
+	ts.Check(os.WriteFile(bundleFile, bundle, 0o644))
+	ts.Check(registry.Publish(root, registry.Package{Name: "vmbundle", Version: "0.1.0", Type: registry.TypeBundle,
+		Artifacts: map[string]string{registry.BundleKey: bundleFile}}))
+	ts.Check(registry.Publish(root, registry.Package{Name: "iii-sandbox", Version: "0.26.0", Type: registry.TypeEngine}))
+	if !*useHTTP {
+		ts.Setenv("III_REGISTRY_URL", "file://"+root)
+		return
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(root)))
+	ts.Defer(srv.Close)
+	ts.Setenv("III_REGISTRY_URL", srv.URL)
+}
