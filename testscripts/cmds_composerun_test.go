@@ -13,6 +13,7 @@ import (
 )
 
 func init() {
+	registerBinary(binary{name: "fakevmadapter", pkg: "./testscripts/internal/fakevmadapter", version: "0.0.0-test"})
 	registerCmd("envfile", cmdEnvFile)
 	registerCmd("publish", cmdPublish)
 }

@@ -247,9 +247,10 @@ func parseAdd(f *composefile.File, w string) (struct{ key, worker, version strin
 
 // RemoveResult is the reply of compose::remove.
 type RemoveResult struct {
-	Status  string   `json:"status"`
-	Removed []string `json:"removed"`
-	Changed bool     `json:"changed"`
+	Status   string   `json:"status"`
+	Removed  []string `json:"removed"`
+	Changed  bool     `json:"changed"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // remove implements compose::remove: it stops each named container (a VM container's state is
@@ -271,8 +272,9 @@ func (d *Daemon) remove(ctx context.Context, r Request) (any, error) {
 	if len(keys) == 0 {
 		return nil, errcode.New(errcode.InvalidWorkerSpec, "compose::remove needs worker=NAME")
 	}
+	var warnings []string
 	for _, k := range keys {
-		d.Project.RemoveContainer(ctx, k)
+		warnings = append(warnings, d.Project.RemoveContainer(ctx, k)...)
 	}
 	f, pkgs, err := d.mutate(ctx, nil, func(path string) error {
 		for _, k := range keys {
@@ -286,5 +288,5 @@ func (d *Daemon) remove(ctx context.Context, r Request) (any, error) {
 		return nil, err
 	}
 	d.Project.SetFile(f, pkgs)
-	return RemoveResult{Status: "ok", Removed: keys, Changed: true}, nil
+	return RemoveResult{Status: "ok", Removed: keys, Changed: true, Warnings: warnings}, nil
 }

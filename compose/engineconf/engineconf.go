@@ -16,6 +16,14 @@ import (
 // DefaultAdapter is the sandbox router's adapter prefix when engine.sandbox names none.
 const DefaultAdapter = "sandbox-libkrun"
 
+// DefaultNamespace is the namespace the engine never token-protects (every caller uses it).
+const DefaultNamespace = "default"
+
+// OwnerNamespace carries the owner token of a project that runs in the default namespace: the
+// engine cannot protect default, so the token is listed under this otherwise unused namespace,
+// where it still grants the Compose that presents it the owner-only engine functions.
+const OwnerNamespace = "iii-compose-owner"
+
 // Input is what the engine config is built from.
 type Input struct {
 	// URL is engine.url (ws://host:port).
@@ -78,7 +86,8 @@ func HostPort(raw string) (string, int, error) {
 
 // Render returns the engine config. iii-worker-manager listens on the URL's host and port
 // unless the file configures it; the project namespace is token-protected with owner rights
-// (Compose publishes configuration entries with them).
+// (Compose publishes configuration entries with them), or OwnerNamespace carries the token when
+// the project runs in the default namespace.
 func Render(in Input) ([]byte, error) {
 	host, port, err := HostPort(in.URL)
 	if err != nil {
@@ -114,7 +123,11 @@ func Render(in Input) ([]byte, error) {
 		sbNS = in.Namespace
 	}
 	doc.Sandbox = sandbox{Adapter: adapter, Namespace: sbNS}
-	doc.Namespaces = []namespace{{Name: in.Namespace, TokenFile: in.TokenFile, Owner: true}}
+	protected := in.Namespace
+	if protected == DefaultNamespace {
+		protected = OwnerNamespace
+	}
+	doc.Namespaces = []namespace{{Name: protected, TokenFile: in.TokenFile, Owner: true}}
 	b, err := yaml.Marshal(doc)
 	if err != nil {
 		return nil, err

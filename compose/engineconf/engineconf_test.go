@@ -77,3 +77,20 @@ func TestHostPort(t *testing.T) {
 		t.Errorf("ws://localhost = %s %d %v", h, p, err)
 	}
 }
+
+func TestDefaultNamespaceTokenGoesToTheOwnerNamespace(t *testing.T) {
+	out, err := Render(Input{URL: "ws://127.0.0.1:50125", Namespace: "default", TokenFile: tokenFile(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(out, os.LookupEnv, "/")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != OwnerNamespace || !c.Namespaces[0].Owner {
+		t.Errorf("namespaces = %+v", c.Namespaces)
+	}
+	if c.Sandbox.Namespace != "default" {
+		t.Errorf("sandbox namespace %q", c.Sandbox.Namespace)
+	}
+}

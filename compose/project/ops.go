@@ -35,6 +35,8 @@ type Result struct {
 	Status     string    `json:"status"`
 	Changed    bool      `json:"changed"`
 	Containers []Outcome `json:"containers"`
+	// Warnings are the VM states that could not be deleted (req J5).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func body(err error) *CodedBody {
@@ -146,7 +148,7 @@ func (p *Project) down(ctx context.Context, container string, cleanup bool) (Res
 		res.Containers = append(res.Containers, Outcome{Container: k, State: StateStopped, Changed: changed})
 	}
 	if cleanup {
-		p.cleanupVMs(ctx, f, vms)
+		res.Warnings = p.cleanupVMs(ctx, f, vms)
 	}
 	if stopAdapter {
 		changed := p.stop(ctx, f, ak)
@@ -179,10 +181,11 @@ func (p *Project) stop(ctx context.Context, f *composefile.File, key string) boo
 
 // cleanupVMs deletes the adapter-owned state of VM containers, starting the declared adapter
 // for the call when it is not running. When it cannot, it warns (req J5).
-func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []string) {
+func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []string) []string {
 	if len(keys) == 0 {
-		return
+		return nil
 	}
+	var warnings []string
 	prefix := AdapterPrefix(f)
 	ak := AdapterKey(f)
 	why := ""
@@ -197,7 +200,7 @@ func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []st
 		}
 	default:
 		if w, err := p.adapterLive(ctx, f); err != nil {
-			why = "the engine is not reachable: " + err.Error()
+			why = "the engine had already stopped: " + err.Error()
 		} else if !w {
 			why = "the compose file does not declare the adapter and it is not running"
 		}
@@ -213,11 +216,14 @@ func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []st
 			}
 			reason = err.Error()
 		}
-		p.Warn(vmstate.Warning(k, prefix, id, p.opts.Home, reason))
+		w := vmstate.Warning(k, prefix, id, p.opts.Home, reason)
+		p.Warn(w)
+		warnings = append(warnings, w)
 	}
 	if startedForCall {
 		p.stop(ctx, f, ak)
 	}
+	return warnings
 }
 
 // adapterLive reports whether a worker serving <prefix>::worker::delete is registered.
@@ -337,18 +343,20 @@ func (c plainCaller) Call(ctx context.Context, fn string, payload any) (json.Raw
 
 // RemoveContainer stops key alone (its dependents keep running) and, for a VM container,
 // deletes its adapter-owned state (req J4, J5). The caller then drops it from the file.
-func (p *Project) RemoveContainer(ctx context.Context, key string) {
+func (p *Project) RemoveContainer(ctx context.Context, key string) []string {
 	f := p.File()
 	if f.Containers[key] == nil {
-		return
+		return nil
 	}
 	vm := p.IsVM(key)
 	p.stop(ctx, f, key)
+	var warnings []string
 	if vm {
-		p.cleanupVMs(ctx, f, []string{key})
+		warnings = p.cleanupVMs(ctx, f, []string{key})
 	}
 	p.mu.Lock()
 	delete(p.containers, key)
 	p.mu.Unlock()
 	p.opts.Sup.Forget(key)
+	return warnings
 }

@@ -79,8 +79,10 @@ type Container struct {
 	Owned     bool   `json:"owned"`
 	LogPath   string `json:"log_path"`
 	LastError string `json:"last_error,omitempty"`
-	VM        bool   `json:"vm,omitempty"`
-	VMID      string `json:"vm_id,omitempty"`
+	// Version is the installed version of a package container.
+	Version string `json:"version,omitempty"`
+	VM      bool   `json:"vm,omitempty"`
+	VMID    string `json:"vm_id,omitempty"`
 }
 
 // Project is a running compose project.
@@ -172,15 +174,24 @@ func trimWarning(s string) string {
 
 // Status returns every container of the file with its state, in file order.
 func (p *Project) Status() []Container {
+	f := p.File()
+	vms := map[string]bool{}
+	for _, k := range f.Order {
+		vms[k] = p.IsVM(k)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]Container, 0, len(p.file.Order))
-	for _, k := range p.file.Order {
-		if c := p.containers[k]; c != nil {
-			out = append(out, *c)
-			continue
+	out := make([]Container, 0, len(f.Order))
+	for _, k := range f.Order {
+		c := Container{Key: k, State: StateStopped, LogPath: p.opts.State.LogPath(k)}
+		if cur := p.containers[k]; cur != nil {
+			c = *cur
 		}
-		out = append(out, Container{Key: k, State: StateStopped, LogPath: p.opts.State.LogPath(k)})
+		c.Version = p.opts.Packages[k].Version
+		if vms[k] {
+			c.VM, c.VMID = true, p.VMID(k)
+		}
+		out = append(out, c)
 	}
 	return out
 }

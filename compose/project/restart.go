@@ -19,6 +19,7 @@ type RestartResult struct {
 	Restarted []string `json:"restarted"`
 	Down      *Result  `json:"down,omitempty"`
 	Up        *Result  `json:"up,omitempty"`
+	Warnings  []string `json:"warnings,omitempty"`
 }
 
 // Restart restarts the project. Without a container it re-reads the file through reload, stops
@@ -31,13 +32,22 @@ func (p *Project) Restart(ctx context.Context, container string, reload Reloader
 		if err != nil {
 			return RestartResult{}, err
 		}
-		down, err := p.Down(ctx, "")
+		old := p.File()
+		var removedVMs []string
+		for _, k := range old.Order {
+			if f.Containers[k] == nil && p.IsVM(k) {
+				removedVMs = append(removedVMs, k)
+			}
+		}
+		// VM workers that left the file lose their state; the others keep it across the restart.
+		warnings := p.cleanupVMs(ctx, old, removedVMs)
+		down, err := p.down(ctx, "", false)
 		if err != nil {
 			return RestartResult{}, err
 		}
 		p.SetFile(f, pkgs)
 		up, err := p.Up(ctx, "")
-		res := RestartResult{Status: up.Status, Changed: true, Down: &down, Up: &up}
+		res := RestartResult{Status: up.Status, Changed: true, Down: &down, Up: &up, Warnings: warnings}
 		for _, o := range up.Containers {
 			res.Restarted = append(res.Restarted, o.Container)
 		}

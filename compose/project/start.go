@@ -35,8 +35,11 @@ const (
 	FnConfigPublish = "configuration::publish"
 )
 
-// EnvHostRoots hands the adapter its host roots at start (path-list separated).
-const EnvHostRoots = "III_SANDBOX_HOST_ROOTS"
+// Adapter environment: its host roots at start (path-list separated) and its function prefix.
+const (
+	EnvHostRoots     = "III_SANDBOX_HOST_ROOTS"
+	EnvAdapterPrefix = "III_SANDBOX_PREFIX"
+)
 
 // hostEnv is the baseline environment a worker inherits from Compose.
 var hostEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR", "TERM",
@@ -275,6 +278,7 @@ func (p *Project) environment(f *composefile.File, key, configPath, configID str
 	}
 	if IsAdapter(c) {
 		set(EnvHostRoots, strings.Join(p.HostRoots(f), string(os.PathListSeparator)))
+		set(EnvAdapterPrefix, AdapterPrefix(f))
 	}
 	out := make([]string, 0, len(order))
 	for _, k := range order {

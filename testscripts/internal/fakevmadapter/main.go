@@ -1,0 +1,229 @@
+// Command fakevmadapter is a test-only sandbox adapter for Compose's VM-worker scenarios, where
+// the VM itself is not the point. It registers <prefix>::adapter::info, <prefix>::list and
+// <prefix>::worker::start|stop|status|delete in $III_NAMESPACE with the adapter's request shapes:
+// worker::start refuses a directory outside its host roots with S501 (the roots are fixed at
+// start: $III_COMPOSE_DIR, $III_SANDBOX_HOST_ROOTS and Compose's package cache), keeps the VM
+// state in ~/.iii/sandbox/workers/<vm_id>/ and runs the worker's command as a host process in
+// the worker's directory instead of booting a VM.
+//
+// Environment: III_SANDBOX_PREFIX (default sandbox-libkrun), FAKEVM_EXIT=1 makes it exit 1 at
+// start (a broken adapter), FAKEVM_FAIL_DELETE=1 makes worker::delete fail.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+type vm struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+type adapter struct {
+	prefix string
+	roots  []string
+	home   string
+	mu     sync.Mutex
+	vms    map[string]*vm
+}
+
+func main() {
+	if os.Getenv("FAKEVM_EXIT") == "1" {
+		fmt.Fprintln(os.Stderr, "fakevmadapter: FAKEVM_EXIT=1: exiting at start")
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a := &adapter{prefix: os.Getenv("III_SANDBOX_PREFIX"), vms: map[string]*vm{}}
+	if a.prefix == "" {
+		a.prefix = "sandbox-libkrun"
+	}
+	a.home, _ = os.UserHomeDir()
+	a.roots = hostRoots(a.home)
+	w := protocol.NewWorker(protocol.Config{Version: "0.0.0-fakevm"})
+	reg := func(op string, h protocol.Handler) { _ = w.Register(a.prefix+"::"+op, h) }
+	reg("adapter::info", func(context.Context, json.RawMessage) (any, error) {
+		return map[string]any{"adapter": a.prefix, "contract": map[string]int{"major": 1, "minor": 1}, "host_roots": a.roots}, nil
+	})
+	reg("list", func(context.Context, json.RawMessage) (any, error) { return map[string]any{"sandboxes": []any{}}, nil })
+	reg("worker::start", a.start)
+	reg("worker::stop", a.stop)
+	reg("worker::status", a.status)
+	reg("worker::delete", a.delete)
+	if err := w.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "fakevmadapter:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "fakevmadapter: serving %s::* in %s, host roots: %s\n", a.prefix, w.Namespace(), strings.Join(a.roots, ", "))
+	select {
+	case <-ctx.Done():
+	case <-w.Done():
+	}
+	a.mu.Lock()
+	ids := make([]string, 0, len(a.vms))
+	for id := range a.vms {
+		ids = append(ids, id)
+	}
+	a.mu.Unlock()
+	for _, id := range ids {
+		a.kill(id)
+	}
+	w.Close()
+}
+
+func hostRoots(home string) []string {
+	var roots []string
+	if d := os.Getenv("III_COMPOSE_DIR"); d != "" {
+		roots = append(roots, d)
+	}
+	for _, r := range filepath.SplitList(os.Getenv("III_SANDBOX_HOST_ROOTS")) {
+		if r != "" {
+			roots = append(roots, r)
+		}
+	}
+	if s := os.Getenv("III_COMPOSE_STATE_DIR"); s != "" {
+		roots = append(roots, filepath.Join(s, "packages"))
+	} else {
+		roots = append(roots, filepath.Join(home, ".iii", "compose", "packages"))
+	}
+	sort.Strings(roots)
+	out := roots[:0]
+	for i, r := range roots {
+		if i == 0 || r != roots[i-1] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func sErr(code, typ, msg string) error {
+	raw, _ := json.Marshal(map[string]any{"type": typ, "code": code, "message": msg,
+		"docs_url": "https://iii.dev/docs/using-iii/sandboxes#" + strings.ToLower(code), "retryable": false, "fix": nil, "fix_note": msg})
+	return protocol.RawError(raw)
+}
+
+func (a *adapter) stateDir(id string) string { return filepath.Join(a.home, ".iii", "sandbox", "workers", id) }
+
+func under(path, root string) bool {
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
+	var in struct {
+		VMID    string            `json:"vm_id"`
+		Name    string            `json:"name"`
+		Image   string            `json:"image"`
+		Dir     string            `json:"dir"`
+		Command []string          `json:"command"`
+		Env     map[string]string `json:"env"`
+	}
+	if err := json.Unmarshal(raw, &in); err != nil || in.VMID == "" || len(in.Command) == 0 {
+		return nil, sErr("S001", "validation", "invalid request: vm_id, dir and command are required")
+	}
+	ok := false
+	for _, r := range a.roots {
+		ok = ok || under(in.Dir, r)
+	}
+	if !ok {
+		return nil, sErr("S501", "config", fmt.Sprintf("host path '%s' is outside the adapter's host roots (%s); the adapter reads its roots only when it starts: "+
+			"restart it with `iii call compose::restart worker=sandbox-libkrun`, or move the worker under the compose directory", in.Dir, strings.Join(a.roots, ", ")))
+	}
+	dir := a.stateDir(in.VMID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	meta, _ := json.Marshal(map[string]string{"name": in.Name, "dir": in.Dir, "image": in.Image})
+	_ = os.WriteFile(filepath.Join(dir, "vm.json"), meta, 0o600)
+	log, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer log.Close()
+	cmd := exec.Command(in.Command[0], in.Command[1:]...)
+	cmd.Dir = in.Dir
+	cmd.Stdout, cmd.Stderr = log, log
+	for k, v := range in.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, sErr("S200", "execution", "starting the VM worker: "+err.Error())
+	}
+	v := &vm{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(v.done) }()
+	a.mu.Lock()
+	a.vms[in.VMID] = v
+	a.mu.Unlock()
+	return map[string]any{"vm_id": in.VMID, "name": in.Name, "state": "running", "state_dir": dir, "pids": []int{cmd.Process.Pid}}, nil
+}
+
+func vmID(raw json.RawMessage) string {
+	var in struct {
+		VMID string `json:"vm_id"`
+	}
+	_ = json.Unmarshal(raw, &in)
+	return in.VMID
+}
+
+func (a *adapter) kill(id string) bool {
+	a.mu.Lock()
+	v := a.vms[id]
+	delete(a.vms, id)
+	a.mu.Unlock()
+	if v == nil {
+		return false
+	}
+	_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-v.done:
+	case <-time.After(2 * time.Second):
+		_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
+		<-v.done
+	}
+	return true
+}
+
+func (a *adapter) stop(_ context.Context, raw json.RawMessage) (any, error) {
+	id := vmID(raw)
+	return map[string]any{"vm_id": id, "stopped": a.kill(id)}, nil
+}
+
+func (a *adapter) status(_ context.Context, raw json.RawMessage) (any, error) {
+	id := vmID(raw)
+	a.mu.Lock()
+	_, running := a.vms[id]
+	a.mu.Unlock()
+	_, err := os.Stat(a.stateDir(id))
+	state := "stopped"
+	if running {
+		state = "running"
+	}
+	return map[string]any{"vm_id": id, "state": state, "state_dir": a.stateDir(id), "state_exists": err == nil, "host_roots": a.roots}, nil
+}
+
+func (a *adapter) delete(_ context.Context, raw json.RawMessage) (any, error) {
+	id := vmID(raw)
+	if os.Getenv("FAKEVM_FAIL_DELETE") == "1" {
+		return nil, sErr("S102", "transient", "deleting "+a.stateDir(id)+" failed (FAKEVM_FAIL_DELETE)")
+	}
+	a.kill(id)
+	_, err := os.Stat(a.stateDir(id))
+	if rerr := os.RemoveAll(a.stateDir(id)); rerr != nil {
+		return nil, rerr
+	}
+	return map[string]any{"vm_id": id, "deleted": err == nil, "state_dir": a.stateDir(id)}, nil
+}
