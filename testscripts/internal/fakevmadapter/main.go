@@ -115,7 +115,9 @@ func sErr(code, typ, msg string) error {
 	return protocol.RawError(raw)
 }
 
-func (a *adapter) stateDir(id string) string { return filepath.Join(a.home, ".iii", "sandbox", "workers", id) }
+func (a *adapter) stateDir(id string) string {
+	return filepath.Join(a.home, ".iii", "sandbox", "workers", id)
+}
 
 func under(path, root string) bool {
 	rel, err := filepath.Rel(root, path)
