@@ -1,0 +1,159 @@
+package firmware
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// literalBlock encodes data as one LZ4 block made of literals only (a valid, uncompressed block).
+func literalBlock(data []byte) []byte {
+	n := len(data)
+	var b []byte
+	if n < 15 {
+		b = append(b, byte(n<<4))
+	} else {
+		b = append(b, 0xf0)
+		for r := n - 15; ; r -= 255 {
+			if r < 255 {
+				b = append(b, byte(r))
+				break
+			}
+			b = append(b, 255)
+		}
+	}
+	return append(b, data...)
+}
+
+func legacyFrame(blocks ...[]byte) []byte {
+	f := binary.LittleEndian.AppendUint32(nil, lz4LegacyMagic)
+	for _, b := range blocks {
+		f = binary.LittleEndian.AppendUint32(f, uint32(len(b)))
+		f = append(f, b...)
+	}
+	return f
+}
+
+func TestLZ4(t *testing.T) {
+	// "abcabcabcabc!": 3 literals, then a 9-byte match at offset 3, then "!" as final literals.
+	block := []byte{0x35, 'a', 'b', 'c', 3, 0, 0x10, '!'}
+	got, err := DecodeLZ4Legacy(legacyFrame(block, literalBlock(bytes.Repeat([]byte("z"), 300))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "abcabcabcabc!" + strings.Repeat("z", 300); string(got) != want {
+		t.Fatalf("got %q", got)
+	}
+	// The kernel appends the uncompressed size: a trailing word shorter than a block is ignored.
+	withTrailer := binary.LittleEndian.AppendUint32(legacyFrame(block), 313)
+	if got, err := DecodeLZ4Legacy(withTrailer); err != nil || string(got) != "abcabcabcabc!" {
+		t.Fatalf("with trailer: %q %v", got, err)
+	}
+	for _, bad := range [][]byte{
+		{1, 2, 3, 4},
+		legacyFrame([]byte{0x10, 'a', 9, 0, 0x00}), // offset beyond output
+		legacyFrame([]byte{0xf0}),                  // truncated literal length
+	} {
+		if _, err := DecodeLZ4Legacy(bad); err == nil {
+			t.Errorf("% x decoded", bad)
+		}
+	}
+}
+
+func TestExtractVmlinux(t *testing.T) {
+	elf, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Skip("no /bin/true to use as an ELF payload")
+	}
+	payload := binary.LittleEndian.AppendUint32(legacyFrame(literalBlock(elf)), uint32(len(elf)))
+	const setupSects = 3
+	img := make([]byte, (setupSects+1)*512)
+	img[0x1f1] = setupSects
+	copy(img[0x202:], "HdrS")
+	binary.LittleEndian.PutUint32(img[0x248:], 100)
+	binary.LittleEndian.PutUint32(img[0x24c:], uint32(len(payload)))
+	img = append(append(img, make([]byte, 100)...), payload...)
+	got, err := ExtractVmlinux(img)
+	if err != nil || !bytes.Equal(got, elf) {
+		t.Fatalf("extract: %d bytes, %v", len(got), err)
+	}
+	if _, err := ExtractVmlinux(make([]byte, 4096)); err == nil {
+		t.Fatal("a non-bzImage was accepted")
+	}
+}
+
+func TestLoadOrder(t *testing.T) {
+	idx := map[string]Module{
+		"virtio_mmio": {Name: "virtio_mmio", Depends: []string{"virtio", "virtio_ring"}},
+		"virtio":      {Name: "virtio", Depends: []string{"virtio_ring"}},
+		"virtio_ring": {Name: "virtio_ring"},
+		"virtiofs":    {Name: "virtiofs", Depends: []string{"fuse", "virtio", "virtio_ring"}},
+		"fuse":        {Name: "fuse"},
+		"a":           {Name: "a", Depends: []string{"b"}},
+		"b":           {Name: "b", Depends: []string{"a"}},
+	}
+	mods, err := LoadOrder(idx, []string{"virtio-mmio", "virtiofs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range mods {
+		names = append(names, m.Name)
+	}
+	if got := strings.Join(names, " "); got != "virtio_ring virtio virtio_mmio fuse virtiofs" {
+		t.Fatalf("order %q", got)
+	}
+	if _, err := LoadOrder(idx, []string{"a"}); err == nil || !strings.Contains(err.Error(), "cycle") {
+		t.Fatalf("cycle: %v", err)
+	}
+	if _, err := LoadOrder(idx, []string{"nope"}); err == nil {
+		t.Fatal("missing module accepted")
+	}
+}
+
+func TestInitramfs(t *testing.T) {
+	if _, err := exec.LookPath("cpio"); err != nil {
+		t.Skip("cpio not installed")
+	}
+	dir := t.TempDir()
+	agent := filepath.Join(dir, "agent")
+	ko := filepath.Join(dir, "m.ko")
+	if err := os.WriteFile(agent, []byte("#!agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ko, []byte("module"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data, err := Initramfs(agent, []Module{{Name: "m", Path: ko}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("cpio", "-t", "-v", "--quiet")
+	cmd.Stdin = bytes.NewReader(data)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("cpio -t: %v", err)
+	}
+	for _, want := range []string{"crw-------", "dev/console", "-rwxr-xr-x", " init", "lib/modules/m.ko", "lib/modules/order"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("listing lacks %q:\n%s", want, out)
+		}
+	}
+	cmd = exec.Command("cpio", "-i", "--quiet", "--to-stdout", "lib/modules/order")
+	cmd.Stdin = bytes.NewReader(data)
+	if out, err := cmd.Output(); err != nil || string(out) != "m.ko\n" {
+		t.Fatalf("order file %q %v", out, err)
+	}
+}
+
+func FuzzDecodeLZ4(f *testing.F) {
+	f.Add(legacyFrame([]byte{0x35, 'a', 'b', 'c', 3, 0, 0x10, '!'}))
+	f.Add(legacyFrame(literalBlock([]byte("hello"))))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = DecodeLZ4Legacy(data)
+	})
+}
