@@ -38,6 +38,7 @@ const (
 	envComposeDir = "III_COMPOSE_DIR"        // the compose file's directory (a host root)
 	envComposeNS  = "III_COMPOSE_NAMESPACE"  // the project's namespace (names the settings entry)
 	envConfigName = "III_CONFIG_NAME"        // the settings entry id, when Compose names it
+	envConfigFile = "III_CONFIG"             // Compose's copy of the entry, read when the engine has none
 )
 
 const usage = `sandbox-libkrun: the sandbox adapter worker (sandbox contract %d.%d)
@@ -53,7 +54,8 @@ Flags:
                        configuration worker (standalone use)
   --config-id ID       configuration entry to read (env III_CONFIG_NAME; default
                        <namespace>-sandbox-libkrun, namespace from III_COMPOSE_NAMESPACE,
-                       else III_NAMESPACE)
+                       else III_NAMESPACE). When the engine has no such entry, the file
+                       named by III_CONFIG is read, else the package defaults apply.
   --compose-dir DIR    the compose file's directory, a host root whose .iii/ is never mounted
                        (env III_COMPOSE_DIR)
   --host-root DIR      a VM-worker host root; repeatable (env III_SANDBOX_HOST_ROOTS, a list
@@ -61,6 +63,13 @@ Flags:
   --check              validate settings and host, print the result, and exit
   --version            print the version and exit
   --help               this text
+
+Environment: III_URL, III_NAMESPACE, III_WORKER_NAME, III_TOKEN_FILE (project token file) and
+the variables named above.
+
+Host checks at start (each missing piece is its own error): qemu, virtiofsd, read/write
+/dev/kvm, libcap-ng0, the VM firmware in ~/.iii/lib. Images are cached in ~/.iii/cache,
+VM-worker state is kept in ~/.iii/sandbox/workers/<vm_id>/.
 
 Functions: <prefix>::create exec run list stop catalog::list adapter::info
   fs::{ls,stat,mkdir,write,read,rm,chmod,mv,grep,sed} worker::{start,stop,status,delete}
@@ -282,6 +291,12 @@ func fetchSettings(ctx context.Context, w *protocol.Worker, id string) (settings
 	if err != nil {
 		var pe *protocol.Error
 		if errors.As(err, &pe) && pe.Code == "NOT_FOUND" {
+			// An engine Compose does not own cannot take a published entry; Compose still
+			// hands the layered value over as a file.
+			if file := os.Getenv(envConfigFile); file != "" {
+				logf("no configuration entry %q: reading %s", id, file)
+				return settings.LoadFile(file)
+			}
 			logf("no configuration entry %q: using the package defaults", id)
 			return settings.Parse(nil)
 		}
