@@ -188,11 +188,6 @@ func (e *Engine) Invoke(ctx context.Context, ns, id string, payload json.RawMess
 }
 
 func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, data, meta json.RawMessage, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
 	if len(data) == 0 {
 		data = json.RawMessage("null")
 	}
@@ -201,6 +196,11 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	f := e.funcs[fkey{ns, id}]
 	e.mu.RUnlock()
 	if isBuiltin && b.fn != nil {
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
 		return runBuiltin(ctx, b.fn, caller, data, id, timeout)
 	}
 	if f == nil {
@@ -276,6 +276,12 @@ func (e *Engine) forward(ctx context.Context, target *conn, id string, data, met
 	if err := target.send(m); err != nil {
 		return nil, stopped(id)
 	}
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case r := <-ch:
 		if r.Error != nil {
@@ -287,9 +293,11 @@ func (e *Engine) forward(ctx context.Context, target *conn, id string, data, met
 		return r.Result, nil
 	case <-target.ctx.Done():
 		return nil, stopped(id)
+	case <-expired:
+		return nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", id, timeout.Milliseconds())
 	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0 {
-			return nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", id, timeout.Milliseconds())
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, protocol.NewError(errcode.Timeout, "function %s did not answer in time", id)
 		}
 		return nil, protocol.NewError(errcode.InvocationStopped, "the caller of %s went away", id)
 	}

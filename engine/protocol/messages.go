@@ -109,8 +109,8 @@ func Decode(b []byte) (*Message, error) {
 	if len(b) == 0 || b[0] != '{' {
 		return nil, errors.New("frame is not a JSON object")
 	}
-	var m Message
-	if err := json.Unmarshal(b, &m); err != nil {
+	m, err := decodeFrame(b)
+	if err != nil {
 		return nil, fmt.Errorf("decoding frame: %w", err)
 	}
 	if m.Type == "" {
@@ -119,11 +119,12 @@ func Decode(b []byte) (*Message, error) {
 	if !knownTypes[m.Type] {
 		return nil, fmt.Errorf("%w %q", ErrUnknownType, m.Type)
 	}
-	return &m, nil
+	return m, nil
 }
 
-// Encode renders a frame as JSON.
-func Encode(m *Message) ([]byte, error) { return json.Marshal(m) }
+// Encode renders a frame as JSON. Raw fields (data, result, formats, metadata, config) must
+// already be valid JSON; frames decoded by Decode always are.
+func Encode(m *Message) ([]byte, error) { return appendMessage(make([]byte, 0, 256), m), nil }
 
 // Error is a wire error body {"code","message","stacktrace"?}. Bodies with more keys (such as the
 // sandbox S-code envelope) keep every key: Raw returns them exactly as received.

@@ -203,6 +203,12 @@ func (w *Worker) Unregister(id string) error {
 	return nil
 }
 
+func (w *Worker) liveConn() *websocket.Conn {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.liveConnLocked()
+}
+
 func (w *Worker) liveConnLocked() *websocket.Conn {
 	select {
 	case <-w.up:
@@ -453,6 +459,9 @@ func marshalResult(v any) (json.RawMessage, error) {
 	case nil:
 		return nil, nil
 	case json.RawMessage:
+		if !json.Valid(r) {
+			return nil, errors.New("handler returned invalid raw JSON")
+		}
 		return r, nil
 	}
 	return json.Marshal(v)
@@ -510,11 +519,14 @@ func (w *Worker) Call(ctx context.Context, fn string, payload any, opts ...CallO
 			timeout = DefaultCallTimeout
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
-	defer cancel()
-	c, err := w.waitUp(ctx)
-	if err != nil {
-		return nil, err
+	c := w.liveConn()
+	if c == nil {
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		var err error
+		if c, err = w.waitUp(wctx); err != nil {
+			return nil, err
+		}
 	}
 	return w.callOn(ctx, c, fn, payload, o.ns, timeout)
 }
@@ -538,6 +550,9 @@ func marshalPayload(p any) (json.RawMessage, error) {
 		return json.RawMessage("{}"), nil
 	}
 	if r, ok := p.(json.RawMessage); ok {
+		if !json.Valid(r) {
+			return nil, errors.New("payload is not valid JSON")
+		}
 		return r, nil
 	}
 	return json.Marshal(p)

@@ -1,0 +1,8 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

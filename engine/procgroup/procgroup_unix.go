@@ -1,0 +1,14 @@
+//go:build unix && !linux
+
+package procgroup
+
+import "syscall"
+
+// Attr puts the child in a new process group. dieWithParent has no kernel support outside
+// Linux; callers there rely on their reaper process.
+func Attr(dieWithParent bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+// Signal sends sig to every process of the group led by pid.
+func Signal(pid int, sig syscall.Signal) error { return syscall.Kill(-pid, sig) }

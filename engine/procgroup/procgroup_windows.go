@@ -1,0 +1,18 @@
+package procgroup
+
+import (
+	"os"
+	"syscall"
+)
+
+// Attr returns no special attributes: Windows has no process groups of this kind.
+func Attr(dieWithParent bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{} }
+
+// Signal ends the process pid; Windows cannot deliver other signals, so every signal kills.
+func Signal(pid int, sig syscall.Signal) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}

@@ -1,0 +1,449 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// decodeFrame parses one frame without reflection. It accepts what encoding/json accepts for
+// Message (keys matched exactly or ASCII case-insensitively, the last duplicate wins, unknown
+// keys skipped) and checks the whole input is one valid JSON object.
+func decodeFrame(b []byte) (*Message, error) {
+	p := parser{b: b}
+	m := &Message{}
+	p.ws()
+	if !p.eat('{') {
+		return nil, p.fail("expected an object")
+	}
+	p.ws()
+	if p.eat('}') {
+		return m, p.end()
+	}
+	for {
+		p.ws()
+		key, err := p.str()
+		if err != nil {
+			return nil, err
+		}
+		p.ws()
+		if !p.eat(':') {
+			return nil, p.fail("expected ':'")
+		}
+		p.ws()
+		start := p.i
+		if err := p.skip(0); err != nil {
+			return nil, err
+		}
+		if err := m.set(lowerASCII(key), p.b[start:p.i]); err != nil {
+			return nil, err
+		}
+		p.ws()
+		if p.eat(',') {
+			continue
+		}
+		if p.eat('}') {
+			return m, p.end()
+		}
+		return nil, p.fail("expected ',' or '}'")
+	}
+}
+
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+var errWrongType = errors.New("frame field has the wrong JSON type")
+
+// set stores one field; v is a complete, valid JSON value.
+func (m *Message) set(key string, v []byte) error {
+	isNull := len(v) == 4 && string(v) == "null"
+	strField := func(dst *string) error {
+		if isNull {
+			return nil
+		}
+		if v[0] != '"' {
+			return errWrongType
+		}
+		s, err := (&parser{b: v}).str()
+		*dst = s
+		return err
+	}
+	rawField := func(dst *json.RawMessage) error {
+		*dst = append(json.RawMessage(nil), v...)
+		return nil
+	}
+	switch key {
+	case "type":
+		return strField(&m.Type)
+	case "id":
+		return strField(&m.ID)
+	case "name":
+		return strField(&m.Name)
+	case "description":
+		return strField(&m.Description)
+	case "request_format":
+		return rawField(&m.RequestFormat)
+	case "response_format":
+		return rawField(&m.ResponseFormat)
+	case "trigger_type":
+		return strField(&m.TriggerType)
+	case "config":
+		return rawField(&m.Config)
+	case "invocation_id":
+		return strField(&m.InvocationID)
+	case "function_id":
+		return strField(&m.FunctionID)
+	case "data":
+		return rawField(&m.Data)
+	case "action":
+		if isNull {
+			m.Action = nil
+			return nil
+		}
+		a := &Action{}
+		if err := json.Unmarshal(v, a); err != nil {
+			return err
+		}
+		m.Action = a
+	case "metadata":
+		return rawField(&m.Metadata)
+	case "namespace":
+		if isNull {
+			m.Namespace = nil
+			return nil
+		}
+		var s string
+		if err := strField(&s); err != nil {
+			return err
+		}
+		m.Namespace = &s
+	case "result":
+		return rawField(&m.Result)
+	case "error":
+		if isNull {
+			m.Error = nil
+			return nil
+		}
+		e := &Error{}
+		if err := e.UnmarshalJSON(v); err != nil {
+			return err
+		}
+		m.Error = e
+	case "traceparent":
+		return strField(&m.Traceparent)
+	case "baggage":
+		return strField(&m.Baggage)
+	case "timeout_ms":
+		if isNull {
+			return nil
+		}
+		n, err := strconv.ParseInt(string(v), 10, 64)
+		if err != nil {
+			return errWrongType
+		}
+		m.TimeoutMS = n
+	case "worker_id":
+		return strField(&m.WorkerID)
+	case "reattach_token":
+		return strField(&m.ReattachToken)
+	case "previous_worker_id":
+		return strField(&m.PreviousWorkerID)
+	case "code":
+		return strField(&m.Code)
+	case "owner_worker_id":
+		return strField(&m.OwnerWorkerID)
+	case "worker_name":
+		return strField(&m.WorkerName)
+	}
+	return nil
+}
+
+type parser struct {
+	b []byte
+	i int
+}
+
+func (p *parser) fail(msg string) error {
+	return errors.New("invalid JSON at offset " + strconv.Itoa(p.i) + ": " + msg)
+}
+
+func (p *parser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *parser) eat(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+func (p *parser) end() error {
+	p.ws()
+	if p.i != len(p.b) {
+		return p.fail("data after the object")
+	}
+	return nil
+}
+
+const maxDepth = 10000
+
+// skip moves past one JSON value, validating it.
+func (p *parser) skip(depth int) error {
+	if depth > maxDepth {
+		return p.fail("nested too deeply")
+	}
+	if p.i >= len(p.b) {
+		return p.fail("unexpected end")
+	}
+	switch c := p.b[p.i]; {
+	case c == '"':
+		return p.skipString()
+	case c == '{':
+		p.i++
+		p.ws()
+		if p.eat('}') {
+			return nil
+		}
+		for {
+			p.ws()
+			if p.i >= len(p.b) || p.b[p.i] != '"' {
+				return p.fail("expected a key")
+			}
+			if err := p.skipString(); err != nil {
+				return err
+			}
+			p.ws()
+			if !p.eat(':') {
+				return p.fail("expected ':'")
+			}
+			p.ws()
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+			p.ws()
+			if p.eat(',') {
+				continue
+			}
+			if p.eat('}') {
+				return nil
+			}
+			return p.fail("expected ',' or '}'")
+		}
+	case c == '[':
+		p.i++
+		p.ws()
+		if p.eat(']') {
+			return nil
+		}
+		for {
+			p.ws()
+			if err := p.skip(depth + 1); err != nil {
+				return err
+			}
+			p.ws()
+			if p.eat(',') {
+				continue
+			}
+			if p.eat(']') {
+				return nil
+			}
+			return p.fail("expected ',' or ']'")
+		}
+	case c == 't':
+		return p.literal("true")
+	case c == 'f':
+		return p.literal("false")
+	case c == 'n':
+		return p.literal("null")
+	case c == '-' || c >= '0' && c <= '9':
+		return p.number()
+	}
+	return p.fail("unexpected character")
+}
+
+func (p *parser) literal(s string) error {
+	if len(p.b)-p.i >= len(s) && string(p.b[p.i:p.i+len(s)]) == s {
+		p.i += len(s)
+		return nil
+	}
+	return p.fail("bad literal")
+}
+
+func (p *parser) digits() int {
+	n := 0
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
+		n++
+	}
+	return n
+}
+
+func (p *parser) number() error {
+	p.eat('-')
+	if p.eat('0') {
+		if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+			return p.fail("leading zero")
+		}
+	} else if p.digits() == 0 {
+		return p.fail("bad number")
+	}
+	if p.eat('.') && p.digits() == 0 {
+		return p.fail("bad fraction")
+	}
+	if p.i < len(p.b) && (p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		p.i++
+		if !p.eat('+') {
+			p.eat('-')
+		}
+		if p.digits() == 0 {
+			return p.fail("bad exponent")
+		}
+	}
+	return nil
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+func (p *parser) skipString() error {
+	p.i++
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return nil
+		case c == '\\':
+			if p.i+1 >= len(p.b) {
+				return p.fail("unfinished escape")
+			}
+			switch p.b[p.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				p.i += 2
+			case 'u':
+				if p.i+6 > len(p.b) || !isHex(p.b[p.i+2]) || !isHex(p.b[p.i+3]) || !isHex(p.b[p.i+4]) || !isHex(p.b[p.i+5]) {
+					return p.fail("bad \\u escape")
+				}
+				p.i += 6
+			default:
+				return p.fail("bad escape")
+			}
+		case c < 0x20:
+			return p.fail("control character in string")
+		default:
+			p.i++
+		}
+	}
+	return p.fail("unterminated string")
+}
+
+// str parses a string value at p.i (validated) and returns it unescaped; invalid UTF-8 and lone
+// surrogates become U+FFFD as with encoding/json.
+func (p *parser) str() (string, error) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", p.fail("expected a string")
+	}
+	start := p.i
+	if err := p.skipString(); err != nil {
+		return "", err
+	}
+	raw := p.b[start+1 : p.i-1]
+	simple := true
+	for _, c := range raw {
+		if c == '\\' || c >= utf8.RuneSelf {
+			simple = false
+			break
+		}
+	}
+	if simple {
+		return string(raw), nil
+	}
+	out := make([]byte, 0, len(raw))
+	for i := 0; i < len(raw); {
+		c := raw[i]
+		if c == '\\' {
+			switch raw[i+1] {
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r := hex4(raw[i+2 : i+6])
+				i += 6
+				if utf16.IsSurrogate(r) {
+					if i+6 <= len(raw) && raw[i] == '\\' && raw[i+1] == 'u' {
+						if r2 := utf16.DecodeRune(r, hex4(raw[i+2:i+6])); r2 != utf8.RuneError {
+							out = utf8.AppendRune(out, r2)
+							i += 6
+							continue
+						}
+					}
+					r = utf8.RuneError
+				}
+				out = utf8.AppendRune(out, r)
+				continue
+			default:
+				out = append(out, raw[i+1])
+			}
+			i += 2
+			continue
+		}
+		if c < utf8.RuneSelf {
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(raw[i:])
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+		} else {
+			out = append(out, raw[i:i+size]...)
+		}
+		i += size
+	}
+	return string(out), nil
+}
+
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case c >= '0' && c <= '9':
+			r |= rune(c - '0')
+		case c >= 'a' && c <= 'f':
+			r |= rune(c - 'a' + 10)
+		default:
+			r |= rune(c - 'A' + 10)
+		}
+	}
+	return r
+}

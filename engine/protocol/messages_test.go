@@ -1,0 +1,132 @@
+package protocol
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func ns(s string) *string { return &s }
+
+var samples = []*Message{
+	{Type: TypeRegisterFunction, ID: "math::add", Description: "Add \"two\" numbers\n\t<ok> & é \u2028", RequestFormat: json.RawMessage(`{"type":"object"}`)},
+	{Type: TypeInvokeFunction, InvocationID: "9f3c", FunctionID: "math::add", Data: json.RawMessage(`{"a":2,"b":3}`), Namespace: ns("orders"), TimeoutMS: 1500, Metadata: json.RawMessage(`{"tenant":"acme"}`)},
+	{Type: TypeInvokeFunction, FunctionID: "notify::send", Data: json.RawMessage(`{}`), Action: &Action{Type: "void"}},
+	{Type: TypeInvocationResult, InvocationID: "1", FunctionID: "f", Error: NewError("invocation_failed", "boom \x01 \xff")},
+	{Type: TypeInvocationResult, InvocationID: "1", FunctionID: "f", Error: RawError(json.RawMessage(`{"type":"validation","code":"S002","message":"m","docs_url":"u","retryable":false,"fix":null,"fix_note":"n","extra":[1]}`))},
+	{Type: TypeWorkerRegistered, WorkerID: "w", ReattachToken: "t"},
+	{Type: TypeRegistrationRejected, Code: "FUNCTION_NAMESPACE_CONFLICT", Namespace: ns(""), FunctionID: "state::get", OwnerWorkerID: "o", WorkerName: "n"},
+	{Type: TypePing},
+}
+
+// TestEncodeMatchesEncodingJSON: the hand-written encoder produces what encoding/json would.
+func TestEncodeMatchesEncodingJSON(t *testing.T) {
+	for _, m := range samples {
+		got, _ := Encode(m)
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g, w any
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("invalid JSON %s: %v", got, err)
+		}
+		_ = json.Unmarshal(want, &w)
+		if d := cmp.Diff(w, g); d != "" {
+			t.Errorf("%s: (-encoding/json +Encode)\n%s", m.Type, d)
+		}
+	}
+}
+
+// TestDecodeRoundTrip: Decode(Encode(m)) gives m back, and the S-code envelope keeps every key.
+func TestDecodeRoundTrip(t *testing.T) {
+	for _, m := range samples {
+		b, _ := Encode(m)
+		back, err := Decode(b)
+		if err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		again, _ := Encode(back)
+		if string(again) != string(b) {
+			t.Errorf("round trip changed the frame:\n%s\n%s", b, again)
+		}
+	}
+	m, _ := Decode([]byte(`{"type":"invocationresult","invocation_id":"1","error":{"code":"S301","docs_url":"x","fix":{"a":1}}}`))
+	if d := cmp.Diff(`{"code":"S301","docs_url":"x","fix":{"a":1}}`, string(m.Error.Raw())); d != "" {
+		t.Error(d)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	for _, in := range []string{``, `[]`, `{"type":`, `{"x":1}`, `{"type":"frobnicate"}`, `{"type":"invokefunction","namespace":5}`} {
+		if _, err := Decode([]byte(in)); err == nil {
+			t.Errorf("Decode(%q) accepted", in)
+		}
+	}
+}
+
+// FuzzDecode: no input crashes Decode, and every accepted frame re-encodes to valid JSON that
+// decodes to the same frame.
+func FuzzDecode(f *testing.F) {
+	for _, m := range samples {
+		b, _ := Encode(m)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"type":"invokefunction","data":null,"error":"plain"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := Decode(b)
+		if err != nil {
+			return
+		}
+		if !json.Valid(b) {
+			t.Fatalf("Decode accepted invalid JSON %q", b)
+		}
+		out, _ := Encode(m)
+		if !json.Valid(out) {
+			t.Fatalf("Encode produced invalid JSON %q from %q", out, b)
+		}
+		back, err := Decode(out)
+		if err != nil {
+			t.Fatalf("re-decoding %q: %v", out, err)
+		}
+		again, _ := Encode(back)
+		if string(again) != string(out) {
+			t.Fatalf("not stable:\n%s\n%s", out, again)
+		}
+	})
+}
+
+// TestDecodeMatchesEncodingJSON: the frame decoder agrees with encoding/json on valid frames.
+func TestDecodeMatchesEncodingJSON(t *testing.T) {
+	inputs := []string{
+		`{"type":"invokefunction","invocation_id":"a\u00e9\ud83d\ude00\"","function_id":"x::y","data":{"k":[1,2.5e3,-0,true,null,"s"]},"namespace":"ns","timeout_ms":42,"action":{"type":"void"},"unknown":{"deep":[[]]}}`,
+		`{"TYPE":"ping","Data":null,"result":null,"error":null,"namespace":null}`,
+		` {"type":"invocationresult","error":{"code":"c","message":"m","stacktrace":"s\nt"},"result":[ 1 , 2 ]} `,
+		`{"type":"registerfunction","id":"a","id":"b","request_format":{"type":"object"},"metadata":{}}`,
+		`{"type":"workerregistered","worker_id":"w","reattach_token":"\ud800x"}`,
+	}
+	for _, in := range inputs {
+		got, err := decodeFrame([]byte(in))
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		var want Message
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatal(err)
+		}
+		g, _ := Encode(got)
+		w, _ := Encode(&want)
+		if d := cmp.Diff(string(w), string(g)); d != "" {
+			t.Errorf("%s: (-encoding/json +decodeFrame)\n%s", in, d)
+		}
+	}
+	for _, bad := range []string{`{"type":"x",}`, `{"type":1}`, `{"type":"x"} x`, `{"a":01}`, `{"a":"\x"}`, `{"timeout_ms":1.5,"type":"ping"}`, `{"a":[1,]}`, "{\"a\":\"\x01\"}"} {
+		_, err1 := decodeFrame([]byte(bad))
+		var m Message
+		err2 := json.Unmarshal([]byte(bad), &m)
+		if err1 == nil || err2 == nil {
+			t.Errorf("%q: decodeFrame err %v, encoding/json err %v; both should fail", bad, err1, err2)
+		}
+	}
+}
