@@ -34,8 +34,11 @@ const AssetName = "sandbox-firmware-x86_64-unknown-linux-gnu.tar.gz"
 // DefaultPackage is the Debian package whose kernel the firmware repackages.
 const DefaultPackage = "linux-image-cloud-amd64"
 
-// Modules are the kernel modules the guest loads (their dependencies are added).
-var Modules = []string{"virtio_mmio", "virtio_console", "virtiofs", "overlay", "virtio_net"}
+// Modules are the kernel modules the guest loads at boot (their dependencies are added).
+var Modules = []string{"virtio_mmio", "virtio_console", "virtiofs", "overlay"}
+
+// NetModules are loaded only when a machine has networking.
+var NetModules = []string{"virtio_net"}
 
 // Manifest describes an installed firmware.
 type Manifest struct {
@@ -143,6 +146,11 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	if err != nil {
 		return Paths{}, err
 	}
+	netMods, err := LoadOrder(idx, append(append([]string(nil), Modules...), NetModules...))
+	if err != nil {
+		return Paths{}, err
+	}
+	netMods = netMods[len(mods):]
 	agent := o.Agent
 	if agent == "" {
 		agent = filepath.Join(o.WorkDir, "init")
@@ -150,12 +158,12 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 			return Paths{}, err
 		}
 	}
-	initrd, err := Initramfs(agent, mods)
+	initrd, err := Initramfs(agent, mods, netMods)
 	if err != nil {
 		return Paths{}, err
 	}
 	man := Manifest{KernelRelease: release, Package: filepath.Base(deb), Built: time.Now().UTC().Format(time.RFC3339)}
-	for _, m := range mods {
+	for _, m := range append(mods, netMods...) {
 		man.Modules = append(man.Modules, m.Name)
 	}
 	manJSON, _ := json.MarshalIndent(man, "", "  ")
@@ -171,7 +179,7 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 			return Paths{}, err
 		}
 	}
-	logf("firmware: kernel %s (%d MB), initramfs %d KB with %d modules, in %s", release, len(vmlinux)>>20, len(initrd)>>10, len(mods), o.OutDir)
+	logf("firmware: kernel %s (%d MB), initramfs %d KB with %d modules, in %s", release, len(vmlinux)>>20, len(initrd)>>10, len(man.Modules), o.OutDir)
 	if o.AssetPath != "" {
 		var buf bytes.Buffer
 		gz := gzip.NewWriter(&buf)
@@ -240,8 +248,9 @@ func Install(asset, dir string) error {
 }
 
 // Initramfs builds the uncompressed cpio archive: /init (the agent), the module files under
-// /lib/modules and their load order in /lib/modules/order, and /dev/console for init's stdio.
-func Initramfs(agent string, mods []Module) ([]byte, error) {
+// /lib/modules with their load order in /lib/modules/order (at boot) and /lib/modules/order.net
+// (when networking is on), and /dev/console for init's stdio.
+func Initramfs(agent string, mods, netMods []Module) ([]byte, error) {
 	init, err := os.ReadFile(agent)
 	if err != nil {
 		return nil, err
@@ -253,17 +262,22 @@ func Initramfs(agent string, mods []Module) ([]byte, error) {
 	}
 	c.CharDev("dev/console", 0o600, 5, 1)
 	c.File("init", 0o755, init)
-	var order strings.Builder
-	for _, m := range mods {
-		data, err := os.ReadFile(m.Path)
-		if err != nil {
-			return nil, err
+	for _, set := range []struct {
+		order string
+		mods  []Module
+	}{{"order", mods}, {"order.net", netMods}} {
+		var order strings.Builder
+		for _, m := range set.mods {
+			data, err := os.ReadFile(m.Path)
+			if err != nil {
+				return nil, err
+			}
+			name := m.Name + ".ko"
+			c.File("lib/modules/"+name, 0o644, data)
+			order.WriteString(name + "\n")
 		}
-		name := m.Name + ".ko"
-		c.File("lib/modules/"+name, 0o644, data)
-		order.WriteString(name + "\n")
+		c.File("lib/modules/"+set.order, 0o644, []byte(order.String()))
 	}
-	c.File("lib/modules/order", 0o644, []byte(order.String()))
 	if err := c.Close(); err != nil {
 		return nil, err
 	}

@@ -77,6 +77,12 @@ func (a *agent) serve() error {
 				a.replyErr(f.ID, err)
 				continue
 			}
+			if in.Network {
+				if err := loadNetModules(); err != nil {
+					a.replyErr(f.ID, fmt.Errorf("network: %w", err))
+					continue
+				}
+			}
 			if err := setupRoot(in.RootTag, in.ScratchMB, in.Mounts); err != nil {
 				a.replyErr(f.ID, err)
 				continue

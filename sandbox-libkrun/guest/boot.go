@@ -29,10 +29,11 @@ func mountPseudo() error {
 	return nil
 }
 
-// loadModules loads, in order, the modules named one per line in dir/order (paths relative to
-// dir). A module already present (built in or loaded) is skipped.
-func loadModules(dir string) error {
-	f, err := os.Open(filepath.Join(dir, "order"))
+// loadModules loads, in order, the modules named one per line in the file list (paths relative
+// to its directory). A module already present (built in or loaded) is skipped.
+func loadModules(list string) error {
+	dir := filepath.Dir(list)
+	f, err := os.Open(list)
 	if err != nil {
 		if os.IsNotExist(err) {
 			return nil

@@ -29,7 +29,7 @@ func main() {
 	if cmdlineHas("iii.floor=1") {
 		powerOff()
 	}
-	if err := loadModules("/lib/modules"); err != nil {
+	if err := loadModules("/lib/modules/order"); err != nil {
 		fatal(err)
 	}
 	port, err := openPort("ctrl", 10*time.Second)

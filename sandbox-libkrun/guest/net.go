@@ -64,6 +64,9 @@ func setupLoopback() error {
 	return setUp(fd, "lo")
 }
 
+// loadNetModules loads the network driver; call before leaving the initramfs root.
+func loadNetModules() error { return loadModules("/lib/modules/order.net") }
+
 // setupNetwork configures the first non-loopback interface for qemu's user-mode network and
 // writes /etc/resolv.conf (call after the switch to the sandbox root).
 func setupNetwork() error {
