@@ -201,13 +201,12 @@ func run(args []string) int {
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,
 		CPUs: int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), Logf: logf,
 	})
-	for op, h := range svc.Handlers() {
-		if err := w.Register(o.prefix+"::"+op, wrap(h)); err != nil {
-			return fail("REGISTER_FAILED", "%s::%s: %v", o.prefix, op, err)
-		}
-	}
+	handlers := svc.Handlers()
 	for op, h := range workers.Handlers() {
-		if err := w.Register(o.prefix+"::"+op, wrap(adapter.Handler(h))); err != nil {
+		handlers[op] = adapter.Handler(h)
+	}
+	for op, h := range handlers {
+		if err := w.Register(o.prefix+"::"+op, wrap(h), protocol.WithDescription(describe(op))); err != nil {
 			return fail("REGISTER_FAILED", "%s::%s: %v", o.prefix, op, err)
 		}
 	}
@@ -233,6 +232,28 @@ func run(args []string) int {
 	workers.Shutdown(sctx)
 	svc.Shutdown(sctx)
 	return status
+}
+
+var descriptions = map[string]string{
+	"create":         "Boot a sandbox microVM from a catalog image: image, cpus?, memory_mb?, name?, network?, idle_timeout_secs?, env?",
+	"exec":           "Run a command in a sandbox: sandbox_id, cmd/args or argv, stdin (base64)?, env?, timeout_ms?, workdir?",
+	"run":            "Create a sandbox, write the code (and files), run it with lang's interpreter, stop: image, lang, code, files?, env?, stdin?, timeout_ms?, keep_sandbox?",
+	"list":           "List sandboxes with their exec slots",
+	"stop":           "Stop a sandbox: sandbox_id, wait?",
+	"catalog::list":  "List the catalog images (presets, then custom_images)",
+	"adapter::info":  "The adapter's name, version and sandbox contract",
+	"worker::start":  "Boot a Compose VM worker: vm_id, image, dir, command, env?, name?, guest_dir?, cpus?, memory_mb?, network?, mounts?",
+	"worker::stop":   "Stop a Compose VM worker: vm_id",
+	"worker::status": "State of one VM worker (vm_id) or of all, with the host roots",
+	"worker::delete": "Stop a VM worker and remove ~/.iii/sandbox/workers/<vm_id>/: vm_id",
+}
+
+// describe is the function description shown by engine::functions::list.
+func describe(op string) string {
+	if d, ok := descriptions[op]; ok {
+		return d
+	}
+	return "Filesystem operation " + op + " inside a sandbox: sandbox_id plus its fields"
 }
 
 // wrap turns an S-code error into the wire error whose body is the envelope itself.
