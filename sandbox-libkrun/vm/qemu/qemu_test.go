@@ -156,6 +156,12 @@ func TestMachine(t *testing.T) {
 			t.Fatalf("stdout %d bytes truncated=%v, stderr %d truncated=%v", len(res.Stdout), res.StdoutTruncated, len(res.Stderr), res.StderrTruncated)
 		}
 	})
+	t.Run("default cap is 1 MiB", func(t *testing.T) {
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "yes | head -c 1100000"}})
+		if len(res.Stdout) != 1<<20 || !res.StdoutTruncated || code(res) != 0 {
+			t.Fatalf("stdout %d bytes truncated=%v exit %d", len(res.Stdout), res.StdoutTruncated, code(res))
+		}
+	})
 	t.Run("streamed output", func(t *testing.T) {
 		var got bytes.Buffer
 		res := run(t, m, vm.ExecRequest{Argv: []string{"echo", "hello"}, Output: func(s int, b []byte) {
