@@ -199,7 +199,8 @@ func run(args []string) int {
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,
-		CPUs: int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), Logf: logf,
+		TokenFile: os.Getenv(protocol.EnvTokenFile),
+		CPUs:      int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), Logf: logf,
 	})
 	handlers := svc.Handlers()
 	for op, h := range workers.Handlers() {

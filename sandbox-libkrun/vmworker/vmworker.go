@@ -38,6 +38,7 @@ type Options struct {
 	ComposeDir  string // the compose file's directory; its .iii/ is never mounted
 	StateRoot   string // default StateRoot()
 	RunDir      string // short directory for machine sockets; default $TMPDIR/iii-vmw-<uid>
+	TokenFile   string // the adapter's project token file; handed to VM workers in guest memory
 	CPUs        int    // default vCPUs
 	MemoryMB    int    // default RAM
 	Logf        func(format string, args ...any)
@@ -45,6 +46,13 @@ type Options struct {
 
 // GuestDir is where the worker's directory appears in the guest unless guest_dir says otherwise.
 const GuestDir = "/workspace"
+
+// GuestTokenFile is where a VM worker finds the project token: a file in the guest's
+// memory-backed root, written after boot, never on a mount or in the VM's state directory.
+const GuestTokenFile = "/run/iii/token"
+
+// envTokenFile names the token file in a worker's environment.
+const envTokenFile = "III_TOKEN_FILE"
 
 // States a VM worker reports.
 const (
@@ -193,6 +201,18 @@ func (m *Manager) Start(ctx context.Context, raw json.RawMessage) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A host path to the token means nothing in the guest; the token itself is handed over in
+	// guest memory after boot (see handToken).
+	wantsToken := false
+	kept := env[:0]
+	for _, kv := range env {
+		if strings.HasPrefix(kv, envTokenFile+"=") {
+			wantsToken = true
+			continue
+		}
+		kept = append(kept, kv)
+	}
+	env = kept
 	// Roots first: a directory outside them is refused before anything touches the disk.
 	if err := m.opt.Roots.Check(req.Dir); err != nil {
 		return nil, err
@@ -219,6 +239,14 @@ func (m *Manager) Start(ctx context.Context, raw json.RawMessage) (any, error) {
 	m.mu.Unlock()
 
 	machine, err := m.boot(ctx, req, env)
+	var execEnv []string
+	if err == nil && wantsToken {
+		if execEnv, err = m.handToken(ctx, machine); err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			machine.Stop(sctx)
+			cancel()
+		}
+	}
 	m.mu.Lock()
 	if err != nil {
 		w.state = StateStopped
@@ -231,7 +259,7 @@ func (m *Manager) Start(ctx context.Context, raw json.RawMessage) (any, error) {
 	m.mu.Unlock()
 
 	m.wg.Add(1)
-	go m.run(w, req.Command)
+	go m.run(w, req.Command, execEnv)
 	m.opt.Logf("VM worker %s started (%s)", req.VMID, m.opt.Driver.Name())
 	return m.status(req.VMID), nil
 }
@@ -302,6 +330,23 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 	return machine, nil
 }
 
+// handToken writes the adapter's project token into the guest's memory-backed root and returns
+// the environment entry that points the worker at it.
+func (m *Manager) handToken(ctx context.Context, machine vm.Machine) ([]string, error) {
+	if m.opt.TokenFile == "" {
+		return nil, nil
+	}
+	tok, err := os.ReadFile(m.opt.TokenFile)
+	if err != nil {
+		return nil, scode.BootFailed("the project token file cannot be read: " + err.Error())
+	}
+	body, _ := json.Marshal(map[string]any{"path": GuestTokenFile, "content": string(tok), "mode": "0600", "parents": true})
+	if _, err := machine.FS(ctx, "write", body); err != nil {
+		return nil, scode.BootFailed("handing the project token to the VM failed")
+	}
+	return []string{envTokenFile + "=" + GuestTokenFile}, nil
+}
+
 // exposesToken reports whether mounting host would show the compose file's .iii/ directory.
 func (m *Manager) exposesToken(host string) bool {
 	return m.opt.ComposeDir != "" && within(m.opt.ComposeDir, host)
@@ -309,7 +354,7 @@ func (m *Manager) exposesToken(host string) bool {
 
 // run executes the worker's command, appending its output to logs/worker.log, and stops the VM
 // when the command ends.
-func (m *Manager) run(w *worker, argv []string) {
+func (m *Manager) run(w *worker, argv, env []string) {
 	defer m.wg.Done()
 	defer close(w.done)
 	logPath := filepath.Join(m.StateDir(w.id), "logs", "worker.log")
@@ -318,7 +363,7 @@ func (m *Manager) run(w *worker, argv []string) {
 		m.opt.Logf("VM worker %s: log: %v", w.id, err)
 	}
 	res, err := w.machine.Exec(context.Background(), vm.ExecRequest{
-		Argv: argv, OutputCap: 64 << 10,
+		Argv: argv, Env: env, OutputCap: 64 << 10,
 		Output: func(_ int, data []byte) {
 			if logf != nil {
 				logf.Write(data)

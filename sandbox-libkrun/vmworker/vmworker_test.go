@@ -30,19 +30,28 @@ func (d *fakeDriver) Boot(_ context.Context, spec vm.Spec) (vm.Machine, error) {
 }
 
 type fakeMachine struct {
-	once sync.Once
-	done chan struct{}
-	argv chan []string
+	once    sync.Once
+	done    chan struct{}
+	argv    chan []string
+	mu      sync.Mutex
+	env     []string
+	fsCalls []string
 }
 
 func (m *fakeMachine) Exec(_ context.Context, req vm.ExecRequest) (vm.ExecResult, error) {
+	m.mu.Lock()
+	m.env = req.Env
+	m.mu.Unlock()
 	m.argv <- req.Argv
 	req.Output(1, []byte("worker up\n"))
 	<-m.done
 	return vm.ExecResult{}, nil
 }
-func (m *fakeMachine) FS(context.Context, string, json.RawMessage) (json.RawMessage, error) {
-	return nil, nil
+func (m *fakeMachine) FS(_ context.Context, op string, req json.RawMessage) (json.RawMessage, error) {
+	m.mu.Lock()
+	m.fsCalls = append(m.fsCalls, op+" "+string(req))
+	m.mu.Unlock()
+	return json.RawMessage(`{}`), nil
 }
 func (m *fakeMachine) KernelRelease() string { return "6.1.0-guest" }
 func (m *fakeMachine) PIDs() []int           { return []int{4242} }
@@ -112,10 +121,11 @@ func TestWorkerLifecycle(t *testing.T) {
 	write(t, filepath.Join(project, ".iii", "compose", "default", "token"), "s3cret")
 	write(t, filepath.Join(project, "app", "main.py"), "print(1)")
 	write(t, filepath.Join(base, "outside", "main.py"), "print(2)")
+	write(t, filepath.Join(project, ".iii", "token"), "tok-123")
 	drv := &fakeDriver{}
 	state := filepath.Join(base, "home", ".iii", "sandbox", "workers")
 	m := New(Options{Driver: drv, Images: images{}, Roots: NewRoots([]string{project}), ComposeDir: project,
-		StateRoot: state, RunDir: filepath.Join(base, "run")})
+		StateRoot: state, RunDir: filepath.Join(base, "run"), TokenFile: filepath.Join(project, ".iii", "token")})
 	ctx := context.Background()
 	call := func(op, body string) (map[string]any, error) {
 		out, err := m.Handlers()[op](ctx, json.RawMessage(body))
@@ -140,7 +150,7 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("bad vm_id: %v", err)
 	}
 
-	r, err := call("worker::start", `{"vm_id":"w1","name":"api","image":"docker.io/library/python:3","dir":"`+project+`","command":["python3","app/main.py"],"env":{"III_URL":"ws://127.0.0.1:49134"}}`)
+	r, err := call("worker::start", `{"vm_id":"w1","name":"api","image":"docker.io/library/python:3","dir":"`+project+`","command":["python3","app/main.py"],"env":{"III_URL":"ws://127.0.0.1:49134","III_TOKEN_FILE":"`+filepath.Join(project, ".iii", "token")+`"}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +160,16 @@ func TestWorkerLifecycle(t *testing.T) {
 	if argv := <-drv.last.argv; strings.Join(argv, " ") != "python3 app/main.py" {
 		t.Fatalf("argv %v", argv)
 	}
+	drv.last.mu.Lock()
+	execEnv, fsCalls := drv.last.env, drv.last.fsCalls
+	drv.last.mu.Unlock()
+	if strings.Join(execEnv, ",") != "III_TOKEN_FILE="+GuestTokenFile || len(fsCalls) != 1 ||
+		!strings.Contains(fsCalls[0], `"path":"/run/iii/token"`) || !strings.Contains(fsCalls[0], `"content":"tok-123"`) {
+		t.Fatalf("token hand-over: exec env %v, fs calls %v", execEnv, fsCalls)
+	}
 	spec := drv.specs[0]
 	if spec.RootFS != "/cache/docker.io/library/python:3" || spec.Workdir != GuestDir || !spec.Network ||
-		spec.Env[0] != "III_URL=ws://10.0.2.2:49134" || len(spec.Mounts) != 1 {
+		strings.Join(spec.Env, ",") != "III_URL=ws://10.0.2.2:49134" || len(spec.Mounts) != 1 {
 		t.Fatalf("spec %+v", spec)
 	}
 	wd := spec.Mounts[0].Host
