@@ -113,13 +113,11 @@ func parseCall(args []string) (*callArgs, error) {
 			return nil, err
 		}
 	}
-	if a.help {
-		return a, nil
-	}
-	if a.fn == "" {
+	if a.fn == "" && !a.help {
 		return nil, errors.New("missing FUNCTION. Try: `iii call <function> [key=value ...]`")
 	}
 	switch {
+	case a.help:
 	case jsonArg == nil && len(kv) == 0:
 		a.payload = json.RawMessage("{}")
 	case jsonArg != nil && !json.Valid([]byte(*jsonArg)):
@@ -178,6 +176,9 @@ func RunCall(args []string) int {
 	}
 	if a.help {
 		fmt.Print(callUsage)
+		if a.fn != "" {
+			describe(a)
+		}
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout+2*time.Second)
@@ -216,4 +217,52 @@ func RunCall(args []string) int {
 	}
 	fmt.Println(buf.String())
 	return 0
+}
+
+// describe prints what the running engine knows about a.fn; silent when no engine answers.
+func describe(a *callArgs) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	w, err := protocol.Connect(ctx, protocol.Config{URL: a.url, Name: "iii-cli:call", Namespace: protocol.DefaultNamespace, NoReconnect: true})
+	if err != nil {
+		return
+	}
+	defer w.Close()
+	ns := protocol.DefaultNamespace
+	if a.namespace != nil {
+		ns = *a.namespace
+	}
+	out, err := w.Call(ctx, protocol.FnListFunctions, map[string]string{"namespace": ns})
+	if err != nil {
+		return
+	}
+	var res struct {
+		Functions []struct {
+			FunctionID     string          `json:"function_id"`
+			Description    string          `json:"description"`
+			RequestFormat  json.RawMessage `json:"request_format"`
+			ResponseFormat json.RawMessage `json:"response_format"`
+		} `json:"functions"`
+	}
+	_ = json.Unmarshal(out, &res)
+	for _, f := range res.Functions {
+		if f.FunctionID != a.fn {
+			continue
+		}
+		fmt.Printf("\n%s (namespace %s, engine %s)\n", f.FunctionID, ns, a.url)
+		if f.Description != "" {
+			fmt.Printf("  %s\n", f.Description)
+		}
+		for _, s := range []struct {
+			name string
+			raw  json.RawMessage
+		}{{"request", f.RequestFormat}, {"response", f.ResponseFormat}} {
+			var buf bytes.Buffer
+			if len(s.raw) > 0 && string(s.raw) != "null" && json.Indent(&buf, s.raw, "  ", "  ") == nil {
+				fmt.Printf("  %s format: %s\n", s.name, buf.String())
+			}
+		}
+		return
+	}
+	fmt.Printf("\n%s is not registered in namespace %s at %s\n", a.fn, ns, a.url)
 }

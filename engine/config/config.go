@@ -304,6 +304,9 @@ func (c *Config) parseListener(v *yaml.Node) error {
 		switch k.Value {
 		case "host":
 			c.Host, err = strValue(v, k.Value)
+			if err == nil && c.Host == "" {
+				err = invalid(v.Line, "host must not be empty")
+			}
 		case "port":
 			c.Port, err = intValue(v, k.Value)
 			if err == nil && (c.Port < 0 || c.Port > 65535) {

@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseCallPayloads(t *testing.T) {
+	t.Setenv("III_URL", "")
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"f"}, `{}`},
+		{[]string{"f", "a=10", "name=alice", "ok=true", "v=[1]"}, `{"a":10,"name":"alice","ok":true,"v":[1]}`},
+		{[]string{"f", "--json", `[1, "x"]`}, `[1, "x"]`},
+		{[]string{"f", `--json={"a":1,"b":2}`, "b=3"}, `{"a":1,"b":3}`},
+		{[]string{"f", "s=a=b"}, `{"s":"a=b"}`},
+	}
+	for _, c := range cases {
+		a, err := parseCall(c.args)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		var got, want any
+		_ = json.Unmarshal(a.payload, &got)
+		_ = json.Unmarshal([]byte(c.want), &want)
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%v: %s", c.args, d)
+		}
+		if a.url != "ws://127.0.0.1:49134" {
+			t.Errorf("url %s", a.url)
+		}
+	}
+	for _, bad := range [][]string{{}, {"f", "x"}, {"f", "=1"}, {"f", "--json", "{"}, {"f", "--json", "[]", "a=1"}, {"f", "--timeout-ms", "0"}, {"f", "--port"}} {
+		if _, err := parseCall(bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+func TestParseCallAddress(t *testing.T) {
+	t.Setenv("III_URL", "ws://example.invalid:1")
+	a, _ := parseCall([]string{"f"})
+	if a.url != "ws://example.invalid:1" {
+		t.Errorf("III_URL not honoured: %s", a.url)
+	}
+	a, _ = parseCall([]string{"f", "--port", "5", "-n", "ns"})
+	if a.url != "ws://127.0.0.1:5" || *a.namespace != "ns" {
+		t.Errorf("flags: %s %v", a.url, a.namespace)
+	}
+}
+
+func TestNoConfigFileMeansDefaults(t *testing.T) {
+	dir := t.TempDir()
+	wd, _ := os.Getwd()
+	if err := os.Chdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chdir(wd)
+	r, w, _ := os.Pipe()
+	stderr := os.Stderr
+	os.Stderr = w
+	cfg, code := loadConfig("")
+	w.Close()
+	os.Stderr = stderr
+	out, _ := readAll(r)
+	if cfg == nil || code != 0 || cfg.Port != 49134 || cfg.Sandbox != nil {
+		t.Fatalf("defaults: %+v %d", cfg, code)
+	}
+	if !strings.Contains(out, "no config.yaml found in") || !strings.Contains(out, "starting with defaults") {
+		t.Errorf("message: %q", out)
+	}
+	if cfg, code := loadConfig(filepath.Join(dir, "missing.yaml")); cfg != nil || code == 0 {
+		t.Error("an explicit missing file must fail")
+	}
+}
+
+func readAll(f *os.File) (string, error) {
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := f.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String(), nil
+		}
+	}
+}

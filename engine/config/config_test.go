@@ -1,0 +1,130 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/iii-go/iii/engine/errcode"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestParseValid(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tok"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in := `registration_namespace_grace_ms: ${GRACE:250}
+workers:
+  - name: iii-worker-manager
+    config: {host: ${HOST:0.0.0.0}, port: ${PORT}}
+  - name: iii-worker-manager#rbac
+    config: {port: 49135}
+  - name: configuration
+    config: {adapter: {name: fs, config: {directory: /tmp/cfg}}, ttl_seconds: 5}
+  - name: iii-stream
+    config: {anything: [1, 2]}
+sandbox:
+  adapter: mybox
+namespaces:
+  - {name: proj, token_file: tok, owner: true}
+`
+	got, err := Parse([]byte(in), env(map[string]string{"PORT": "5000"}), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{GraceMS: 250, Host: "0.0.0.0", Port: 5000, HandshakeTimeoutMS: 10000, ConfigDir: "/tmp/cfg", TTLSeconds: 5,
+		Sandbox:    &Sandbox{Adapter: "mybox", Namespace: "default"},
+		Namespaces: []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), Owner: true}},
+		Declared:   []string{"iii-worker-manager", "iii-worker-manager#rbac", "configuration", "iii-stream"}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Error(d)
+	}
+}
+
+func TestParseEmptyAndDefaults(t *testing.T) {
+	for _, in := range []string{"", "# only a comment\n", "workers: []\n"} {
+		got, err := Parse([]byte(in), env(nil), ".")
+		if err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+		if d := cmp.Diff(Default(), got); d != "" {
+			t.Errorf("%q: %s", in, d)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "open"), []byte("x"), 0o644)
+	cases := []struct{ in, code, msg string }{
+		{"foo: 1\n", errcode.ConfigInvalid, `line 1: unknown key "foo"`},
+		{"workers:\n", errcode.ConfigInvalid, "workers: must be a list"},
+		{"workers: {}\n", errcode.ConfigInvalid, "must be a list of"},
+		{"workers:\n  - name: configuration\n    confg: {}\n", errcode.ConfigInvalid, `line 3: unknown key "confg" in workers[0]`},
+		{"workers:\n  - name: iii-sandbox\n  - name: state\n", errcode.UnsupportedConfigWorkers, "- 'state' -> move to worker-compose.yaml as 'state'"},
+		{"modules:\n  - name: iii-sandbox\n", errcode.UnsupportedConfigWorkers, "- 'iii-sandbox' -> remove this entry"},
+		{"workers:\n  - name: configuration\n    image: x\n", errcode.ConfigInvalid, "'image' is not allowed"},
+		{"port: ${NOPE}\n", errcode.ConfigInvalid, "NOPE (line 1)"},
+		{"sandbox:\n  namespace: ''\n", errcode.ConfigInvalid, "sandbox.namespace must not be empty"},
+		{"workers:\n  - name: iii-worker-manager\n    config: {port: 70000}\n", errcode.ConfigInvalid, "out of range"},
+		{"namespaces:\n  - {name: p, token_file: open}\n", errcode.ConfigInvalid, "must have mode 0600"},
+		{"namespaces:\n  - {name: default, token_file: open}\n", errcode.ConfigInvalid, "default namespace cannot be token-protected"},
+		{"namespaces:\n  - {name: p, token_file: missing}\n", errcode.ConfigInvalid, "token file of namespace"},
+		{"workers: [\n", errcode.ConfigInvalid, "not valid YAML"},
+		{"workers: []\nworkers: []\n", errcode.ConfigInvalid, `key "workers" appears twice`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.in), env(nil), dir)
+		var ce *Error
+		if !errors.As(err, &ce) {
+			t.Errorf("%q: got %v, want a config error", c.in, err)
+			continue
+		}
+		if ce.Code != c.code || !strings.Contains(ce.Message, c.msg) {
+			t.Errorf("%q: got [%s] %s, want [%s] containing %q", c.in, ce.Code, ce.Message, c.code, c.msg)
+		}
+	}
+}
+
+func TestExpand(t *testing.T) {
+	got, err := Expand([]byte("a: ${A}\nb: ${B:dflt}\nc: ${C:}\nd: $NOT ${A:x}"), env(map[string]string{"A": "1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff("a: 1\nb: dflt\nc: \nd: $NOT 1", string(got)); d != "" {
+		t.Error(d)
+	}
+}
+
+// FuzzParse: no input makes Parse panic; whatever it accepts has a usable listener and binding.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("workers:\n  - name: iii-worker-manager\n    config: {port: ${P:1}}\nsandbox: {}\n"))
+	f.Add([]byte("modules:\n  - name: iii-sandbox\n"))
+	f.Add([]byte("registration_namespace_grace_ms: 5\nnamespaces: []\n"))
+	f.Add([]byte("workers: [{name: configuration, config: {adapter: {name: fs, config: {directory: x}}}}]"))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse(b, env(map[string]string{"P": "7"}), dir)
+		if err != nil {
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Code == "" || ce.Message == "" {
+				t.Fatalf("error without code: %v", err)
+			}
+			return
+		}
+		if c.Port < 0 || c.Port > 65535 || c.Host == "" {
+			t.Fatalf("accepted a bad listener %q:%d", c.Host, c.Port)
+		}
+		if c.Sandbox != nil && (c.Sandbox.Adapter == "" || c.Sandbox.Namespace == "") {
+			t.Fatalf("accepted an empty binding %+v", c.Sandbox)
+		}
+	})
+}
