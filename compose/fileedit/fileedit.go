@@ -24,6 +24,8 @@ type Doc struct {
 	Orig []byte
 	Mode fs.FileMode
 	doc  *yaml.Node
+	// text is the current content when it is a splice of Orig; nil means render doc.
+	text []byte
 }
 
 // Load reads the compose file at path.
@@ -56,7 +58,7 @@ func Parse(path string, data []byte) (*Doc, error) {
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, errcode.New(errcode.InvalidComposeFile, "%s is not valid compose YAML: the top level must be a mapping", path)
 	}
-	return &Doc{Path: path, Orig: data, Mode: 0o644, doc: &doc}, nil
+	return &Doc{Path: path, Orig: data, Mode: 0o644, doc: &doc, text: data}, nil
 }
 
 // Container is a container entry to add.
@@ -68,8 +70,6 @@ type Container struct {
 }
 
 func str(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v} }
-
-func (d *Doc) root() *yaml.Node { return d.doc.Content[0] }
 
 // get returns the value of key in mapping m and its index in Content, or nil, -1.
 func get(m *yaml.Node, key string) (*yaml.Node, int) {
@@ -84,9 +84,9 @@ func get(m *yaml.Node, key string) (*yaml.Node, int) {
 	return nil, -1
 }
 
-// containers returns the containers mapping, creating it (block style) when create is set.
-func (d *Doc) containers(create bool) *yaml.Node {
-	root := d.root()
+// containers returns the containers mapping of root, creating it (block style) when create is
+// set.
+func containers(root *yaml.Node, create bool) *yaml.Node {
 	v, i := get(root, "containers")
 	if v == nil {
 		if !create {
@@ -104,28 +104,35 @@ func (d *Doc) containers(create bool) *yaml.Node {
 	return v
 }
 
-// AddContainer appends a container at the end of containers: (created when absent).
-func (d *Doc) AddContainer(key string, c Container) error {
-	ctrs := d.containers(true)
-	if ctrs.Kind != yaml.MappingNode {
-		return errcode.New(errcode.InvalidComposeFile, "%s is not valid compose YAML: containers must be a mapping", d.Path)
-	}
-	if v, _ := get(ctrs, key); v != nil {
-		return errcode.New(errcode.InvalidWorkerSpec, "%s already declares container '%s'", d.Path, key)
-	}
-	if len(ctrs.Content) == 0 {
-		ctrs.Style = 0
-	}
+func containerBody(c Container) *yaml.Node {
 	body := &yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{str("worker"), str(c.Worker)}}
 	if c.Version != "" {
 		body.Content = append(body.Content, str("version"), versionNode(c.Version))
 	}
-	k := str(key)
-	if c.Comment != "" {
-		k.HeadComment = "# " + c.Comment
+	return body
+}
+
+// AddContainer appends a container at the end of containers: (created when absent).
+func (d *Doc) AddContainer(key string, c Container) error {
+	edit := func(root *yaml.Node) error {
+		ctrs := containers(root, true)
+		if ctrs.Kind != yaml.MappingNode {
+			return errcode.New(errcode.InvalidComposeFile, "%s is not valid compose YAML: containers must be a mapping", d.Path)
+		}
+		if v, _ := get(ctrs, key); v != nil {
+			return errcode.New(errcode.InvalidWorkerSpec, "%s already declares container '%s'", d.Path, key)
+		}
+		if len(ctrs.Content) == 0 {
+			ctrs.Style = 0
+		}
+		k := str(key)
+		if c.Comment != "" {
+			k.HeadComment = "# " + c.Comment
+		}
+		ctrs.Content = append(ctrs.Content, k, containerBody(c))
+		return nil
 	}
-	ctrs.Content = append(ctrs.Content, k, body)
-	return nil
+	return d.apply(edit, spliceAdd(key, containerBody(c), c.Comment))
 }
 
 func versionNode(v string) *yaml.Node {
@@ -136,51 +143,60 @@ func versionNode(v string) *yaml.Node {
 
 // SetVersion rewrites containers.<key>.version, keeping its comments.
 func (d *Doc) SetVersion(key, version string) error {
-	c, _ := get(d.containers(false), key)
-	if c == nil || c.Kind != yaml.MappingNode {
-		return errcode.New(errcode.UnknownContainer, "%s has no container '%s'", d.Path, key)
+	edit := func(root *yaml.Node) error {
+		c, _ := get(containers(root, false), key)
+		if c == nil || c.Kind != yaml.MappingNode {
+			return errcode.New(errcode.UnknownContainer, "%s has no container '%s'", d.Path, key)
+		}
+		v, _ := get(c, "version")
+		if v == nil {
+			return errcode.New(errcode.NotAPackageContainer, "%s: container '%s' has no version (only package:// containers do)", d.Path, key)
+		}
+		v.Kind, v.Tag, v.Value, v.Style = yaml.ScalarNode, "!!str", version, yaml.SingleQuotedStyle
+		return nil
 	}
-	v, _ := get(c, "version")
-	if v == nil {
-		return errcode.New(errcode.NotAPackageContainer, "%s: container '%s' has no version (only package:// containers do)", d.Path, key)
-	}
-	v.Kind, v.Tag, v.Value, v.Style = yaml.ScalarNode, "!!str", version, yaml.SingleQuotedStyle
-	return nil
+	return d.apply(edit, spliceScalar(key, "version", version))
 }
 
 // RemoveContainer deletes containers.<key> and removes key from every start_after/depends_on;
 // a list left empty is removed with its key.
 func (d *Doc) RemoveContainer(key string) error {
-	ctrs := d.containers(false)
-	_, i := get(ctrs, key)
-	if i < 0 {
-		return errcode.New(errcode.UnknownContainer, "%s has no container '%s'", d.Path, key)
-	}
-	ctrs.Content = append(ctrs.Content[:i:i], ctrs.Content[i+2:]...)
-	for j := 1; j < len(ctrs.Content); j += 2 {
-		c := ctrs.Content[j]
-		for _, field := range []string{"start_after", "depends_on"} {
-			list, li := get(c, field)
-			if list == nil || list.Kind != yaml.SequenceNode {
-				continue
-			}
-			kept := list.Content[:0]
-			for _, item := range list.Content {
-				if item.Value != key {
-					kept = append(kept, item)
+	return d.apply(func(root *yaml.Node) error {
+		ctrs := containers(root, false)
+		_, i := get(ctrs, key)
+		if i < 0 {
+			return errcode.New(errcode.UnknownContainer, "%s has no container '%s'", d.Path, key)
+		}
+		ctrs.Content = append(ctrs.Content[:i:i], ctrs.Content[i+2:]...)
+		for j := 1; j < len(ctrs.Content); j += 2 {
+			c := ctrs.Content[j]
+			for _, field := range []string{"start_after", "depends_on"} {
+				list, li := get(c, field)
+				if list == nil || list.Kind != yaml.SequenceNode {
+					continue
+				}
+				kept := list.Content[:0]
+				for _, item := range list.Content {
+					if item.Value != key {
+						kept = append(kept, item)
+					}
+				}
+				list.Content = kept
+				if len(kept) == 0 {
+					c.Content = append(c.Content[:li:li], c.Content[li+2:]...)
 				}
 			}
-			list.Content = kept
-			if len(kept) == 0 {
-				c.Content = append(c.Content[:li:li], c.Content[li+2:]...)
-			}
 		}
-	}
-	return nil
+		return nil
+	}, nil)
 }
 
-// Bytes renders the edited file.
+// Bytes renders the edited file: the original bytes with the edits spliced in when that yields
+// the same tree, else the whole tree rendered with two-space indentation.
 func (d *Doc) Bytes() ([]byte, error) {
+	if d.text != nil {
+		return d.text, nil
+	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)

@@ -149,3 +149,22 @@ func TestSetVersionAndRemove(t *testing.T) {
 		t.Fatalf("empty flow mapping not turned into a block:\n%s", b)
 	}
 }
+
+func TestEditsKeepLayout(t *testing.T) {
+	src := "# four-space file\n\nnamespace: shop\n\ncontainers:\n    api:\n        worker: path://./api\n\n    state:\n        worker: package://state\n        version: \"0.22\"   # pinned\n\n# engine last\nengine:\n    sandbox: {}\n"
+	d, err := Parse("x.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.AddContainer("sandbox-libkrun", Container{Worker: "package://sandbox-libkrun", Version: "^0.3", Comment: "added"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetVersion("state", "^0.23"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := d.Bytes()
+	want := "# four-space file\n\nnamespace: shop\n\ncontainers:\n    api:\n        worker: path://./api\n\n    state:\n        worker: package://state\n        version: '^0.23'   # pinned\n    # added\n    sandbox-libkrun:\n        worker: package://sandbox-libkrun\n        version: '^0.3'\n\n# engine last\nengine:\n    sandbox: {}\n"
+	if string(got) != want {
+		t.Fatalf("layout changed:\n%s\nwant:\n%s", got, want)
+	}
+}
