@@ -3,6 +3,7 @@ package composefile
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/sandboxadapter"
@@ -27,7 +28,7 @@ func (p *parser) checkSandboxMoved(root *yaml.Node) error {
 	entries := 0
 	for i := 0; i+1 < len(workers.Content); i += 2 {
 		entries++
-		if workers.Content[i].Value == OldSandboxWorker && key == nil {
+		if k := workers.Content[i].Value; (k == OldSandboxWorker || strings.HasPrefix(k, OldSandboxWorker+"#")) && key == nil {
 			key, val = workers.Content[i], workers.Content[i+1]
 		}
 	}
@@ -43,6 +44,11 @@ func (p *parser) checkSandboxMoved(root *yaml.Node) error {
 	if err != nil {
 		return errcode.New(errcode.SandboxConfigMoved, "%s:%d: engine.workers.iii-sandbox moved in iii 0.26 to the sandbox-libkrun container; move its keys under containers.sandbox-libkrun.config_override", p.path, key.Line)
 	}
+	if ctrs := lookupKey(root, "containers"); lookupKey(ctrs, sandboxadapter.Name) != nil {
+		return errcode.New(errcode.SandboxConfigMoved,
+			"%s:%d: engine.workers.%s moved in iii 0.26, and this file already declares the %s container: move every key of the old block into containers.%s.config_override (same keys, same meanings), then delete engine.workers.%s%s. The block as config_override:\n\n%s",
+			p.path, key.Line, key.Value, sandboxadapter.Name, sandboxadapter.Name, key.Value, onlyHint(only), overrideOnly(val))
+	}
 	var howDelete string
 	if only {
 		howDelete = "Delete the iii-sandbox entry; it was the only entry under engine.workers, so write `workers: {}` (an empty `workers:` is invalid)."
@@ -52,6 +58,32 @@ func (p *parser) checkSandboxMoved(root *yaml.Node) error {
 	return errcode.New(errcode.SandboxConfigMoved,
 		"%s:%d: engine.workers.iii-sandbox moved in iii 0.26. The engine keeps only a router for sandbox::*; sandboxes now run in the %s adapter worker, and its settings live in that container's config_override, with the same keys and meanings. %s Then add engine.sandbox and the %s container, merging this into the file:\n\n%s",
 		p.path, key.Line, sandboxadapter.Name, howDelete, sandboxadapter.Name, repl)
+}
+
+func onlyHint(only bool) string {
+	if only {
+		return " (it was the only entry, so write `workers: {}`)"
+	}
+	return ""
+}
+
+// overrideOnly renders the old block under a config_override key.
+func overrideOnly(old *yaml.Node) string {
+	body := &yaml.Node{Kind: yaml.MappingNode}
+	if old != nil && old.Kind == yaml.MappingNode {
+		if c, err := copyNode(old); err == nil {
+			body = c
+			body.Style &^= yaml.FlowStyle
+		}
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if enc.Encode(&yaml.Node{Kind: yaml.MappingNode, Content: []*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: "config_override"}, body}}) != nil {
+		return ""
+	}
+	enc.Close()
+	return b.String()
 }
 
 // SandboxReplacement renders the YAML that replaces an engine.workers.iii-sandbox block whose

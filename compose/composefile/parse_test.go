@@ -147,3 +147,13 @@ engine:
 		t.Errorf("iii-sandbox was not the only entry, yet the message says workers: {}:\n%s", e.Message)
 	}
 }
+
+func TestSandboxMovedWithAdapterDeclared(t *testing.T) {
+	src := "engine:\n  workers:\n    iii-sandbox#old: {default_cpus: 2}\ncontainers:\n  sandbox-libkrun: {worker: package://sandbox-libkrun, version: '^0.3'}\n"
+	_, err := Parse("/p/c.yaml", []byte(src), env(nil))
+	e := errcode.As(err, "")
+	if e.Code != errcode.SandboxConfigMoved || !strings.Contains(e.Message, "already declares the sandbox-libkrun container") ||
+		!strings.Contains(e.Message, "config_override:\n  default_cpus: 2") || !strings.Contains(e.Message, "write `workers: {}`") {
+		t.Fatalf("%v", err)
+	}
+}
