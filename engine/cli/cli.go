@@ -63,6 +63,8 @@ func RunEngine(version string, args []string) int {
 		return code
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -98,8 +100,6 @@ func RunEngine(version string, args []string) int {
 		log.Info("namespace protected by a project token", "namespace", n.Name, "owner", n.Owner)
 	}
 	fmt.Fprintf(os.Stderr, "iii engine %s listening on ws://%s\n", version, ln.Addr())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	if err := eng.Serve(ctx, ln); err != nil && ctx.Err() == nil {
 		return fail(errcode.ListenFailed, "%v", err)
 	}

@@ -2,10 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -90,5 +94,46 @@ func readAll(f *os.File) (string, error) {
 		if err != nil {
 			return b.String(), nil
 		}
+	}
+}
+
+// TestSIGTERMStopsTheEngine: SIGTERM (like SIGINT) ends RunEngine with exit code 0.
+func TestSIGTERMStopsTheEngine(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: {host: 127.0.0.1, port: %d}\n  - name: configuration\n    config: {adapter: {name: fs, config: {directory: %s}}}\n", port, filepath.Dir(cfg))), 0o644)
+	code := make(chan int, 1)
+	go func() { code <- RunEngine("test", []string{"--config", cfg}) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("engine did not listen")
+		}
+		select {
+		case rc := <-code:
+			t.Fatalf("engine exited early with %d", rc)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case rc := <-code:
+		if rc != 0 {
+			t.Fatalf("exit code %d", rc)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("engine did not stop on SIGTERM")
 	}
 }
