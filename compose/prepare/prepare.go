@@ -364,7 +364,7 @@ func (r *run) resolveOne(ctx context.Context, key, host, name, selector, worker 
 	if len(e.Resolved.Artifacts) == 0 {
 		return nil, errcode.New(errcode.PackageNotResolved, "container '%s': %s %s has no artifacts in %s", key, name, v.Version, c.URL())
 	}
-	fmt.Fprintf(r.out, "· %s: resolved %s %s to %s (%s)\n", key, name, selector, v.Version, v.Type)
+	fmt.Fprintf(r.out, " ⠿ Container %-20s Resolved %s %s to %s (%s)\n", key, name, selector, v.Version, v.Type)
 	return e, nil
 }
 
@@ -444,9 +444,9 @@ func (r *run) install(ctx context.Context) error {
 		}
 		r.res.Packages[key] = p
 		if inst.Fresh {
-			fmt.Fprintf(r.out, "✓ %s: installed %s %s (%s)\n", key, p.Name, p.Version, ak)
+			fmt.Fprintf(r.out, " ✔ Container %-20s Downloaded %s %s (%s)\n", key, p.Name, p.Version, ak)
 		} else {
-			fmt.Fprintf(r.out, "· %s: %s %s already cached\n", key, p.Name, p.Version)
+			fmt.Fprintf(r.out, " ✔ Container %-20s Cached %s %s\n", key, p.Name, p.Version)
 		}
 	}
 	return nil
@@ -468,7 +468,7 @@ func (r *run) write() error {
 			return err
 		}
 		r.res.FileWritten = true
-		fmt.Fprintf(r.out, "+ %s: added the sandbox adapter (%s, version '%s') to %s, because %s\n", r.res.Adapter.Container, e.Worker, e.Requested, filepath.Base(r.f.Path), r.res.Adapter.Needed)
+		fmt.Fprintf(r.out, " + Container %-20s Added to %s: the sandbox adapter (%s, version '%s'), because %s\n", r.res.Adapter.Container, filepath.Base(r.f.Path), e.Worker, e.Requested, r.res.Adapter.Needed)
 		changed, lerr := lock.Write(r.res.LockPath, r.res.Lock)
 		if lerr != nil {
 			if rerr := fileedit.WriteFile(r.f.Path, doc.Orig, doc.Mode); rerr != nil {
@@ -490,7 +490,7 @@ func (r *run) write() error {
 		r.res.LockWritten = changed
 	}
 	if r.res.LockWritten {
-		fmt.Fprintf(r.out, "+ wrote %s\n", r.res.LockPath)
+		fmt.Fprintf(r.out, " ✔ Lock %s written\n", r.res.LockPath)
 	}
 	return nil
 }
