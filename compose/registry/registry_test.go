@@ -109,3 +109,26 @@ func TestInstallOverHTTPAndDigest(t *testing.T) {
 		t.Fatalf("temporary files left in the cache: %v", entries)
 	}
 }
+
+func TestPublishIsDeterministic(t *testing.T) {
+	a, b := publishFixture(t), publishFixture(t)
+	for _, rel := range []string{"workers/tool/index.json", "workers/tool/0.3.1/tool-x86_64-unknown-linux-gnu.tar.gz"} {
+		x, err1 := os.ReadFile(filepath.Join(a, rel))
+		y, err2 := os.ReadFile(filepath.Join(b, rel))
+		if err1 != nil || err2 != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s differs between two identical publishes (%v %v)", rel, err1, err2)
+		}
+	}
+	c, _ := New(a)
+	ix, err := c.Index(context.Background(), "tool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, v := range ix.Versions {
+		order = append(order, v.Version)
+	}
+	if got := strings.Join(order, ","); got != "0.4.0-rc.1,0.3.1,0.3.0,0.2.2" || ix.Tags["latest"] != "0.3.1" || ix.Tags["next"] != "0.4.0-rc.1" {
+		t.Fatalf("versions %s tags %v", got, ix.Tags)
+	}
+}
