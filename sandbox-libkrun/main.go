@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -195,11 +196,15 @@ func run(args []string) int {
 	}
 
 	images := cacheImages{c: image.NewCache("")}
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Logf: logf})
+	runDir := processDir("iii-sbx")
+	defer os.RemoveAll(runDir)
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version,
+		StateDir: filepath.Join(runDir, "s"), Logf: logf})
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,
 		TokenFile: os.Getenv(protocol.EnvTokenFile),
+		RunDir:    filepath.Join(runDir, "w"),
 		CPUs:      int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), Logf: logf,
 	})
 	handlers := svc.Handlers()
@@ -269,6 +274,24 @@ func wrap(h adapter.Handler) protocol.Handler {
 		}
 		return out, nil
 	}
+}
+
+// processDir returns $TMPDIR/<name>-<uid>/<pid>, the directory of this process's machine
+// sockets and console logs, after removing those left by adapter processes that no longer run
+// (a killed adapter cannot clean up; its VMs died with it).
+func processDir(name string) string {
+	root := filepath.Join(os.TempDir(), fmt.Sprintf("%s-%d", name, os.Getuid()))
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(filepath.Join(root, e.Name()))
+		}
+	}
+	return filepath.Join(root, strconv.Itoa(os.Getpid()))
 }
 
 // hostRoots are the VM-worker roots: the compose directory, Compose's package cache and every
