@@ -84,7 +84,10 @@ type options struct {
 
 type multiFlag []string
 
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+// String lists the values given so far.
+func (m *multiFlag) String() string { return strings.Join(*m, ",") }
+
+// Set adds one value.
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func main() {
@@ -370,6 +373,7 @@ type cacheImages struct{ c *image.Cache }
 // pullTimeout bounds one image pull.
 const pullTimeout = 10 * time.Minute
 
+// Resolve returns the cached root filesystem of ref, pulling it first when allowed.
 func (ci cacheImages) Resolve(ctx context.Context, _, ref string, autoInstall bool) (string, error) {
 	if p, ok := ci.c.RootFS(ref); ok {
 		return p, nil

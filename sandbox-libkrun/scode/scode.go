@@ -129,6 +129,7 @@ func (e *Error) JSON() []byte {
 	return b
 }
 
+// Error returns the envelope as JSON text.
 func (e *Error) Error() string { return string(e.JSON()) }
 
 // As returns the *Error inside err, if any.

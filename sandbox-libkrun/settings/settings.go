@@ -87,6 +87,7 @@ type Error struct {
 	Message string
 }
 
+// Error names the key and what is wrong with it.
 func (e *Error) Error() string {
 	if e.Key == "" {
 		return "invalid adapter settings: " + e.Message
