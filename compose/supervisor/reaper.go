@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+
+	"github.com/iii-go/iii/engine/procgroup"
 )
 
 // EnvReaper marks a process started as the reaper; `iii compose` hands over to RunReaper when it
@@ -44,7 +46,7 @@ func RunReaper(in io.Reader) int {
 		}
 	}
 	for pgid := range groups {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = procgroup.Signal(pgid, syscall.SIGKILL)
 	}
 	return 0
 }
@@ -61,7 +63,7 @@ type Reaper struct {
 func StartReaper(exe string, args ...string) (*Reaper, error) {
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), EnvReaper+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procgroup.Attr(false)
 	w, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

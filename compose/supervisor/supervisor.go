@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/iii-go/iii/engine/procgroup"
 )
 
 // Spec describes one process.
@@ -103,13 +105,13 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	if log != nil {
 		cmd.Stdout, cmd.Stderr = log, log
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procgroup.Attr(true)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	p := &Process{Name: spec.Name, PID: cmd.Process.Pid, Started: time.Now(), cmd: cmd, done: make(chan struct{})}
 	if err := s.reaper.Add(p.PID); err != nil {
-		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+		_ = procgroup.Signal(p.PID, syscall.SIGKILL)
 	}
 	s.mu.Lock()
 	s.procs[spec.Name] = p
@@ -121,7 +123,7 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 func (s *Supervisor) wait(p *Process) {
 	err := p.cmd.Wait()
 	// The group may hold descendants that outlive the leader; they go with it.
-	_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	_ = procgroup.Signal(p.PID, syscall.SIGKILL)
 	_ = s.reaper.Remove(p.PID)
 	p.mu.Lock()
 	p.err = err
@@ -170,7 +172,7 @@ func (s *Supervisor) Stop(name string, timeout time.Duration) (killed bool, err 
 		return false, nil
 	default:
 	}
-	_ = syscall.Kill(-p.PID, syscall.SIGTERM)
+	_ = procgroup.Signal(p.PID, syscall.SIGTERM)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -178,7 +180,7 @@ func (s *Supervisor) Stop(name string, timeout time.Duration) (killed bool, err 
 		return false, nil
 	case <-t.C:
 	}
-	_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	_ = procgroup.Signal(p.PID, syscall.SIGKILL)
 	kt := time.NewTimer(5 * time.Second)
 	defer kt.Stop()
 	select {

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"syscall"
 	"time"
+
+	"github.com/iii-go/iii/engine/procgroup"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
@@ -57,7 +58,7 @@ func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, error)
 	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
 	defer cancel()
 	cmd := exec.Command(d.opt.Qemu, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = procgroup.Attr(true)
 	start := time.Now()
 	if err := startCmd(cmd); err != nil {
 		return 0, err

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/iii-go/iii/engine/procgroup"
 )
 
 // Pdeathsig fires when the parent *thread* exits, not the process. Every child is therefore
@@ -52,7 +54,7 @@ func startProc(name string, argv []string, log *os.File) (*proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = log
 	cmd.Stderr = log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = procgroup.Attr(true)
 	if err := startCmd(cmd); err != nil {
 		return nil, err
 	}
@@ -78,7 +80,7 @@ func (p *proc) exited() bool {
 // kill sends SIGKILL to the process (and its group) and waits for it to be reaped.
 func (p *proc) kill() {
 	if !p.exited() {
-		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+		_ = procgroup.Signal(p.pid(), syscall.SIGKILL)
 		_ = p.cmd.Process.Kill()
 	}
 	<-p.done
