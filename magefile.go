@@ -50,7 +50,7 @@ func Release(ctx context.Context) error {
 	if dist == "" {
 		dist = filepath.Join(root, "dist")
 	}
-	m, err := release.Run(ctx, release.Options{Root: root, Dist: dist, Jobs: 2, Log: os.Stdout})
+	m, err := release.Run(ctx, release.Options{Root: root, Dist: dist, Jobs: 2, Log: os.Stdout, Extra: []string{"updater/install.sh"}})
 	if err != nil {
 		return err
 	}
@@ -58,9 +58,9 @@ func Release(ctx context.Context) error {
 	return nil
 }
 
-// Test runs go vet, every module's unit tests, then the end-to-end suite against bin/.
+// Test runs the linters, every module's unit tests, then the end-to-end suite against bin/.
 func Test(ctx context.Context) error {
-	mg.SerialCtxDeps(ctx, Vet, Build)
+	mg.SerialCtxDeps(ctx, Lint, Build)
 	for _, m := range modules {
 		pkgs := []string{"./..."}
 		if m == "." {
@@ -85,8 +85,9 @@ func Test(ctx context.Context) error {
 		"go", "test", "-count=1", "-timeout", "45m", "./testscripts")
 }
 
-// Lint checks gofmt and go vet over every module.
+// Lint checks gofmt, go vet over every module, and shellcheck over the shipped scripts.
 func Lint(ctx context.Context) error {
+	mg.CtxDeps(ctx, Shellcheck)
 	out, err := sh.Output("gofmt", "-l", ".")
 	if err != nil {
 		return err

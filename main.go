@@ -36,7 +36,7 @@ func run(args []string, stdout io.Writer) int {
 		return engine.RunEngine(version, args)
 	}
 	switch args[0] {
-	case "--version", "-V", "version":
+	case "--version", "-v", "-V", "version":
 		fmt.Fprintln(stdout, version)
 		return 0
 	case "--help", "-h", "help":
