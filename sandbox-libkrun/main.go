@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/procgroup"
+
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/sandbox-libkrun/adapter"
 	"github.com/iii-go/iii/sandbox-libkrun/hostcheck"
@@ -290,7 +292,7 @@ func processDir(name string) string {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if syscall.Kill(pid, 0) == syscall.ESRCH {
+		if !procgroup.Alive(pid) {
 			os.RemoveAll(filepath.Join(root, e.Name()))
 		}
 	}

@@ -12,3 +12,6 @@ func Attr(dieWithParent bool) *syscall.SysProcAttr {
 
 // Signal sends sig to every process of the group led by pid.
 func Signal(pid int, sig syscall.Signal) error { return syscall.Kill(-pid, sig) }
+
+// Alive reports whether a process with this pid exists (it may belong to another user).
+func Alive(pid int) bool { return syscall.Kill(pid, 0) != syscall.ESRCH }

@@ -16,3 +16,13 @@ func Signal(pid int, sig syscall.Signal) error {
 	}
 	return p.Kill()
 }
+
+// Alive reports whether a process with this pid exists.
+func Alive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	p.Release()
+	return true
+}
