@@ -36,6 +36,7 @@ type conn struct {
 	connectedAt time.Time
 	ctx         context.Context
 	cancel      context.CancelFunc
+	writeMu     sync.Mutex // cheaper under contention than the socket's own channel lock
 
 	mu         sync.Mutex
 	registered bool
@@ -43,7 +44,7 @@ type conn struct {
 	info       workerInfo
 	parked     []*protocol.Message
 	graceTimer *time.Timer
-	pending    map[string]chan *protocol.Message
+	pending    map[string]*pendingCall // calls forwarded to this worker, by engine invocation id
 }
 
 func (c *conn) nsOrDefault() string {
@@ -58,6 +59,8 @@ func (c *conn) send(m *protocol.Message) error {
 	if err != nil {
 		return err
 	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
 	return c.ws.Write(context.Background(), websocket.MessageText, b)
 }
 
@@ -70,7 +73,7 @@ func (c *conn) caller() Caller {
 func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{e: e, ws: ws, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
-		pending: map[string]chan *protocol.Message{}}
+		pending: map[string]*pendingCall{}}
 	c.owner = e.isOwnerToken(token)
 	e.mu.Lock()
 	e.conns[c.id] = c
@@ -102,6 +105,7 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 // drop forgets a closed connection: its functions go, in-flight calls to it fail.
 func (e *Engine) drop(c *conn) {
 	c.cancel()
+	defer c.failPending()
 	e.mu.Lock()
 	delete(e.conns, c.id)
 	for k, f := range e.funcs {
@@ -125,14 +129,16 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 			e.registerWorker(c, m)
 			return
 		}
-		go e.handleInvoke(c, m)
+		if !e.forwardAsync(c, m) {
+			go e.handleInvoke(c, m)
+		}
 	case protocol.TypeInvocationResult:
-		c.mu.Lock()
-		ch := c.pending[m.InvocationID]
-		delete(c.pending, m.InvocationID)
-		c.mu.Unlock()
-		if ch != nil {
-			ch <- m
+		if pc := c.take(m.InvocationID); pc != nil {
+			if m.Error != nil {
+				pc.deliver(nil, m.Error)
+			} else {
+				pc.deliver(m.Result, nil)
+			}
 		}
 	case protocol.TypeRegisterFunction, protocol.TypeUnregisterFunction:
 		c.mu.Lock()

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -148,6 +147,7 @@ func (e *Engine) Handler() http.Handler {
 // Serve accepts workers on ln until ctx ends, then closes every connection.
 func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go e.sweep(ctx, 20*time.Millisecond)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -247,60 +247,6 @@ func (e *Engine) notFound(ns, id string) *protocol.Error {
 		msg += " It is registered in namespace(s): " + strings.Join(elsewhere, ", ") + "."
 	}
 	return &protocol.Error{Code: errcode.FunctionNotFound, Message: msg}
-}
-
-// forward sends an invocation to the worker serving it and waits for its result.
-func (e *Engine) forward(ctx context.Context, target *conn, id string, data, meta json.RawMessage, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
-	m := &protocol.Message{Type: protocol.TypeInvokeFunction, FunctionID: id, Data: data, Metadata: meta}
-	if void {
-		m.Action = &protocol.Action{Type: "void"}
-		if err := target.send(m); err != nil {
-			return nil, stopped(id)
-		}
-		return nil, nil
-	}
-	m.InvocationID = e.newID()
-	ch := make(chan *protocol.Message, 1)
-	target.mu.Lock()
-	if target.ctx.Err() != nil {
-		target.mu.Unlock()
-		return nil, stopped(id)
-	}
-	target.pending[m.InvocationID] = ch
-	target.mu.Unlock()
-	defer func() {
-		target.mu.Lock()
-		delete(target.pending, m.InvocationID)
-		target.mu.Unlock()
-	}()
-	if err := target.send(m); err != nil {
-		return nil, stopped(id)
-	}
-	var expired <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case r := <-ch:
-		if r.Error != nil {
-			return nil, r.Error
-		}
-		if len(r.Result) == 0 {
-			return json.RawMessage("null"), nil
-		}
-		return r.Result, nil
-	case <-target.ctx.Done():
-		return nil, stopped(id)
-	case <-expired:
-		return nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", id, timeout.Milliseconds())
-	case <-ctx.Done():
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, protocol.NewError(errcode.Timeout, "function %s did not answer in time", id)
-		}
-		return nil, protocol.NewError(errcode.InvocationStopped, "the caller of %s went away", id)
-	}
 }
 
 func stopped(id string) *protocol.Error {

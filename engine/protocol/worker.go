@@ -111,8 +111,9 @@ type Worker struct {
 	idPrefix string
 	nextID   atomic.Uint64
 
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx     context.Context
+	cancel  context.CancelFunc
+	writeMu sync.Mutex // serializes frames; cheaper under contention than the socket's own lock
 
 	mu       sync.Mutex
 	funcs    map[string]*function
@@ -417,8 +418,8 @@ func (w *Worker) serve(c *websocket.Conn, m *Message) {
 	} else {
 		res, err = invokeHandler(w.ctx, f.handler, m.Data)
 	}
-	if m.IsVoid() {
-		return
+	if m.IsVoid() || w.ctx.Err() != nil {
+		return // closing: the engine answers invocation_stopped for us
 	}
 	out := &Message{Type: TypeInvocationResult, InvocationID: m.InvocationID, FunctionID: m.FunctionID}
 	if err != nil {
@@ -472,6 +473,8 @@ func (w *Worker) write(c *websocket.Conn, m *Message) error {
 	if err != nil {
 		return err
 	}
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
 	return c.Write(context.Background(), websocket.MessageText, b)
 }
 

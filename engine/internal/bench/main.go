@@ -19,6 +19,8 @@ import (
 	"runtime/pprof"
 	"sort"
 	"strconv"
+	"strings"
+	"syscall"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,19 +35,30 @@ import (
 type result struct {
 	calls    int
 	elapsed  time.Duration
+	cpu      time.Duration
 	p50, p99 time.Duration
 }
 
 func (r result) rate() float64 { return float64(r.calls) / r.elapsed.Seconds() }
 
+// cpuRate is calls per CPU-second of this process: stable when other work shares the machine.
+func (r result) cpuRate() float64 { return float64(r.calls) / r.cpu.Seconds() }
+
 func (r result) String() string {
-	return fmt.Sprintf("%9.0f calls/s  p50 %8s  p99 %8s", r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond))
+	return fmt.Sprintf("%9.0f calls/s  p50 %8s  p99 %8s  (%6.0f calls per CPU-second)", r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpuRate())
 }
 
 // sample is one measured slice: its calls, wall time and latencies.
 type sample struct {
 	elapsed time.Duration
+	cpu     time.Duration // CPU time of this process (user+system) during the slice
 	lats    []time.Duration
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // run measures conc loops of call for d.
@@ -58,6 +71,7 @@ func run(conc int, d time.Duration, call func() error) (sample, error) {
 	)
 	stop := time.Now().Add(d)
 	start := time.Now()
+	cpu0 := cpuTime()
 	for range conc {
 		wg.Add(1)
 		go func() {
@@ -78,6 +92,7 @@ func run(conc int, d time.Duration, call func() error) (sample, error) {
 	}
 	wg.Wait()
 	s.elapsed = time.Since(start)
+	s.cpu = cpuTime() - cpu0
 	if err, ok := errv.Load().(error); ok {
 		return s, err
 	}
@@ -89,6 +104,7 @@ func summarize(samples []sample) result {
 	var lats []time.Duration
 	for _, s := range samples {
 		r.elapsed += s.elapsed
+		r.cpu += s.cpu
 		lats = append(lats, s.lats...)
 	}
 	r.calls = len(lats)
@@ -139,6 +155,7 @@ func echoServer(ln net.Listener) {
 		}
 		c.SetReadLimit(protocol.MaxFrameBytes)
 		ctx := context.Background()
+		var wmu sync.Mutex
 		for {
 			_, b, err := c.Read(ctx)
 			if err != nil {
@@ -150,7 +167,9 @@ func echoServer(ln net.Listener) {
 					return
 				}
 				out, _ := protocol.Encode(&protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: m.InvocationID, FunctionID: m.FunctionID, Result: m.Data})
+				wmu.Lock()
 				_ = c.Write(ctx, websocket.MessageText, out)
+				wmu.Unlock()
 			}()
 		}
 	}))
@@ -159,6 +178,7 @@ func echoServer(ln net.Listener) {
 // echoClient sends invokefunction frames and matches replies by invocation id, like the SDK.
 type echoClient struct {
 	c       *websocket.Conn
+	wmu     sync.Mutex
 	next    atomic.Uint64
 	mu      sync.Mutex
 	pending map[string]chan *protocol.Message
@@ -200,7 +220,10 @@ func (ec *echoClient) call() error {
 	ec.pending[id] = ch
 	ec.mu.Unlock()
 	b, _ := protocol.Encode(&protocol.Message{Type: protocol.TypeInvokeFunction, InvocationID: id, FunctionID: "bench::echo", Data: payload, TimeoutMS: 30000})
-	if err := ec.c.Write(context.Background(), websocket.MessageText, b); err != nil {
+	ec.wmu.Lock()
+	err := ec.c.Write(context.Background(), websocket.MessageText, b)
+	ec.wmu.Unlock()
+	if err != nil {
 		return err
 	}
 	select {
@@ -223,6 +246,8 @@ func listen() net.Listener {
 func main() {
 	d := flag.Duration("d", 2*time.Second, "measuring time per case")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	concs := flag.String("c", "1,16,256", "concurrency levels of the engine/echo comparison")
+	router := flag.Bool("router", true, "also measure the sandbox router hop")
 	flag.Parse()
 	if *prof != "" {
 		f, err := os.Create(*prof)
@@ -279,16 +304,25 @@ func main() {
 	}
 
 	fmt.Printf("engine round trips (Go worker -> engine -> Go worker) vs direct WebSocket echo, %v each, measured in alternating slices\n", *d)
-	for _, conc := range []int{1, 16, 256} {
+	for _, f := range strings.Split(*concs, ",") {
+		conc, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || conc < 1 {
+			fmt.Fprintln(os.Stderr, "bench: bad -c value", f)
+			os.Exit(2)
+		}
 		e, b := cmp(conc, viaEngine("bench::echo"), ec.call)
 		fmt.Printf("  c=%-3d engine %s\n", conc, e)
 		fmt.Printf("        echo   %s\n", b)
-		fmt.Printf("        engine/echo calls/s ratio %.0f%%\n", 100*e.rate()/b.rate())
+		fmt.Printf("        engine/echo ratio: %.0f%% of calls/s, %.0f%% of calls per CPU-second\n", 100*e.rate()/b.rate(), 100*e.cpuRate()/b.cpuRate())
+	}
+	if !*router {
+		return
 	}
 	fmt.Println("sandbox router hop (sandbox::exec) vs direct adapter call (benchbox::exec), c=16")
 	direct, routed := cmp(16, viaEngine("benchbox::exec", protocol.InNamespace("adapter")), viaEngine("sandbox::exec"))
 	fmt.Printf("  direct %s\n", direct)
 	fmt.Printf("  router %s\n", routed)
-	fmt.Printf("  router overhead: %.1f%% calls/s, %.1f%% p50 latency\n",
-		100*(direct.rate()-routed.rate())/direct.rate(), 100*(float64(routed.p50)-float64(direct.p50))/float64(direct.p50))
+	fmt.Printf("  router overhead: %.1f%% calls/s, %.1f%% calls per CPU-second, %.1f%% p50 latency\n",
+		100*(direct.rate()-routed.rate())/direct.rate(), 100*(direct.cpuRate()-routed.cpuRate())/direct.cpuRate(),
+		100*(float64(routed.p50)-float64(direct.p50))/float64(direct.p50))
 }

@@ -1,0 +1,186 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// pendingCall is an invocation the engine forwarded to a worker and awaits. Its outcome goes
+// either straight back to the calling connection (no goroutine waits for it) or, for the
+// engine's own calls, into ch.
+type pendingCall struct {
+	fn       string
+	deadline time.Time // zero: no timeout
+	timeout  time.Duration
+	caller   *conn
+	callerID string
+	ch       chan outcome
+}
+
+type outcome struct {
+	res  json.RawMessage
+	perr *protocol.Error
+}
+
+func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
+	if pc.ch != nil {
+		pc.ch <- outcome{res, perr}
+		return
+	}
+	out := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: pc.callerID, FunctionID: pc.fn}
+	if perr != nil {
+		out.Error = perr
+	} else {
+		if len(res) == 0 {
+			res = json.RawMessage("null")
+		}
+		out.Result = res
+	}
+	_ = pc.caller.send(out)
+}
+
+// take removes and returns the pending call iid of c, nil when it was already settled.
+func (c *conn) take(iid string) *pendingCall {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pc := c.pending[iid]
+	delete(c.pending, iid)
+	return pc
+}
+
+// startForward sends an invocation of id to target. With pc nil it is a void call; otherwise pc
+// is registered under a fresh invocation id, which is returned.
+func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessage, timeout time.Duration, pc *pendingCall) (string, *protocol.Error) {
+	m := &protocol.Message{Type: protocol.TypeInvokeFunction, FunctionID: id, Data: data, Metadata: meta}
+	if pc == nil {
+		m.Action = &protocol.Action{Type: "void"}
+		if err := target.send(m); err != nil {
+			return "", stopped(id)
+		}
+		return "", nil
+	}
+	m.InvocationID = e.newID()
+	pc.fn = id
+	if timeout > 0 {
+		pc.timeout, pc.deadline = timeout, time.Now().Add(timeout)
+	}
+	target.mu.Lock()
+	if target.ctx.Err() != nil {
+		target.mu.Unlock()
+		return "", stopped(id)
+	}
+	target.pending[m.InvocationID] = pc
+	target.mu.Unlock()
+	if err := target.send(m); err != nil {
+		if target.take(m.InvocationID) == nil {
+			return m.InvocationID, nil // settled meanwhile (the target dropped)
+		}
+		return "", stopped(id)
+	}
+	return m.InvocationID, nil
+}
+
+// forward sends an invocation to the worker serving it and waits for its result.
+func (e *Engine) forward(ctx context.Context, target *conn, id string, data, meta json.RawMessage, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
+	if void {
+		_, perr := e.startForward(target, id, data, meta, timeout, nil)
+		return nil, perr
+	}
+	pc := &pendingCall{ch: make(chan outcome, 1)}
+	iid, perr := e.startForward(target, id, data, meta, timeout, pc)
+	if perr != nil {
+		return nil, perr
+	}
+	select {
+	case o := <-pc.ch:
+		return o.res, o.perr
+	case <-ctx.Done():
+		if target.take(iid) == nil {
+			o := <-pc.ch
+			return o.res, o.perr
+		}
+		if ctx.Err() == context.DeadlineExceeded {
+			return nil, protocol.NewError(errcode.Timeout, "function %s did not answer in time", id)
+		}
+		return nil, protocol.NewError(errcode.InvocationStopped, "the caller of %s went away", id)
+	}
+}
+
+// forwardAsync handles an invocation from a worker without a waiting goroutine when it targets
+// another worker's function; it reports false when the slower general path must handle it.
+func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
+	ns := protocol.DefaultNamespace
+	if m.Namespace != nil {
+		ns = *m.Namespace
+	}
+	e.mu.RLock()
+	_, isBuiltin := e.builtins[m.FunctionID]
+	f := e.funcs[fkey{ns, m.FunctionID}]
+	e.mu.RUnlock()
+	if isBuiltin || f == nil {
+		return false
+	}
+	data := m.Data
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	timeout := time.Duration(m.TimeoutMS) * time.Millisecond
+	if m.IsVoid() {
+		_, _ = e.startForward(f.conn, m.FunctionID, data, m.Metadata, timeout, nil)
+		return true
+	}
+	pc := &pendingCall{caller: c, callerID: m.InvocationID}
+	if _, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, timeout, pc); perr != nil {
+		pc.fn = m.FunctionID
+		pc.deliver(nil, perr)
+	}
+	return true
+}
+
+// sweep answers "timeout" for every forwarded call past its deadline, every tick until ctx ends.
+func (e *Engine) sweep(ctx context.Context, tick time.Duration) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			e.mu.RLock()
+			conns := make([]*conn, 0, len(e.conns))
+			for _, c := range e.conns {
+				conns = append(conns, c)
+			}
+			e.mu.RUnlock()
+			for _, c := range conns {
+				var expired []*pendingCall
+				c.mu.Lock()
+				for iid, pc := range c.pending {
+					if !pc.deadline.IsZero() && now.After(pc.deadline) {
+						delete(c.pending, iid)
+						expired = append(expired, pc)
+					}
+				}
+				c.mu.Unlock()
+				for _, pc := range expired {
+					pc.deliver(nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", pc.fn, pc.timeout.Milliseconds()))
+				}
+			}
+		}
+	}
+}
+
+// failPending settles every call forwarded to a connection that went away.
+func (c *conn) failPending() {
+	c.mu.Lock()
+	all := c.pending
+	c.pending = map[string]*pendingCall{}
+	c.mu.Unlock()
+	for _, pc := range all {
+		pc.deliver(nil, stopped(pc.fn))
+	}
+}
