@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -24,20 +25,12 @@ func decode(raw json.RawMessage, v any) error {
 	}
 	if err := json.Unmarshal(trimmed, v); err != nil {
 		var te *json.UnmarshalTypeError
-		if ok := asTypeError(err, &te); ok && te.Field != "" {
+		if errors.As(err, &te) && te.Field != "" {
 			return scode.Invalid(fmt.Sprintf("field `%s` must be %s, got %s", te.Field, goTypeName(te.Type.String()), te.Value))
 		}
 		return scode.Invalid(err.Error())
 	}
 	return nil
-}
-
-func asTypeError(err error, target **json.UnmarshalTypeError) bool {
-	te, ok := err.(*json.UnmarshalTypeError)
-	if ok {
-		*target = te
-	}
-	return ok
 }
 
 func goTypeName(t string) string {
