@@ -54,7 +54,6 @@ type sample struct {
 	lats    []time.Duration
 }
 
-
 // run measures conc loops of call for d.
 func run(conc int, d time.Duration, call func() error) (sample, error) {
 	var (
