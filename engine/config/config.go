@@ -342,8 +342,24 @@ func (c *Config) parseConfiguration(v *yaml.Node) error {
 	})
 }
 
+// adapterSettings are sandbox-libkrun's own keys; 0.25 read them from the engine config, 0.26
+// from the adapter container's config_override.
+var adapterSettings = map[string]bool{
+	"auto_install": true, "image_allowlist": true, "custom_images": true, "default_idle_timeout_secs": true,
+	"max_concurrent_sandboxes": true, "max_concurrent_exec_per_sandbox": true, "max_exec_timeout_ms": true,
+	"default_cpus": true, "default_memory_mb": true, "per_image_caps": true,
+}
+
 func parseSandbox(v *yaml.Node) (*Sandbox, error) {
 	s := &Sandbox{Adapter: DefaultSandboxAdapter, Namespace: DefaultSandboxNamespace}
+	if v.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			if k := v.Content[i]; adapterSettings[k.Value] {
+				return nil, invalid(k.Line, "%q is a setting of the sandbox adapter, not of the engine: put it under "+
+					"config_override of the sandbox-libkrun container in worker-compose.yaml; sandbox: holds only adapter and namespace", k.Value)
+			}
+		}
+	}
 	err := mapping(v, "sandbox", []string{"adapter", "namespace"}, func(k, v *yaml.Node) error {
 		val, err := strValue(v, k.Value)
 		if err != nil {
