@@ -174,9 +174,27 @@ func (p *Project) stop(ctx context.Context, f *composefile.File, key string) boo
 	} else if killed {
 		p.Warn(fmt.Sprintf("container '%s' did not stop within %v and was killed", key, f.StopTimeout))
 	}
+	p.waitUnregistered(ctx, f.Namespace, key, 5*time.Second)
 	p.setState(key, func(c *Container) { c.State, c.PID = StateStopped, 0 })
 	p.Progress(key, "Stopped")
 	return true
+}
+
+// waitUnregistered waits until the engine has dropped the (ns, key) registration of a process
+// that just exited, so that a restart does not find its own ghost (CONTAINER_NAME_TAKEN).
+func (p *Project) waitUnregistered(ctx context.Context, ns, key string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		w, err := p.registered(ctx, ns, key)
+		if err != nil || w == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // cleanupVMs deletes the adapter-owned state of VM containers, starting the declared adapter
