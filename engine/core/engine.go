@@ -139,9 +139,23 @@ func (e *Engine) Handler() http.Handler {
 			return
 		}
 		ws.SetReadLimit(protocol.MaxFrameBytes)
+		if r.URL.Path == "/otel" {
+			drain(ws) // SDK telemetry: accepted and dropped, never listed as a worker
+			return
+		}
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		e.serveConn(r.Context(), ws, strings.TrimSpace(token))
 	})
+}
+
+// drain reads and drops frames until the peer goes away.
+func drain(ws *websocket.Conn) {
+	defer ws.CloseNow()
+	for {
+		if _, _, err := ws.Read(context.Background()); err != nil {
+			return
+		}
+	}
 }
 
 // Serve accepts workers on ln until ctx ends, then closes every connection.
