@@ -316,7 +316,38 @@ func (w *Worker) connect(ctx context.Context) error {
 	}
 	close(w.up)
 	w.everUp = true
+	go w.keepalive(c)
 	return nil
+}
+
+// PingInterval is how often the SDK pings the engine; a ping unanswered for as long drops the
+// connection, which then reconnects.
+const PingInterval = 20 * time.Second
+
+func (w *Worker) keepalive(c *websocket.Conn) {
+	t := time.NewTicker(PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		current := w.conn == c
+		w.mu.Unlock()
+		if !current {
+			return
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, PingInterval)
+		err := c.Ping(ctx)
+		cancel()
+		if err != nil && w.ctx.Err() == nil {
+			w.cfg.Logger.Warn("engine did not answer a ping; reconnecting", "err", err)
+			c.CloseNow()
+			return
+		}
+	}
 }
 
 // readLoop dispatches frames of one connection until it fails, then reconnects unless stopped.
