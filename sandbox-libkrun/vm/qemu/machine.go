@@ -35,7 +35,7 @@ type machine struct {
 	wmu  sync.Mutex
 
 	nextID  atomic.Uint32
-	mu      sync.Mutex
+	mu      sync.Mutex // guards pending and deadline
 	pending map[uint32]*call
 	helloCh chan proto.Hello
 	connErr chan struct{} // closed when the control channel breaks
@@ -131,12 +131,12 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 	if err != nil {
 		return fail(fmt.Errorf("start qemu: %w", err))
 	}
-	go m.reap()
 	conn, err := dialCtrl(ctx, ctrl, m.qemu)
 	if err != nil {
 		return fail(err)
 	}
 	m.conn = conn
+	go m.reap()
 	go m.readLoop()
 
 	select {
@@ -159,7 +159,10 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 		return fail(fmt.Errorf("root setup: %w", err))
 	}
 	if spec.Deadline > 0 {
-		m.deadline = time.AfterFunc(spec.Deadline, m.kill)
+		t := time.AfterFunc(spec.Deadline, m.kill)
+		m.mu.Lock()
+		m.deadline = t
+		m.mu.Unlock()
 	}
 	return m, nil
 }
@@ -224,8 +227,11 @@ func (m *machine) reap() {
 // kill ends every process of the machine by PID and releases its resources; idempotent.
 func (m *machine) kill() {
 	m.stopOnce.Do(func() {
-		if m.deadline != nil {
-			m.deadline.Stop()
+		m.mu.Lock()
+		t := m.deadline
+		m.mu.Unlock()
+		if t != nil {
+			t.Stop()
 		}
 		if m.qemu != nil {
 			m.qemu.kill()
