@@ -78,6 +78,7 @@ type Error struct {
 	Message string
 }
 
+// Error implements error.
 func (e *Error) Error() string { return e.Message }
 
 func invalid(line int, format string, args ...any) *Error {

@@ -1,6 +1,25 @@
 // Package core is the engine's function router: it accepts worker connections on the WebSocket
 // listener, keys functions by (namespace, id), routes invocations between workers and to the
 // engine's built-in functions, and enforces project tokens on protected namespaces.
+//
+// Built-in functions (served whatever namespace a call names, listed in default):
+//
+//	engine::workers::register  {name, namespace?, runtime, version, ...} -> {success, worker_id, namespace}
+//	engine::workers::list      -> {workers: [{id, name, namespace, runtime, version, pid, registered, functions}]}
+//	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
+//	configuration::*           see package configuration (publish is owner-only)
+//	sandbox::*, engine::sandbox::bind   see package sandbox (bind is owner-only)
+//
+// Errors: function_not_found ("Function <id> not found in namespace <ns>." plus where it is
+// registered), invocation_failed (from the worker), invocation_stopped (the serving worker
+// disconnected), timeout (the call's timeout_ms passed; checked every 20 ms), and at
+// registration NAMESPACE_TOKEN_REQUIRED / NAMESPACE_TOKEN_INVALID, FUNCTION_NAMESPACE_CONFLICT,
+// RESERVED_FUNCTION_ID (engine::, configuration:: and sandbox:: belong to the engine).
+//
+// Project tokens: a namespace listed in config.yaml's namespaces: admits registrations only from
+// connections whose handshake carried "Authorization: Bearer <token>" matching its token_file
+// (read on every check, compared in constant time, never logged or returned). A connection whose
+// token matches a namespace marked owner may call the owner-only functions.
 package core
 
 import (

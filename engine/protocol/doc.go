@@ -16,7 +16,8 @@
 // engine::workers::register synchronously with {runtime, version, name, description, os, pid,
 // namespace}. The engine parks registrations that arrive before that call and applies them in
 // the worker's namespace when it arrives, so when Start returns every function is live. After a
-// lost connection the SDK reconnects with backoff (100 ms doubling to 5 s) and registers again.
+// lost connection the SDK reconnects with backoff (100 ms doubling to 5 s) and registers again;
+// it pings the engine every 20 s and treats an unanswered ping as a lost connection.
 //
 // Project tokens. A namespace may be token-protected by the engine's config.yaml. A worker
 // registering into it must present the token: the SDK reads it from the file named by

@@ -43,6 +43,7 @@ func (r result) rate() float64 { return float64(r.calls) / r.elapsed.Seconds() }
 // cpuRate is calls per CPU-second of this process: stable when other work shares the machine.
 func (r result) cpuRate() float64 { return float64(r.calls) / r.cpu.Seconds() }
 
+// String formats one measurement line.
 func (r result) String() string {
 	return fmt.Sprintf("%9.0f calls/s  p50 %8s  p99 %8s  (%6.0f calls per CPU-second)", r.rate(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpuRate())
 }
