@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -142,4 +144,81 @@ func TestTokenProtectedNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
+}
+
+func TestVoidCall(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	got := make(chan string, 1)
+	worker(t, url, "default", map[string]protocol.Handler{
+		"sink::put": func(_ context.Context, in json.RawMessage) (any, error) {
+			got <- string(in)
+			return nil, nil
+		},
+	})
+	cl := worker(t, url, "default", nil)
+	if err := cl.CallVoid(context.Background(), "sink::put", map[string]int{"n": 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case in := <-got:
+		if in != `{"n":1}` {
+			t.Fatalf("payload %s", in)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("void call never arrived")
+	}
+}
+
+// TestParkedRegistrationsFallBackToDefault: functions registered by a client that never calls
+// engine::workers::register become live in default once the grace period ends.
+func TestParkedRegistrationsFallBackToDefault(t *testing.T) {
+	e, url := startEngine(t, Options{Grace: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	go func() {
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	if err := c.Write(ctx, websocket.MessageText, []byte(`{"type":"registerfunction","id":"raw::fn"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, ok := e.Lookup("default", "raw::fn"); ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("parked registration never applied")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func TestReservedAndConflictingRegistrations(t *testing.T) {
+	e, url := startEngine(t, Options{})
+	worker(t, url, "default", map[string]protocol.Handler{
+		"a::b":            func(context.Context, json.RawMessage) (any, error) { return 1, nil },
+		"engine::mine":    func(context.Context, json.RawMessage) (any, error) { return 1, nil },
+		"sandbox::create": func(context.Context, json.RawMessage) (any, error) { return 1, nil },
+	})
+	first, _ := e.Lookup("default", "a::b")
+	worker(t, url, "default", map[string]protocol.Handler{
+		"a::b": func(context.Context, json.RawMessage) (any, error) { return 2, nil },
+	})
+	if owner, _ := e.Lookup("default", "a::b"); owner != first {
+		t.Error("a second worker took over a::b")
+	}
+	for _, id := range []string{"engine::mine", "sandbox::create"} {
+		if _, ok := e.Lookup("default", id); ok {
+			t.Errorf("%s registered by a worker", id)
+		}
+	}
 }
