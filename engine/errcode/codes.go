@@ -30,6 +30,8 @@ const (
 	TokenInvalid = "NAMESPACE_TOKEN_INVALID"
 	// NotConnected: the SDK has no live connection to the engine.
 	NotConnected = "NOT_CONNECTED"
+	// Unknown: an error body that was not an object with a code (e.g. a bare string).
+	Unknown = "UNKNOWN"
 )
 
 // Configuration worker codes (REFERENCE-engine.md §3).

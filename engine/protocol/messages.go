@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/iii-go/iii/engine/errcode"
 )
 
 // Message types, the lowercased variant names of REFERENCE-engine.md §1.3.
@@ -145,7 +147,7 @@ func NewError(code, format string, args ...any) *Error {
 func RawError(raw json.RawMessage) *Error {
 	e := &Error{}
 	if err := e.UnmarshalJSON(raw); err != nil {
-		return NewError("UNKNOWN", "%s", string(raw))
+		return NewError(errcode.Unknown, "%s", string(raw))
 	}
 	return e
 }
@@ -180,7 +182,7 @@ func (e *Error) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &s); err != nil {
 			return err
 		}
-		*e = Error{Code: "UNKNOWN", Message: s}
+		*e = Error{Code: errcode.Unknown, Message: s}
 		return nil
 	}
 	var f struct {
