@@ -78,6 +78,9 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 		return Result{}, err
 	}
 	f := p.File()
+	if f.Engine != nil && !p.opts.Managed {
+		return Result{}, errcode.New(errcode.EngineSectionRequiresManagedStart, "%s declares engine: (a managed engine); this daemon attached to a running engine, so run the file with iii compose --up -f %s", f.Path, f.Path)
+	}
 	keys := f.StartOrder()
 	if container != "" {
 		keys = Dependencies(f, container)
@@ -177,6 +180,7 @@ func (p *Project) stop(ctx context.Context, f *composefile.File, key string) boo
 	p.waitUnregistered(ctx, f.Namespace, key, 5*time.Second)
 	p.setState(key, func(c *Container) { c.State, c.PID = StateStopped, 0 })
 	p.Progress(key, "Stopped")
+	p.persist()
 	return true
 }
 
@@ -269,6 +273,7 @@ func (p *Project) onExit(proc *supervisor.Process) {
 		c.State, c.PID, c.LastError = StateFailed, 0, fmt.Sprintf("exited unexpectedly (%s)", why)
 	})
 	p.Progress(key, "Exited")
+	p.persist()
 	deps := Dependents(f, key)
 	var running []string
 	for _, d := range deps {
@@ -311,6 +316,12 @@ func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, en
 		msg := err.Error()
 		if errors.As(err, &pe) {
 			msg = pe.Code + ": " + pe.Message
+			var env struct {
+				DocsURL string `json:"docs_url"`
+			}
+			if json.Unmarshal(pe.Raw(), &env) == nil && env.DocsURL != "" {
+				msg += " (" + env.DocsURL + ")"
+			}
 			if pe.Code == "S501" {
 				return errcode.New(errcode.SpawnFailed, "container '%s' could not start: %s. The adapter reads its host roots only when it starts: "+
 					"run `iii call compose::restart worker=%s` (it restarts each VM worker the adapter runs and ends every sandbox), "+

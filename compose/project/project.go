@@ -291,3 +291,23 @@ func (p *Project) unknown(key string) error {
 
 // StateDir is the project's state directory.
 func (p *Project) StateDir() string { return p.opts.State.Path }
+
+// persist writes the containers' records into state.json (owner-only), keeping the rest of it.
+func (p *Project) persist() {
+	rec, err := p.opts.State.Load()
+	if err != nil {
+		return
+	}
+	rec.Children = map[string]state.Child{}
+	for _, c := range p.Status() {
+		if c.State == StateStopped && c.LastError == "" {
+			continue
+		}
+		ch := state.Child{Container: c.Key, PID: c.PID, Status: c.State, LastError: c.LastError}
+		if proc := p.opts.Sup.Get(c.Key); proc != nil && c.PID == proc.PID {
+			ch.StartedAt = proc.Started
+		}
+		rec.Children[c.Key] = ch
+	}
+	_ = p.opts.State.Save(rec)
+}

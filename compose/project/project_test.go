@@ -156,6 +156,10 @@ func TestUpInOrderWithReservedEnvAndConfig(t *testing.T) {
 	if strings.Index(out.String(), "api") > strings.Index(out.String(), "web") {
 		t.Fatalf("progress out of order:\n%s", out)
 	}
+	rec, err := p.opts.State.Load()
+	if err != nil || rec.Children["web"].PID == 0 || rec.Children["web"].Status != StateReady || rec.Children["web"].StartedAt.IsZero() {
+		t.Fatalf("state.json children = %+v, %v", rec.Children, err)
+	}
 	again, err := p.Up(context.Background(), "")
 	if err != nil || again.Changed {
 		t.Fatalf("second Up changed=%v err=%v", again.Changed, err)

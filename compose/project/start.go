@@ -369,10 +369,12 @@ func (p *Project) start(ctx context.Context, f *composefile.File, key string) er
 	if err != nil {
 		p.setState(key, func(ct *Container) { ct.State, ct.LastError = StateFailed, err.Error() })
 		p.Progress(key, "Failed")
+		p.persist()
 		return err
 	}
 	p.setState(key, func(ct *Container) { ct.State = StateReady })
 	p.Progress(key, "Ready")
+	p.persist()
 	return nil
 }
 

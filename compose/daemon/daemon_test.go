@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/iii-go/iii/compose/composefile"
+	"github.com/iii-go/iii/compose/errcode"
+)
+
+func load(t *testing.T, yaml string) *composefile.File {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "worker-compose.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "api"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := composefile.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+const file = `containers:
+  adapter:
+    worker: package://sandbox-libkrun
+    version: '^0.2'
+  api:
+    worker: path://./api
+    scripts: { run: ./api }
+`
+
+func TestParseAdd(t *testing.T) {
+	f := load(t, file)
+	e, err := parseAdd(f, "iii-sandbox")
+	if err != nil || e.key != "adapter" || e.worker != "package://api.workers.iii.dev/sandbox-libkrun" || e.version != "^0.3" {
+		t.Fatalf("iii-sandbox = %+v, %v", e, err)
+	}
+	e, err = parseAdd(f, "state@0.22.2")
+	if err != nil || e.key != "state" || e.worker != "package://state" || e.version != "0.22.2" {
+		t.Fatalf("state@0.22.2 = %+v, %v", e, err)
+	}
+	e, err = parseAdd(f, "example.com/tools")
+	if err != nil || e.key != "tools" || e.worker != "package://example.com/tools" || e.version != "latest" {
+		t.Fatalf("host/name = %+v, %v", e, err)
+	}
+	e, err = parseAdd(f, filepath.Join(f.Dir, "..", "shared"))
+	if err != nil || e.key != "shared" || e.worker != "path://../shared" {
+		t.Fatalf("path = %+v, %v", e, err)
+	}
+	if _, err := parseAdd(f, "bad name"); errcode.Code(err) != errcode.InvalidWorkerSpec {
+		t.Fatalf("bad name: %v", err)
+	}
+}
+
+func TestContainerFor(t *testing.T) {
+	f := load(t, file)
+	for in, want := range map[string]string{"iii-sandbox": "adapter", "sandbox-libkrun": "adapter", "api": "api", "nope": ""} {
+		if got := containerFor(f, in); got != want {
+			t.Errorf("containerFor(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestRequestWorkers(t *testing.T) {
+	var r Request
+	if err := json.Unmarshal([]byte(`{"worker":["a","b"],"workers":["c"]}`), &r); err != nil {
+		t.Fatal(err)
+	}
+	got := r.workers()
+	if len(got) != 3 || got[0] != "c" || got[1] != "a" || got[2] != "b" {
+		t.Fatalf("workers = %v", got)
+	}
+}
