@@ -40,7 +40,8 @@ func Build(ctx context.Context) error {
 	return nil
 }
 
-// Release cross-compiles every target into dist/iii/v<version>/ with checksums and a manifest.
+// Release cross-compiles every target into dist/iii/v<version>/ with checksums and a manifest,
+// then publishes the adapter into the worker registry dist/registry/.
 func Release(ctx context.Context) error {
 	root, err := os.Getwd()
 	if err != nil {
@@ -55,7 +56,7 @@ func Release(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("release %s: %d assets in %s\n", m.Version, len(m.Assets), release.Dir(dist, m.Version))
-	return nil
+	return Registry()
 }
 
 // Test runs the linters, every module's unit tests, then the end-to-end suite against bin/.
