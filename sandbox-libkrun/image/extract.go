@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 )
 
 // extract unpacks a flattened image tar into dir. Every path is resolved inside dir through
@@ -21,8 +22,9 @@ func extract(r io.Reader, dir string) error {
 	defer root.Close()
 	tr := tar.NewReader(r)
 	type dirMode struct {
-		name string
-		mode fs.FileMode
+		name  string
+		mode  fs.FileMode
+		mtime time.Time
 	}
 	var dirs []dirMode
 	for {
@@ -57,7 +59,7 @@ func extract(r io.Reader, dir string) error {
 			if err := root.MkdirAll(name, 0o755); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			dirs = append(dirs, dirMode{name, mode})
+			dirs = append(dirs, dirMode{name, mode, h.ModTime})
 		case tar.TypeReg:
 			_ = root.Remove(name)
 			f, err := root.OpenFile(name, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
@@ -75,6 +77,7 @@ func extract(r io.Reader, dir string) error {
 			if err := root.Chmod(name, mode); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
+			_ = root.Chtimes(name, h.ModTime, h.ModTime)
 		case tar.TypeSymlink:
 			_ = root.Remove(name)
 			if err := root.Symlink(h.Linkname, name); err != nil {
@@ -94,11 +97,13 @@ func extract(r io.Reader, dir string) error {
 			// Device nodes, fifos and the like are not needed in a sandbox root.
 		}
 	}
-	// Directory modes last, so read-only directories do not block their own contents.
+	// Directory modes and times last, so read-only directories do not block their own contents
+	// and later entries do not move their times.
 	for i := len(dirs) - 1; i >= 0; i-- {
 		if err := root.Chmod(dirs[i].name, dirs[i].mode); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
+		_ = root.Chtimes(dirs[i].name, dirs[i].mtime, dirs[i].mtime)
 	}
 	return nil
 }
