@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -256,7 +257,11 @@ func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 	for _, pm := range parked {
 		e.applyRegistration(c, ns, pm)
 	}
-	e.log.Info("worker registered", "worker_id", c.id, "name", info.Name, "namespace", ns)
+	level := slog.LevelInfo
+	if strings.HasPrefix(info.Name, "iii-cli:") {
+		level = slog.LevelDebug // one-shot `iii call` connections would drown the log
+	}
+	e.log.Log(context.Background(), level, "worker registered", "worker_id", c.id, "name", info.Name, "namespace", ns)
 	reply(map[string]any{"success": true, "worker_id": c.id, "namespace": ns}, nil)
 }
 
