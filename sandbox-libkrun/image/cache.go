@@ -1,11 +1,13 @@
 // Package image keeps the root filesystem cache of sandbox images: OCI images (pulled from a
 // registry with go-containerregistry, or imported from an OCI image layout) flattened into
 // <cache>/<slug>/rootfs, where <cache> is ~/.iii/cache and <slug> is derived from the image's
-// canonical reference.
+// canonical reference. Beside rootfs/ sit config.json (the image's runtime config), digest and
+// ref.
 package image
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -200,6 +202,11 @@ func (c *Cache) Install(ref string, img v1.Image) (string, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
+	if cf, err := img.ConfigFile(); err == nil {
+		if b, err := json.MarshalIndent(cf.Config, "", "  "); err == nil {
+			_ = os.WriteFile(filepath.Join(entry, "config.json"), b, 0o644)
+		}
+	}
 	if d, err := img.Digest(); err == nil {
 		_ = os.WriteFile(filepath.Join(entry, "digest"), []byte(d.String()+"\n"), 0o644)
 	}
@@ -213,4 +220,20 @@ func (c *Cache) Install(ref string, img v1.Image) (string, error) {
 		return "", err
 	}
 	return dst, nil
+}
+
+// Config returns the runtime configuration (Env, WorkingDir, Cmd, ...) recorded when ref was
+// installed.
+func (c *Cache) Config(ref string) (v1.Config, error) {
+	var cfg v1.Config
+	p, err := c.Path(ref)
+	if err != nil {
+		return cfg, err
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(p), "config.json"))
+	if err != nil {
+		return cfg, err
+	}
+	err = json.Unmarshal(b, &cfg)
+	return cfg, err
 }

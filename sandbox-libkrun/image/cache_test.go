@@ -116,6 +116,9 @@ func TestImportLayout(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "usr", "bin", "hard")); string(b) != "tool" {
 		t.Fatalf("hard link: %q", b)
 	}
+	if cfg, err := c.Config(ref); err != nil || cfg.Env != nil {
+		t.Fatalf("config: %+v %v", cfg, err)
+	}
 	// A second import replaces the first.
 	if _, err := c.ImportLayout(layoutOf(t, ref, layerTar(t, []entry{{name: "bin/sh", typ: tar.TypeReg, body: "v2"}})), ref); err != nil {
 		t.Fatal(err)
