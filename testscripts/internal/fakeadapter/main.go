@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -49,6 +50,8 @@ func mark() {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	ctx, orphaned := context.WithCancel(ctx)
+	go exitWithParent(orphaned)
 	w := protocol.NewWorker(protocol.Config{Name: env("III_WORKER_NAME", "fakeadapter"), Version: "0.0.0-fake"})
 	if env("FAKE_ROLE", "adapter") == "worker" {
 		registerWorker(w)
@@ -69,6 +72,20 @@ func main() {
 		}
 	}
 	w.Close()
+}
+
+// exitWithParent cancels when the process that started this one is gone, so a test run that
+// dies never leaves a fake adapter behind.
+func exitWithParent(cancel context.CancelFunc) {
+	parent := os.Getppid()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for range t.C {
+		if os.Getppid() != parent {
+			cancel()
+			return
+		}
+	}
 }
 
 func registerAdapter(w *protocol.Worker) {
