@@ -103,7 +103,9 @@ func (d *Driver) Accel() string {
 	return d.accel
 }
 
-// Boot starts a machine for spec and returns once its agent has assembled the root.
+// Boot starts a machine for spec and returns once its agent has assembled the root. ctx and
+// Options.BootTimeout bound the boot only; afterwards the machine lives until Stop, its
+// Spec.Deadline, or the end of the adapter process. A zero Spec.ScratchMB means half the RAM.
 func (d *Driver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	return d.boot(ctx, spec, false)
 }

@@ -58,6 +58,10 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 	if spec.MemoryMB < 128 {
 		return nil, fmt.Errorf("VM boot failed: memory_mb %d is below the 128 MiB minimum", spec.MemoryMB)
 	}
+	if spec.ScratchMB <= 0 {
+		// tmpfs pages live in guest RAM: by default writes may use half of it.
+		spec.ScratchMB = spec.MemoryMB / 2
+	}
 	if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("VM boot failed: root filesystem %q is not a directory", spec.RootFS)
 	}
