@@ -9,6 +9,7 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -161,6 +162,9 @@ func Run(ctx context.Context, o Options) error {
 		return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v", url, err)
 	}
 	defer w.Close()
+	if err := checkServing(ctx, w, f.Namespace); err != nil {
+		return err
+	}
 	fmt.Fprintf(o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", url, f.Namespace)
 
 	if o.Up {
@@ -264,4 +268,30 @@ func tailFile(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// checkServing fails DAEMON_ALREADY_SERVING when compose::up in ns belongs to another worker: the
+// engine refused this daemon's functions because another daemon serves the namespace.
+func checkServing(ctx context.Context, w *protocol.Worker, ns string) error {
+	raw, err := w.Call(ctx, protocol.FnListFunctions, map[string]string{"namespace": ns})
+	if err != nil {
+		return errcode.New(errcode.EngineCallFailed, "engine::functions::list: %v", err)
+	}
+	var out struct {
+		Functions []struct {
+			FunctionID string `json:"function_id"`
+			Namespace  string `json:"namespace"`
+			WorkerID   string `json:"worker_id"`
+			WorkerName string `json:"worker_name"`
+		} `json:"functions"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return errcode.New(errcode.EngineCallFailed, "engine::functions::list: %v", err)
+	}
+	for _, fn := range out.Functions {
+		if fn.FunctionID == daemon.FnUp && fn.Namespace == ns && fn.WorkerID != w.WorkerID() {
+			return errcode.New(errcode.DaemonAlreadyServing, "another Compose daemon (worker %s) already serves namespace '%s' on this engine; stop it (iii call compose::stop -n %s) or use another --namespace", fn.WorkerID, ns, ns)
+		}
+	}
+	return nil
 }
