@@ -163,8 +163,8 @@ func (r *Router) forwarder(op string) core.Builtin {
 		if !ok {
 			return nil, notConnected(b, op)
 		}
-		info := r.adapterInfo(ctx, b, wid)
-		if info != nil && info.contract != nil && info.contract.Major != ContractMajor {
+		info := r.adapterInfo(ctx, b, wid, false)
+		if info.contract != nil && info.contract.Major != ContractMajor {
 			return nil, incompatible(b, *info.contract)
 		}
 		res, perr := r.e.Invoke(ctx, b.Namespace, fn, payload, 0)
@@ -174,7 +174,7 @@ func (r *Router) forwarder(op string) core.Builtin {
 			}
 			return nil, perr
 		}
-		if fill && info != nil && info.contract != nil && info.contract.Minor == 0 {
+		if fill && info.contract != nil && info.contract.Minor == 0 {
 			return fillTruncation(res), nil
 		}
 		return res, nil
@@ -199,35 +199,40 @@ func fillTruncation(res json.RawMessage) json.RawMessage {
 	return out
 }
 
-// adapterInfo returns the adapter worker's adapter::info, asked once per connection; nil when it
-// does not answer within InfoTimeout.
-func (r *Router) adapterInfo(ctx context.Context, b *Binding, wid string) *adapterInfo {
+// adapterInfo returns the adapter worker's adapter::info reply, asked once per connection (again
+// when refresh is set); its raw reply is nil when the adapter did not answer within InfoTimeout,
+// and that too is remembered, so calls do not wait on a silent adapter::info twice.
+func (r *Router) adapterInfo(ctx context.Context, b *Binding, wid string, refresh bool) *adapterInfo {
 	r.mu.Lock()
 	info, ok := r.infos[wid]
 	r.mu.Unlock()
-	if ok {
+	if ok && !(refresh && info.raw == nil) {
 		return info
 	}
-	raw, perr := r.e.Invoke(ctx, b.Namespace, b.Adapter+"::adapter::info", json.RawMessage("{}"), InfoTimeout)
-	if perr != nil {
-		return nil
-	}
-	info = &adapterInfo{raw: raw}
-	var parsed struct {
-		Contract *Contract `json:"contract"`
-	}
-	if json.Unmarshal(raw, &parsed) == nil {
-		info.contract = parsed.Contract
+	info = &adapterInfo{}
+	if raw, perr := r.e.Invoke(ctx, b.Namespace, b.Adapter+"::adapter::info", json.RawMessage("{}"), InfoTimeout); perr == nil {
+		info.raw = raw
+		var parsed struct {
+			Contract *Contract `json:"contract"`
+		}
+		if json.Unmarshal(raw, &parsed) == nil {
+			info.contract = parsed.Contract
+		}
+	} else if ctx.Err() != nil {
+		return info // the caller went away: learn nothing
 	}
 	r.mu.Lock()
+	_, known := r.infos[wid]
 	r.infos[wid] = info
 	r.mu.Unlock()
-	go func() {
-		<-r.e.WorkerGone(wid)
-		r.mu.Lock()
-		delete(r.infos, wid)
-		r.mu.Unlock()
-	}()
+	if !known {
+		go func() {
+			<-r.e.WorkerGone(wid)
+			r.mu.Lock()
+			delete(r.infos, wid)
+			r.mu.Unlock()
+		}()
+	}
 	return info
 }
 
@@ -242,7 +247,7 @@ func (r *Router) info(ctx context.Context, _ core.Caller, _ json.RawMessage) (an
 	}
 	out["adapter"], out["namespace"], out["bound"], out["source"] = b.Adapter, b.Namespace, true, b.Source
 	if wid, ok := r.e.Lookup(b.Namespace, b.Adapter+"::adapter::info"); ok {
-		if info := r.adapterInfo(ctx, b, wid); info != nil {
+		if info := r.adapterInfo(ctx, b, wid, true); info.raw != nil {
 			out["info"] = info.raw
 		}
 	}

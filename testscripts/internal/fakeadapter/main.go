@@ -8,6 +8,7 @@
 //	FAKE_MODE      echo (default: reply with the op and the request as received),
 //	               error (reply with an S002 envelope), slow (never reply; touch FAKE_MARK first)
 //	FAKE_CONTRACT  contract reported by adapter::info, "1.1" (default), "1.0" or e.g. "2.0"
+//	FAKE_INFO      silent: adapter::info never answers
 //	FAKE_MARK      file created when a call arrives (slow mode, test::slow)
 //	FAKE_ROLE      adapter (default) or worker: test::echo, test::fail, test::slow, test::call
 //
@@ -94,7 +95,11 @@ func registerAdapter(w *protocol.Worker) {
 	major, minor, _ := strings.Cut(env("FAKE_CONTRACT", "1.1"), ".")
 	maj, _ := strconv.Atoi(major)
 	mnr, _ := strconv.Atoi(minor)
-	_ = w.Register(prefix+"::adapter::info", func(context.Context, json.RawMessage) (any, error) {
+	_ = w.Register(prefix+"::adapter::info", func(ctx context.Context, _ json.RawMessage) (any, error) {
+		if os.Getenv("FAKE_INFO") == "silent" {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
 		return map[string]any{"adapter": prefix, "adapter_version": "0.0.0-fake", "contract": map[string]int{"major": maj, "minor": mnr}}, nil
 	})
 	for _, op := range ops {
