@@ -235,6 +235,22 @@ func TestMachine(t *testing.T) {
 		if !errors.As(err, &fe) || fe.Code != "S211" {
 			t.Fatalf("read of a missing file: %v", err)
 		}
+		for _, c := range []struct{ op, req, want string }{
+			{"mkdir", `{"path":"/tmp/a/c"}`, `"created":true`},
+			{"ls", `{"path":"/tmp/a"}`, `"name":"b.txt"`},
+			{"stat", `{"path":"/tmp/a/c"}`, `"is_dir":true`},
+			{"grep", `{"path":"/tmp/a","pattern":"H.LLO","ignore_case":true}`, `"line":1`},
+			{"sed", `{"path":"/tmp/a","pattern":"fs$","replacement":"vm"}`, `"total_replacements":1`},
+			{"mv", `{"src":"/tmp/a/b.txt","dst":"/tmp/a/c/d.txt"}`, `"moved":true`},
+			{"chmod", `{"path":"/tmp/a/c/d.txt","mode":"0600"}`, `"updated":1`},
+			{"read", `{"path":"/tmp/a/c/d.txt"}`, `"body":"hello vm"`},
+			{"rm", `{"path":"/tmp/a","recursive":true}`, `"removed":true`},
+		} {
+			out, err := m.FS(ctx, c.op, json.RawMessage(c.req))
+			if err != nil || !bytes.Contains(out, []byte(c.want)) {
+				t.Fatalf("%s %s: %s %v (want %s)", c.op, c.req, out, err, c.want)
+			}
+		}
 	})
 	t.Run("background children survive, orphans are reaped", func(t *testing.T) {
 		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"}})
