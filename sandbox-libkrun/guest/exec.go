@@ -65,6 +65,7 @@ type capWriter struct {
 	forward   func([]byte)
 }
 
+// Write keeps what fits under the cap and always reports the whole of p as written.
 func (w *capWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -29,6 +29,7 @@ type Problem struct {
 	Fatal bool
 }
 
+// String renders the check and its message.
 func (p Problem) String() string { return p.Check + ": " + p.Message }
 
 // Run performs every check and returns the problems found (none on a ready host).

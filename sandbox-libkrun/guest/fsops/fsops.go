@@ -23,6 +23,7 @@ type Error struct {
 	Fix     json.RawMessage
 }
 
+// Error renders the code and message.
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
 // Do runs operation op ("ls", "write", ...) with the JSON request body req.

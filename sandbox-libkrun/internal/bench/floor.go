@@ -16,6 +16,7 @@ type Stats struct {
 	P90    time.Duration
 }
 
+// String renders the median and p90 in milliseconds.
 func (s Stats) String() string {
 	return fmt.Sprintf("median %s  p90 %s  (n=%d)", s.Median.Round(time.Millisecond), s.P90.Round(time.Millisecond), s.N)
 }
