@@ -115,16 +115,17 @@ type Worker struct {
 	cancel  context.CancelFunc
 	writeMu sync.Mutex // serializes frames; cheaper under contention than the socket's own lock
 
-	mu       sync.Mutex
-	funcs    map[string]*function
-	conn     *websocket.Conn
-	up       chan struct{} // closed while conn is registered
-	pending  map[string]chan *Message
-	workerID string
-	started  bool
-	everUp   bool // the first Start succeeded; later losses reconnect in the background
-	done     chan struct{}
-	err      error
+	mu           sync.Mutex
+	funcs        map[string]*function
+	conn         *websocket.Conn
+	up           chan struct{} // closed while conn is registered
+	pending      map[string]chan *Message
+	workerID     string
+	started      bool
+	everUp       bool // the first Start succeeded; later losses reconnect in the background
+	reconnecting atomic.Bool
+	done         chan struct{}
+	err          error
 }
 
 // NewWorker returns an unconnected worker. Register functions, then Start it.
@@ -410,8 +411,27 @@ func (w *Worker) readLoop(c *websocket.Conn) {
 	}
 }
 
-// reconnect retries until connected again, the worker closes, or registration is refused.
+// reconnect retries until connected again, the worker closes, or registration is refused. Only
+// one reconnect loop runs at a time; a connection lost while it finishes is picked up again.
 func (w *Worker) reconnect() {
+	for {
+		if !w.reconnecting.CompareAndSwap(false, true) {
+			return
+		}
+		w.reconnectLoop()
+		w.reconnecting.Store(false)
+		select {
+		case <-w.done:
+			return
+		default:
+		}
+		if w.ctx.Err() != nil || w.liveConn() != nil {
+			return
+		}
+	}
+}
+
+func (w *Worker) reconnectLoop() {
 	backoff := 100 * time.Millisecond
 	for {
 		select {
@@ -419,16 +439,13 @@ func (w *Worker) reconnect() {
 			return
 		case <-time.After(backoff):
 		}
-		w.mu.Lock()
-		busy := w.conn != nil
-		w.mu.Unlock()
-		if busy {
+		if w.liveConn() != nil {
 			return
 		}
 		err := w.connect(w.ctx)
 		if err == nil {
 			w.cfg.Logger.Info("reconnected to the engine", "url", w.cfg.URL)
-			return
+			continue
 		}
 		if isRefusal(err) {
 			w.stop(err)
