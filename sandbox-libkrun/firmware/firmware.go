@@ -120,8 +120,12 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 		return Paths{}, err
 	}
 	logf("firmware: kernel package %s", filepath.Base(deb))
-	root := filepath.Join(o.WorkDir, "kernel-root")
-	_ = os.RemoveAll(root)
+	// Concurrent builds may share WorkDir (the download cache); each extracts on its own.
+	root, err := os.MkdirTemp(o.WorkDir, "kernel-root-")
+	if err != nil {
+		return Paths{}, err
+	}
+	defer os.RemoveAll(root)
 	if err := run(ctx, "", "dpkg-deb", "-x", deb, root); err != nil {
 		return Paths{}, err
 	}
@@ -153,7 +157,7 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	netMods = netMods[len(mods):]
 	agent := o.Agent
 	if agent == "" {
-		agent = filepath.Join(o.WorkDir, "init")
+		agent = filepath.Join(root, "init")
 		if err := BuildAgent(ctx, o.ModuleDir, agent); err != nil {
 			return Paths{}, err
 		}
@@ -329,10 +333,24 @@ func run(ctx context.Context, dir, name string, args ...string) error {
 	return nil
 }
 
+// writeAtomic replaces path with data through a uniquely named temporary file, so readers and
+// concurrent writers only ever see a complete file.
 func writeAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, perm); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

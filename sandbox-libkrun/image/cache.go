@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -212,14 +213,25 @@ func (c *Cache) Install(ref string, img v1.Image) (string, error) {
 	}
 	canon, _ := Canonical(ref)
 	_ = os.WriteFile(filepath.Join(entry, "ref"), []byte(canon+"\n"), 0o644)
-	old := dst + fmt.Sprintf(".old-%d", time.Now().UnixNano())
-	if err := os.Rename(dst, old); err == nil {
-		defer os.RemoveAll(old)
-	}
+	// The replaced rootfs may still be served to running VMs: it is set aside and removed by a
+	// later install once it is old enough that no sandbox can still be using it.
+	removeStale(entry, time.Hour)
+	_ = os.Rename(dst, dst+fmt.Sprintf(".old-%d", time.Now().UnixNano()))
 	if err := os.Rename(tmp, dst); err != nil {
 		return "", err
 	}
 	return dst, nil
+}
+
+// removeStale deletes rootfs.old-<unix nanos> directories in entry older than age.
+func removeStale(entry string, age time.Duration) {
+	olds, _ := filepath.Glob(filepath.Join(entry, "rootfs.old-*"))
+	for _, o := range olds {
+		ns, err := strconv.ParseInt(strings.TrimPrefix(filepath.Base(o), "rootfs.old-"), 10, 64)
+		if err == nil && time.Since(time.Unix(0, ns)) > age {
+			os.RemoveAll(o)
+		}
+	}
 }
 
 // Config returns the runtime configuration (Env, WorkingDir, Cmd, ...) recorded when ref was

@@ -126,6 +126,15 @@ func TestImportLayout(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "bin", "sh")); string(b) != "v2" {
 		t.Fatalf("re-import: %q", b)
 	}
+	// The replaced rootfs stays (a running VM may serve it) until it is an hour old.
+	olds, _ := filepath.Glob(root + ".old-*")
+	if len(olds) != 1 {
+		t.Fatalf("set-aside rootfs: %v", olds)
+	}
+	removeStale(filepath.Dir(root), 0)
+	if olds, _ := filepath.Glob(root + ".old-*"); len(olds) != 0 {
+		t.Fatalf("stale rootfs kept: %v", olds)
+	}
 }
 
 func TestNoBin(t *testing.T) {

@@ -70,6 +70,7 @@ func buildImages(ctx context.Context, args []string) error {
 			return fmt.Errorf("image %s: %w", p.Name, err)
 		}
 		rootfs, err := cache.ImportLayout(dir, p.Ref)
+		os.RemoveAll(dir)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", p.Name, err)
 		}

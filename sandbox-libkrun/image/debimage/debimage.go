@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/iii-go/iii/sandbox-libkrun/image"
+	"golang.org/x/sys/unix"
 )
 
 // Preset is a built-in image: its catalog name, OCI reference and Debian packages.
@@ -49,17 +50,19 @@ var basePackages = []string{"busybox-static", "ca-certificates"}
 const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Build makes the image of p in workDir (downloads, root filesystem, OCI layout) and returns the
-// layout directory.
+// layout directory, a new directory under workDir that the caller removes when done.
 func Build(ctx context.Context, p Preset, workDir string, log io.Writer) (string, error) {
 	debs, err := download(ctx, filepath.Join(workDir, "debs"), append(append([]string(nil), basePackages...), p.Packages...))
 	if err != nil {
 		return "", err
 	}
-	rootfs := filepath.Join(workDir, p.Name+"-rootfs")
-	if err := os.RemoveAll(rootfs); err != nil {
+	// Concurrent builds may share workDir (the download cache); each assembles on its own.
+	rootfs, err := os.MkdirTemp(workDir, p.Name+"-rootfs-")
+	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+	defer os.RemoveAll(rootfs)
+	if err := os.Chmod(rootfs, 0o755); err != nil {
 		return "", err
 	}
 	for _, d := range debs {
@@ -80,8 +83,8 @@ func Build(ctx context.Context, p Preset, workDir string, log io.Writer) (string
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(workDir, p.Name+"-oci")
-	if err := os.RemoveAll(dir); err != nil {
+	dir, err := os.MkdirTemp(workDir, p.Name+"-oci-")
+	if err != nil {
 		return "", err
 	}
 	lp, err := layout.Write(dir, empty.Index)
@@ -97,6 +100,15 @@ func Build(ctx context.Context, p Preset, workDir string, log io.Writer) (string
 // download fetches the closure of pkgs into dir and returns the .deb paths.
 func download(ctx context.Context, dir string, pkgs []string) ([]string, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "partial"), 0o755); err != nil {
+		return nil, err
+	}
+	// One apt at a time per download directory (apt itself is told not to lock).
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return nil, err
 	}
 	status := filepath.Join(dir, "empty-status")
