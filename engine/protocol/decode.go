@@ -33,12 +33,19 @@ func decodeFrame(b []byte) (*Message, error) {
 			return nil, p.fail("expected ':'")
 		}
 		p.ws()
-		start := p.i
-		if err := p.skip(0); err != nil {
-			return nil, err
-		}
-		if err := m.set(lowerASCII(key), p.b[start:p.i]); err != nil {
-			return nil, err
+		key = lowerASCII(key)
+		if dst := m.stringField(key); dst != nil && p.i < len(p.b) && p.b[p.i] == '"' {
+			if *dst, err = p.str(); err != nil {
+				return nil, err
+			}
+		} else {
+			start := p.i
+			if err := p.skip(0); err != nil {
+				return nil, err
+			}
+			if err := m.set(key, p.b[start:p.i]); err != nil {
+				return nil, err
+			}
 		}
 		p.ws()
 		if p.eat(',') {
@@ -67,6 +74,43 @@ func lowerASCII(s string) string {
 }
 
 var errWrongType = errors.New("frame field has the wrong JSON type")
+
+// stringField is where a plain string field is stored, nil for other keys.
+func (m *Message) stringField(key string) *string {
+	switch key {
+	case "type":
+		return &m.Type
+	case "id":
+		return &m.ID
+	case "name":
+		return &m.Name
+	case "description":
+		return &m.Description
+	case "trigger_type":
+		return &m.TriggerType
+	case "invocation_id":
+		return &m.InvocationID
+	case "function_id":
+		return &m.FunctionID
+	case "traceparent":
+		return &m.Traceparent
+	case "baggage":
+		return &m.Baggage
+	case "worker_id":
+		return &m.WorkerID
+	case "reattach_token":
+		return &m.ReattachToken
+	case "previous_worker_id":
+		return &m.PreviousWorkerID
+	case "code":
+		return &m.Code
+	case "owner_worker_id":
+		return &m.OwnerWorkerID
+	case "worker_name":
+		return &m.WorkerName
+	}
+	return nil
+}
 
 // set stores one field; v is a complete, valid JSON value.
 func (m *Message) set(key string, v []byte) error {
