@@ -171,11 +171,22 @@ func (d *Daemon) checkFile(file string) error {
 	return nil
 }
 
-// UpLocked runs compose::up for the whole project as one mutation (the initial up of --up).
-func (d *Daemon) UpLocked(ctx context.Context) (project.Result, error) {
+// HoldMutations makes compose::* mutations wait until release is called; --up holds them from
+// before the daemon registers until its initial StartProject is done.
+func (d *Daemon) HoldMutations() (release func()) {
 	d.opMu.Lock()
-	defer d.opMu.Unlock()
-	return d.Project.Up(ctx, "")
+	var once sync.Once
+	return func() { once.Do(d.opMu.Unlock) }
+}
+
+// StartProject is the initial up of --up (call it while holding mutations): it starts the whole
+// project, then deletes the VM state of containers removed from the file since the last run.
+func (d *Daemon) StartProject(ctx context.Context) (project.Result, error) {
+	res, err := d.Project.Up(ctx, "")
+	if err == nil {
+		res.Warnings = d.Project.CleanupRemoved(ctx)
+	}
+	return res, err
 }
 
 func (d *Daemon) up(ctx context.Context, r Request) (any, error) {

@@ -233,6 +233,7 @@ func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []st
 		if reason == "" {
 			err := vmstate.Delete(ctx, plainCaller{p.opts.Engine}, prefix, id)
 			if err == nil {
+				p.forgetVM(k)
 				p.Progress(k, "Removed")
 				continue
 			}
@@ -330,6 +331,7 @@ func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, en
 		}
 		return errcode.New(errcode.SpawnFailed, "container '%s' could not start: %s", key, msg)
 	}
+	p.rememberVM(key, id)
 	if ak != "" {
 		if v := p.Packages()[ak].Version; token.VMMountsExpose(v) && under(f.Dir, pl.vmDir) {
 			_ = token.MarkExposed(p.opts.State.Path, key, v)

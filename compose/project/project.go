@@ -95,6 +95,7 @@ type Project struct {
 	// adapterRoots are the host roots the running adapter was started with.
 	adapterRoots []string
 	outMu        sync.Mutex
+	stateMu      sync.Mutex // state.json read-modify-write
 }
 
 // New returns a project; nothing starts until Up.
@@ -294,6 +295,8 @@ func (p *Project) StateDir() string { return p.opts.State.Path }
 
 // persist writes the containers' records into state.json (owner-only), keeping the rest of it.
 func (p *Project) persist() {
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
 	rec, err := p.opts.State.Load()
 	if err != nil {
 		return
@@ -310,4 +313,45 @@ func (p *Project) persist() {
 		rec.Children[c.Key] = ch
 	}
 	_ = p.opts.State.Save(rec)
+}
+
+// rememberVM records in state.json that key has adapter-owned state under vmID.
+func (p *Project) rememberVM(key, vmID string) {
+	p.editVMs(func(m map[string]string) { m[key] = vmID })
+}
+
+// forgetVM drops key's record once its state is deleted.
+func (p *Project) forgetVM(key string) { p.editVMs(func(m map[string]string) { delete(m, key) }) }
+
+func (p *Project) editVMs(fn func(map[string]string)) {
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
+	rec, err := p.opts.State.Load()
+	if err != nil {
+		return
+	}
+	if rec.VMs == nil {
+		rec.VMs = map[string]string{}
+	}
+	fn(rec.VMs)
+	_ = p.opts.State.Save(rec)
+}
+
+// CleanupRemoved deletes the adapter-owned state of VM containers that an earlier run started
+// and the file no longer declares (removed while Compose was stopped, req J4), and returns the
+// warnings for those it could not delete (req J5).
+func (p *Project) CleanupRemoved(ctx context.Context) []string {
+	rec, err := p.opts.State.Load()
+	if err != nil {
+		return nil
+	}
+	f := p.File()
+	var gone []string
+	for k := range rec.VMs {
+		if f.Containers[k] == nil {
+			gone = append(gone, k)
+		}
+	}
+	sort.Strings(gone)
+	return p.cleanupVMs(ctx, f, gone)
 }

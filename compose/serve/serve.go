@@ -124,7 +124,12 @@ func Run(ctx context.Context, o Options) error {
 	defer reaper.Close()
 	sup := supervisor.New(reaper)
 
-	rec := state.Record{DaemonPID: os.Getpid(), Children: map[string]state.Child{}}
+	rec, err := sd.Load()
+	if err != nil {
+		return errcode.New(errcode.InvalidStateFile, "%v", err)
+	}
+	// Children of an earlier run are gone (they died with it); the VM records stay.
+	rec.DaemonPID, rec.Engine, rec.Children = os.Getpid(), nil, map[string]state.Child{}
 	url := o.EngineURL
 	if url == "" {
 		url = os.Getenv(protocol.EnvURL)
@@ -155,6 +160,8 @@ func Run(ctx context.Context, o Options) error {
 	if err := d.Register(w); err != nil {
 		return err
 	}
+	release := d.HoldMutations()
+	defer release()
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 	err = w.Start(cctx)
 	ccancel()
@@ -168,12 +175,13 @@ func Run(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", url, f.Namespace)
 
 	if o.Up {
-		if _, err := d.UpLocked(ctx); err != nil {
+		if _, err := d.StartProject(ctx); err != nil {
 			fmt.Fprintln(o.Out, " ✘ Containers Failed")
 			return err
 		}
 		fmt.Fprintln(o.Out, " ✔ Containers Ready")
 	}
+	release()
 	defer p.StopAll(context.Background())
 
 	select {

@@ -133,8 +133,9 @@ type Record struct {
 	DaemonPID int              `json:"daemon_pid"`
 	Engine    *Child           `json:"engine,omitempty"`
 	Children  map[string]Child `json:"children"`
-	// Adapter is the adapter version that last ran for this project, used by the token policy.
-	Adapter string `json:"adapter_version,omitempty"`
+	// VMs are the VM containers whose adapter-owned state may exist (container key to vm_id),
+	// so that one removed from the file while Compose was stopped is cleaned up on the next run.
+	VMs map[string]string `json:"vms,omitempty"`
 }
 
 // ErrInvalidStateFile wraps a state.json that does not parse.
