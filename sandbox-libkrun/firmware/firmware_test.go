@@ -157,3 +157,17 @@ func FuzzDecodeLZ4(f *testing.F) {
 		_, _ = DecodeLZ4Legacy(data)
 	})
 }
+
+func TestStripSignature(t *testing.T) {
+	body := []byte("\x7fELF module body")
+	sig := []byte("SIGNATURE")
+	info := []byte{0, 0, 2, 0, 0, 0, 0, 0}
+	info = binary.BigEndian.AppendUint32(info, uint32(len(sig)))
+	signed := append(append(append(append([]byte(nil), body...), sig...), info...), moduleSigMagic...)
+	if got := StripSignature(signed); !bytes.Equal(got, body) {
+		t.Fatalf("stripped to %q", got)
+	}
+	if got := StripSignature(body); !bytes.Equal(got, body) {
+		t.Fatalf("unsigned module changed to %q", got)
+	}
+}

@@ -3,6 +3,7 @@ package firmware
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -104,4 +105,23 @@ func LoadOrder(idx map[string]Module, want []string) ([]Module, error) {
 		}
 	}
 	return order, nil
+}
+
+// moduleSigMagic ends a signed module file.
+const moduleSigMagic = "~Module signature appended~\n"
+
+// StripSignature removes the appended signature of a kernel module. The guest kernel does not
+// enforce signatures (no CONFIG_MODULE_SIG_FORCE, no lockdown), and checking them costs each boot
+// a few milliseconds per module under emulation.
+func StripSignature(ko []byte) []byte {
+	n := len(ko) - len(moduleSigMagic)
+	if n < 12 || string(ko[n:]) != moduleSigMagic {
+		return ko
+	}
+	sigLen := int(binary.BigEndian.Uint32(ko[n-4 : n]))
+	end := n - 12 - sigLen
+	if end <= 0 {
+		return ko
+	}
+	return ko[:end]
 }

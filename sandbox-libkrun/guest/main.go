@@ -29,9 +29,11 @@ func main() {
 	if cmdlineHas("iii.floor=1") {
 		powerOff()
 	}
+	t0 := time.Now()
 	if err := loadModules("/lib/modules/order"); err != nil {
 		fatal(err)
 	}
+	modulesTime = time.Since(t0)
 	port, err := openPort("ctrl", 10*time.Second)
 	if err != nil {
 		fatal(err)
@@ -42,6 +44,9 @@ func main() {
 	}
 	powerOff()
 }
+
+// modulesTime is how long loading the boot modules took, reported in Hello.
+var modulesTime time.Duration
 
 func cmdlineHas(word string) bool {
 	b, err := os.ReadFile("/proc/cmdline")

@@ -10,6 +10,8 @@ const AgentVersion = "iii-guest/2"
 type Hello struct {
 	KernelRelease string `json:"kernel_release"`
 	Agent         string `json:"agent"`
+	UptimeMS      int64  `json:"uptime_ms,omitempty"`  // guest uptime when the port opened
+	ModulesMS     int64  `json:"modules_ms,omitempty"` // time the agent spent loading modules
 }
 
 // Init asks the guest to assemble its root: the virtiofs tag RootTag mounted read-only under a

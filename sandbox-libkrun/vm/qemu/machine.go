@@ -25,6 +25,7 @@ var ErrStopped = errors.New("vm: machine has exited")
 type machine struct {
 	spec    vm.Spec
 	release string
+	hello   proto.Hello
 
 	qemu    *proc
 	vfsd    []*proc
@@ -149,6 +150,7 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 			return fail(fmt.Errorf("the firmware's guest agent is %q, this adapter speaks %q: rebuild the firmware with `go tool mage firmware`", h.Agent, proto.AgentVersion))
 		}
 		m.release = h.KernelRelease
+		m.hello = h
 	case <-m.connErr:
 		m.qemu.waitFor(time.Second)
 		return fail(errors.New("the guest closed its control channel before the agent started"))
@@ -467,3 +469,7 @@ func (m *machine) Stop(ctx context.Context) error {
 
 // Done is closed once every process of the machine has exited.
 func (m *machine) Done() <-chan struct{} { return m.done }
+
+// BootInfo reports what the guest agent said about its boot: uptime when its control port
+// opened and time spent loading kernel modules.
+func (m *machine) BootInfo() proto.Hello { return m.hello }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,7 +84,8 @@ func boot(t *testing.T, d *Driver, spec vm.Spec) vm.Machine {
 	if err != nil {
 		t.Fatalf("boot: %v", err)
 	}
-	t.Logf("%s booted in %s", d.Name(), time.Since(start).Round(time.Millisecond))
+	h := m.(interface{ BootInfo() proto.Hello }).BootInfo()
+	t.Logf("%s booted in %s (guest: port open at %d ms uptime, modules %d ms)", d.Name(), time.Since(start).Round(time.Millisecond), h.UptimeMS, h.ModulesMS)
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
 	return m
 }
