@@ -9,6 +9,7 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"sync"
@@ -35,6 +36,7 @@ type Process struct {
 
 	cmd     *exec.Cmd
 	done    chan struct{}
+	copied  chan struct{} // closed when the output is all in the log
 	err     error
 	stopped bool // Stop was asked for: the exit is expected
 	mu      sync.Mutex
@@ -90,26 +92,45 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		}
 	}
 	s.mu.Unlock()
-	var log *os.File
-	if spec.LogPath != "" {
-		f, err := os.OpenFile(spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		log = f
-		defer f.Close()
-	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Dir
 	cmd.Env = spec.Env
-	if log != nil {
-		cmd.Stdout, cmd.Stderr = log, log
-	}
 	cmd.SysProcAttr = procgroup.Attr(true)
+	copied := make(chan struct{})
+	var r, w *os.File
+	var log *RotatingLog
+	if spec.LogPath != "" {
+		var err error
+		if log, err = OpenLog(spec.LogPath, LogMaxBytes, LogArchives); err != nil {
+			return nil, err
+		}
+		if r, w, err = os.Pipe(); err != nil {
+			log.Close()
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = w, w
+	}
 	if err := cmd.Start(); err != nil {
+		if log != nil {
+			log.Close()
+			r.Close()
+			w.Close()
+		}
 		return nil, err
 	}
-	p := &Process{Name: spec.Name, PID: cmd.Process.Pid, Started: time.Now(), cmd: cmd, done: make(chan struct{})}
+	if log != nil {
+		// The copy ends when every process of the group has closed its end.
+		w.Close()
+		go func() {
+			defer close(copied)
+			_, _ = io.Copy(log, r)
+			r.Close()
+			log.Close()
+		}()
+	} else {
+		close(copied)
+	}
+	p := &Process{Name: spec.Name, PID: cmd.Process.Pid, Started: time.Now(), cmd: cmd, done: make(chan struct{}), copied: copied}
 	if err := s.reaper.Add(p.PID); err != nil {
 		_ = procgroup.Signal(p.PID, syscall.SIGKILL)
 	}
@@ -124,6 +145,11 @@ func (s *Supervisor) wait(p *Process) {
 	err := p.cmd.Wait()
 	// The group may hold descendants that outlive the leader; they go with it.
 	_ = procgroup.Signal(p.PID, syscall.SIGKILL)
+	// Let the log catch up, unless something outside the group still holds its pipe.
+	select {
+	case <-p.copied:
+	case <-time.After(2 * time.Second):
+	}
 	_ = s.reaper.Remove(p.PID)
 	p.mu.Lock()
 	p.err = err

@@ -157,3 +157,46 @@ func TestReaperKillsGroupsWhenOwnerDies(t *testing.T) {
 		t.Fatalf("reaping took %v", el)
 	}
 }
+
+func TestRotatingLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.log")
+	l, err := OpenLog(path, 10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"aaaaaaaa\n", "bbbbbbbb\n", "cccccccc\n", "dddddddd\n"} {
+		if _, err := l.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{path: "dddddddd\n", path + ".1": "cccccccc\n", path + ".2": "bbbbbbbb\n"} {
+		b, err := os.ReadFile(file)
+		if err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", file, b, err, want)
+		}
+	}
+	if _, err := os.Stat(path + ".3"); !os.IsNotExist(err) {
+		t.Errorf("a third archive exists: %v", err)
+	}
+	st, _ := os.Stat(path)
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("log mode %v", st.Mode().Perm())
+	}
+}
+
+func TestLogHasEverythingWhenDone(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "w.log")
+	s := New(nil)
+	p, err := s.Start(Spec{Name: "w", Argv: []string{"/bin/sh", "-c", "i=0; while [ $i -lt 200 ]; do echo line $i; i=$((i+1)); done; exit 3"}, LogPath: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
+	b, _ := os.ReadFile(log)
+	if !strings.HasSuffix(string(b), "line 199\n") {
+		t.Fatalf("log ends %q", b[max(0, len(b)-20):])
+	}
+}

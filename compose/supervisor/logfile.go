@@ -1,0 +1,101 @@
+package supervisor
+
+import (
+	"fmt"
+	"os"
+	"sync"
+)
+
+// Log rotation defaults: a 10 MiB active file and 3 archives (40 MiB per log at most).
+const (
+	LogMaxBytes = 10 << 20
+	LogArchives = 3
+)
+
+// RotatingLog appends to an owner-only file; a write that would take it past its size limit
+// first shifts path.1 .. path.N-1 to path.2 .. path.N (dropping the oldest) and moves the active
+// file to path.1.
+type RotatingLog struct {
+	path string
+	max  int64
+	keep int
+
+	mu   sync.Mutex
+	f    *os.File
+	size int64
+}
+
+// OpenLog opens path for appending with the given limits.
+func OpenLog(path string, maxBytes int64, keep int) (*RotatingLog, error) {
+	l := &RotatingLog{path: path, max: maxBytes, keep: keep}
+	if err := l.open(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *RotatingLog) open() error {
+	f, err := os.OpenFile(l.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return err
+	}
+	l.f, l.size = f, st.Size()
+	return nil
+}
+
+// Write appends b, rotating first when b would not fit.
+func (l *RotatingLog) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return 0, os.ErrClosed
+	}
+	if l.size > 0 && l.size+int64(len(b)) > l.max {
+		if err := l.rotate(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := l.f.Write(b)
+	l.size += int64(n)
+	return n, err
+}
+
+func (l *RotatingLog) rotate() error {
+	if err := l.f.Close(); err != nil {
+		return err
+	}
+	l.f = nil
+	for i := l.keep - 1; i >= 1; i-- {
+		from, to := fmt.Sprintf("%s.%d", l.path, i), fmt.Sprintf("%s.%d", l.path, i+1)
+		if _, err := os.Stat(from); err == nil {
+			if err := os.Rename(from, to); err != nil {
+				return err
+			}
+		}
+	}
+	if l.keep > 0 {
+		if err := os.Rename(l.path, l.path+".1"); err != nil {
+			return err
+		}
+	} else if err := os.Remove(l.path); err != nil {
+		return err
+	}
+	return l.open()
+}
+
+// Close closes the active file.
+func (l *RotatingLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
+}
