@@ -190,8 +190,15 @@ func (d *Daemon) StartProject(ctx context.Context) (project.Result, error) {
 }
 
 func (d *Daemon) up(ctx context.Context, r Request) (any, error) {
-	res, err := d.Project.Up(ctx, r.Container)
-	return res, err
+	if d.Project.Packages() == nil {
+		// A daemon started without --up installs the file's packages on its first up.
+		f, pkgs, err := d.Reload(ctx)
+		if err != nil {
+			return nil, err
+		}
+		d.Project.SetFile(f, pkgs)
+	}
+	return d.Project.Up(ctx, r.Container)
 }
 
 func (d *Daemon) down(ctx context.Context, r Request) (any, error) {
@@ -223,6 +230,8 @@ func (d *Daemon) Reload(ctx context.Context) (*composefile.File, map[string]proj
 	if err != nil {
 		return nil, nil, err
 	}
+	// The daemon serves one namespace (--namespace, else the file's when it started).
+	f.Namespace = d.Namespace
 	if err := d.checkEngineUnchanged(f); err != nil {
 		return nil, nil, err
 	}
