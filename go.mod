@@ -3,17 +3,22 @@ module github.com/iii-go/iii
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
+	github.com/google/go-cmp v0.7.0
 	github.com/iii-go/iii/compose v0.0.0
 	github.com/iii-go/iii/engine v0.0.0
 	github.com/iii-go/iii/updater v0.0.0
+	github.com/magefile/mage v1.17.2
 	github.com/rogpeppe/go-internal v1.16.0
 )
 
 require (
-	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/magefile/mage v1.17.2 // indirect
+	github.com/Masterminds/semver/v3 v3.5.0 // indirect
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
 	golang.org/x/sys v0.26.0 // indirect
+	golang.org/x/text v0.14.0 // indirect
 	golang.org/x/tools v0.26.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace (
