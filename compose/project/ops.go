@@ -368,6 +368,7 @@ func (p *Project) adapterWarnings(f *composefile.File, key string) {
 // plainCaller adapts Engine to vmstate.Caller.
 type plainCaller struct{ e Engine }
 
+// Call calls fn through the engine connection.
 func (c plainCaller) Call(ctx context.Context, fn string, payload any) (json.RawMessage, error) {
 	return c.e.Call(ctx, fn, payload)
 }
