@@ -328,7 +328,10 @@ func runHook(ctx context.Context, key, which, script, dir string, env []string, 
 	cmd.Cancel = func() error { return procgroup.Signal(cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err := supervisor.Spawn(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if f, ferr := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); ferr == nil {
 		f.Write(out.Bytes())
 		f.Close()

@@ -110,7 +110,7 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		}
 		cmd.Stdout, cmd.Stderr = w, w
 	}
-	if err := cmd.Start(); err != nil {
+	if err := Spawn(cmd); err != nil {
 		if log != nil {
 			log.Close()
 			r.Close()
