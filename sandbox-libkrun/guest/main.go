@@ -27,6 +27,7 @@ func main() {
 		fatal(err)
 	}
 	if cmdlineHas("iii.floor=1") {
+		fmt.Fprintln(os.Stderr, FloorMarker)
 		powerOff()
 	}
 	t0 := time.Now()
@@ -44,6 +45,9 @@ func main() {
 	}
 	powerOff()
 }
+
+// FloorMarker is printed on the console by a floor boot, proving the kernel reached /init.
+const FloorMarker = "iii-floor: init reached"
 
 // modulesTime is how long loading the boot modules took, reported in Hello.
 var modulesTime time.Duration

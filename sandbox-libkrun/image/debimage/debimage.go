@@ -22,7 +22,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/iii-go/iii/sandbox-libkrun/image"
-	"golang.org/x/sys/unix"
 )
 
 // Preset is a built-in image: its catalog name, OCI reference and Debian packages.
@@ -103,14 +102,11 @@ func download(ctx context.Context, dir string, pkgs []string) ([]string, error) 
 		return nil, err
 	}
 	// One apt at a time per download directory (apt itself is told not to lock).
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := lockDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return nil, err
-	}
+	defer unlock()
 	status := filepath.Join(dir, "empty-status")
 	if err := os.WriteFile(status, nil, 0o644); err != nil {
 		return nil, err

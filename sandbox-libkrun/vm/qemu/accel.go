@@ -1,17 +1,22 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/iii-go/iii/engine/procgroup"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
+
+// floorMarker is what the guest agent prints in floor mode (guest.FloorMarker).
+const floorMarker = "iii-floor: init reached"
 
 // KVMDevice is the KVM device the driver checks: $III_KVM_DEVICE or /dev/kvm.
 func KVMDevice() string {
@@ -58,6 +63,8 @@ func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, error)
 	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
 	defer cancel()
 	cmd := exec.Command(d.opt.Qemu, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = procgroup.Attr(true)
 	start := time.Now()
 	if err := startCmd(cmd); err != nil {
@@ -67,10 +74,15 @@ func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, error)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
+		dur := time.Since(start)
 		if err != nil {
-			return 0, fmt.Errorf("floor boot: %w", err)
+			return 0, fmt.Errorf("floor boot: %w\n%s", err, tail(out.String(), 32, 4096))
 		}
-		return time.Since(start), nil
+		// A kernel panic also ends qemu cleanly (panic=-1, -no-reboot): require the agent's word.
+		if !strings.Contains(out.String(), floorMarker) {
+			return 0, fmt.Errorf("floor boot: the guest never reached /init\n%s", tail(out.String(), 32, 4096))
+		}
+		return dur, nil
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
 		<-done

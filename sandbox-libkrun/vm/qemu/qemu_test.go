@@ -1,3 +1,5 @@
+//go:build linux
+
 package qemu
 
 import (
@@ -307,4 +309,23 @@ func TestBootFailureShowsConsole(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	waitGone(t, state, 5*time.Second)
+}
+
+func TestFloor(t *testing.T) {
+	d := newDriver(t)
+	ctx := context.Background()
+	if dur, err := d.Floor(ctx); err != nil || dur <= 0 {
+		t.Fatalf("floor: %s %v", dur, err)
+	}
+	bad := filepath.Join(t.TempDir(), "initrd")
+	if err := os.WriteFile(bad, []byte("not an initramfs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken, err := New(Options{Initrd: bad})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := broken.Floor(ctx); err == nil || !strings.Contains(err.Error(), "never reached /init") {
+		t.Fatalf("floor of a kernel that panics: %v", err)
+	}
 }
