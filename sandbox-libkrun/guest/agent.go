@@ -82,6 +82,9 @@ func (a *agent) serve() error {
 				a.replyErr(f.ID, err)
 				continue
 			}
+			if err := seedEntropy(in.Entropy); err != nil {
+				fmt.Fprintf(os.Stderr, "guest agent: entropy: %v\n", err)
+			}
 			if in.Network {
 				if err := loadNetModules(); err != nil {
 					a.replyErr(f.ID, fmt.Errorf("network: %w", err))

@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/2"
+const AgentVersion = "iii-guest/3"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -22,6 +22,8 @@ type Init struct {
 	Mounts    []GuestMount `json:"mounts,omitempty"`
 	// Network configures the guest for qemu's user-mode network (10.0.2.15, gateway 10.0.2.2).
 	Network bool `json:"network,omitempty"`
+	// Entropy is random data from the host credited to the guest kernel's pool.
+	Entropy []byte `json:"entropy,omitempty"`
 }
 
 // GuestMount is a virtiofs tag mounted at Path inside the guest root.

@@ -3,6 +3,7 @@ package qemu
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -157,7 +158,10 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 	case <-ctx.Done():
 		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
 	}
-	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network}
+	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
+	if _, err := rand.Read(init.Entropy); err != nil {
+		return fail(fmt.Errorf("entropy for the guest: %w", err))
+	}
 	for i, mt := range spec.Mounts {
 		init.Mounts = append(init.Mounts, proto.GuestMount{Tag: tagFor(i + 1), Path: mt.Guest, ReadOnly: mt.ReadOnly})
 	}

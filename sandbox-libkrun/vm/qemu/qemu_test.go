@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,6 +124,13 @@ func TestMachine(t *testing.T) {
 		got := strings.TrimSpace(string(res.Stdout))
 		if got == "" || got == unix.ByteSliceToString(host.Release[:]) || got != m.KernelRelease() {
 			t.Fatalf("guest kernel %q, agent said %q, host %q", got, m.KernelRelease(), unix.ByteSliceToString(host.Release[:]))
+		}
+	})
+	t.Run("kernel RNG seeded at boot", func(t *testing.T) {
+		// Without the host's seed the pool holds a bit or two and getrandom() blocks for seconds.
+		res := run(t, m, vm.ExecRequest{Argv: []string{"cat", "/proc/sys/kernel/random/entropy_avail"}})
+		if n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout))); n < 256 {
+			t.Fatalf("entropy_avail %q", res.Stdout)
 		}
 	})
 	t.Run("exit codes", func(t *testing.T) {
