@@ -2,8 +2,8 @@
 // by Compose, it registers demo::result, then runs a python snippet through sandbox::run, that is
 // inside a microVM of the sandbox adapter, and keeps the outcome for demo::result to report.
 //
-// demo::result takes {"wait_ms": N}: it answers as soon as the job is done, or after N ms (at
-// most 60 s) with status "running". The reply is {"status": "running"|"done"|"failed", "stdout",
+// demo::result takes {"wait_ms": N}: it answers as soon as the job is done, or after N ms with
+// status "running". The reply is {"status": "running"|"done"|"failed", "stdout",
 // "stderr", "exit_code", "success", "duration_ms", "error"}.
 //
 // Environment: III_URL, III_NAMESPACE, III_WORKER_NAME, III_TOKEN_FILE (set by Compose).
@@ -35,8 +35,8 @@ print("python:", " ".join(sys.version.split()))
 // runTimeout bounds the sandbox::run call: a VM boot under TCG on a busy host plus the snippet.
 const runTimeout = 5 * time.Minute
 
-// maxWait caps how long one demo::result call waits for the job.
-const maxWait = 60 * time.Second
+// maxWait caps how long one demo::result call waits for the job: past runTimeout it is over.
+const maxWait = runTimeout + 30*time.Second
 
 // Result is what demo::result answers.
 type Result struct {
