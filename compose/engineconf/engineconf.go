@@ -39,6 +39,9 @@ type Input struct {
 	// Namespace is the project namespace, protected by the token in TokenFile.
 	Namespace string
 	TokenFile string
+	// OwnerTokenFile holds Compose's own token: it also admits registrations into Namespace and
+	// alone grants the owner-only engine functions.
+	OwnerTokenFile string
 }
 
 type worker struct {
@@ -52,9 +55,9 @@ type sandbox struct {
 }
 
 type namespace struct {
-	Name      string `yaml:"name"`
-	TokenFile string `yaml:"token_file"`
-	Owner     bool   `yaml:"owner"`
+	Name           string `yaml:"name"`
+	TokenFile      string `yaml:"token_file"`
+	OwnerTokenFile string `yaml:"owner_token_file"`
 }
 
 type document struct {
@@ -85,9 +88,10 @@ func HostPort(raw string) (string, int, error) {
 }
 
 // Render returns the engine config. iii-worker-manager listens on the URL's host and port
-// unless the file configures it; the project namespace is token-protected with owner rights
-// (Compose publishes configuration entries with them), or OwnerNamespace carries the token when
-// the project runs in the default namespace.
+// unless the file configures it; the project namespace is protected by the project token, and
+// the owner token (Compose's alone: it publishes configuration entries and binds the router with
+// it) is declared beside it, or under OwnerNamespace when the project runs in the default
+// namespace, which cannot be protected.
 func Render(in Input) ([]byte, error) {
 	host, port, err := HostPort(in.URL)
 	if err != nil {
@@ -123,11 +127,11 @@ func Render(in Input) ([]byte, error) {
 		sbNS = in.Namespace
 	}
 	doc.Sandbox = sandbox{Adapter: adapter, Namespace: sbNS}
-	protected := in.Namespace
-	if protected == DefaultNamespace {
-		protected = OwnerNamespace
+	ns := namespace{Name: in.Namespace, TokenFile: in.TokenFile, OwnerTokenFile: in.OwnerTokenFile}
+	if in.Namespace == DefaultNamespace {
+		ns = namespace{Name: OwnerNamespace, TokenFile: in.OwnerTokenFile, OwnerTokenFile: in.OwnerTokenFile}
 	}
-	doc.Namespaces = []namespace{{Name: protected, TokenFile: in.TokenFile, Owner: true}}
+	doc.Namespaces = []namespace{ns}
 	b, err := yaml.Marshal(doc)
 	if err != nil {
 		return nil, err

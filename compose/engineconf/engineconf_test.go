@@ -18,13 +18,13 @@ func tokenFile(t *testing.T) string {
 }
 
 func TestRenderIsAValidEngineConfig(t *testing.T) {
-	tok := tokenFile(t)
+	tok, owner := tokenFile(t), tokenFile(t)
 	grace := int64(2000)
 	out, err := Render(Input{
 		URL: "ws://127.0.0.1:50123", GraceMS: &grace,
 		Workers:     map[string]any{"configuration": map[string]any{"adapter": map[string]any{"name": "fs"}}, "iii-http-functions": map[string]any{}},
 		WorkerOrder: []string{"configuration", "iii-http-functions"},
-		Namespace:   "shop", TokenFile: tok,
+		Namespace:   "shop", TokenFile: tok, OwnerTokenFile: owner,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func TestRenderIsAValidEngineConfig(t *testing.T) {
 	if c.Sandbox == nil || c.Sandbox.Adapter != "sandbox-libkrun" || c.Sandbox.Namespace != "shop" {
 		t.Errorf("sandbox binding = %+v, want sandbox-libkrun in shop", c.Sandbox)
 	}
-	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != "shop" || c.Namespaces[0].TokenFile != tok || !c.Namespaces[0].Owner {
+	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != "shop" || c.Namespaces[0].TokenFile != tok || c.Namespaces[0].OwnerTokenFile != owner {
 		t.Errorf("namespaces = %+v", c.Namespaces)
 	}
 	if strings.Contains(string(out), "secret") {
@@ -52,7 +52,7 @@ func TestRenderKeepsDeclaredListenerAndCustomBinding(t *testing.T) {
 		URL:         "ws://127.0.0.1:50124",
 		Workers:     map[string]any{"iii-worker-manager": map[string]any{"handshake_timeout_ms": 5000}},
 		WorkerOrder: []string{"iii-worker-manager"},
-		Namespace:   "dev", TokenFile: tokenFile(t), SandboxAdapter: "my-adapter", SandboxNamespace: "vms",
+		Namespace:   "dev", TokenFile: tokenFile(t), OwnerTokenFile: tokenFile(t), SandboxAdapter: "my-adapter", SandboxNamespace: "vms",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +79,8 @@ func TestHostPort(t *testing.T) {
 }
 
 func TestDefaultNamespaceTokenGoesToTheOwnerNamespace(t *testing.T) {
-	out, err := Render(Input{URL: "ws://127.0.0.1:50125", Namespace: "default", TokenFile: tokenFile(t)})
+	owner := tokenFile(t)
+	out, err := Render(Input{URL: "ws://127.0.0.1:50125", Namespace: "default", TokenFile: tokenFile(t), OwnerTokenFile: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestDefaultNamespaceTokenGoesToTheOwnerNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != OwnerNamespace || !c.Namespaces[0].Owner {
+	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != OwnerNamespace || c.Namespaces[0].OwnerTokenFile != owner {
 		t.Errorf("namespaces = %+v", c.Namespaces)
 	}
 	if c.Sandbox.Namespace != "default" {

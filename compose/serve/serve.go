@@ -99,6 +99,15 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return errcode.New(errcode.IOError, "project token in %s: %v", sd.Path, err)
 	}
+	// Compose's own connection holds the owner token on the engine it starts; workers never do.
+	daemonTok := tokPath
+	var ownerPath string
+	if f.Engine != nil && o.Up {
+		if ownerPath, err = token.NewOwner(sd.Path); err != nil {
+			return errcode.New(errcode.IOError, "owner token in %s: %v", sd.Path, err)
+		}
+		daemonTok = ownerPath
+	}
 	fmt.Fprintf(o.Out, "pid: %d\nowner: %s\nconfig: %s\nlogs: %s\n", os.Getpid(), f.Path, sd.Path, sd.Join(state.LogsDir))
 
 	var pkgs map[string]project.Package
@@ -141,7 +150,7 @@ func Run(ctx context.Context, o Options) error {
 	managed := f.Engine != nil && o.Up
 	if managed {
 		url = f.Engine.URL
-		proc, err := startEngine(ctx, o, f, sd, tokPath, sup)
+		proc, err := startEngine(ctx, o, f, sd, tokPath, ownerPath, sup)
 		if err != nil {
 			return err
 		}
@@ -153,7 +162,7 @@ func Run(ctx context.Context, o Options) error {
 	_ = sd.Save(rec)
 
 	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: f.Namespace, Name: "compose", Version: o.Version,
-		Description: "iii compose daemon", TokenFile: tokPath})
+		Description: "iii compose daemon", TokenFile: daemonTok})
 	p := project.New(project.Options{File: f, State: sd, EngineURL: url, TokenFile: tokPath, Managed: managed,
 		Engine: w, Sup: sup, Packages: pkgs, PackageCache: o.PackageCache, Out: o.Out})
 	d := daemon.New(f.Namespace, p, o.Deps)
@@ -200,7 +209,7 @@ func Run(ctx context.Context, o Options) error {
 
 // startEngine writes engine-config.yaml and starts `iii --config` as a child, then waits until
 // it listens.
-func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.Dir, tokPath string, sup *supervisor.Supervisor) (*supervisor.Process, error) {
+func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.Dir, tokPath, ownerPath string, sup *supervisor.Supervisor) (*supervisor.Process, error) {
 	host, port, err := engineconf.HostPort(f.Engine.URL)
 	if err != nil {
 		return nil, errcode.New(errcode.InvalidManagedEngineURL, "%s: %v", f.Path, err)
@@ -211,7 +220,7 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.D
 		return nil, errcode.New(errcode.ManagedEngineListenerUnavailable, "%s is already taken by another process; stop it or change engine.url in %s", addr, f.Path)
 	}
 	in := engineconf.Input{URL: f.Engine.URL, GraceMS: f.Engine.RegistrationNamespaceGraceMS, Workers: f.Engine.Workers,
-		WorkerOrder: f.Engine.WorkerOrder, Namespace: f.Namespace, TokenFile: tokPath, SandboxAdapter: project.AdapterPrefix(f)}
+		WorkerOrder: f.Engine.WorkerOrder, Namespace: f.Namespace, TokenFile: tokPath, OwnerTokenFile: ownerPath, SandboxAdapter: project.AdapterPrefix(f)}
 	if f.Engine.Sandbox != nil {
 		in.SandboxNamespace = f.Engine.Sandbox.NamespaceFor(f.Namespace)
 	}

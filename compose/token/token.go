@@ -23,8 +23,9 @@ import (
 
 // File names inside the state directory.
 const (
-	FileName = "token"
-	metaName = "token.json"
+	FileName      = "token"
+	OwnerFileName = "owner-token"
+	metaName      = "token.json"
 )
 
 // EnvTokenFile is the variable that hands workers the token file's path.
@@ -48,6 +49,14 @@ func Ensure(dir string) (path string, created bool, err error) {
 		return "", false, err
 	}
 	return path, true, write(path)
+}
+
+// NewOwner writes a fresh owner token for this run of Compose (mode 0600) and returns its path.
+// The managed engine grants the owner-only functions (configuration::publish,
+// engine::sandbox::bind) to this token alone; workers get the project token, never this one.
+func NewOwner(dir string) (string, error) {
+	path := filepath.Join(dir, OwnerFileName)
+	return path, write(path)
 }
 
 // Replace writes a new token over the old one (atomically, mode 0600) and forgets any record

@@ -72,7 +72,7 @@ func RunEngine(version string, args []string) int {
 	}
 	policies := map[string]core.NamespacePolicy{}
 	for _, n := range cfg.Namespaces {
-		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, Owner: n.Owner}
+		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, OwnerTokenFile: n.OwnerTokenFile}
 	}
 	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log})
 	store, err := configuration.New(cfg.ConfigDir)
@@ -97,7 +97,7 @@ func RunEngine(version string, args []string) int {
 		log.Info("sandbox router has no adapter bound; sandbox::* answers S303")
 	}
 	for _, n := range cfg.Namespaces {
-		log.Info("namespace protected by a project token", "namespace", n.Name, "owner", n.Owner)
+		log.Info("namespace protected by a project token", "namespace", n.Name, "owner_token", n.OwnerTokenFile != "")
 	}
 	fmt.Fprintf(os.Stderr, "iii engine %s listening on ws://%s\n", version, ln.Addr())
 	if err := eng.Serve(ctx, ln); err != nil && ctx.Err() == nil {

@@ -14,7 +14,9 @@
 //	namespaces:                  # token-protected namespaces (written by Compose)
 //	  - name: myproject
 //	    token_file: /path/to/token   # mode 0600; the token itself is never in this file
-//	    owner: true                  # its token may call configuration::publish, engine::sandbox::bind
+//	    owner_token_file: /path/to/owner-token # optional, mode 0600: its holder (Compose) may also
+//	                                           # register here and call configuration::publish and
+//	                                           # engine::sandbox::bind; the project token may not
 package config
 
 import (
@@ -67,9 +69,9 @@ type Sandbox struct {
 
 // Namespace is one token-protected namespace.
 type Namespace struct {
-	Name      string
-	TokenFile string // absolute
-	Owner     bool
+	Name           string
+	TokenFile      string // absolute
+	OwnerTokenFile string // absolute; empty when no one holds owner rights through this namespace
 }
 
 // Error is a config error with its code.
@@ -381,24 +383,21 @@ func parseSandbox(v *yaml.Node) (*Sandbox, error) {
 
 func parseNamespaces(v *yaml.Node, baseDir string) ([]Namespace, error) {
 	if v.Kind != yaml.SequenceNode {
-		return nil, invalid(v.Line, "namespaces must be a list of {name, token_file, owner}")
+		return nil, invalid(v.Line, "namespaces must be a list of {name, token_file, owner_token_file}")
 	}
 	var out []Namespace
 	seen := map[string]bool{}
 	for _, e := range v.Content {
 		var n Namespace
-		err := mapping(e, "namespaces entry", []string{"name", "token_file", "owner"}, func(k, v *yaml.Node) error {
+		err := mapping(e, "namespaces entry", []string{"name", "token_file", "owner_token_file"}, func(k, v *yaml.Node) error {
 			var err error
 			switch k.Value {
 			case "name":
 				n.Name, err = strValue(v, k.Value)
 			case "token_file":
 				n.TokenFile, err = strValue(v, k.Value)
-			case "owner":
-				err = v.Decode(&n.Owner)
-				if err != nil {
-					err = invalid(v.Line, "owner must be true or false")
-				}
+			case "owner_token_file":
+				n.OwnerTokenFile, err = strValue(v, k.Value)
 			}
 			return err
 		})
@@ -418,8 +417,13 @@ func parseNamespaces(v *yaml.Node, baseDir string) ([]Namespace, error) {
 		if !filepath.IsAbs(n.TokenFile) {
 			n.TokenFile = filepath.Join(baseDir, n.TokenFile)
 		}
-		if err := checkTokenFile(n); err != nil {
-			return nil, invalid(e.Line, "%s", err)
+		if n.OwnerTokenFile != "" && !filepath.IsAbs(n.OwnerTokenFile) {
+			n.OwnerTokenFile = filepath.Join(baseDir, n.OwnerTokenFile)
+		}
+		for _, f := range []string{n.TokenFile, n.OwnerTokenFile} {
+			if err := checkTokenFile(n.Name, f); err != nil {
+				return nil, invalid(e.Line, "%s", err)
+			}
 		}
 		out = append(out, n)
 	}
@@ -427,16 +431,20 @@ func parseNamespaces(v *yaml.Node, baseDir string) ([]Namespace, error) {
 	return out, nil
 }
 
-func checkTokenFile(n Namespace) error {
-	st, err := os.Stat(n.TokenFile)
+// checkTokenFile requires a token file (when named) to be a regular file only its owner reads.
+func checkTokenFile(ns, file string) error {
+	if file == "" {
+		return nil
+	}
+	st, err := os.Stat(file)
 	if err != nil {
-		return fmt.Errorf("token file of namespace %q: %v", n.Name, errors.Unwrap(err))
+		return fmt.Errorf("token file %s of namespace %q: %v", file, ns, errors.Unwrap(err))
 	}
 	if !st.Mode().IsRegular() {
-		return fmt.Errorf("token file of namespace %q is not a regular file", n.Name)
+		return fmt.Errorf("token file %s of namespace %q is not a regular file", file, ns)
 	}
 	if st.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("token file of namespace %q must have mode 0600, has %#o", n.Name, st.Mode().Perm())
+		return fmt.Errorf("token file %s of namespace %q must have mode 0600, has %#o", file, ns, st.Mode().Perm())
 	}
 	return nil
 }

@@ -18,6 +18,9 @@ func env(m map[string]string) func(string) (string, bool) {
 
 func TestParseValid(t *testing.T) {
 	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte("y"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "tok"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +37,7 @@ workers:
 sandbox:
   adapter: mybox
 namespaces:
-  - {name: proj, token_file: tok, owner: true}
+  - {name: proj, token_file: tok, owner_token_file: owner}
 `
 	got, err := Parse([]byte(in), env(map[string]string{"PORT": "5000"}), dir)
 	if err != nil {
@@ -42,7 +45,7 @@ namespaces:
 	}
 	want := &Config{GraceMS: 250, Host: "0.0.0.0", Port: 5000, HandshakeTimeoutMS: 10000, ConfigDir: "/tmp/cfg", TTLSeconds: 5,
 		Sandbox:    &Sandbox{Adapter: "mybox", Namespace: "default"},
-		Namespaces: []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), Owner: true}},
+		Namespaces: []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
 		Declared:   []string{"iii-worker-manager", "iii-worker-manager#rbac", "configuration", "iii-stream"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
@@ -77,7 +80,7 @@ func TestParseErrors(t *testing.T) {
 		{"workers:\n  - name: iii-worker-manager\n    config: {port: 70000}\n", errcode.ConfigInvalid, "out of range"},
 		{"namespaces:\n  - {name: p, token_file: open}\n", errcode.ConfigInvalid, "must have mode 0600"},
 		{"namespaces:\n  - {name: default, token_file: open}\n", errcode.ConfigInvalid, "default namespace cannot be token-protected"},
-		{"namespaces:\n  - {name: p, token_file: missing}\n", errcode.ConfigInvalid, "token file of namespace"},
+		{"namespaces:\n  - {name: p, token_file: missing}\n", errcode.ConfigInvalid, "of namespace \"p\": no such file"},
 		{"workers: [\n", errcode.ConfigInvalid, "not valid YAML"},
 		{"workers: []\nworkers: []\n", errcode.ConfigInvalid, `key "workers" appears twice`},
 	}

@@ -276,7 +276,7 @@ func (e *Engine) checkToken(c *conn, ns string) *protocol.Error {
 		return protocol.NewError(errcode.TokenRequired,
 			"namespace '%s' is protected by a project token and the worker presented none; start it with III_TOKEN_FILE naming the token file", ns)
 	}
-	if !tokenMatches(pol.TokenFile, c.token) {
+	if !tokenMatches(pol.TokenFile, c.token) && !tokenMatches(pol.OwnerTokenFile, c.token) {
 		return protocol.NewError(errcode.TokenInvalid, "the project token presented for namespace '%s' does not match", ns)
 	}
 	return nil
@@ -287,7 +287,7 @@ func (e *Engine) isOwnerToken(token string) bool {
 		return false
 	}
 	for _, p := range e.opts.Namespaces {
-		if p.Owner && tokenMatches(p.TokenFile, token) {
+		if tokenMatches(p.OwnerTokenFile, token) {
 			return true
 		}
 	}
@@ -295,6 +295,9 @@ func (e *Engine) isOwnerToken(token string) bool {
 }
 
 func tokenMatches(file, token string) bool {
+	if file == "" {
+		return false
+	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return false

@@ -43,10 +43,14 @@ import (
 	"github.com/iii-go/iii/engine/protocol"
 )
 
-// NamespacePolicy protects one namespace with a project token kept in a file (mode 0600).
+// NamespacePolicy protects one namespace with a project token kept in a file (mode 0600). Token
+// files are read on every check, so a replaced token takes effect at once.
 type NamespacePolicy struct {
-	TokenFile string // read on every check, so a replaced token takes effect at once
-	Owner     bool   // holders of this token may call owner-only engine functions
+	TokenFile string // the project token: admits registrations into the namespace
+	// OwnerTokenFile, when set, holds a second token that also admits registrations and grants
+	// the owner-only engine functions. Only the process that started the engine (Compose) holds
+	// it; the project's workers get the project token and no owner rights.
+	OwnerTokenFile string
 }
 
 // Options configure an Engine.
@@ -63,7 +67,7 @@ type Caller struct {
 	WorkerID  string
 	Name      string
 	Namespace string // "" when the caller never registered
-	Owner     bool   // presented the token of a namespace marked owner
+	Owner     bool   // presented a namespace's owner token
 }
 
 // Builtin serves an engine function. Return a *protocol.Error to choose the error code.

@@ -126,7 +126,14 @@ func TestTokenProtectedNamespace(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("s3cret-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok, Owner: true}}})
+	owner := filepath.Join(dir, "owner")
+	if err := os.WriteFile(owner, []byte("owner-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok, OwnerTokenFile: owner}}})
+	e.Handle("test::owner", "reports whether the caller holds owner rights", func(_ context.Context, c Caller, _ json.RawMessage) (any, error) {
+		return c.Owner, nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj"})
@@ -139,11 +146,18 @@ func TestTokenProtectedNamespace(t *testing.T) {
 	if code(err) != errcode.TokenInvalid || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("bad token: %v", err)
 	}
-	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj", TokenFile: tok})
-	if err != nil {
-		t.Fatal(err)
+	// The project token admits the worker but grants no owner rights; the owner token does both.
+	for file, wantOwner := range map[string]string{tok: "false", owner: "true"} {
+		w, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj", TokenFile: file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := w.Call(ctx, "test::owner", nil)
+		w.Close()
+		if err != nil || string(got) != wantOwner {
+			t.Fatalf("token %s: owner = %s, %v; want %s", filepath.Base(file), got, err, wantOwner)
+		}
 	}
-	w.Close()
 }
 
 func TestVoidCall(t *testing.T) {
