@@ -240,37 +240,43 @@ func (r *run) startCompose() error {
 	return nil
 }
 
-// waitForJob waits until the demo worker answers demo::result, then until its job is over.
+// waitForJob waits until Compose reports every container ready, then until the demo worker's
+// job is over.
 func (r *run) waitForJob(ctx context.Context) (*Result, error) {
 	r.step("waiting for Compose to start the engine, the adapter and the demo worker (at most %v)", startupTimeout)
 	start := time.Now()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if _, err := r.result(ctx, 0); err == nil {
+		ready, err := r.projectReady(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ready {
 			break
 		}
 		select {
 		case <-r.composeDone:
 			r.exitReported = true
-			return nil, fmt.Errorf("iii compose --up exited before the demo worker was ready (%v); its output is above", r.composeErr)
+			return nil, fmt.Errorf("iii compose --up exited before the project was ready (%v); its output is above", r.composeErr)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
 		if time.Since(start) > startupTimeout {
-			return nil, fmt.Errorf("the demo worker did not answer demo::result within %v (see the Compose output above)", startupTimeout)
+			return nil, fmt.Errorf("the project was not ready within %v (see the Compose output above)", startupTimeout)
 		}
 	}
-	r.step("demo worker ready after %v; its sandbox::run boots a microVM (at most %v)", time.Since(start).Round(time.Second), jobTimeout)
+	r.step("project ready after %v; the demo worker's sandbox::run boots a microVM (at most %v)", time.Since(start).Round(100*time.Millisecond), jobTimeout)
 	jobStart := time.Now()
 	for {
-		res, err := r.result(ctx, 15*time.Second)
-		if err != nil {
-			return nil, fmt.Errorf("demo::result: %w", err)
+		var res Result
+		wait := 15 * time.Second
+		if err := r.call(ctx, wait+10*time.Second, &res, "demo::result", "wait_ms="+strconv.FormatInt(wait.Milliseconds(), 10)); err != nil {
+			return nil, err
 		}
 		if res.Status != "running" {
-			return res, nil
+			return &res, nil
 		}
 		if time.Since(jobStart) > jobTimeout {
 			return nil, fmt.Errorf("the demo worker's sandbox::run still runs after %v", jobTimeout)
@@ -285,24 +291,47 @@ func (r *run) waitForJob(ctx context.Context) (*Result, error) {
 	}
 }
 
-// result calls demo::result through bin/iii, letting it wait up to wait for the job.
-func (r *run) result(ctx context.Context, wait time.Duration) (*Result, error) {
-	callTimeout := wait + 10*time.Second
-	ctx, cancel := context.WithTimeout(ctx, callTimeout+callGrace)
+// projectReady asks compose::status whether every container is ready; a failed one is an error.
+// Until the engine and the Compose daemon answer, the project is not ready.
+func (r *run) projectReady(ctx context.Context) (bool, error) {
+	var st struct {
+		Containers []struct {
+			Container string `json:"container"`
+			State     string `json:"state"`
+			LastError string `json:"last_error"`
+		} `json:"containers"`
+	}
+	if err := r.call(ctx, 5*time.Second, &st, "compose::status"); err != nil {
+		return false, nil
+	}
+	ready := len(st.Containers) > 0
+	for _, c := range st.Containers {
+		if c.State == "failed" {
+			return false, fmt.Errorf("container %s failed to start: %s", c.Container, c.LastError)
+		}
+		ready = ready && c.State == "ready"
+	}
+	return ready, nil
+}
+
+// call runs `bin/iii call FN ARGS... -n demo` with the given call timeout and decodes its result
+// into out.
+func (r *run) call(ctx context.Context, timeout time.Duration, out any, fn string, args ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout+callGrace)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, r.iii, "call", "demo::result", "-n", Namespace,
-		"wait_ms="+strconv.FormatInt(wait.Milliseconds(), 10), "--timeout-ms", strconv.FormatInt(callTimeout.Milliseconds(), 10))
+	argv := append([]string{"call", fn}, args...)
+	argv = append(argv, "-n", Namespace, "--timeout-ms", strconv.FormatInt(timeout.Milliseconds(), 10))
+	cmd := exec.CommandContext(ctx, r.iii, argv...)
 	cmd.Env = r.env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("iii call %s: %v: %s", fn, err, strings.TrimSpace(stderr.String()))
 	}
-	var res Result
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		return nil, fmt.Errorf("not a demo::result reply: %v: %s", err, stdout.String())
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
+		return fmt.Errorf("iii call %s: not the expected reply: %v: %s", fn, err, stdout.String())
 	}
-	return &res, nil
+	return nil
 }
 
 // show prints what the VM printed and checks it came from the firmware's guest kernel.
