@@ -104,7 +104,9 @@ type run struct {
 	composeErr  error
 	// exitReported: an error already says that Compose exited on its own.
 	exitReported bool
-	out          *prefixWriter
+	// interrupted: the user pressed Ctrl-C (a child died of SIGINT).
+	interrupted bool
+	out         *prefixWriter
 }
 
 // Run publishes the adapter, runs fixtures/demo under `iii compose --up`, waits for the demo
@@ -124,7 +126,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return err
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && !r.interrupted {
 			fmt.Fprintf(opts.Out, "demo: kept %s for a look (Compose and engine logs under project/.iii/compose/%s/)\n", r.tmp, Namespace)
 			return
 		}
@@ -260,6 +262,7 @@ func (r *run) waitForJob(ctx context.Context) (*Result, error) {
 			r.exitReported = true
 			return nil, fmt.Errorf("iii compose --up exited before the project was ready (%v); its output is above", r.composeErr)
 		case <-ctx.Done():
+			r.interrupted = !errors.Is(ctx.Err(), context.DeadlineExceeded)
 			return nil, ctx.Err()
 		case <-tick.C:
 		}
@@ -326,6 +329,11 @@ func (r *run) call(ctx context.Context, timeout time.Duration, out any, fn strin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT {
+			r.interrupted = true
+			return errors.New("interrupted (Ctrl-C)")
+		}
 		return fmt.Errorf("iii call %s: %v: %s", fn, err, strings.TrimSpace(stderr.String()))
 	}
 	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
@@ -392,7 +400,7 @@ func firmwareKernel() string {
 func (r *run) stopCompose() error {
 	select {
 	case <-r.composeDone:
-		if r.exitReported {
+		if r.exitReported || r.interrupted && r.composeErr == nil {
 			return nil
 		}
 		return fmt.Errorf("iii compose --up exited on its own: %v", r.composeErr)
