@@ -12,11 +12,12 @@ import (
 	"github.com/magefile/mage/mg"
 )
 
-// Demo is the main job: it builds everything, builds the VM firmware and preset images when
-// missing (or, for the firmware, when its guest agent is stale), publishes bin/sandbox-libkrun
-// into a local worker registry, runs fixtures/demo under `iii compose --up`, prints what the VM
-// printed, stops Compose with Ctrl-C and checks that nothing of the demo is left running.
-// Everything but the firmware and image cache lives in a temporary directory.
+// Demo is the main job: it runs fixtures/demo under `iii compose --up` with freshly built
+// binaries and prints what a microVM printed. First it builds bin/, then the VM firmware and the
+// preset images when missing (the firmware also when its guest agent is stale), and publishes
+// bin/sandbox-libkrun into a local worker registry; last it stops Compose with Ctrl-C and checks
+// that nothing of the demo is left running. All but the firmware and image cache lives in a
+// temporary directory.
 func Demo(ctx context.Context) error {
 	start := time.Now()
 	root, err := os.Getwd()
