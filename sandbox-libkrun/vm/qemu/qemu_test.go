@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,6 +173,24 @@ func TestMachine(t *testing.T) {
 		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "yes | head -c 1100000"}})
 		if len(res.Stdout) != 1<<20 || !res.StdoutTruncated || code(res) != 0 {
 			t.Fatalf("stdout %d bytes truncated=%v exit %d", len(res.Stdout), res.StdoutTruncated, code(res))
+		}
+	})
+	t.Run("concurrent execs", func(t *testing.T) {
+		errs := make(chan error, 4)
+		for i := 0; i < 4; i++ {
+			go func() {
+				want := strconv.Itoa(i)
+				res, err := m.Exec(context.Background(), vm.ExecRequest{Argv: []string{"sh", "-c", "sleep 0.3; echo $N"}, Env: []string{"N=" + want}})
+				if err == nil && strings.TrimSpace(string(res.Stdout)) != want {
+					err = fmt.Errorf("exec %s got %q", want, res.Stdout)
+				}
+				errs <- err
+			}()
+		}
+		for i := 0; i < 4; i++ {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 	t.Run("streamed output", func(t *testing.T) {
