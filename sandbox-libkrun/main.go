@@ -1,5 +1,6 @@
 // Command sandbox-libkrun is the sandbox adapter worker: it serves <prefix>::* for the engine's
-// sandbox router and Compose's VM workers, and runs each sandbox in a microVM.
+// sandbox router and Compose's VM workers, and runs each sandbox in a microVM. It is a binary of
+// its own, published to the worker registry; Compose installs it when a project needs it (req A3).
 package main
 
 import (
@@ -311,8 +312,9 @@ func hostRoots(o options) vmworker.Roots {
 	return vmworker.NewRoots(dirs)
 }
 
-// loadSettings reads the settings from --config, else from the configuration worker. A missing
-// entry means the package defaults.
+// loadSettings reads the settings from --config, else from the configuration worker's entry
+// <namespace>-sandbox-libkrun; an iii-sandbox entry is never read (req C4). A missing entry means
+// the package defaults.
 func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.Settings, error) {
 	var (
 		st       settings.Settings
@@ -369,7 +371,7 @@ func fetchSettings(ctx context.Context, w *protocol.Worker, id string) (settings
 }
 
 // cacheImages resolves images through the rootfs cache in ~/.iii/cache/, pulling on a miss when
-// auto_install is on.
+// auto_install is on (req J3).
 type cacheImages struct{ c *image.Cache }
 
 // pullTimeout bounds one image pull.

@@ -149,6 +149,7 @@ case $version in
 '' | *[!0-9A-Za-z.+-]*) die "not a version: '$version' (want e.g. 0.26.0 or iii/v0.26.0)" ;;
 esac
 
+# Only iii's own asset is fetched, for every release, 0.25 included (req I4).
 dir="$base/iii/v$version"
 asset="iii-$target.tar.gz"
 say "Installing iii v$version for $target from $dir"

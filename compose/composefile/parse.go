@@ -186,6 +186,8 @@ var nameRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
 // ValidNamespace reports whether ns is a namespace: [a-z0-9_-], not empty.
 func ValidNamespace(ns string) bool { return nameRE.MatchString(ns) }
 
+// parse validates the document. A file without an engine: mapping attaches to a running engine
+// and must declare at least one container (req E6).
 func (p *parser) parse(data []byte) (*File, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
@@ -303,6 +305,8 @@ func (p *parser) engine(pr pair) (*Engine, error) {
 	return e, nil
 }
 
+// engineWorkers reads engine.workers: a null value is INVALID_COMPOSE_FILE, {} keeps the
+// engine's default workers (req B3).
 func (p *parser) engineWorkers(e *Engine, k pair) error {
 	if isNull(k.val) {
 		return p.invalid(k.val, "engine.workers is empty; write workers: {} to keep the engine's default workers")

@@ -32,7 +32,8 @@ type File struct {
 	NamespaceSet bool
 	// StartupTimeout and StopTimeout are the project-wide budgets.
 	StartupTimeout, StopTimeout time.Duration
-	// Engine is nil when engine: is absent or null (attach to a running engine).
+	// Engine is nil when engine: is absent or null: Compose starts no engine and attaches to the
+	// one at its address (req B4, E7).
 	Engine *Engine
 	// Containers by key; Order lists the keys as written.
 	Containers map[string]*Container
@@ -55,16 +56,17 @@ type Engine struct {
 	Line    int
 }
 
-// Sandbox binds the engine's sandbox router to an adapter.
+// Sandbox binds the engine's sandbox router to an adapter; the section may be left out (req B11).
 type Sandbox struct {
-	// Adapter is the adapter's function prefix (DefaultSandboxAdapter when unset).
+	// Adapter is the adapter's function prefix (DefaultSandboxAdapter when unset, req B11).
 	Adapter string
 	// Namespace is where the adapter runs; empty means the project's namespace.
 	Namespace string
 	Line      int
 }
 
-// NamespaceFor returns the namespace the adapter runs in for a project in project.
+// NamespaceFor returns the namespace the adapter runs in for a project in project: the
+// project's own unless engine.sandbox.namespace names another (req B12).
 func (s *Sandbox) NamespaceFor(project string) string {
 	if s.Namespace != "" {
 		return s.Namespace

@@ -13,7 +13,8 @@ import (
 	"fmt"
 )
 
-// Merge returns over laid on base by the rules of the package. Neither argument is modified.
+// Merge returns over laid on base by the rules of the package: maps merge key by key, lists and
+// scalars replace (req D2). Neither argument is modified.
 func Merge(base, over any) any {
 	bm, bok := base.(map[string]any)
 	om, ook := over.(map[string]any)

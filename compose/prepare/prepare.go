@@ -32,7 +32,7 @@ const AddedComment = "added by iii compose: the sandbox adapter this project nee
 
 // Options select the mode and the environment of a run.
 type Options struct {
-	// Frozen uses the lock as is and never writes the compose file or the lock.
+	// Frozen uses the lock as is and never writes the compose file or the lock (req F1).
 	Frozen bool
 	// Build is `iii compose build`: path:// workers are not checked for a directory.
 	Build bool
@@ -186,7 +186,9 @@ func (r *run) pathWorkers() error {
 	return nil
 }
 
-// adapterDeclared finds the adapter's prefix, namespace and declared container.
+// adapterDeclared finds the adapter's prefix, namespace and declared container. A declared
+// container is used as written: Compose adds the adapter only when none is declared and never
+// removes one the user declared (req B6).
 func (r *run) adapterDeclared() {
 	a := &r.res.Adapter
 	a.Prefix, a.Namespace = composefile.DefaultSandboxAdapter, r.res.Namespace
@@ -207,7 +209,8 @@ func (r *run) adapterDeclared() {
 	}
 }
 
-// needs explains why the project needs the adapter, or returns "".
+// needs explains why the project needs the adapter, or returns "": engine.sandbox for the
+// project's own namespace, or a VM worker (req F2).
 func (r *run) needs() string {
 	if s := r.f.Engine; s != nil && s.Sandbox != nil && r.res.Adapter.Namespace == r.res.Namespace {
 		return fmt.Sprintf("engine.sandbox runs the adapter in the project's namespace '%s'", r.res.Namespace)
@@ -237,7 +240,7 @@ func (r *run) addBundles(l *lock.Lock) {
 	}
 }
 
-// bundleOnWindows refuses a bundle worker on a host without VMs, before any download.
+// bundleOnWindows refuses a bundle worker on a host without VMs, before any download (req H5).
 func (r *run) bundleOnWindows(l *lock.Lock) error {
 	if r.target.GOOS != "windows" {
 		return nil
@@ -250,6 +253,8 @@ func (r *run) bundleOnWindows(l *lock.Lock) error {
 	return nil
 }
 
+// notDeclared is SANDBOX_ADAPTER_NOT_DECLARED: under --frozen a project that needs the adapter
+// must declare it (req F2).
 func (r *run) notDeclared(why string) error {
 	return errcode.New(errcode.SandboxAdapterNotDeclared, "%s needs the sandbox adapter (%s) but does not declare it, and --frozen never edits the compose file or the lock. Run `iii compose --up` once without --frozen, so Compose adds the %s container and writes %s, then commit both files", r.f.Path, why, r.res.Adapter.Prefix, filepath.Base(r.res.LockPath))
 }
@@ -376,7 +381,9 @@ func (r *run) artifactKey(e *lock.Entry) string {
 	return r.target.Triple
 }
 
-// platform refuses binary packages that do not ship for the host target.
+// platform refuses binary packages that do not ship for the host target: a project that needs
+// the adapter on musl Linux or an Intel Mac fails UNSUPPORTED_PLATFORM, while iii itself and
+// projects without sandboxes still run there (req H3, H4).
 func (r *run) platform() error {
 	for _, key := range r.order() {
 		e := r.res.Lock.Containers[key]
@@ -453,7 +460,8 @@ func (r *run) install(ctx context.Context) error {
 }
 
 // write adds the adapter container to the compose file when planned, then writes the lock,
-// restoring the compose file when the lock cannot be written.
+// restoring the compose file when the lock cannot be written. Only runs without --frozen; after
+// it, --frozen passes (req F3).
 func (r *run) write() error {
 	if r.res.Adapter.Added {
 		doc, err := fileedit.Load(r.f.Path)

@@ -293,7 +293,9 @@ func (p *Project) onExit(proc *supervisor.Process) {
 	}
 }
 
-// startVM boots a VM worker through the adapter's <prefix>::worker::start.
+// startVM boots a VM worker through the adapter's <prefix>::worker::start. The adapter's S501
+// (a mount outside the host roots it read at start) fails SPAWN_FAILED naming
+// `compose::restart worker=<adapter>` (req G3, G4).
 func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, env []string, timeout time.Duration) error {
 	key := pl.key
 	prefix := AdapterPrefix(f)

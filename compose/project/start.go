@@ -164,6 +164,8 @@ func ConfigID(f *composefile.File, key string) string {
 
 // layeredConfig builds and publishes key's configuration and writes it to the state directory.
 // It returns the file path and id, or "" when the container has no configuration at all.
+// config_override is the top layer: its keys take effect at every start, and a valid value there
+// replaces a bad one the entry holds (req C5, D6).
 func (p *Project) layeredConfig(ctx context.Context, f *composefile.File, key string) (path, id string, err error) {
 	c := f.Containers[key]
 	pkg := p.Packages()[key]
@@ -205,7 +207,8 @@ func (p *Project) layeredConfig(ctx context.Context, f *composefile.File, key st
 	return path, id, nil
 }
 
-// currentEntry returns the entry's stored value (template form), nil when there is none.
+// currentEntry returns the entry's stored value (template form), nil when there is none: an
+// engine with no entry gives back the package defaults (req D4).
 func (p *Project) currentEntry(ctx context.Context, id string) (any, error) {
 	raw, err := p.opts.Engine.Call(ctx, FnConfigGet, map[string]any{"id": id, "raw": true})
 	if err != nil {

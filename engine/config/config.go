@@ -61,7 +61,7 @@ type Config struct {
 	Declared           []string // engine workers declared in workers:, in file order
 }
 
-// Sandbox is the top-level sandbox: section.
+// Sandbox is the top-level sandbox: section, which binds the sandbox router (req E3).
 type Sandbox struct {
 	Adapter   string // function prefix of the adapter
 	Namespace string // namespace the adapter runs in
@@ -194,7 +194,8 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 // configurable are the engine workers config.yaml may declare.
 var configurable = map[string]bool{"configuration": true, "iii-worker-manager": true, "iii-http-functions": true, "iii-stream": true}
 
-// Advice says where an unsupported config.yaml worker went.
+// Advice says where an unsupported config.yaml worker went. iii-sandbox is one: it fails startup
+// with UNSUPPORTED_CONFIG_WORKERS (req E8).
 func Advice(name string) string {
 	switch name {
 	case "iii-http", "http":
@@ -346,7 +347,7 @@ func (c *Config) parseConfiguration(v *yaml.Node) error {
 }
 
 // adapterSettings are sandbox-libkrun's own keys; 0.25 read them from the engine config, 0.26
-// from the adapter container's config_override.
+// from the adapter container's config_override (req C1).
 var adapterSettings = map[string]bool{
 	"auto_install": true, "image_allowlist": true, "custom_images": true, "default_idle_timeout_secs": true,
 	"max_concurrent_sandboxes": true, "max_concurrent_exec_per_sandbox": true, "max_exec_timeout_ms": true,

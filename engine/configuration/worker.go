@@ -232,6 +232,9 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 	return out, nil
 }
 
+// set changes the value of a registered entry. An id that nobody registered, such as
+// iii-sandbox, fails NOT_REGISTERED (SCHEMA_UNAVAILABLE while a stored value waits for its
+// owner) (req C2).
 func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		ID    string          `json:"id"`
@@ -267,6 +270,9 @@ func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	return map[string]any{"old_value": old, "new_value": in.Value}, nil
 }
 
+// get reads an entry: published, else registered, else stored; raw returns the template form.
+// An id with nothing behind it, such as iii-sandbox when there is nothing to move, is
+// NOT_FOUND (req C3).
 func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		ID  string `json:"id"`
@@ -315,6 +321,7 @@ func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	return map[string]any{"id": in.ID, "value": expanded}, nil
 }
 
+// list answers the registered entries only: an id that nobody registered is not listed (req C2).
 func (w *Worker) list(context.Context, core.Caller, json.RawMessage) (any, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

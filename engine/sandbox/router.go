@@ -1,6 +1,6 @@
 // Package sandbox is the engine's iii-sandbox router. It serves every sandbox::* function of the
 // sandbox contract in the default namespace and forwards each call, payload and reply unchanged,
-// to <adapter>::<op> in the namespace of the bound adapter worker.
+// to <adapter>::<op> in the namespace of the bound adapter worker (req A2, A4).
 //
 // Binding comes from config.yaml's top-level sandbox: section, or from the Compose that owns the
 // engine through engine::sandbox::bind {"adapter"?, "namespace"?} (owner token required; adapter
@@ -105,7 +105,7 @@ type envelope struct {
 	FixNote   string `json:"fix_note"`
 }
 
-// DocsURL is the Sandboxes page entry of an S-code.
+// DocsURL is the Sandboxes page entry of an S-code (req I5).
 func DocsURL(code string) string { return DocsBase + "#" + strings.ToLower(code) }
 
 func sErr(code, typ, msg, note string) *protocol.Error {
@@ -113,6 +113,7 @@ func sErr(code, typ, msg, note string) *protocol.Error {
 	return protocol.RawError(raw)
 }
 
+// unbound is S303: no adapter is bound, so every sandbox::* call fails (req E2).
 func unbound(op string) *protocol.Error {
 	return sErr(errcode.S303, "config",
 		"no sandbox adapter is bound to this engine, so sandbox::"+op+" has nowhere to go",
@@ -126,6 +127,8 @@ func howToStart(b *Binding) string {
 		"sandbox-libkrun container and run `iii compose --up --namespace " + b.Namespace + "` with this engine's address."
 }
 
+// notConnected is S301: no adapter serves the call in the bound namespace; the message names
+// the namespace and how to start or install the adapter (req E4).
 func notConnected(b *Binding, op string) *protocol.Error {
 	return sErr(errcode.S301, "platform",
 		"the sandbox adapter '"+b.Adapter+"' bound to this engine is not connected in namespace '"+b.Namespace+
@@ -181,7 +184,7 @@ func (r *Router) forwarder(op string) core.Builtin {
 	}
 }
 
-// fillTruncation adds stdout_truncated/stderr_truncated = false to a contract 1.0 reply.
+// fillTruncation adds stdout_truncated/stderr_truncated = false to a contract 1.0 reply (req A5).
 func fillTruncation(res json.RawMessage) json.RawMessage {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(res, &m); err != nil || m == nil {

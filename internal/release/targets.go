@@ -26,7 +26,7 @@ var Products = []Product{
 }
 
 // Targets is the one table of release targets: iii ships for all of them; the sandbox adapter
-// only for Apple Silicon macOS and glibc Linux (req H1).
+// only for Apple Silicon macOS and glibc Linux (req H1, H4).
 var Targets = []Target{
 	{"aarch64-apple-darwin", "darwin", "arm64", "tar.gz", []string{"iii", "sandbox-libkrun"}},
 	{"x86_64-apple-darwin", "darwin", "amd64", "tar.gz", []string{"iii"}},

@@ -1,6 +1,7 @@
 // Package adapter implements the sandbox API (REFERENCE-sandbox.md §4): each operation is a plain
-// handler that takes the JSON request and returns the JSON-ready reply or an S-code error. VMs come
-// from a vm.Driver and root filesystems from an Images resolver, so the package runs against fakes.
+// handler that takes the JSON request and returns the JSON-ready reply or an S-code error, with
+// the fields and codes of the 0.25 daemon (req A4). VMs come from a vm.Driver and root
+// filesystems from an Images resolver, so the package runs against fakes.
 package adapter
 
 import (
@@ -309,7 +310,8 @@ type ExecRequest struct {
 	Workdir   *string         `json:"workdir"`
 }
 
-// ExecReply is the reply of exec (contract 1.1).
+// ExecReply is the reply of exec (contract 1.1): each stream is cut at OutputCap and its
+// *_truncated flag set (req A5).
 type ExecReply struct {
 	Stdout          string `json:"stdout"`
 	Stderr          string `json:"stderr"`

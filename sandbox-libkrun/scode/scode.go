@@ -50,7 +50,7 @@ const (
 // DocsBase is the Sandboxes page; each code has an anchor there (lower-cased code).
 const DocsBase = "https://iii.dev/docs/using-iii/sandboxes"
 
-// RestartCommand restarts the adapter so that it re-reads its host roots.
+// RestartCommand restarts the adapter so that it re-reads its host roots (req G4).
 const RestartCommand = "iii call compose::restart worker=sandbox-libkrun"
 
 type meta struct {
@@ -117,7 +117,7 @@ func (e *Error) WithFix(v any) *Error {
 	return e
 }
 
-// DocsURL is the Sandboxes page entry of code.
+// DocsURL is the Sandboxes page entry of code (req I5).
 func DocsURL(code string) string { return DocsBase + "#" + strings.ToLower(code) }
 
 // Known reports whether code is a documented S-code.
@@ -178,7 +178,7 @@ func Limit(detail string) *Error { return New(S400, "resource limit exceeded: "+
 // FS is an S21x failure with its own message.
 func FS(code, message string) *Error { return New(code, message) }
 
-// OutsideRoots is S501: a VM worker mount that lies under none of the host roots.
+// OutsideRoots is S501: a VM worker mount that lies under none of the host roots (req G3).
 func OutsideRoots(path string, roots []string) *Error {
 	list := strings.Join(roots, ", ")
 	if list == "" {

@@ -1,6 +1,7 @@
 // Package settings loads and validates the adapter's configuration entry. Validation fails
 // closed: a wrong type, an unknown key, a negative number or a custom image that shadows a preset
-// is an error that names the key, never a silent fallback to a default.
+// is an error that names the key, never a silent fallback to a default; the adapter then exits
+// at start (req D5, D7).
 package settings
 
 import (

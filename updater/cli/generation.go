@@ -36,7 +36,8 @@ var legacyManaged = []Managed{
 var firstCurrent = semver.MustParse("0.26.0-0")
 
 // Generation is what the running iii expects of a release: 0.25 and before expect the managed
-// binaries iii-init and iii-worker beside iii; 0.26 expects iii alone.
+// binaries iii-init and iii-worker beside iii, so their update to 0.26 installs iii, then fails
+// on those assets and exits 1 (req I1); 0.26 expects iii alone.
 type Generation struct{ legacy bool }
 
 // GenerationOf returns the generation of a running version. Unparsable and 0.0.x development

@@ -11,7 +11,7 @@ import (
 	"github.com/iii-go/iii/updater/shadow"
 )
 
-// checkShadow says when the iii a shell runs is not the installed one, and how to fix it.
+// checkShadow says when the iii a shell runs is not the installed one, and how to fix it (req I2).
 func (u *updater) checkShadow(ctx context.Context) {
 	installed := filepath.Join(u.binDir, u.exe(Self))
 	if _, err := os.Stat(installed); err != nil {
@@ -47,7 +47,7 @@ func onPath(dir string) bool {
 }
 
 // reportLeftovers lists what 0.25 left behind, with the commands that remove it. It deletes
-// nothing.
+// nothing (req I3).
 func (u *updater) reportLeftovers(home string) {
 	exe := strings.TrimPrefix(u.exe(Self), Self)
 	items := leftover.Find(home, u.binDir, exe)
