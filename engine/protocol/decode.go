@@ -18,44 +18,29 @@ func decodeFrame(b []byte) (*Message, error) {
 	if !p.eat('{') {
 		return nil, p.fail("expected an object")
 	}
-	p.ws()
-	if p.eat('}') {
-		return m, p.end()
-	}
-	for {
-		p.ws()
+	err := p.elements('}', func() error {
 		key, err := p.str()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		p.ws()
-		if !p.eat(':') {
-			return nil, p.fail("expected ':'")
+		if err := p.colon(); err != nil {
+			return err
 		}
-		p.ws()
 		key = lowerASCII(key)
 		if dst := m.stringField(key); dst != nil && p.i < len(p.b) && p.b[p.i] == '"' {
-			if *dst, err = p.str(); err != nil {
-				return nil, err
-			}
-		} else {
-			start := p.i
-			if err := p.skip(0); err != nil {
-				return nil, err
-			}
-			if err := m.set(key, p.b[start:p.i]); err != nil {
-				return nil, err
-			}
+			*dst, err = p.str()
+			return err
 		}
-		p.ws()
-		if p.eat(',') {
-			continue
+		start := p.i
+		if err := p.skip(0); err != nil {
+			return err
 		}
-		if p.eat('}') {
-			return m, p.end()
-		}
-		return nil, p.fail("expected ',' or '}'")
+		return m.set(key, p.b[start:p.i])
+	})
+	if err != nil {
+		return nil, err
 	}
+	return m, p.end()
 }
 
 func lowerASCII(s string) string {
@@ -130,27 +115,16 @@ func (m *Message) set(key string, v []byte) error {
 		*dst = append(json.RawMessage(nil), v...)
 		return nil
 	}
+	if dst := m.stringField(key); dst != nil {
+		return strField(dst)
+	}
 	switch key {
-	case "type":
-		return strField(&m.Type)
-	case "id":
-		return strField(&m.ID)
-	case "name":
-		return strField(&m.Name)
-	case "description":
-		return strField(&m.Description)
 	case "request_format":
 		return rawField(&m.RequestFormat)
 	case "response_format":
 		return rawField(&m.ResponseFormat)
-	case "trigger_type":
-		return strField(&m.TriggerType)
 	case "config":
 		return rawField(&m.Config)
-	case "invocation_id":
-		return strField(&m.InvocationID)
-	case "function_id":
-		return strField(&m.FunctionID)
 	case "data":
 		return rawField(&m.Data)
 	case "action":
@@ -187,10 +161,6 @@ func (m *Message) set(key string, v []byte) error {
 			return err
 		}
 		m.Error = e
-	case "traceparent":
-		return strField(&m.Traceparent)
-	case "baggage":
-		return strField(&m.Baggage)
 	case "timeout_ms":
 		if isNull {
 			return nil
@@ -200,18 +170,6 @@ func (m *Message) set(key string, v []byte) error {
 			return errWrongType
 		}
 		m.TimeoutMS = n
-	case "worker_id":
-		return strField(&m.WorkerID)
-	case "reattach_token":
-		return strField(&m.ReattachToken)
-	case "previous_worker_id":
-		return strField(&m.PreviousWorkerID)
-	case "code":
-		return strField(&m.Code)
-	case "owner_worker_id":
-		return strField(&m.OwnerWorkerID)
-	case "worker_name":
-		return strField(&m.WorkerName)
 	}
 	return nil
 }
@@ -252,6 +210,40 @@ func (p *parser) end() error {
 	return nil
 }
 
+// elements reads the rest of an object or array whose opening bracket has been read: item reads
+// one member or element at a time, separated by commas, up to close. Objects and arrays, in a
+// frame and nested, share it, so they accept and reject alike.
+func (p *parser) elements(close byte, item func() error) error {
+	p.ws()
+	if p.eat(close) {
+		return nil
+	}
+	for {
+		p.ws()
+		if err := item(); err != nil {
+			return err
+		}
+		p.ws()
+		if p.eat(',') {
+			continue
+		}
+		if p.eat(close) {
+			return nil
+		}
+		return p.fail("expected ',' or '" + string(close) + "'")
+	}
+}
+
+// colon moves past the ':' between an object key and its value, and the white space around it.
+func (p *parser) colon() error {
+	p.ws()
+	if !p.eat(':') {
+		return p.fail("expected ':'")
+	}
+	p.ws()
+	return nil
+}
+
 const maxDepth = 10000
 
 // skip moves past one JSON value, validating it.
@@ -267,55 +259,21 @@ func (p *parser) skip(depth int) error {
 		return p.skipString()
 	case c == '{':
 		p.i++
-		p.ws()
-		if p.eat('}') {
-			return nil
-		}
-		for {
-			p.ws()
+		return p.elements('}', func() error {
 			if p.i >= len(p.b) || p.b[p.i] != '"' {
 				return p.fail("expected a key")
 			}
 			if err := p.skipString(); err != nil {
 				return err
 			}
-			p.ws()
-			if !p.eat(':') {
-				return p.fail("expected ':'")
-			}
-			p.ws()
-			if err := p.skip(depth + 1); err != nil {
+			if err := p.colon(); err != nil {
 				return err
 			}
-			p.ws()
-			if p.eat(',') {
-				continue
-			}
-			if p.eat('}') {
-				return nil
-			}
-			return p.fail("expected ',' or '}'")
-		}
+			return p.skip(depth + 1)
+		})
 	case c == '[':
 		p.i++
-		p.ws()
-		if p.eat(']') {
-			return nil
-		}
-		for {
-			p.ws()
-			if err := p.skip(depth + 1); err != nil {
-				return err
-			}
-			p.ws()
-			if p.eat(',') {
-				continue
-			}
-			if p.eat(']') {
-				return nil
-			}
-			return p.fail("expected ',' or ']'")
-		}
+		return p.elements(']', func() error { return p.skip(depth + 1) })
 	case c == 't':
 		return p.literal("true")
 	case c == 'f':
