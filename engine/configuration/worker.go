@@ -79,11 +79,19 @@ func checkID(id string) error {
 	return nil
 }
 
-func decode(payload json.RawMessage, v any) error {
+// decode reads a request payload into v and checks the entry id it carries (id points into v):
+// every configuration::* function takes one.
+func decode(payload json.RawMessage, v any, id *string) error {
 	if err := json.Unmarshal(payload, v); err != nil {
 		return fail(errcode.InvalidArguments, "payload: %v", err)
 	}
-	return nil
+	return checkID(*id)
+}
+
+// idValue is the payload of set and publish.
+type idValue struct {
+	ID    string          `json:"id"`
+	Value json.RawMessage `json:"value"`
 }
 
 func isNull(raw json.RawMessage) bool {
@@ -190,10 +198,7 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 		InitialValue json.RawMessage `json:"initial_value"`
 		Metadata     json.RawMessage `json:"metadata"`
 	}
-	if err := decode(payload, &in); err != nil {
-		return nil, err
-	}
-	if err := checkID(in.ID); err != nil {
+	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
 	}
 	compiled, plain, err := compile(in.ID, in.Schema)
@@ -236,14 +241,8 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 // iii-sandbox, fails NOT_REGISTERED (SCHEMA_UNAVAILABLE while a stored value waits for its
 // owner) (req C2).
 func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
-	var in struct {
-		ID    string          `json:"id"`
-		Value json.RawMessage `json:"value"`
-	}
-	if err := decode(payload, &in); err != nil {
-		return nil, err
-	}
-	if err := checkID(in.ID); err != nil {
+	var in idValue
+	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
 	}
 	if len(in.Value) == 0 {
@@ -278,10 +277,7 @@ func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) 
 		ID  string `json:"id"`
 		Raw bool   `json:"raw"`
 	}
-	if err := decode(payload, &in); err != nil {
-		return nil, err
-	}
-	if err := checkID(in.ID); err != nil {
+	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
@@ -341,10 +337,7 @@ func (w *Worker) schema(_ context.Context, _ core.Caller, payload json.RawMessag
 	var in struct {
 		ID string `json:"id"`
 	}
-	if err := decode(payload, &in); err != nil {
-		return nil, err
-	}
-	if err := checkID(in.ID); err != nil {
+	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
@@ -360,14 +353,8 @@ func (w *Worker) publish(_ context.Context, c core.Caller, payload json.RawMessa
 	if !c.Owner {
 		return nil, fail(errcode.Forbidden, "function 'configuration::publish' not allowed (only the Compose that owns this engine may publish entries)")
 	}
-	var in struct {
-		ID    string          `json:"id"`
-		Value json.RawMessage `json:"value"`
-	}
-	if err := decode(payload, &in); err != nil {
-		return nil, err
-	}
-	if err := checkID(in.ID); err != nil {
+	var in idValue
+	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
