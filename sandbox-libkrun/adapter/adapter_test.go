@@ -238,7 +238,7 @@ func TestCreateChecksInOrder(t *testing.T) {
 	_, e = h.call(t, "create", `{"image":"python","cpus":-1}`)
 	wantCode(t, e, scode.S001, "cpus")
 	_, e = h.call(t, "create", `{"image":"tools"}`)
-	wantCode(t, e, scode.S100, "image 'tools' not in catalog")
+	wantCode(t, e, scode.S100, "image 'tools' is in the catalog but not in image_allowlist")
 	_, e = h.call(t, "create", `{"image":"docker.io/library/alpine"}`)
 	wantCode(t, e, scode.S100, "valid presets are 'python' and 'node'")
 	_, e = h.call(t, "create", `{"image":"python","cpus":3}`)

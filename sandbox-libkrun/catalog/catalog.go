@@ -53,13 +53,14 @@ func New(s settings.Settings) *Catalog {
 // It lists the catalog, not the allowlist.
 func (c *Catalog) List() []Image { return append([]Image(nil), c.images...) }
 
-// Lookup returns the entry of name if it is in the catalog and allowlisted, else S100.
+// Lookup returns the entry of name if it is in the catalog and allowlisted, else S100: one code
+// for both cases, each with its own message so the user knows which list to edit.
 func (c *Catalog) Lookup(name string) (Image, error) {
-	if !c.allow[name] {
-		return Image{}, scode.ImageNotAllowed(name)
-	}
 	for _, img := range c.images {
 		if img.Name == name {
+			if !c.allow[name] {
+				return Image{}, scode.ImageNotAllowlisted(name)
+			}
 			return img, nil
 		}
 	}

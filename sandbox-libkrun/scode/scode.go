@@ -153,7 +153,14 @@ func ExecCap(id string) *Error {
 // Stopped is S004 `sandbox already stopped: {id}`.
 func Stopped(id string) *Error { return New(S004, "sandbox already stopped: "+id) }
 
-// ImageNotAllowed is S100 for an image that is unknown or not allowlisted.
+// ImageNotAllowlisted is S100 for an image the catalog knows but image_allowlist does not list:
+// the allowlist fails closed.
+func ImageNotAllowlisted(image string) *Error {
+	return New(S100, "image '"+image+"' is in the catalog but not in image_allowlist; add it to image_allowlist in the sandbox-libkrun container's config_override (see S100 docs)").
+		WithFix(map[string]any{"image_allowlist": []string{image}})
+}
+
+// ImageNotAllowed is S100 for an image the catalog does not know.
 func ImageNotAllowed(image string) *Error {
 	return New(S100, "image '"+image+"' not in catalog; valid presets are 'python' and 'node', or add a custom image via worker config (see S100 docs)").
 		WithFix(map[string]string{"image": "python"})
