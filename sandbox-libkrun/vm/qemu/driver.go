@@ -111,7 +111,7 @@ func (d *Driver) Accel() string {
 // Options.BootTimeout bound the boot only; afterwards the machine lives until Stop, its
 // Spec.Deadline, or the end of the adapter process. A zero Spec.ScratchMB means half the RAM.
 func (d *Driver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
-	return d.boot(ctx, spec, false)
+	return d.boot(ctx, spec)
 }
 
 func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, vfsSocks []string, ctrlSock string, extraCmdline string) []string {

@@ -28,10 +28,11 @@ type machine struct {
 	release string
 	hello   proto.Hello
 
-	qemu    *proc
-	vfsd    []*proc
-	console string // console log path
-	sockDir string // removed on exit when it is not StateDir
+	qemu     *proc
+	vfsd     []*proc
+	console  string   // console log path
+	sockDir  string   // holds the sockets: StateDir, or a short temporary path
+	tempDirs []string // directories the driver created, removed on exit
 
 	conn net.Conn
 	wmu  sync.Mutex
@@ -53,7 +54,7 @@ type call struct {
 	out   func(stream int, data []byte)
 }
 
-func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, error) {
+func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	if spec.CPUs < 1 {
 		spec.CPUs = 1
 	}
@@ -72,7 +73,8 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 			return nil, fmt.Errorf("VM boot failed: mount source %q is not a directory", mt.Host)
 		}
 	}
-	if spec.StateDir == "" {
+	ownState := spec.StateDir == ""
+	if ownState {
 		dir, err := os.MkdirTemp("", "iii-vm-")
 		if err != nil {
 			return nil, err
@@ -95,6 +97,9 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 		console: filepath.Join(spec.StateDir, "console.log"),
 		sockDir: spec.StateDir,
 	}
+	if ownState {
+		m.tempDirs = append(m.tempDirs, spec.StateDir)
+	}
 	// Unix socket paths are limited to 108 bytes; long state dirs get their sockets elsewhere.
 	if len(spec.StateDir) > 80 {
 		dir, err := os.MkdirTemp("", "iii-vm-")
@@ -102,14 +107,17 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec, _ bool) (vm.Machine, er
 			return nil, err
 		}
 		m.sockDir = dir
+		m.tempDirs = append(m.tempDirs, dir)
 	}
 	fail := func(err error) (vm.Machine, error) {
+		m.killProcs() // first, so the console holds everything they wrote
+		tail := m.consoleTail()
 		m.kill()
-		return nil, fmt.Errorf("VM boot failed: %v%s", err, m.consoleTail())
+		return nil, fmt.Errorf("VM boot failed: %v%s", err, tail)
 	}
 	log, err := os.Create(m.console)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	defer log.Close()
 
@@ -243,25 +251,29 @@ func (m *machine) kill() {
 		if t != nil {
 			t.Stop()
 		}
-		if m.qemu != nil {
-			m.qemu.kill()
-		}
-		for _, p := range m.vfsd {
-			p.kill()
-		}
+		m.killProcs()
 		if m.conn != nil {
 			m.conn.Close()
 		}
-		if m.sockDir != m.spec.StateDir {
-			os.RemoveAll(m.sockDir)
-		} else {
-			matches, _ := filepath.Glob(filepath.Join(m.sockDir, "*.sock"))
-			for _, s := range matches {
-				os.Remove(s)
-			}
+		matches, _ := filepath.Glob(filepath.Join(m.sockDir, "*.sock"))
+		for _, s := range matches {
+			os.Remove(s)
+		}
+		for _, d := range m.tempDirs {
+			os.RemoveAll(d)
 		}
 		close(m.done)
 	})
+}
+
+// killProcs kills qemu and every virtiofsd by PID and waits until they are reaped.
+func (m *machine) killProcs() {
+	if m.qemu != nil {
+		m.qemu.kill()
+	}
+	for _, p := range m.vfsd {
+		p.kill()
+	}
 }
 
 func (m *machine) consoleTail() string {

@@ -336,6 +336,11 @@ func TestBootFailureShowsConsole(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	waitGone(t, state, 5*time.Second)
+	// Without a StateDir the driver's own temporary one carries the console, then goes.
+	_, err = d.Boot(context.Background(), vm.Spec{RootFS: busyboxRoot(t), CPUs: 1, MemoryMB: 128})
+	if err == nil || !strings.Contains(err.Error(), "panic") {
+		t.Fatalf("boot without a StateDir: %v", err)
+	}
 }
 
 func TestFloor(t *testing.T) {
