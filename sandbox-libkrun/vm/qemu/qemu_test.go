@@ -58,7 +58,7 @@ func busyboxRoot(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id", "nc", "printf", "kill", "grep", "mount", "mkdir", "dd", "rm"} {
+	for _, app := range []string{"sh", "cat", "echo", "uname", "sleep", "head", "yes", "ls", "true", "false", "env", "pwd", "touch", "id", "nc", "printf", "kill", "grep", "mount", "mkdir", "dd", "rm", "test"} {
 		if err := os.Symlink("busybox", filepath.Join(root, "bin", app)); err != nil {
 			t.Fatal(err)
 		}
@@ -161,6 +161,25 @@ func TestMachine(t *testing.T) {
 		res := run(t, m, vm.ExecRequest{Argv: []string{"sleep", "30"}, Timeout: 500 * time.Millisecond})
 		if !res.TimedOut || res.ExitCode != nil || time.Since(start) > 10*time.Second {
 			t.Fatalf("timed_out %v exit %v after %s", res.TimedOut, res.ExitCode, time.Since(start))
+		}
+	})
+	t.Run("cancelled context kills the command", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := m.Exec(ctx, vm.ExecRequest{Argv: []string{"sh", "-c", "echo $$ > /tmp/victim; exec sleep 300"}})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("exec under a cancelled context: %v", err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "test -s /tmp/victim && ! kill -0 $(cat /tmp/victim) 2>/dev/null"}})
+			if code(res) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the command outlived its cancelled exec")
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 	t.Run("output cap", func(t *testing.T) {
