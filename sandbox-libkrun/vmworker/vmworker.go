@@ -395,15 +395,25 @@ type IDRequest struct {
 // Stop stops the VM worker and waits until its VM is gone. Stopping a worker that is not
 // running succeeds.
 func (m *Manager) Stop(ctx context.Context, raw json.RawMessage) (any, error) {
+	id, err := m.stopRequested(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	return m.status(id), nil
+}
+
+// stopRequested reads the vm_id of a worker::stop or worker::delete request, stops that VM
+// worker and waits until its VM is gone (or ctx ends). It returns the vm_id.
+func (m *Manager) stopRequested(ctx context.Context, raw json.RawMessage) (string, error) {
 	var req IDRequest
 	if err := decode(raw, &req); err != nil {
-		return nil, err
+		return "", err
 	}
 	if err := checkVMID(req.VMID); err != nil {
-		return nil, err
+		return "", err
 	}
 	m.stopAndWait(ctx, req.VMID)
-	return m.status(req.VMID), nil
+	return req.VMID, nil
 }
 
 func (m *Manager) stopAndWait(ctx context.Context, id string) {
@@ -478,23 +488,19 @@ type DeleteReply struct {
 
 // Delete stops the VM worker if it runs and removes its state directory.
 func (m *Manager) Delete(ctx context.Context, raw json.RawMessage) (any, error) {
-	var req IDRequest
-	if err := decode(raw, &req); err != nil {
+	id, err := m.stopRequested(ctx, raw)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkVMID(req.VMID); err != nil {
-		return nil, err
-	}
-	m.stopAndWait(ctx, req.VMID)
-	dir := m.StateDir(req.VMID)
+	dir := m.StateDir(id)
 	_, statErr := os.Stat(dir)
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, scode.FS(scode.S216, "fs i/o error: removing "+dir+": "+err.Error())
 	}
 	m.mu.Lock()
-	delete(m.workers, req.VMID)
+	delete(m.workers, id)
 	m.mu.Unlock()
-	return DeleteReply{VMID: req.VMID, Deleted: statErr == nil, StateDir: dir}, nil
+	return DeleteReply{VMID: id, Deleted: statErr == nil, StateDir: dir}, nil
 }
 
 // Shutdown stops every VM worker and waits for them (or ctx).
