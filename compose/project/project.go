@@ -295,24 +295,19 @@ func (p *Project) StateDir() string { return p.opts.State.Path }
 
 // persist writes the containers' records into state.json (owner-only), keeping the rest of it.
 func (p *Project) persist() {
-	p.stateMu.Lock()
-	defer p.stateMu.Unlock()
-	rec, err := p.opts.State.Load()
-	if err != nil {
-		return
-	}
-	rec.Children = map[string]state.Child{}
-	for _, c := range p.Status() {
-		if c.State == StateStopped && c.LastError == "" {
-			continue
+	p.editState(func(rec *state.Record) {
+		rec.Children = map[string]state.Child{}
+		for _, c := range p.Status() {
+			if c.State == StateStopped && c.LastError == "" {
+				continue
+			}
+			ch := state.Child{Container: c.Key, PID: c.PID, Status: c.State, LastError: c.LastError}
+			if proc := p.opts.Sup.Get(c.Key); proc != nil && c.PID == proc.PID {
+				ch.StartedAt = proc.Started
+			}
+			rec.Children[c.Key] = ch
 		}
-		ch := state.Child{Container: c.Key, PID: c.PID, Status: c.State, LastError: c.LastError}
-		if proc := p.opts.Sup.Get(c.Key); proc != nil && c.PID == proc.PID {
-			ch.StartedAt = proc.Started
-		}
-		rec.Children[c.Key] = ch
-	}
-	_ = p.opts.State.Save(rec)
+	})
 }
 
 // rememberVM records in state.json that key has adapter-owned state under vmID.
@@ -324,16 +319,24 @@ func (p *Project) rememberVM(key, vmID string) {
 func (p *Project) forgetVM(key string) { p.editVMs(func(m map[string]string) { delete(m, key) }) }
 
 func (p *Project) editVMs(fn func(map[string]string)) {
+	p.editState(func(rec *state.Record) {
+		if rec.VMs == nil {
+			rec.VMs = map[string]string{}
+		}
+		fn(rec.VMs)
+	})
+}
+
+// editState reads state.json, applies fn and writes it back, under stateMu so that concurrent
+// edits do not lose each other's changes. A state.json that cannot be read is left alone.
+func (p *Project) editState(fn func(*state.Record)) {
 	p.stateMu.Lock()
 	defer p.stateMu.Unlock()
 	rec, err := p.opts.State.Load()
 	if err != nil {
 		return
 	}
-	if rec.VMs == nil {
-		rec.VMs = map[string]string{}
-	}
-	fn(rec.VMs)
+	fn(&rec)
 	_ = p.opts.State.Save(rec)
 }
 
