@@ -193,8 +193,24 @@ func TestKilledWorkerTakesDependentsDown(t *testing.T) {
 	}
 }
 
+// upFails sets up the project of yaml and runs Up, which must fail with an error naming every
+// one of codes.
+func upFails(t *testing.T, yaml string, codes ...string) (*Project, Result, *bytes.Buffer, error) {
+	t.Helper()
+	p, _, out := setup(t, yaml)
+	res, err := p.Up(context.Background(), "")
+	ok := err != nil
+	for _, code := range codes {
+		ok = ok && strings.Contains(err.Error(), code)
+	}
+	if !ok {
+		t.Fatalf("Up error = %v", err)
+	}
+	return p, res, out, err
+}
+
 func TestFailedUpRollsBack(t *testing.T) {
-	p, _, out := setup(t, `stop_timeout: 1s
+	p, res, out, err := upFails(t, `stop_timeout: 1s
 containers:
   db:
     worker: path://.
@@ -203,11 +219,7 @@ containers:
     worker: path://.
     start_after: [db]
     scripts: { run: "echo oops; exit 3" }
-`)
-	res, err := p.Up(context.Background(), "")
-	if err == nil || !strings.Contains(err.Error(), "PROJECT_DID_NOT_START") || !strings.Contains(err.Error(), "CHILD_EXITED_BEFORE_REGISTRATION") {
-		t.Fatalf("Up error = %v", err)
-	}
+`, "PROJECT_DID_NOT_START", "CHILD_EXITED_BEFORE_REGISTRATION")
 	if res.Status != "failed" || p.state("db") != StateStopped || p.opts.Sup.Running("db") {
 		t.Fatalf("db not rolled back: %s\n%s", p.state("db"), out)
 	}
@@ -217,16 +229,12 @@ containers:
 }
 
 func TestStartupTimeout(t *testing.T) {
-	p, _, _ := setup(t, `startup_timeout: 300ms
+	upFails(t, `startup_timeout: 300ms
 containers:
   slow:
     worker: path://.
     scripts: { run: "while :; do sleep 0.05; done" }
-`)
-	_, err := p.Up(context.Background(), "")
-	if err == nil || !strings.Contains(err.Error(), "STARTUP_TIMEOUT") {
-		t.Fatalf("Up error = %v", err)
-	}
+`, "STARTUP_TIMEOUT")
 }
 
 func TestAdapterConfigLayersAndRemovedKeyKeepsValue(t *testing.T) {
