@@ -210,32 +210,13 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 	var info workerInfo
 	_ = json.Unmarshal(m.Data, &info)
-	ns := protocol.DefaultNamespace
-	var perr *protocol.Error
-	if info.Namespace != nil {
-		ns = *info.Namespace
-		if strings.TrimSpace(ns) == "" {
-			perr = protocol.NewError(errcode.InvalidNamespace, "namespace must not be blank")
-		}
-	}
+	ns, perr := requestNamespace(info.Namespace)
 	if perr == nil {
 		perr = e.checkToken(c, ns)
 	}
-	reply := func(res any, perr *protocol.Error) {
-		if m.IsVoid() {
-			return
-		}
-		out := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: m.InvocationID, FunctionID: m.FunctionID}
-		if perr != nil {
-			out.Error = perr
-		} else {
-			out.Result, _ = json.Marshal(res)
-		}
-		_ = c.send(out)
-	}
 	if perr != nil {
 		e.log.Warn("worker registration refused", "worker_id", c.id, "name", info.Name, "namespace", ns, "code", perr.Code)
-		reply(nil, perr)
+		c.sendResult(m, nil, perr)
 		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: perr.Code, Namespace: &ns, WorkerName: info.Name})
 		c.ws.Close(websocket.StatusPolicyViolation, perr.Code)
 		return
@@ -262,7 +243,34 @@ func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 		level = slog.LevelDebug // one-shot `iii call` connections would drown the log
 	}
 	e.log.Log(context.Background(), level, "worker registered", "worker_id", c.id, "name", info.Name, "namespace", ns)
-	reply(map[string]any{"success": true, "worker_id": c.id, "namespace": ns}, nil)
+	res, _ := json.Marshal(map[string]any{"success": true, "worker_id": c.id, "namespace": ns})
+	c.sendResult(m, res, nil)
+}
+
+// requestNamespace is the namespace a request names: the default one when it names none, and
+// INVALID_NAMESPACE (with the blank name) when it names a blank one.
+func requestNamespace(ns *string) (string, *protocol.Error) {
+	if ns == nil {
+		return protocol.DefaultNamespace, nil
+	}
+	if strings.TrimSpace(*ns) == "" {
+		return *ns, protocol.NewError(errcode.InvalidNamespace, "namespace must not be blank")
+	}
+	return *ns, nil
+}
+
+// sendResult answers invocation m with its result or error, unless m is void.
+func (c *conn) sendResult(m *protocol.Message, res json.RawMessage, perr *protocol.Error) {
+	if m.IsVoid() {
+		return
+	}
+	out := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: m.InvocationID, FunctionID: m.FunctionID}
+	if perr != nil {
+		out.Error = perr
+	} else {
+		out.Result = res
+	}
+	_ = c.send(out)
 }
 
 // checkToken admits a registration into ns: unprotected namespaces admit everyone, protected ones
@@ -307,26 +315,10 @@ func tokenMatches(file, token string) bool {
 }
 
 func (e *Engine) handleInvoke(c *conn, m *protocol.Message) {
-	ns := protocol.DefaultNamespace
-	var perr *protocol.Error
+	ns, perr := requestNamespace(m.Namespace)
 	var res json.RawMessage
-	if m.Namespace != nil {
-		ns = *m.Namespace
-		if strings.TrimSpace(ns) == "" {
-			perr = protocol.NewError(errcode.InvalidNamespace, "namespace must not be blank")
-		}
-	}
 	if perr == nil {
 		res, perr = e.dispatch(c.ctx, c.caller(), ns, m.FunctionID, m.Data, m.Metadata, time.Duration(m.TimeoutMS)*time.Millisecond, m.IsVoid())
 	}
-	if m.IsVoid() {
-		return
-	}
-	out := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: m.InvocationID, FunctionID: m.FunctionID}
-	if perr != nil {
-		out.Error = perr
-	} else {
-		out.Result = res
-	}
-	_ = c.send(out)
+	c.sendResult(m, res, perr)
 }
