@@ -22,13 +22,9 @@ var adapterDefaults = map[string]any{"auto_install": true, "image_allowlist": []
 // dist/registry/ ($III_DIST_DIR/registry), a worker registry tree Compose reads through
 // III_REGISTRY_URL=file://.../dist/registry.
 func Registry() error {
-	root, err := os.Getwd()
+	root, dist, err := rootAndDist()
 	if err != nil {
 		return err
-	}
-	dist := os.Getenv("III_DIST_DIR")
-	if dist == "" {
-		dist = filepath.Join(root, "dist")
 	}
 	version, err := release.ReadVersion(root, release.Products[0])
 	if err != nil {

@@ -43,13 +43,9 @@ func Build(ctx context.Context) error {
 // Release cross-compiles every target into dist/iii/v<version>/ with checksums and a manifest,
 // then publishes the adapter into the worker registry dist/registry/.
 func Release(ctx context.Context) error {
-	root, err := os.Getwd()
+	root, dist, err := rootAndDist()
 	if err != nil {
 		return err
-	}
-	dist := os.Getenv("III_DIST_DIR")
-	if dist == "" {
-		dist = filepath.Join(root, "dist")
 	}
 	m, err := release.Run(ctx, release.Options{Root: root, Dist: dist, Jobs: 2, Log: os.Stdout, Extra: []string{"updater/install.sh"}})
 	if err != nil {
@@ -57,6 +53,18 @@ func Release(ctx context.Context) error {
 	}
 	fmt.Printf("release %s: %d assets in %s\n", m.Version, len(m.Assets), release.Dir(dist, m.Version))
 	return Registry()
+}
+
+// rootAndDist returns the repository root (the directory mage runs in) and the dist directory:
+// $III_DIST_DIR, else <root>/dist.
+func rootAndDist() (root, dist string, err error) {
+	if root, err = os.Getwd(); err != nil {
+		return "", "", err
+	}
+	if dist = os.Getenv("III_DIST_DIR"); dist == "" {
+		dist = filepath.Join(root, "dist")
+	}
+	return root, dist, nil
 }
 
 // Test runs the linters, every module's unit tests, then the end-to-end suite against bin/.
