@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,6 +72,13 @@ Flags:
 
 Environment: III_URL, III_NAMESPACE, III_WORKER_NAME, III_TOKEN_FILE (project token file) and
 the variables named above.
+
+Settings key warm_pool (default none): pre-booted machines per image, a map {image: count} or
+one count for every allowlisted image (0-8 each, at most max_concurrent_sandboxes in all). A
+create or run with the default cpus and memory and no network takes one at once and a
+replacement boots behind it; pooled machines are not listed, do not count toward
+max_concurrent_sandboxes and stop with the adapter. adapter::info shows warm_pool.<image>
+{size, ready, booting, served, error}.
 
 Host checks at start (each missing piece is its own error): qemu, virtiofsd, read/write
 /dev/kvm, libcap-ng0, the VM firmware in ~/.iii/lib. Images are cached in ~/.iii/cache,
@@ -201,6 +210,7 @@ func run(args []string) int {
 		return 0
 	}
 
+	warnPoolMemory(st)
 	images := cacheImages{c: image.NewCache("")}
 	runDir := processDir("iii-sbx")
 	defer os.RemoveAll(runDir)
@@ -368,6 +378,40 @@ func fetchSettings(ctx context.Context, w *protocol.Worker, id string) (settings
 		return st, warnings, fmt.Errorf("configuration entry %q: %w", id, err)
 	}
 	return st, warnings, nil
+}
+
+// warnPoolMemory logs the warm pool and warns when its guest RAM (default_memory_mb per
+// machine, allocated by the guest as it touches it) exceeds half of the host's available memory.
+func warnPoolMemory(st settings.Settings) {
+	if len(st.WarmPool) == 0 {
+		return
+	}
+	var parts []string
+	total := 0
+	for _, name := range slices.Sorted(maps.Keys(st.WarmPool)) {
+		parts = append(parts, fmt.Sprintf("%s×%d", name, st.WarmPool[name]))
+		total += int(st.WarmPool[name])
+	}
+	mb := total * int(st.DefaultMemoryMB)
+	logf("warm pool: %s, up to %d MiB of guest RAM", strings.Join(parts, ", "), mb)
+	if avail := memAvailableMB(); avail > 0 && mb > avail/2 {
+		logf("warning: the warm pool may use %d MiB, more than half of the %d MiB available; lower warm_pool or default_memory_mb", mb, avail)
+	}
+}
+
+// memAvailableMB reads MemAvailable from /proc/meminfo, 0 when unknown.
+func memAvailableMB() int {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 // cacheImages resolves images through the rootfs cache in ~/.iii/cache/, pulling on a miss when

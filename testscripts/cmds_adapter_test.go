@@ -1,6 +1,8 @@
 package testscripts
 
 import (
+	"context"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iii-go/iii/engine/protocol"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -20,6 +23,7 @@ func init() {
 	registerCond("vm", func() (bool, error) { return vmHost() == "" && len(cachedImages("iiidev")) > 0, nil })
 	registerCmd("vmhome", cmdVMHome)
 	registerCmd("vmpids", cmdVMPids)
+	registerCmd("waitcall", cmdWaitCall)
 	registerSetup(func(env *testscript.Env) error {
 		reason := vmHost()
 		if reason == "" && len(cachedImages("iiidev")) == 0 {
@@ -142,4 +146,54 @@ func processesWith(substr string) []string {
 		}
 	}
 	return pids
+}
+
+// waitcall [-timeout=30s] FN PATH VALUE: call FN in the default namespace at $III_URL with {}
+// until the reply's PATH reads VALUE (compared as json ==); the last reply is then stdout.
+func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("waitcall", flag.ContinueOnError)
+	d := fs.Duration("timeout", 30*time.Second, "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
+		ts.Fatalf("usage: waitcall [-timeout=D] FN PATH VALUE")
+	}
+	fn, path, want := fs.Arg(0), fs.Arg(1), fs.Arg(2)
+	url := ts.Getenv("III_URL")
+	if url == "" {
+		ts.Fatalf("waitcall: III_URL is not set")
+	}
+	file := ts.MkAbs(".waitcall.json")
+	last := ""
+	var w *protocol.Worker
+	defer func() {
+		if w != nil {
+			w.Close()
+		}
+	}()
+	ok := poll(*d, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if w == nil {
+			c, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "waitcall", Namespace: protocol.DefaultNamespace, NoReconnect: true, TokenFile: os.DevNull})
+			if err != nil {
+				last = err.Error()
+				return false
+			}
+			w = c
+		}
+		out, err := w.Call(ctx, fn, map[string]any{})
+		if err != nil {
+			last = err.Error()
+			w.Close()
+			w = nil
+			return false
+		}
+		last = string(out)
+		ts.Check(os.WriteFile(file, out, 0o644))
+		v, found := readJSONPath(ts, file, path)
+		return found && jsonText(v) == want
+	})
+	if !ok {
+		ts.Fatalf("waitcall: %s %s is not %s after %v (last: %s)", fn, path, want, *d, last)
+	}
+	ts.Stdout().Write([]byte(last))
 }

@@ -86,6 +86,7 @@ type Service struct {
 	boxes   map[string]*sandbox
 	booting int
 	stops   sync.WaitGroup
+	pool    *pool // nil without warm_pool
 }
 
 type sandbox struct {
@@ -94,6 +95,7 @@ type sandbox struct {
 	lastActive      time.Time
 	idle            time.Duration
 	machine         vm.Machine
+	env             []string // create's env, layered under each exec's (pooled machines boot without)
 	stateDir        string
 	inflight        uint32
 	stopped         bool
@@ -112,7 +114,11 @@ func New(opt Options) *Service {
 	if opt.StateDir == "" {
 		opt.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("iii-sbx-%d", os.Getuid()))
 	}
-	return &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
+	s := &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
+	if len(opt.Settings.WarmPool) > 0 {
+		s.pool = newPool(s, opt.Settings.WarmPool)
+	}
+	return s
 }
 
 // Handler is one operation: JSON request in, JSON-ready reply or error out. Errors are
@@ -139,16 +145,21 @@ func (s *Service) Handlers() map[string]Handler {
 	return h
 }
 
-// InfoReply is the adapter::info reply.
+// InfoReply is the adapter::info reply; warm_pool appears only when one is configured.
 type InfoReply struct {
-	Adapter        string          `json:"adapter"`
-	AdapterVersion string          `json:"adapter_version"`
-	Contract       ContractVersion `json:"contract"`
+	Adapter        string                `json:"adapter"`
+	AdapterVersion string                `json:"adapter_version"`
+	Contract       ContractVersion       `json:"contract"`
+	WarmPool       map[string]PoolStatus `json:"warm_pool,omitempty"`
 }
 
 // Info answers adapter::info.
 func (s *Service) Info(context.Context, json.RawMessage) (any, error) {
-	return InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract}, nil
+	r := InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract}
+	if s.pool != nil {
+		r.WarmPool = s.pool.status()
+	}
+	return r, nil
 }
 
 // CatalogList answers catalog::list.
@@ -241,6 +252,13 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 		s.mu.Unlock()
 	}()
 
+	network := req.Network != nil && *req.Network
+	if s.pool != nil && poolable(st, cpus, mem, network) {
+		if got, ok := s.pool.take(ctx, img.Name); ok {
+			return s.addBox(req, newUUID(), img.Name, idle, got, env, "from the warm pool"), nil
+		}
+	}
+
 	rootfs, err := s.opt.Images.Resolve(ctx, img.Name, img.OCIRef, st.AutoInstall)
 	if err != nil {
 		if e, ok := scode.As(err); ok {
@@ -258,7 +276,6 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, scode.BootFailed("cannot create the machine state directory: " + err.Error())
 	}
-	network := req.Network != nil && *req.Network
 	if network {
 		env = RewriteLoopback(env)
 	}
@@ -275,16 +292,21 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 		os.RemoveAll(stateDir)
 		return nil, scode.BootFailed(tail(strings.TrimPrefix(err.Error(), "VM boot failed: "), bootErrorTail))
 	}
+	return s.addBox(req, id, img.Name, idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB", cpus, mem)), nil
+}
+
+// addBox records a booted machine as a live sandbox; env is layered under each exec's.
+func (s *Service) addBox(req CreateRequest, id, image string, idle time.Duration, got pooled, env []string, how string) *sandbox {
 	now := s.opt.Now()
-	box := &sandbox{id: id, image: img.Name, created: now, lastActive: now, idle: idle, machine: m, stateDir: stateDir}
+	box := &sandbox{id: id, image: image, created: now, lastActive: now, idle: idle, machine: got.m, env: env, stateDir: got.stateDir}
 	if req.Name != nil {
 		box.name = *req.Name
 	}
 	s.mu.Lock()
 	s.boxes[id] = box
 	s.mu.Unlock()
-	s.opt.Logf("sandbox %s created (image %s, %d cpus, %d MiB, driver %s)", id, img.Name, cpus, mem, s.opt.Driver.Name())
-	return box, nil
+	s.opt.Logf("sandbox %s created (image %s, %s, driver %s)", box.id, image, how, s.opt.Driver.Name())
+	return box
 }
 
 // liveLocked counts sandboxes that hold a VM or are booting one.
@@ -361,6 +383,9 @@ func (s *Service) exec(ctx context.Context, req ExecRequest) (*ExecReply, error)
 	workdir := ""
 	if req.Workdir != nil {
 		workdir = *req.Workdir
+	}
+	if len(box.env) > 0 {
+		env = append(append([]string(nil), box.env...), env...)
 	}
 	res, err := box.machine.Exec(ctx, vm.ExecRequest{
 		Argv: argv, Env: env, Stdin: stdin, Workdir: workdir, Timeout: timeout, OutputCap: OutputCap,
@@ -575,6 +600,9 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 // Reap stops every sandbox idle for longer than its idle timeout, reclaims a busy one once
 // idle timeout + max_exec_timeout_ms + 60 s have passed, and forgets sandboxes stopped long ago.
 func (s *Service) Reap() {
+	if s.pool != nil {
+		s.pool.prune()
+	}
 	now := s.opt.Now()
 	maxExec := time.Duration(s.opt.Settings.MaxExecTimeoutMS) * time.Millisecond
 	s.mu.Lock()
@@ -615,8 +643,11 @@ func (s *Service) RunReaper(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Shutdown stops every sandbox and waits for their machines (or ctx).
+// Shutdown stops the warm pool and every sandbox and waits for their machines (or ctx).
 func (s *Service) Shutdown(ctx context.Context) {
+	if s.pool != nil {
+		s.pool.stop()
+	}
 	s.mu.Lock()
 	for _, b := range s.boxes {
 		s.markStoppedLocked(b)

@@ -47,6 +47,11 @@ type Settings struct {
 	DefaultCPUs                 uint32               `json:"default_cpus"`
 	DefaultMemoryMB             uint32               `json:"default_memory_mb"`
 	PerImageCaps                map[string]ImageCaps `json:"per_image_caps"`
+	// WarmPool is the number of pre-booted machines kept per image, resolved from warm_pool (a
+	// map image → count, or one count for every allowlisted catalog image). Empty: no pool.
+	WarmPool map[string]uint32 `json:"warm_pool"`
+
+	warmRaw any // warm_pool as given, resolved once the allowlist and custom_images are known
 }
 
 // Minimums a VM needs; smaller values are rejected at load and at create.
@@ -54,6 +59,9 @@ const (
 	MinCPUs     = 1
 	MinMemoryMB = 128
 )
+
+// MaxWarmPool bounds warm_pool's count for one image.
+const MaxWarmPool = 8
 
 // Defaults are the package defaults: everything off or conservative; the allowlist is empty, so
 // every create is denied until it is set.
@@ -69,6 +77,7 @@ func Defaults() Settings {
 		DefaultCPUs:                 1,
 		DefaultMemoryMB:             512,
 		PerImageCaps:                map[string]ImageCaps{},
+		WarmPool:                    map[string]uint32{},
 	}
 }
 
@@ -214,6 +223,66 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 		s.PerImageCaps = out
 		return nil
 	},
+	"warm_pool": func(s *Settings, k string, v any) error {
+		if m, ok := v.(map[string]any); ok {
+			for _, name := range sortedKeys(m) {
+				if strings.TrimSpace(name) == "" {
+					return bad(k, "image name must not be empty")
+				}
+				if _, err := uintValue(k+"."+name, m[name], MaxWarmPool); err != nil {
+					return err
+				}
+			}
+		} else if _, err := uintValue(k, v, MaxWarmPool); err != nil {
+			return bad(k, "must be a count (0-%d) for every allowlisted image or a map of image name to count, got %s", MaxWarmPool, describe(v))
+		}
+		s.warmRaw = v
+		return nil
+	},
+}
+
+// resolveWarmPool turns warm_pool into per-image counts: each named image must be allowlisted
+// and in the catalog, and the pool may hold no more machines than max_concurrent_sandboxes.
+func resolveWarmPool(s *Settings) error {
+	const k = "warm_pool"
+	allowed := map[string]bool{}
+	for _, name := range s.ImageAllowlist {
+		allowed[name] = true
+	}
+	inCatalog := func(name string) bool { return IsPreset(name) || s.CustomImages[name] != "" }
+	out := map[string]uint32{}
+	total := uint64(0)
+	switch v := s.warmRaw.(type) {
+	case nil:
+	case map[string]any:
+		for _, name := range sortedKeys(v) {
+			n, _ := uintValue(k+"."+name, v[name], MaxWarmPool)
+			switch {
+			case !allowed[name]:
+				return bad(k+"."+name, "image '%s' is not in image_allowlist", name)
+			case !inCatalog(name):
+				return bad(k+"."+name, "image '%s' is neither a preset nor a custom_images key", name)
+			}
+			if n > 0 {
+				out[name] = uint32(n)
+				total += n
+			}
+		}
+	default:
+		n, _ := uintValue(k, v, MaxWarmPool)
+		for _, name := range s.ImageAllowlist {
+			if n > 0 && inCatalog(name) && out[name] == 0 {
+				out[name] = uint32(n)
+				total += n
+			}
+		}
+	}
+	if total > uint64(s.MaxConcurrentSandboxes) {
+		return bad(k, "keeps %d machines warm, more than max_concurrent_sandboxes (%d)", total, s.MaxConcurrentSandboxes)
+	}
+	s.WarmPool = out
+	s.warmRaw = nil
+	return nil
 }
 
 // IsPreset reports whether name is a built-in preset.
@@ -259,6 +328,9 @@ func Parse(doc any) (Settings, []string, error) {
 		if err := apply(&s, k, m[k]); err != nil {
 			return s, nil, err
 		}
+	}
+	if err := resolveWarmPool(&s); err != nil {
+		return s, nil, err
 	}
 	var warnings []string
 	if s.MaxConcurrentExecPerSandbox == 0 {

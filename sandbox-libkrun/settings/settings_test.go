@@ -65,6 +65,14 @@ func TestFailsClosed(t *testing.T) {
 		{`{"sandbox":{"auto_install":true}}`, "sandbox", "legacy wrapped shape detected"},
 		{`{"default_cpus":null}`, "default_cpus", "null"},
 		{`[1,2]`, "", "must be a map"},
+		{`{"warm_pool":"python"}`, "warm_pool", "must be a count (0-8) for every allowlisted image or a map"},
+		{`{"warm_pool":9}`, "warm_pool", "must be a count"},
+		{`{"warm_pool":{"python":-1}}`, "warm_pool.python", "non-negative"},
+		{`{"warm_pool":{"python":9}}`, "warm_pool.python", "at most 8"},
+		{`{"warm_pool":{"":1}}`, "warm_pool", "image name must not be empty"},
+		{`{"warm_pool":{"python":1}}`, "warm_pool.python", "image 'python' is not in image_allowlist"},
+		{`{"image_allowlist":["ghost"],"warm_pool":{"ghost":1}}`, "warm_pool.ghost", "neither a preset nor a custom_images key"},
+		{`{"image_allowlist":["python","node"],"max_concurrent_sandboxes":3,"warm_pool":2}`, "warm_pool", "keeps 4 machines warm, more than max_concurrent_sandboxes (3)"},
 	}
 	for _, c := range cases {
 		_, _, err := ParseJSON([]byte(c.doc))
@@ -78,6 +86,20 @@ func TestFailsClosed(t *testing.T) {
 		if c.key != "" && !strings.Contains(err.Error(), "`"+c.key+"`") {
 			t.Fatalf("%s: error text does not name the key: %s", c.doc, err)
 		}
+	}
+}
+
+func TestWarmPool(t *testing.T) {
+	s, _, err := ParseYAML([]byte("image_allowlist: [python, node, ghost]\nwarm_pool: 2\n"))
+	if err != nil || len(s.WarmPool) != 2 || s.WarmPool["python"] != 2 || s.WarmPool["node"] != 2 {
+		t.Fatalf("count for each allowlisted image: %v %v", s.WarmPool, err)
+	}
+	s, _, err = ParseYAML([]byte("image_allowlist: [python, node]\nwarm_pool: {python: 1, node: 0}\n"))
+	if err != nil || len(s.WarmPool) != 1 || s.WarmPool["python"] != 1 {
+		t.Fatalf("map: %v %v", s.WarmPool, err)
+	}
+	if s, _, err := ParseJSON([]byte(`{"image_allowlist":["python"]}`)); err != nil || len(s.WarmPool) != 0 {
+		t.Fatalf("default: %v %v", s.WarmPool, err)
 	}
 }
 
