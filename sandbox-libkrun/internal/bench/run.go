@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox"
+	"github.com/iii-go/iii/sandbox-libkrun/adapter"
+	"github.com/iii-go/iii/sandbox-libkrun/image"
+	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
+)
+
+// runCase is one sandbox::run request of the bench.
+type runCase struct {
+	Label, Lang, Code, Stdout string
+}
+
+var runCases = []runCase{
+	{Label: "shell `true` (sh -c true)", Lang: "shell", Code: "true", Stdout: ""},
+	{Label: "python print(1)", Lang: "python", Code: "print(1)", Stdout: "1\n"},
+}
+
+// stack is an in-process engine with the sandbox router bound to an adapter worker that serves
+// the real adapter.Service over the Go SDK, and a client worker calling sandbox::run in default.
+type stack struct {
+	svc    *adapter.Service
+	drv    *countingDriver
+	client *protocol.Worker
+	close  func()
+}
+
+func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings) (*stack, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	eng := core.New(core.Options{Logger: quiet})
+	sandbox.New(eng, &sandbox.Binding{Adapter: adapter.Name, Namespace: protocol.DefaultNamespace, Source: "config"}).Install()
+	go func() { _ = eng.Serve(ctx, ln) }()
+	url := "ws://" + ln.Addr().String()
+
+	state, err := os.MkdirTemp("", "iii-bench-")
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	drv := &countingDriver{Driver: d}
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{image.NewCache("")}, Version: "bench", StateDir: state})
+	aw := protocol.NewWorker(protocol.Config{URL: url, Name: adapter.Name, Logger: quiet})
+	for op, h := range svc.Handlers() {
+		if err := aw.Register(adapter.Name+"::"+op, wrap(h)); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	client := protocol.NewWorker(protocol.Config{URL: url, Name: "bench-client", Logger: quiet})
+	s := &stack{svc: svc, drv: drv, client: client}
+	s.close = func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		svc.Shutdown(sctx)
+		client.Close()
+		aw.Close()
+		cancel()
+		os.RemoveAll(state)
+	}
+	for _, w := range []*protocol.Worker{aw, client} {
+		if err := w.Start(ctx); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// wrap turns an S-code error into the wire error, as the adapter binary does.
+func wrap(h adapter.Handler) protocol.Handler {
+	return func(ctx context.Context, in json.RawMessage) (any, error) {
+		out, err := h(ctx, in)
+		if e, ok := scode.As(err); ok {
+			return nil, protocol.RawError(e.JSON())
+		}
+		return out, err
+	}
+}
+
+// run calls sandbox::run once and checks its reply.
+func (s *stack) run(ctx context.Context, c runCase) (time.Duration, error) {
+	body := map[string]any{"image": "python", "lang": c.Lang, "code": c.Code}
+	t0 := time.Now()
+	raw, err := s.client.Call(ctx, "sandbox::run", body, protocol.WithTimeout(2*time.Minute))
+	d := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox::run %s: %w", c.Label, err)
+	}
+	var reply struct {
+		Stdout  string `json:"stdout"`
+		Stderr  string `json:"stderr"`
+		Success bool   `json:"success"`
+	}
+	if err := json.Unmarshal(raw, &reply); err != nil || !reply.Success || reply.Stdout != c.Stdout {
+		return 0, fmt.Errorf("sandbox::run %s: unexpected reply %s", c.Label, raw)
+	}
+	return d, nil
+}
+
+// settle waits until the previous run's machine is gone and, with a pool, the pool is full
+// again, so that every timed run starts on a quiet host.
+func (s *stack) settle(ctx context.Context, pool int) error {
+	for ctx.Err() == nil {
+		ready := 0
+		if info, _ := s.svc.Info(ctx, nil); info != nil {
+			for _, st := range info.(adapter.InfoReply).WarmPool {
+				ready += st.Ready
+			}
+		}
+		if s.drv.live() == pool && ready == pool {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return ctx.Err()
+}
+
+// measureRuns times n sandbox::run calls of each case end to end from the client, with a warm
+// pool of pool python machines (0: every run boots its own).
+func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int) ([]Stats, error) {
+	st := settings.Defaults()
+	st.AutoInstall = false
+	st.ImageAllowlist = []string{"python"}
+	if pool > 0 {
+		st.WarmPool = map[string]uint32{"python": uint32(pool)}
+	}
+	s, err := startStack(ctx, d, st)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	var out []Stats
+	for _, c := range runCases {
+		var ds []time.Duration
+		for i := 0; i < n; i++ {
+			if err := s.settle(ctx, pool); err != nil {
+				return nil, err
+			}
+			dur, err := s.run(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			ds = append(ds, dur)
+		}
+		out = append(out, summarize(ds))
+	}
+	return out, nil
+}
+
+// cachedImages resolves images from the cache only.
+type cachedImages struct{ c *image.Cache }
+
+// Resolve returns the cached root filesystem of ref.
+func (ci cachedImages) Resolve(_ context.Context, _, ref string, _ bool) (string, error) {
+	if p, ok := ci.c.RootFS(ref); ok {
+		return p, nil
+	}
+	return "", adapter.ErrNotCached
+}
+
+// countingDriver counts the machines that have not exited yet.
+type countingDriver struct {
+	vm.Driver
+	mu       sync.Mutex
+	machines []vm.Machine
+}
+
+// Boot boots through the wrapped driver and remembers the machine.
+func (d *countingDriver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
+	m, err := d.Driver.Boot(ctx, spec)
+	if err == nil {
+		d.mu.Lock()
+		d.machines = append(d.machines, m)
+		d.mu.Unlock()
+	}
+	return m, err
+}
+
+func (d *countingDriver) live() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, m := range d.machines {
+		select {
+		case <-m.Done():
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// verdict compares a run's median (and p90) with the floor's median.
+func verdict(s, floor Stats) string {
+	r, r90 := float64(s.Median)/float64(floor.Median), float64(s.P90)/float64(floor.Median)
+	mark := "meets the target"
+	if r > 1.2 {
+		mark = "MISSES the target"
+	}
+	return fmt.Sprintf("%.2fx floor (p90 %.2fx), overhead %+.0f%%: %s", r, r90, 100*(r-1), mark)
+}
+
+func pad(s string, n int) string { return s + strings.Repeat(" ", max(0, n-len([]rune(s)))) }
