@@ -215,9 +215,12 @@ func (p *pool) take(ctx context.Context, image string) (got pooled, ok bool) {
 		p.mu.Lock()
 		select {
 		case <-pb.done:
-			// Booted meanwhile: it is this caller's; give it back.
-			if pb.err == nil {
+			// Booted meanwhile: it is this caller's; give it back unless its replacement is
+			// already on its way.
+			if pb.err == nil && len(pi.ready)+len(pi.booting) < pi.size {
 				pi.ready = append(pi.ready, pb.got)
+			} else if pb.err == nil {
+				p.discard(pb.got)
 			}
 		default:
 			pb.claimed = false

@@ -149,3 +149,29 @@ func TestShutdownStopsThePool(t *testing.T) {
 		t.Fatal("a stopped pool handed out a machine")
 	}
 }
+
+func TestWarmPoolCallerGivesUpWhileBooting(t *testing.T) {
+	gate := make(chan struct{})
+	drv := &fakeDriver{execFn: func(vm.ExecRequest) (vm.ExecResult, error) {
+		<-gate
+		zero := 0
+		return vm.ExecResult{ExitCode: &zero}, nil
+	}}
+	h := newHarnessWith(t, drv, withPool(nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, ok := h.svc.pool.take(ctx, "python"); ok {
+		t.Fatal("a cancelled caller got a machine still warming up")
+	}
+	if st := poolStatus(t, h, "python"); st["booting"] != 1.0 || st["served"] != 0.0 {
+		t.Fatalf("status %v", st)
+	}
+	close(gate)
+	h.create(t, `{"image":"python"}`)
+	if st := poolStatus(t, h, "python"); st["served"] != 1.0 {
+		t.Fatalf("status %v", st)
+	}
+	if specs, _ := drv.boots(); len(specs) < 1 || len(specs) > 2 {
+		t.Fatalf("%d boots for one create", len(specs))
+	}
+}

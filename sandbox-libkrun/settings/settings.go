@@ -241,8 +241,15 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 	},
 }
 
-// resolveWarmPool turns warm_pool into per-image counts: each named image must be allowlisted
-// and in the catalog, and the pool may hold no more machines than max_concurrent_sandboxes.
+// fitsCaps reports whether a machine with the default cpus and memory is within image's caps.
+func (s *Settings) fitsCaps(image string) bool {
+	c := s.PerImageCaps[image]
+	return (c.MaxCPUs == 0 || s.DefaultCPUs <= c.MaxCPUs) && (c.MaxMemoryMB == 0 || s.DefaultMemoryMB <= c.MaxMemoryMB)
+}
+
+// resolveWarmPool turns warm_pool into per-image counts: each named image must be allowlisted,
+// in the catalog and within its per_image_caps at the default size, and the pool may hold no
+// more machines than max_concurrent_sandboxes. The single count skips the images that are not.
 func resolveWarmPool(s *Settings) error {
 	const k = "warm_pool"
 	allowed := map[string]bool{}
@@ -262,6 +269,8 @@ func resolveWarmPool(s *Settings) error {
 				return bad(k+"."+name, "image '%s' is not in image_allowlist", name)
 			case !inCatalog(name):
 				return bad(k+"."+name, "image '%s' is neither a preset nor a custom_images key", name)
+			case n > 0 && !s.fitsCaps(name):
+				return bad(k+"."+name, "default_cpus/default_memory_mb exceed per_image_caps.%s, so no create could take a pooled machine", name)
 			}
 			if n > 0 {
 				out[name] = uint32(n)
@@ -271,7 +280,7 @@ func resolveWarmPool(s *Settings) error {
 	default:
 		n, _ := uintValue(k, v, MaxWarmPool)
 		for _, name := range s.ImageAllowlist {
-			if n > 0 && inCatalog(name) && out[name] == 0 {
+			if n > 0 && inCatalog(name) && s.fitsCaps(name) && out[name] == 0 {
 				out[name] = uint32(n)
 				total += n
 			}

@@ -72,6 +72,7 @@ func TestFailsClosed(t *testing.T) {
 		{`{"warm_pool":{"":1}}`, "warm_pool", "image name must not be empty"},
 		{`{"warm_pool":{"python":1}}`, "warm_pool.python", "image 'python' is not in image_allowlist"},
 		{`{"image_allowlist":["ghost"],"warm_pool":{"ghost":1}}`, "warm_pool.ghost", "neither a preset nor a custom_images key"},
+		{`{"image_allowlist":["python"],"per_image_caps":{"python":{"max_memory_mb":256}},"warm_pool":{"python":1}}`, "warm_pool.python", "exceed per_image_caps.python"},
 		{`{"image_allowlist":["python","node"],"max_concurrent_sandboxes":3,"warm_pool":2}`, "warm_pool", "keeps 4 machines warm, more than max_concurrent_sandboxes (3)"},
 	}
 	for _, c := range cases {
