@@ -49,7 +49,8 @@ func main() {
 	fmt.Printf("%-44s %s  (%.2fx floor)\n", "driver boot+exec+stop:", ds.Cycle, float64(ds.Cycle.Median)/float64(floor.Median))
 
 	fmt.Printf("sandbox::run end to end (client -> engine -> router -> adapter -> VM), image %s, default cpus/memory;\n", p.Name)
-	fmt.Printf("ratio = median / floor median; target: run overhead over the floor at most 20%% (ratio <= 1.20)\n")
+	fmt.Printf("each run starts once the previous VM is gone (and the pool is full again); ratio = median / floor median;\n")
+	fmt.Printf("target: run overhead over the floor at most 20%% (ratio <= 1.20)\n")
 	for _, mode := range []struct {
 		label string
 		pool  int
