@@ -351,7 +351,7 @@ func (c *Config) parseConfiguration(v *yaml.Node) error {
 var adapterSettings = map[string]bool{
 	"auto_install": true, "image_allowlist": true, "custom_images": true, "default_idle_timeout_secs": true,
 	"max_concurrent_sandboxes": true, "max_concurrent_exec_per_sandbox": true, "max_exec_timeout_ms": true,
-	"default_cpus": true, "default_memory_mb": true, "per_image_caps": true,
+	"default_cpus": true, "default_memory_mb": true, "per_image_caps": true, "warm_pool": true,
 }
 
 func parseSandbox(v *yaml.Node) (*Sandbox, error) {
