@@ -143,6 +143,17 @@ func entryOf(name string, fi fs.FileInfo) Entry {
 	return Entry{Name: name, IsDir: fi.IsDir(), Size: fi.Size(), Mode: modeString(fi.Mode()), Mtime: fi.ModTime().Unix(), IsSymlink: fi.Mode()&fs.ModeSymlink != 0}
 }
 
+// linkEntry is entryOf for an lstat result at path; a symlink reports is_dir of its target.
+func linkEntry(name, path string, fi fs.FileInfo) Entry {
+	e := entryOf(name, fi)
+	if e.IsSymlink {
+		if t, err := os.Stat(path); err == nil {
+			e.IsDir = t.IsDir()
+		}
+	}
+	return e
+}
+
 // chmodFull applies permission and special bits (os.Chmod handles setuid/setgid/sticky).
 func chmodFull(path string, m fs.FileMode) error { return os.Chmod(path, m) }
 

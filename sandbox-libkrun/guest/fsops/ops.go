@@ -21,12 +21,18 @@ type pathReq struct {
 	Path string `json:"path"`
 }
 
-func ls(req json.RawMessage) (any, *Error) {
+// decodePath decodes a request whose only field is a required path.
+func decodePath(req json.RawMessage) (pathReq, *Error) {
 	var r pathReq
 	if e := decode(req, &r); e != nil {
-		return nil, e
+		return r, e
 	}
-	if e := required("path", r.Path); e != nil {
+	return r, required("path", r.Path)
+}
+
+func ls(req json.RawMessage) (any, *Error) {
+	r, e := decodePath(req)
+	if e != nil {
 		return nil, e
 	}
 	fi, err := os.Stat(r.Path)
@@ -46,36 +52,21 @@ func ls(req json.RawMessage) (any, *Error) {
 		if err != nil {
 			continue
 		}
-		e := entryOf(de.Name(), fi)
-		if e.IsSymlink {
-			if t, err := os.Stat(filepath.Join(r.Path, de.Name())); err == nil {
-				e.IsDir = t.IsDir()
-			}
-		}
-		entries = append(entries, e)
+		entries = append(entries, linkEntry(de.Name(), filepath.Join(r.Path, de.Name()), fi))
 	}
 	return map[string]any{"entries": entries}, nil
 }
 
 func stat(req json.RawMessage) (any, *Error) {
-	var r pathReq
-	if e := decode(req, &r); e != nil {
-		return nil, e
-	}
-	if e := required("path", r.Path); e != nil {
+	r, e := decodePath(req)
+	if e != nil {
 		return nil, e
 	}
 	fi, err := os.Lstat(r.Path)
 	if err != nil {
 		return nil, fsErr(r.Path, err)
 	}
-	e := entryOf(filepath.Base(r.Path), fi)
-	if e.IsSymlink {
-		if t, err := os.Stat(r.Path); err == nil {
-			e.IsDir = t.IsDir()
-		}
-	}
-	return e, nil
+	return linkEntry(filepath.Base(r.Path), r.Path, fi), nil
 }
 
 func mkdir(req json.RawMessage) (any, *Error) {
@@ -173,11 +164,8 @@ func write(req json.RawMessage) (any, *Error) {
 }
 
 func read(req json.RawMessage) (any, *Error) {
-	var r pathReq
-	if e := decode(req, &r); e != nil {
-		return nil, e
-	}
-	if e := required("path", r.Path); e != nil {
+	r, e := decodePath(req)
+	if e != nil {
 		return nil, e
 	}
 	fi, err := os.Stat(r.Path)
