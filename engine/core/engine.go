@@ -7,6 +7,7 @@
 //	engine::workers::register  {name, namespace?, runtime, version, ...} -> {success, worker_id, namespace}
 //	engine::workers::list      -> {workers: [{id, name, namespace, runtime, version, pid, registered, functions}]}
 //	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
+//	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   see channels.go
 //	configuration::*           see package configuration (publish is owner-only)
 //	sandbox::*, engine::sandbox::bind   see package sandbox (bind is owner-only)
 //
@@ -60,6 +61,9 @@ type Options struct {
 	Grace      time.Duration
 	Namespaces map[string]NamespacePolicy
 	Logger     *slog.Logger
+	// ChannelIdle is how long a stream channel may sit without traffic before it is aborted and
+	// forgotten (default DefaultChannelIdle).
+	ChannelIdle time.Duration
 }
 
 // Caller describes the connection that invoked a built-in function.
@@ -96,6 +100,7 @@ type Engine struct {
 	builtins map[string]builtin
 	funcs    map[fkey]*fnEntry
 	conns    map[string]*conn
+	chans    *channels
 }
 
 // New returns an engine with the engine::workers::* and engine::functions::list built-ins.
@@ -106,15 +111,20 @@ func New(opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.ChannelIdle <= 0 {
+		opts.ChannelIdle = DefaultChannelIdle
+	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	e := &Engine{
 		opts: opts, log: opts.Logger, idPrefix: hex.EncodeToString(b[:]) + "-",
 		builtins: map[string]builtin{}, funcs: map[fkey]*fnEntry{}, conns: map[string]*conn{},
+		chans: &channels{idle: opts.ChannelIdle, byID: map[string]*channel{}},
 	}
 	e.Handle(protocol.FnRegisterWorker, "Announce a worker: name, namespace, runtime", nil)
 	e.Handle(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
 	e.Handle(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
+	e.Handle(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
 	return e
 }
 
@@ -154,9 +164,14 @@ func (e *Engine) newID() string {
 	return e.idPrefix + strconv.FormatUint(e.nextID.Add(1), 36)
 }
 
-// Handler is the HTTP handler of the worker listener: every path upgrades to a worker connection.
+// Handler is the HTTP handler of the worker listener: /ws/channels/{id} upgrades to one end of a
+// stream channel, /otel takes SDK telemetry, every other path upgrades to a worker connection.
 func (e *Engine) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := strings.CutPrefix(r.URL.Path, protocol.ChannelPathPrefix); ok {
+			e.serveChannel(w, r, id)
+			return
+		}
 		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 		if err != nil {
 			return
@@ -193,6 +208,7 @@ func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	}
 	_ = ln.Close()
+	e.chans.closeAll(200 * time.Millisecond)
 	e.mu.RLock()
 	conns := make([]*conn, 0, len(e.conns))
 	for _, c := range e.conns {

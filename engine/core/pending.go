@@ -141,7 +141,8 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	return true
 }
 
-// sweep answers "timeout" for every forwarded call past its deadline, every tick until ctx ends.
+// sweep answers "timeout" for every forwarded call past its deadline and drops idle stream
+// channels, every tick until ctx ends.
 func (e *Engine) sweep(ctx context.Context, tick time.Duration) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
@@ -150,6 +151,7 @@ func (e *Engine) sweep(ctx context.Context, tick time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			e.chans.expire(now)
 			e.mu.RLock()
 			conns := make([]*conn, 0, len(e.conns))
 			for _, c := range e.conns {

@@ -31,4 +31,12 @@
 // stays silent, Call returns TIMEOUT. Calls to engine::*, configuration::* and sandbox::* go to
 // the default namespace; other calls go to the worker's own namespace unless InNamespace is given.
 // Function errors are *Error values whose Raw keeps every key of the body.
+//
+// Stream channels. CreateChannel calls engine::channels::create and returns the read and write
+// ChannelRef ({channel_id, access_key, direction}) of a new channel; OpenWriter and OpenReader
+// connect to one end over a WebSocket to <engine>/ws/channels/{channel_id}?key={access_key}
+// (ws/wss derived from the worker URL; DialReader and DialWriter take any engine URL). Bytes flow
+// writer to reader; the writer's Close ends the reader's stream with io.EOF, anything else
+// (Abort, a dropped connection, the engine's idle deadline) gives the reader a
+// *ChannelAbortedError. Refs are plain JSON, so a function can return one and its caller open it.
 package protocol

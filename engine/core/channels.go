@@ -1,0 +1,366 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// Stream channels (REFERENCE-engine.md §1.1, §1.6): a one-way byte pipe between two holders of
+// StreamChannelRefs, served on the worker listener.
+//
+//	engine::channels::create {buffer_size?} -> {channel_id, reader: Ref, writer: Ref}
+//	Ref = {channel_id, access_key, direction: "read" | "write"}
+//
+// Each end connects once with a WebSocket to /ws/channels/{channel_id}?key={access_key}; the key
+// (compared in constant time) says which end it is. Unknown channel: HTTP 404; wrong key: 403;
+// an end already connected: 409. The writer sends binary (or text) frames of at most
+// protocol.MaxChannelFrame bytes; the reader receives them in order as binary frames. At most
+// buffer_size frames (default DefaultChannelBuffer, at most MaxChannelBuffer) wait between them;
+// a full buffer stops reading the writer's socket (back-pressure). The writer closing with status
+// 1000 ends the reader's stream with a 1000 close after the buffered frames. Anything else — the
+// writer closing with another status or dropping, the reader leaving early, the idle deadline,
+// engine shutdown — aborts the channel: each connected end is closed with status
+// protocol.ChannelAbortStatus (4000) and the reason as close text. A channel is forgotten when
+// both ends are done, or when nothing moved through it for Options.ChannelIdle (default 5 min).
+
+// Channel buffer limits, in frames.
+const (
+	DefaultChannelBuffer = 16
+	MaxChannelBuffer     = 1024
+)
+
+// DefaultChannelIdle is how long a channel may sit without traffic or a new end before it is
+// aborted and forgotten.
+const DefaultChannelIdle = 5 * time.Minute
+
+const (
+	endReader = 0
+	endWriter = 1
+)
+
+type channel struct {
+	id     string
+	keys   [2]string
+	data   chan []byte // closed by the writer's handler on a normal close
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	attached [2]bool
+	done     [2]bool
+	detail   string // why the channel was aborted; "" while it was not
+	last     time.Time
+}
+
+func (ch *channel) touch() {
+	ch.mu.Lock()
+	ch.last = time.Now()
+	ch.mu.Unlock()
+}
+
+// abort ends the channel for both ends with detail, unless it was already aborted.
+func (ch *channel) abort(detail string) {
+	ch.mu.Lock()
+	if ch.detail == "" {
+		ch.detail = detail
+	}
+	ch.mu.Unlock()
+	ch.cancel()
+}
+
+func (ch *channel) abortDetail() string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.detail
+}
+
+// channels is the engine's registry of live channels.
+type channels struct {
+	idle time.Duration
+	wg   sync.WaitGroup // end handlers
+
+	mu   sync.Mutex
+	byID map[string]*channel
+}
+
+func newKey() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (cs *channels) create(buffer int) *channel {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, data: make(chan []byte, buffer),
+		ctx: ctx, cancel: cancel, last: time.Now()}
+	cs.mu.Lock()
+	cs.byID[ch.id] = ch
+	cs.mu.Unlock()
+	return ch
+}
+
+// finish marks one end of ch done and forgets ch once both are.
+func (cs *channels) finish(ch *channel, end int) {
+	ch.mu.Lock()
+	ch.done[end] = true
+	both := ch.done[endReader] && ch.done[endWriter]
+	ch.mu.Unlock()
+	if both {
+		cs.forget(ch)
+	}
+}
+
+func (cs *channels) forget(ch *channel) {
+	cs.mu.Lock()
+	if cs.byID[ch.id] == ch {
+		delete(cs.byID, ch.id)
+	}
+	cs.mu.Unlock()
+	ch.cancel()
+}
+
+// expire aborts and forgets every channel idle since before now-idle.
+func (cs *channels) expire(now time.Time) {
+	cs.mu.Lock()
+	var old []*channel
+	for _, ch := range cs.byID {
+		ch.mu.Lock()
+		if now.Sub(ch.last) > cs.idle {
+			old = append(old, ch)
+		}
+		ch.mu.Unlock()
+	}
+	cs.mu.Unlock()
+	for _, ch := range old {
+		ch.abort(fmt.Sprintf("channel idle for more than %s", cs.idle))
+		cs.forget(ch)
+	}
+}
+
+// closeAll aborts every channel and waits up to max for their connections to end.
+func (cs *channels) closeAll(max time.Duration) {
+	cs.mu.Lock()
+	all := make([]*channel, 0, len(cs.byID))
+	for _, ch := range cs.byID {
+		all = append(all, ch)
+	}
+	cs.mu.Unlock()
+	for _, ch := range all {
+		ch.abort("engine shutting down")
+		cs.forget(ch)
+	}
+	done := make(chan struct{})
+	go func() { cs.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(max):
+	}
+}
+
+// live is the number of channels in the registry.
+func (cs *channels) live() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.byID)
+}
+
+// ChannelCount reports how many stream channels the engine holds.
+func (e *Engine) ChannelCount() int { return e.chans.live() }
+
+func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		BufferSize *int `json:"buffer_size"`
+	}
+	if len(payload) > 0 && string(payload) != "null" {
+		if err := json.Unmarshal(payload, &in); err != nil {
+			return nil, protocol.NewError(errcode.InvalidArguments, "engine::channels::create takes {buffer_size?}: %v", err)
+		}
+	}
+	buffer := DefaultChannelBuffer
+	if in.BufferSize != nil {
+		if *in.BufferSize < 1 || *in.BufferSize > MaxChannelBuffer {
+			return nil, protocol.NewError(errcode.InvalidArguments, "buffer_size must be between 1 and %d frames", MaxChannelBuffer)
+		}
+		buffer = *in.BufferSize
+	}
+	ch := e.chans.create(buffer)
+	return protocol.ChannelPair{
+		ChannelID: ch.id,
+		Reader:    protocol.ChannelRef{ChannelID: ch.id, AccessKey: ch.keys[endReader], Direction: protocol.ChannelRead},
+		Writer:    protocol.ChannelRef{ChannelID: ch.id, AccessKey: ch.keys[endWriter], Direction: protocol.ChannelWrite},
+	}, nil
+}
+
+// serveChannel upgrades a request for /ws/channels/{id}?key= to one end of that channel.
+func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string) {
+	e.chans.mu.Lock()
+	ch := e.chans.byID[id]
+	e.chans.mu.Unlock()
+	if ch == nil {
+		http.Error(w, "no such channel", http.StatusNotFound)
+		return
+	}
+	key := []byte(r.URL.Query().Get("key"))
+	end := -1
+	for i, k := range ch.keys {
+		if subtle.ConstantTimeCompare([]byte(k), key) == 1 {
+			end = i
+		}
+	}
+	if end < 0 {
+		http.Error(w, "wrong channel access key", http.StatusForbidden)
+		return
+	}
+	ch.mu.Lock()
+	taken := ch.attached[end] || ch.ctx.Err() != nil
+	ch.attached[end] = true
+	ch.last = time.Now()
+	ch.mu.Unlock()
+	if taken {
+		http.Error(w, "this end of the channel is already connected or the channel has ended", http.StatusConflict)
+		return
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		ch.abort("the " + endName(end) + " failed to connect")
+		e.chans.finish(ch, end)
+		return
+	}
+	e.chans.wg.Add(1)
+	defer e.chans.wg.Done()
+	if end == endWriter {
+		e.serveWriter(ch, ws)
+	} else {
+		e.serveReader(ch, ws)
+	}
+	e.chans.finish(ch, end)
+}
+
+func endName(end int) string {
+	if end == endWriter {
+		return "writer"
+	}
+	return "reader"
+}
+
+// closeReason fits a close reason into a control frame (at most 123 bytes).
+func closeReason(s string) string {
+	if len(s) > 120 {
+		s = s[:120]
+	}
+	return strings.ToValidUTF8(s, "")
+}
+
+func (e *Engine) serveWriter(ch *channel, ws *websocket.Conn) {
+	ws.SetReadLimit(protocol.MaxChannelFrame)
+	closed := make(chan struct{})
+	stop := context.AfterFunc(ch.ctx, func() {
+		ws.Close(protocol.ChannelAbortStatus, closeReason(ch.abortDetail()))
+		close(closed)
+	})
+	defer func() {
+		if !stop() {
+			<-closed // the abort's close handshake runs; let it finish
+		}
+		ws.CloseNow()
+	}()
+	for {
+		_, b, err := ws.Read(context.Background())
+		if err != nil {
+			if websocket.CloseStatus(err) == websocket.StatusNormalClosure && ch.ctx.Err() == nil {
+				close(ch.data)
+				return
+			}
+			ch.abort("writer closed the channel abnormally: " + describeClose(err))
+			return
+		}
+		ch.touch()
+		select {
+		case ch.data <- b:
+		case <-ch.ctx.Done():
+			return
+		}
+	}
+}
+
+func (e *Engine) serveReader(ch *channel, ws *websocket.Conn) {
+	defer ws.CloseNow()
+	gone := ws.CloseRead(context.Background())
+	for {
+		select {
+		case b, ok := <-ch.data:
+			if !ok {
+				ws.Close(websocket.StatusNormalClosure, "")
+				return
+			}
+			ch.touch()
+			if err := writeFrame(ws, b, e.chans.idle); err != nil {
+				ch.abort("reader connection failed: " + err.Error())
+				return
+			}
+		case <-ch.ctx.Done():
+			deliverBuffered(ch, ws)
+			ws.Close(protocol.ChannelAbortStatus, closeReason(ch.abortDetail()))
+			return
+		case <-gone.Done():
+			ch.abort("reader left before the end of the stream")
+			return
+		}
+	}
+}
+
+// writeFrame passes one frame to the reader; a reader that takes none for the idle deadline has
+// stalled.
+func writeFrame(ws *websocket.Conn, b []byte, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	return ws.Write(ctx, websocket.MessageBinary, b)
+}
+
+// abortDrainTimeout bounds how long an aborted channel keeps delivering its buffered frames.
+const abortDrainTimeout = 5 * time.Second
+
+// deliverBuffered passes the frames the writer sent before an abort to the reader, so that it
+// sees everything up to the failure and then the abort.
+func deliverBuffered(ch *channel, ws *websocket.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), abortDrainTimeout)
+	defer cancel()
+	for {
+		select {
+		case b, ok := <-ch.data:
+			if !ok {
+				return
+			}
+			if ws.Write(ctx, websocket.MessageBinary, b) != nil {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+func describeClose(err error) string {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		if ce.Reason != "" {
+			return fmt.Sprintf("status %d: %s", int(ce.Code), ce.Reason)
+		}
+		return fmt.Sprintf("status %d", int(ce.Code))
+	}
+	return "connection lost"
+}
