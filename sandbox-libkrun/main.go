@@ -215,7 +215,7 @@ func run(args []string) int {
 	runDir := processDir("iii-sbx")
 	defer os.RemoveAll(runDir)
 	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version,
-		StateDir: filepath.Join(runDir, "s"), Logf: logf})
+		StateDir: filepath.Join(runDir, "s"), Logf: logf, Channels: w})
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,

@@ -27,7 +27,7 @@ import (
 //
 // Each end connects once with a WebSocket to /ws/channels/{channel_id}?key={access_key}; the key
 // (compared in constant time) says which end it is. Unknown channel: HTTP 404; wrong key: 403;
-// an end already connected: 409. The writer sends binary (or text) frames of at most
+// an end already connected: 409. An end that connects after an abort is closed at once with it. The writer sends binary (or text) frames of at most
 // protocol.MaxChannelFrame bytes; the reader receives them in order as binary frames. At most
 // buffer_size frames (default DefaultChannelBuffer, at most MaxChannelBuffer) wait between them;
 // a full buffer stops reading the writer's socket (back-pressure). The writer closing with status
@@ -226,12 +226,12 @@ func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string)
 		return
 	}
 	ch.mu.Lock()
-	taken := ch.attached[end] || ch.ctx.Err() != nil
+	taken := ch.attached[end]
 	ch.attached[end] = true
 	ch.last = time.Now()
 	ch.mu.Unlock()
 	if taken {
-		http.Error(w, "this end of the channel is already connected or the channel has ended", http.StatusConflict)
+		http.Error(w, "this end of the channel is already connected", http.StatusConflict)
 		return
 	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
@@ -283,6 +283,11 @@ func (e *Engine) serveWriter(ch *channel, ws *websocket.Conn) {
 		if err != nil {
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure && ch.ctx.Err() == nil {
 				close(ch.data)
+				return
+			}
+			var ce websocket.CloseError
+			if errors.As(err, &ce) && ce.Code == protocol.ChannelAbortStatus {
+				ch.abort("writer aborted: " + ce.Reason)
 				return
 			}
 			ch.abort("writer closed the channel abnormally: " + describeClose(err))

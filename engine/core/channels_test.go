@@ -154,7 +154,7 @@ func TestChannelWriterAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = rd.Read(buf)
-	if d := abortDetail(t, err); !strings.Contains(d, "disk on fire") {
+	if d := abortDetail(t, err); d != "writer aborted: disk on fire" {
 		t.Fatalf("detail %q", d)
 	}
 	waitChannels(t, e, 0)

@@ -1,7 +1,8 @@
 // Package adapter implements the sandbox API (REFERENCE-sandbox.md §4): each operation is a plain
 // handler that takes the JSON request and returns the JSON-ready reply or an S-code error, with
 // the fields and codes of the 0.25 daemon (req A4). VMs come from a vm.Driver and root
-// filesystems from an Images resolver, so the package runs against fakes.
+// filesystems from an Images resolver, so the package runs against fakes. The stream channels of
+// fs::read and fs::write come from Options.Channels, the engine connection (see fs.go).
 package adapter
 
 import (
@@ -76,6 +77,7 @@ type Options struct {
 	StateDir string           // parent of each sandbox's machine state directory (sockets, console)
 	Now      func() time.Time // clock; time.Now when nil
 	Logf     func(format string, args ...any)
+	Channels Channels // engine stream channels of fs::read and fs::write; without, channel content is S218
 }
 
 // Service holds the live sandboxes and serves every operation.
@@ -87,6 +89,10 @@ type Service struct {
 	booting int
 	stops   sync.WaitGroup
 	pool    *pool // nil without warm_pool
+
+	streamCtx  context.Context // parent of fs::read streams; cancelled by Shutdown
+	stopStream context.CancelFunc
+	streams    sync.WaitGroup
 }
 
 type sandbox struct {
@@ -115,6 +121,7 @@ func New(opt Options) *Service {
 		opt.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("iii-sbx-%d", os.Getuid()))
 	}
 	s := &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
+	s.streamCtx, s.stopStream = context.WithCancel(context.Background())
 	if len(opt.Settings.WarmPool) > 0 {
 		s.pool = newPool(s, opt.Settings.WarmPool)
 	}
@@ -643,8 +650,10 @@ func (s *Service) RunReaper(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Shutdown stops the warm pool and every sandbox and waits for their machines (or ctx).
+// Shutdown aborts the fs::read streams, stops the warm pool and every sandbox and waits for
+// their machines and streams (or ctx).
 func (s *Service) Shutdown(ctx context.Context) {
+	s.stopStream()
 	if s.pool != nil {
 		s.pool.stop()
 	}
@@ -654,7 +663,7 @@ func (s *Service) Shutdown(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
-	go func() { s.stops.Wait(); close(done) }()
+	go func() { s.stops.Wait(); s.streams.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():

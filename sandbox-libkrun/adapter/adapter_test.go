@@ -23,6 +23,7 @@ type fakeDriver struct {
 	specs    []vm.Spec
 	machines []*fakeMachine
 	execFn   func(vm.ExecRequest) (vm.ExecResult, error)
+	fsFn     func(op string, req map[string]any) (json.RawMessage, error)
 }
 
 func (d *fakeDriver) Name() string { return "fake" }
@@ -33,7 +34,7 @@ func (d *fakeDriver) Boot(_ context.Context, spec vm.Spec) (vm.Machine, error) {
 	if d.bootErr != nil {
 		return nil, d.bootErr
 	}
-	m := &fakeMachine{spec: spec, done: make(chan struct{}), execFn: d.execFn}
+	m := &fakeMachine{spec: spec, done: make(chan struct{}), execFn: d.execFn, fsFn: d.fsFn}
 	d.specs = append(d.specs, spec)
 	d.machines = append(d.machines, m)
 	return m, nil
@@ -51,6 +52,7 @@ type fakeMachine struct {
 	fsCalls  []fsCall
 	fsErr    error
 	execFn   func(vm.ExecRequest) (vm.ExecResult, error)
+	fsFn     func(op string, req map[string]any) (json.RawMessage, error)
 	done     chan struct{}
 	stopOnce sync.Once
 }
@@ -77,6 +79,9 @@ func (m *fakeMachine) FS(_ context.Context, op string, req json.RawMessage) (jso
 	m.fsCalls = append(m.fsCalls, fsCall{op, body})
 	if m.fsErr != nil {
 		return nil, m.fsErr
+	}
+	if m.fsFn != nil {
+		return m.fsFn(op, body)
 	}
 	return json.RawMessage(`{"ok":true}`), nil
 }
@@ -505,13 +510,20 @@ func TestFSForwarding(t *testing.T) {
 	h := newHarness(t, nil, nil)
 	id := h.create(t, `{"image":"python"}`)
 	for _, op := range FSOps {
-		r := h.mustCall(t, "fs::"+op, `{"sandbox_id":"`+id+`","path":"/tmp"}`)
+		body := `{"sandbox_id":"` + id + `","path":"/tmp"}`
+		switch op {
+		case "write":
+			body = `{"sandbox_id":"` + id + `","path":"/tmp","content":"x"}`
+		case "read":
+			continue // its reply is a channel; see TestFSReadWriteChannels
+		}
+		r := h.mustCall(t, "fs::"+op, body)
 		if r["ok"] != true {
 			t.Fatalf("fs::%s reply %v", op, r)
 		}
 	}
 	m := h.drv.machines[0]
-	if len(m.fsCalls) != len(FSOps) || m.fsCalls[0].op != "ls" || m.fsCalls[0].req["sandbox_id"] != nil || m.fsCalls[0].req["path"] != "/tmp" {
+	if len(m.fsCalls) != len(FSOps)-1 || m.fsCalls[0].op != "ls" || m.fsCalls[0].req["sandbox_id"] != nil || m.fsCalls[0].req["path"] != "/tmp" {
 		t.Fatalf("fs calls %+v", m.fsCalls)
 	}
 	m.fsErr = &vm.FSError{Code: "S213", Message: "already exists: /tmp"}

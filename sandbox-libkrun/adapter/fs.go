@@ -3,12 +3,55 @@ package adapter
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"time"
 
+	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/sandbox-libkrun/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
+
+// Stream channels (req A4). fs::read answers {content: StreamChannelRef, body?, size, mode,
+// mtime}: content is the read end of a fresh engine channel into which the adapter streams the
+// file's bytes in the background, then closes it (body only for valid UTF-8 files of at most
+// 1 MiB, as the guest decides). fs::write takes exactly one of content (a UTF-8 string, or the
+// read end of a channel the caller writes the file into) and content_b64; the adapter reads a
+// channel to its end (at most MaxFSContent bytes) before the guest writes the file. A channel
+// that cannot be opened or aborts mid-op is S218 "fs channel aborted: {detail}".
+
+// MaxFSContent is the most bytes fs::read and fs::write move (the guest's limit).
+const MaxFSContent = 32 << 20
+
+// ReadStreamTimeout bounds how long fs::read keeps its channel open for the caller to read it.
+const ReadStreamTimeout = 5 * time.Minute
+
+// Channels creates and opens engine stream channels; *protocol.Worker is one.
+type Channels interface {
+	CreateChannel(ctx context.Context) (reader, writer protocol.ChannelRef, err error)
+	OpenReader(ctx context.Context, ref protocol.ChannelRef) (io.ReadCloser, error)
+	OpenWriter(ctx context.Context, ref protocol.ChannelRef) (io.WriteCloser, error)
+}
+
+// ReadReply is the reply of fs::read.
+type ReadReply struct {
+	Content protocol.ChannelRef `json:"content"`
+	Body    *string             `json:"body,omitempty"`
+	Size    uint64              `json:"size"`
+	Mode    string              `json:"mode"`
+	Mtime   int64               `json:"mtime"`
+}
+
+func channelDetail(err error) string {
+	var ae *protocol.ChannelAbortedError
+	if errors.As(err, &ae) {
+		return ae.Detail
+	}
+	return err.Error()
+}
 
 // fsHandler validates sandbox_id, bumps the idle clock and forwards the rest of the request to
 // the guest agent.
@@ -29,9 +72,106 @@ func (s *Service) fsHandler(op string) Handler {
 			}
 		}
 		delete(body, "sandbox_id")
+		switch op {
+		case "write":
+			return s.fsWrite(ctx, sid, body)
+		case "read":
+			fwd, _ := json.Marshal(body)
+			return s.fsRead(ctx, sid, fwd)
+		}
 		fwd, _ := json.Marshal(body)
 		return s.fs(ctx, sid, op, fwd)
 	}
+}
+
+// fsWrite resolves a channel content to content_b64, then forwards the write.
+func (s *Service) fsWrite(ctx context.Context, sid string, body map[string]json.RawMessage) (any, error) {
+	id, err := checkID(sid)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.admit(id, false); err != nil {
+		return nil, err
+	}
+	content := bytes.TrimSpace(body["content"])
+	hasContent := len(content) > 0 && string(content) != "null"
+	b64 := bytes.TrimSpace(body["content_b64"])
+	if hasContent == (len(b64) > 0 && string(b64) != "null") {
+		return nil, scode.FS(scode.S210, "exactly one of `content` and `content_b64` is required")
+	}
+	if !hasContent || content[0] != '{' {
+		fwd, _ := json.Marshal(body)
+		return s.fs(ctx, sid, "write", fwd)
+	}
+	var ref protocol.ChannelRef
+	if err := json.Unmarshal(content, &ref); err != nil || ref.Direction != protocol.ChannelRead || ref.ChannelID == "" || ref.AccessKey == "" {
+		return nil, scode.FS(scode.S210, "`content` must be a UTF-8 string or the read end of a stream channel: {\"channel_id\", \"access_key\", \"direction\": \"read\"}")
+	}
+	if s.opt.Channels == nil {
+		return nil, scode.ChannelAborted("this adapter has no engine connection for stream channels")
+	}
+	rc, err := s.opt.Channels.OpenReader(ctx, ref)
+	if err != nil {
+		return nil, scode.ChannelAborted(channelDetail(err))
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, MaxFSContent+1))
+	rc.Close()
+	if err != nil {
+		return nil, scode.ChannelAborted(channelDetail(err))
+	}
+	if len(data) > MaxFSContent {
+		return nil, scode.FS(scode.S216, fmt.Sprintf("fs i/o error: content larger than %d MiB; write the file in parts", MaxFSContent>>20))
+	}
+	delete(body, "content")
+	body["content_b64"], _ = json.Marshal(base64.StdEncoding.EncodeToString(data))
+	fwd, _ := json.Marshal(body)
+	return s.fs(ctx, sid, "write", fwd)
+}
+
+// fsRead reads the file through the guest and hands its bytes out through a fresh channel.
+func (s *Service) fsRead(ctx context.Context, sid string, req json.RawMessage) (any, error) {
+	raw, err := s.fs(ctx, sid, "read", req)
+	if err != nil {
+		return nil, err
+	}
+	var g struct {
+		ContentB64 string  `json:"content_b64"`
+		Body       *string `json:"body"`
+		Size       uint64  `json:"size"`
+		Mode       string  `json:"mode"`
+		Mtime      int64   `json:"mtime"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return nil, scode.FS(scode.S216, "fs i/o error: unreadable guest reply: "+err.Error())
+	}
+	data, err := base64.StdEncoding.DecodeString(g.ContentB64)
+	if err != nil {
+		return nil, scode.FS(scode.S216, "fs i/o error: guest sent bad base64: "+err.Error())
+	}
+	if s.opt.Channels == nil {
+		return nil, scode.ChannelAborted("this adapter has no engine connection for stream channels")
+	}
+	rref, wref, err := s.opt.Channels.CreateChannel(ctx)
+	if err != nil {
+		return nil, scode.ChannelAborted("cannot create a channel: " + err.Error())
+	}
+	sctx, cancel := context.WithTimeout(s.streamCtx, ReadStreamTimeout)
+	w, err := s.opt.Channels.OpenWriter(sctx, wref)
+	if err != nil {
+		cancel()
+		return nil, scode.ChannelAborted(channelDetail(err))
+	}
+	s.streams.Add(1)
+	go func() {
+		defer s.streams.Done()
+		defer cancel()
+		if _, err := w.Write(data); err != nil {
+			s.opt.Logf("fs::read stream of channel %s ended early: %s", rref.ChannelID, channelDetail(err))
+			return
+		}
+		_ = w.Close()
+	}()
+	return ReadReply{Content: rref, Body: g.Body, Size: g.Size, Mode: g.Mode, Mtime: g.Mtime}, nil
 }
 
 // fs runs one fs op on a live sandbox. Guest failures keep their S21x code.

@@ -176,6 +176,10 @@ func PullFailed(image, reason string) *Error {
 	return New(S102, "auto-install failed for image '"+image+"': "+reason)
 }
 
+// ChannelAborted is S218 `fs channel aborted: {detail}`: a stream channel of fs::read or
+// fs::write could not be opened or closed mid-op.
+func ChannelAborted(detail string) *Error { return New(S218, "fs channel aborted: "+detail) }
+
 // BootFailed is S300 `VM boot failed: {detail}`.
 func BootFailed(detail string) *Error { return New(S300, "VM boot failed: "+detail) }
 

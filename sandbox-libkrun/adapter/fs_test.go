@@ -1,0 +1,234 @@
+package adapter
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+)
+
+// memFS is a guest stand-in for read and write: files in memory, replies as the guest's.
+type memFS struct {
+	mu    sync.Mutex
+	files map[string][]byte
+}
+
+func (f *memFS) do(op string, req map[string]any) (json.RawMessage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	path, _ := req["path"].(string)
+	switch op {
+	case "write":
+		var data []byte
+		if c, ok := req["content"].(string); ok {
+			data = []byte(c)
+		} else {
+			b, err := base64.StdEncoding.DecodeString(req["content_b64"].(string))
+			if err != nil {
+				return nil, err
+			}
+			data = b
+		}
+		f.files[path] = data
+		return json.Marshal(map[string]any{"bytes_written": len(data), "path": path})
+	case "read":
+		data, ok := f.files[path]
+		if !ok {
+			return nil, &vm.FSError{Code: "S211", Message: "file not found: " + path}
+		}
+		out := map[string]any{"content_b64": base64.StdEncoding.EncodeToString(data), "size": len(data), "mode": "0644", "mtime": 1700000000}
+		if len(data) <= 1<<20 && utf8.Valid(data) {
+			out["body"] = string(data)
+		}
+		return json.Marshal(out)
+	}
+	return json.RawMessage(`{"ok":true}`), nil
+}
+
+// engineWorker starts an in-process engine and returns a worker connected to it.
+func engineWorker(t *testing.T) *protocol.Worker {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := core.New(core.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	w := protocol.NewWorker(protocol.Config{URL: "ws://" + ln.Addr().String(), Name: "adapter-test", NoReconnect: true})
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	if err := w.Start(sctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func refOf(t *testing.T, v any) protocol.ChannelRef {
+	t.Helper()
+	b, _ := json.Marshal(v)
+	var r protocol.ChannelRef
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestFSReadWriteChannels(t *testing.T) {
+	w := engineWorker(t)
+	h := newHarness(t, nil, nil)
+	h.svc.opt.Channels = w
+	mem := &memFS{files: map[string][]byte{}}
+	h.drv.fsFn = mem.do
+	id := h.create(t, `{"image":"python"}`)
+	ctx := context.Background()
+
+	// A binary file written through a channel reads back identically through one.
+	want := make([]byte, 100<<10)
+	_, _ = rand.Read(want)
+	rref, wref, err := w.CreateChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr, err := w.OpenWriter(ctx, wref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = wr.Write(want); wr.Close() }()
+	ref, _ := json.Marshal(rref)
+	r := h.mustCall(t, "fs::write", `{"sandbox_id":"`+id+`","path":"/bin.dat","content":`+string(ref)+`}`)
+	if r["bytes_written"] != float64(len(want)) {
+		t.Fatalf("write reply %v", r)
+	}
+	r = h.mustCall(t, "fs::read", `{"sandbox_id":"`+id+`","path":"/bin.dat"}`)
+	if _, ok := r["body"]; ok || r["size"] != float64(len(want)) || r["content_b64"] != nil {
+		t.Fatalf("read reply %v", r)
+	}
+	content := refOf(t, r["content"])
+	if content.Direction != protocol.ChannelRead {
+		t.Fatalf("content %+v", content)
+	}
+	rd, err := w.OpenReader(ctx, content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rd)
+	rd.Close()
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes (%v), want %d", len(got), err, len(want))
+	}
+
+	// A text file has a body too; string content still works.
+	h.mustCall(t, "fs::write", `{"sandbox_id":"`+id+`","path":"/t.txt","content":"héllo"}`)
+	r = h.mustCall(t, "fs::read", `{"sandbox_id":"`+id+`","path":"/t.txt"}`)
+	if r["body"] != "héllo" {
+		t.Fatalf("read reply %v", r)
+	}
+	rd, err = w.OpenReader(ctx, refOf(t, r["content"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err = io.ReadAll(rd)
+	rd.Close()
+	if err != nil || string(got) != "héllo" {
+		t.Fatalf("%q %v", got, err)
+	}
+}
+
+func TestFSWriteChannelErrors(t *testing.T) {
+	w := engineWorker(t)
+	h := newHarness(t, nil, nil)
+	h.svc.opt.Channels = w
+	mem := &memFS{files: map[string][]byte{}}
+	h.drv.fsFn = mem.do
+	id := h.create(t, `{"image":"python"}`)
+	ctx := context.Background()
+	pre := `{"sandbox_id":"` + id + `","path":"/f"`
+
+	_, e := h.call(t, "fs::write", pre+`,"content":"a","content_b64":"YQ=="}`)
+	wantCode(t, e, scode.S210, "exactly one of `content` and `content_b64`")
+	_, e = h.call(t, "fs::write", pre+`}`)
+	wantCode(t, e, scode.S210, "exactly one of `content` and `content_b64`")
+	rref, wref, err := w.CreateChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongDir, _ := json.Marshal(wref)
+	_, e = h.call(t, "fs::write", pre+`,"content":`+string(wrongDir)+`}`)
+	wantCode(t, e, scode.S210, "read end of a stream channel")
+
+	// The writer aborts mid-stream: S218, retryable, and nothing is written.
+	wr, err := protocol.DialWriter(ctx, w.URL(), wref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = wr.Write([]byte("half a file")); wr.Abort("client crashed") }()
+	ref, _ := json.Marshal(rref)
+	_, e = h.call(t, "fs::write", pre+`,"content":`+string(ref)+`}`)
+	wantCode(t, e, scode.S218, "fs channel aborted: writer aborted: client crashed")
+	if !e.Retryable || e.Type != scode.TypeTransient {
+		t.Fatalf("S218 envelope %+v", e)
+	}
+	if _, ok := mem.files["/f"]; ok {
+		t.Fatal("an aborted channel wrote the file")
+	}
+
+	// A ref the engine does not know: S218 too.
+	bad := rref
+	bad.AccessKey = "0"
+	ref, _ = json.Marshal(bad)
+	_, e = h.call(t, "fs::write", pre+`,"content":`+string(ref)+`}`)
+	wantCode(t, e, scode.S218, "fs channel aborted: opening channel")
+
+	// Without an engine connection channel content is S218; the sandbox is checked first.
+	h.svc.opt.Channels = nil
+	_, e = h.call(t, "fs::read", pre+`}`)
+	wantCode(t, e, scode.S211, "file not found: /f")
+	mem.files["/f"] = []byte("x")
+	_, e = h.call(t, "fs::read", pre+`}`)
+	wantCode(t, e, scode.S218, "no engine connection")
+	_, e = h.call(t, "fs::write", `{"sandbox_id":"00000000-0000-4000-8000-000000000000","path":"/f","content":"x"}`)
+	wantCode(t, e, scode.S002, "sandbox not found")
+}
+
+// TestFSReadStreamEndsOnShutdown: a stream nobody reads ends when the service shuts down.
+func TestFSReadStreamEndsOnShutdown(t *testing.T) {
+	w := engineWorker(t)
+	h := newHarness(t, nil, nil)
+	h.svc.opt.Channels = w
+	mem := &memFS{files: map[string][]byte{"/big": make([]byte, 30<<20)}}
+	h.drv.fsFn = mem.do
+	id := h.create(t, `{"image":"python"}`)
+	r := h.mustCall(t, "fs::read", `{"sandbox_id":"`+id+`","path":"/big"}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h.svc.Shutdown(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("shutdown waited for an unread stream")
+	}
+	rd, err := w.OpenReader(context.Background(), refOf(t, r["content"]))
+	if err == nil {
+		_, err = io.ReadAll(rd)
+		rd.Close()
+		var ae *protocol.ChannelAbortedError
+		if !errors.As(err, &ae) {
+			t.Fatalf("want an abort after shutdown, got %v", err)
+		}
+	}
+}
