@@ -360,6 +360,9 @@ func deliverBuffered(ch *channel, ws *websocket.Conn) {
 }
 
 func describeClose(err error) string {
+	if errors.Is(err, websocket.ErrMessageTooBig) {
+		return fmt.Sprintf("a frame larger than %d bytes", protocol.MaxChannelFrame)
+	}
 	var ce websocket.CloseError
 	if errors.As(err, &ce) {
 		if ce.Reason != "" {

@@ -188,6 +188,29 @@ func TestChannelWriterDrops(t *testing.T) {
 	}
 }
 
+func TestChannelFrameLimit(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	w := worker(t, url, "default", nil)
+	p := channelPair(t, w, nil)
+	ctx := context.Background()
+	u, _ := protocol.ChannelURL(url, p.Writer)
+	raw, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.CloseNow()
+	rd, err := protocol.DialReader(ctx, url, p.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	_ = raw.Write(ctx, websocket.MessageBinary, make([]byte, protocol.MaxChannelFrame+1))
+	_, err = io.ReadAll(rd)
+	if d := abortDetail(t, err); !strings.Contains(d, "a frame larger than 1048576 bytes") {
+		t.Fatalf("detail %q", d)
+	}
+}
+
 func TestChannelReaderLeaves(t *testing.T) {
 	e, url := startEngine(t, Options{})
 	w := worker(t, url, "default", nil)
