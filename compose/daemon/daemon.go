@@ -179,6 +179,21 @@ func (d *Daemon) HoldMutations() (release func()) {
 	return func() { once.Do(d.opMu.Unlock) }
 }
 
+// Settle waits, for at most limit, until no compose::* mutation is in flight, then holds them
+// off for good: Compose is exiting, and an operation the engine died under still prints its
+// warnings (req J5) before the rest of the project stops.
+func (d *Daemon) Settle(limit time.Duration) {
+	held := make(chan struct{})
+	go func() {
+		d.opMu.Lock()
+		close(held)
+	}()
+	select {
+	case <-held:
+	case <-time.After(limit):
+	}
+}
+
 // StartProject is the initial up of --up (call it while holding mutations): it starts the whole
 // project, then deletes the VM state of containers removed from the file since the last run.
 func (d *Daemon) StartProject(ctx context.Context) (project.Result, error) {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/errcode"
@@ -76,5 +77,35 @@ func TestRequestWorkers(t *testing.T) {
 	got := r.workers()
 	if len(got) != 3 || got[0] != "c" || got[1] != "a" || got[2] != "b" {
 		t.Fatalf("workers = %v", got)
+	}
+}
+
+// Settle waits for the mutation in flight, and gives up after its limit on one that hangs.
+func TestSettle(t *testing.T) {
+	d := New("default", nil, Deps{})
+	release := d.HoldMutations()
+	done := make(chan struct{})
+	go func() {
+		d.Settle(10 * time.Second)
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("Settle returned while a mutation was in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Settle did not return once the mutation finished")
+	}
+
+	stuck := New("default", nil, Deps{})
+	stuck.HoldMutations()
+	start := time.Now()
+	stuck.Settle(100 * time.Millisecond)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Settle waited %v for a stuck mutation", d)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
+	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -168,25 +169,45 @@ func (p *Project) stop(ctx context.Context, f *composefile.File, key string) boo
 		return false
 	}
 	p.Progress(key, "Stopping")
+	gone := p.engineGone(ctx)
 	if p.IsVM(key) {
-		if _, err := p.opts.Engine.Call(ctx, AdapterPrefix(f)+"::worker::stop", map[string]any{"vm_id": p.VMID(key)}); err != nil {
+		if gone {
+			p.Warn(fmt.Sprintf("container '%s': %s::worker::stop: the engine had already stopped", key, AdapterPrefix(f)))
+		} else if _, err := p.opts.Engine.Call(ctx, AdapterPrefix(f)+"::worker::stop", map[string]any{"vm_id": p.VMID(key)}); err != nil {
 			p.Warn(fmt.Sprintf("container '%s': %s::worker::stop: %v", key, AdapterPrefix(f), err))
+			gone = p.engineGone(ctx)
 		}
 	} else if killed, err := p.opts.Sup.Stop(key, f.StopTimeout); err != nil {
 		p.Warn(err.Error())
 	} else if killed {
 		p.Warn(fmt.Sprintf("container '%s' did not stop within %v and was killed", key, f.StopTimeout))
 	}
-	p.waitUnregistered(ctx, f.Namespace, key, 5*time.Second)
+	if !gone {
+		p.waitUnregistered(ctx, f.Namespace, key, 5*time.Second)
+	}
 	p.setState(key, func(c *Container) { c.State, c.PID = StateStopped, 0 })
 	p.Progress(key, "Stopped")
 	p.persist()
 	return true
 }
 
+// engineProbe bounds how long an operation waits for Compose's engine connection before it
+// treats the engine as stopped.
+const engineProbe = time.Second
+
+// engineGone reports whether Compose has lost its engine: a call still fails NOT_CONNECTED after
+// engineProbe (the connection keeps retrying in the background).
+func (p *Project) engineGone(ctx context.Context) bool {
+	_, err := p.opts.Engine.Call(ctx, protocol.FnListFunctions, map[string]any{"namespace": p.Namespace()}, protocol.WithTimeout(engineProbe))
+	var pe *protocol.Error
+	return errors.As(err, &pe) && pe.Code == engineerr.NotConnected
+}
+
 // waitUnregistered waits until the engine has dropped the (ns, key) registration of a process
 // that just exited, so that a restart does not find its own ghost (CONTAINER_NAME_TAKEN).
 func (p *Project) waitUnregistered(ctx context.Context, ns, key string, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		w, err := p.registered(ctx, ns, key)
@@ -202,7 +223,8 @@ func (p *Project) waitUnregistered(ctx context.Context, ns, key string, limit ti
 }
 
 // cleanupVMs deletes the adapter-owned state of VM containers, starting the declared adapter
-// for the call when it is not running. When it cannot, it warns (req J5).
+// for the call when it is not running. When it cannot (the adapter failed to start, none serves
+// the namespace, or the engine had already stopped), it warns (req J5).
 func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []string) []string {
 	if len(keys) == 0 {
 		return nil
@@ -213,6 +235,8 @@ func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []st
 	why := ""
 	startedForCall := false
 	switch {
+	case p.engineGone(ctx):
+		why = "the engine had already stopped"
 	case ak != "" && p.running(ak):
 	case ak != "":
 		if err := p.start(ctx, f, ak); err != nil {
@@ -222,7 +246,7 @@ func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []st
 		}
 	default:
 		if w, err := p.adapterLive(ctx, f); err != nil {
-			why = "the engine had already stopped: " + err.Error()
+			why = "the engine did not list its functions: " + err.Error()
 		} else if !w {
 			why = "the compose file does not declare the adapter and it is not running"
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
+	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -28,12 +29,17 @@ type fakeEngine struct {
 	mu    sync.Mutex
 	store map[string]any
 	calls []string
+	// gone makes every call fail NOT_CONNECTED, as when Compose has lost its engine.
+	gone bool
 }
 
 func (e *fakeEngine) Call(_ context.Context, fn string, payload any, _ ...protocol.CallOption) (json.RawMessage, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.calls = append(e.calls, fn)
+	if e.gone {
+		return nil, protocol.NewError(engineerr.NotConnected, "not connected to the engine")
+	}
 	b, _ := json.Marshal(payload)
 	var in map[string]any
 	_ = json.Unmarshal(b, &in)

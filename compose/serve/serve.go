@@ -3,8 +3,9 @@
 //
 // Everything Compose starts is tied to its lifetime: the managed engine and the workers run in
 // their own process groups with SIGKILL on parent death, and a reaper child kills those groups
-// when Compose is gone, SIGKILL of Compose included. A clean shutdown stops the workers (polite
-// stop, then kill after stop_timeout), then the engine, and removes engine-config.yaml.
+// when Compose is gone, SIGKILL of Compose included. A clean shutdown lets a compose::*
+// operation in flight finish, stops the workers (polite stop, then kill after stop_timeout),
+// then the engine, and removes engine-config.yaml.
 package serve
 
 import (
@@ -33,6 +34,9 @@ import (
 
 // EngineStartupTimeout bounds how long the managed engine may take to listen.
 const EngineStartupTimeout = 30 * time.Second
+
+// SettleTimeout bounds how long shutdown waits for a compose::* operation in flight to finish.
+const SettleTimeout = 20 * time.Second
 
 // Options are the command line of `iii compose` after its checks.
 type Options struct {
@@ -191,7 +195,10 @@ func Run(ctx context.Context, o Options) error {
 		fmt.Fprintln(o.Out, " ✔ Containers Ready")
 	}
 	release()
-	defer p.StopAll(context.Background())
+	defer func() {
+		d.Settle(SettleTimeout)
+		p.StopAll(context.Background())
+	}()
 
 	select {
 	case <-ctx.Done():

@@ -7,7 +7,8 @@
 // the worker's directory instead of booting a VM.
 //
 // Environment: III_SANDBOX_PREFIX (default sandbox-libkrun), FAKEVM_EXIT=1 makes it exit 1 at
-// start (a broken adapter), FAKEVM_FAIL_DELETE=1 makes worker::delete fail.
+// start (a broken adapter), FAKEVM_FAIL_DELETE=1 makes worker::delete fail, FAKEVM_HOLD_STOP=FILE
+// makes worker::stop create FILE and answer only when the adapter exits.
 package main
 
 import (
@@ -199,8 +200,13 @@ func (a *adapter) kill(id string) bool {
 	return true
 }
 
-func (a *adapter) stop(_ context.Context, raw json.RawMessage) (any, error) {
+func (a *adapter) stop(ctx context.Context, raw json.RawMessage) (any, error) {
 	id := vmID(raw)
+	if f := os.Getenv("FAKEVM_HOLD_STOP"); f != "" {
+		_ = os.WriteFile(f, nil, 0o644)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	return map[string]any{"vm_id": id, "stopped": a.kill(id)}, nil
 }
 

@@ -1,0 +1,48 @@
+package project
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/compose/vmstate"
+)
+
+const adapterAndVM = `containers:
+  sandbox-libkrun:
+    worker: package://sandbox-libkrun
+    version: '^0.3'
+  api:
+    worker: path://.
+    scripts: { run: "${W}" }
+`
+
+// With the engine gone, the VM state cannot be deleted: the warning says so (req J5), without
+// starting the adapter for the call or waiting out a call timeout per container.
+func TestCleanupVMsWarnsWhenTheEngineHadStopped(t *testing.T) {
+	p, eng, out := setup(t, adapterAndVM)
+	eng.mu.Lock()
+	eng.gone = true
+	eng.mu.Unlock()
+	start := time.Now()
+	ws := p.cleanupVMs(context.Background(), p.File(), []string{"api"})
+	if d := time.Since(start); d > 3*engineProbe {
+		t.Fatalf("cleanupVMs took %v with the engine gone", d)
+	}
+	want := vmstate.Warning("api", "sandbox-libkrun", p.VMID("api"), p.opts.Home, "the engine had already stopped")
+	if len(ws) != 1 || ws[0] != want {
+		t.Fatalf("warnings %q, want %q", ws, want)
+	}
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("output does not carry the warning:\n%s", out)
+	}
+	if p.opts.Sup.Running("sandbox-libkrun") {
+		t.Fatal("the adapter was started with the engine gone")
+	}
+	for _, c := range eng.calls {
+		if strings.HasSuffix(c, "::worker::delete") {
+			t.Fatalf("%s was called with the engine gone", c)
+		}
+	}
+}
