@@ -19,24 +19,6 @@ import (
 	"github.com/iii-go/iii/engine/protocol"
 )
 
-// Stream channels (REFERENCE-engine.md §1.1, §1.6): a one-way byte pipe between two holders of
-// StreamChannelRefs, served on the worker listener.
-//
-//	engine::channels::create {buffer_size?} -> {channel_id, reader: Ref, writer: Ref}
-//	Ref = {channel_id, access_key, direction: "read" | "write"}
-//
-// Each end connects once with a WebSocket to /ws/channels/{channel_id}?key={access_key}; the key
-// (compared in constant time) says which end it is. Unknown channel: HTTP 404; wrong key: 403;
-// an end already connected: 409. An end that connects after an abort is closed at once with it. The writer sends binary (or text) frames of at most
-// protocol.MaxChannelFrame bytes; the reader receives them in order as binary frames. At most
-// buffer_size frames (default DefaultChannelBuffer, at most MaxChannelBuffer) wait between them;
-// a full buffer stops reading the writer's socket (back-pressure). The writer closing with status
-// 1000 ends the reader's stream with a 1000 close after the buffered frames. Anything else — the
-// writer closing with another status or dropping, the reader leaving early, the idle deadline,
-// engine shutdown — aborts the channel: each connected end is closed with status
-// protocol.ChannelAbortStatus (4000) and the reason as close text. A channel is forgotten when
-// both ends are done, or when nothing moved through it for Options.ChannelIdle (default 5 min).
-
 // Channel buffer limits, in frames.
 const (
 	DefaultChannelBuffer = 16

@@ -7,7 +7,7 @@
 //	engine::workers::register  {name, namespace?, runtime, version, ...} -> {success, worker_id, namespace}
 //	engine::workers::list      -> {workers: [{id, name, namespace, runtime, version, pid, registered, functions}]}
 //	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
-//	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   see channels.go
+//	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   (stream channels, below)
 //	configuration::*           see package configuration (publish is owner-only)
 //	sandbox::*, engine::sandbox::bind   see package sandbox (bind is owner-only)
 //
@@ -21,6 +21,23 @@
 // connections whose handshake carried "Authorization: Bearer <token>" matching its token_file
 // (read on every check, compared in constant time, never logged or returned). A connection whose
 // token matches a namespace marked owner may call the owner-only functions.
+//
+// Stream channels (REFERENCE-engine.md §1.1, §1.6) are one-way byte pipes between the holders of
+// two StreamChannelRefs {channel_id, access_key, direction: "read"|"write"}, made by
+// engine::channels::create {buffer_size?} -> {channel_id, reader, writer}. Each end connects once
+// with a WebSocket to /ws/channels/{channel_id}?key={access_key} on the worker listener; the key
+// (compared in constant time) says which end it is. Unknown or forgotten channel: HTTP 404; wrong
+// key: 403; an end already connected: 409. The writer sends binary (or text) frames of at most
+// protocol.MaxChannelFrame bytes; the reader gets them in order as binary frames. At most
+// buffer_size frames (default DefaultChannelBuffer, at most MaxChannelBuffer) wait between the
+// two; a full buffer stops reading the writer's socket (back-pressure). The writer closing with
+// status 1000 ends the reader's stream with a 1000 close after the buffered frames. Anything else
+// (the writer closing with another status or dropping, an over-size frame, the reader leaving
+// early, the idle deadline, engine shutdown) aborts the channel: the reader gets the frames
+// already buffered, then each connected end is closed with protocol.ChannelAbortStatus (4000)
+// and the reason as close text; an end that connects after the abort is closed with it at once.
+// A channel is forgotten when both ends are done, or once nothing moved through it for
+// Options.ChannelIdle (default 5 min).
 package core
 
 import (

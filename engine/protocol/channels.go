@@ -13,14 +13,6 @@ import (
 	"github.com/coder/websocket"
 )
 
-// Stream channels. engine::channels::create {buffer_size?} returns a ChannelPair: two
-// StreamChannelRefs of one channel. The holder of the write ref sends bytes, the holder of the
-// read ref receives them, each over a WebSocket to the worker listener at
-// ChannelPathPrefix+{channel_id}?key={access_key} (see ChannelURL). A writer that closes
-// normally ends the reader's stream with io.EOF; an abort on either side (Abort, a dropped
-// connection, the engine's idle deadline or shutdown) closes the other end with
-// ChannelAbortStatus and its reason, which a ChannelReader returns as *ChannelAbortedError.
-
 // FnCreateChannel creates a stream channel.
 const FnCreateChannel = "engine::channels::create"
 

@@ -37,6 +37,8 @@
 // connect to one end over a WebSocket to <engine>/ws/channels/{channel_id}?key={access_key}
 // (ws/wss derived from the worker URL; DialReader and DialWriter take any engine URL). Bytes flow
 // writer to reader; the writer's Close ends the reader's stream with io.EOF, anything else
-// (Abort, a dropped connection, the engine's idle deadline) gives the reader a
-// *ChannelAbortedError. Refs are plain JSON, so a function can return one and its caller open it.
+// (Abort, a dropped connection, the engine's idle deadline) closes the other end with
+// ChannelAbortStatus and a reason, which the reader returns as a *ChannelAbortedError. The ctx
+// given to OpenReader/OpenWriter bounds the whole stream. Refs are plain JSON, so a function can
+// return one and its caller open it.
 package protocol
