@@ -161,7 +161,9 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 		m.release = h.KernelRelease
 		m.hello = h
 	case <-m.connErr:
-		m.qemu.waitFor(time.Second)
+		// Let qemu finish writing the console (a panicking kernel) before it is read; a loaded
+		// host can take seconds.
+		m.qemu.waitFor(3 * time.Second)
 		return fail(errors.New("the guest closed its control channel before the agent started"))
 	case <-ctx.Done():
 		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))

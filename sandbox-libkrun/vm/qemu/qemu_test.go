@@ -355,10 +355,15 @@ func TestBootFailureShowsConsole(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	waitGone(t, state, 5*time.Second)
-	// Without a StateDir the driver's own temporary one carries the console, then goes.
-	_, err = d.Boot(context.Background(), vm.Spec{RootFS: busyboxRoot(t), CPUs: 1, MemoryMB: 128})
-	if err == nil || !strings.Contains(err.Error(), "panic") {
+	// Without a StateDir the driver uses a temporary one and removes it after the failure.
+	root := busyboxRoot(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	_, err = d.Boot(context.Background(), vm.Spec{RootFS: root, CPUs: 1, MemoryMB: 128})
+	if err == nil || !strings.Contains(err.Error(), "VM boot failed") {
 		t.Fatalf("boot without a StateDir: %v", err)
+	}
+	if left := tempStateDirs(t); len(left) > 0 {
+		t.Fatalf("temporary state directories left behind: %v", left)
 	}
 }
 
@@ -379,4 +384,14 @@ func TestFloor(t *testing.T) {
 	if _, err := broken.Floor(ctx); err == nil || !strings.Contains(err.Error(), "never reached /init") {
 		t.Fatalf("floor of a kernel that panics: %v", err)
 	}
+}
+
+// tempStateDirs lists the driver's temporary state directories ($TMPDIR/iii-vm-*).
+func tempStateDirs(t *testing.T) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(os.TempDir(), "iii-vm-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
