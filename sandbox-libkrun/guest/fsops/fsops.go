@@ -55,9 +55,24 @@ func invalid(format string, a ...any) *Error {
 	return &Error{Code: "S210", Message: fmt.Sprintf(format, a...)}
 }
 
-func decode(req json.RawMessage, v any) *Error {
+// field names a string field of a request that must not be empty.
+type field struct {
+	name  string
+	value *string
+}
+
+// need requires the decoded string at value, reported as name when empty.
+func need(name string, value *string) field { return field{name, value} }
+
+// decode unmarshals req into v, then checks the needed fields in order (S210 on either failure).
+func decode(req json.RawMessage, v any, needed ...field) *Error {
 	if err := json.Unmarshal(req, v); err != nil {
 		return invalid("invalid fs request: %v", err)
+	}
+	for _, f := range needed {
+		if e := required(f.name, *f.value); e != nil {
+			return e
+		}
 	}
 	return nil
 }

@@ -24,10 +24,8 @@ type pathReq struct {
 // decodePath decodes a request whose only field is a required path.
 func decodePath(req json.RawMessage) (pathReq, *Error) {
 	var r pathReq
-	if e := decode(req, &r); e != nil {
-		return r, e
-	}
-	return r, required("path", r.Path)
+	e := decode(req, &r, need("path", &r.Path))
+	return r, e
 }
 
 func ls(req json.RawMessage) (any, *Error) {
@@ -75,10 +73,7 @@ func mkdir(req json.RawMessage) (any, *Error) {
 		Mode    string `json:"mode"`
 		Parents bool   `json:"parents"`
 	}
-	if e := decode(req, &r); e != nil {
-		return nil, e
-	}
-	if e := required("path", r.Path); e != nil {
+	if e := decode(req, &r, need("path", &r.Path)); e != nil {
 		return nil, e
 	}
 	mode, e := parseMode(r.Mode, "0755")
@@ -115,10 +110,7 @@ func write(req json.RawMessage) (any, *Error) {
 		Content    json.RawMessage `json:"content"`
 		ContentB64 *string         `json:"content_b64"`
 	}
-	if e := decode(req, &r); e != nil {
-		return nil, e
-	}
-	if e := required("path", r.Path); e != nil {
+	if e := decode(req, &r, need("path", &r.Path)); e != nil {
 		return nil, e
 	}
 	mode, e := parseMode(r.Mode, "0644")
@@ -199,10 +191,7 @@ func rm(req json.RawMessage) (any, *Error) {
 		Path      string `json:"path"`
 		Recursive bool   `json:"recursive"`
 	}
-	if e := decode(req, &r); e != nil {
-		return nil, e
-	}
-	if e := required("path", r.Path); e != nil {
+	if e := decode(req, &r, need("path", &r.Path)); e != nil {
 		return nil, e
 	}
 	if filepath.Clean(r.Path) == "/" {
@@ -231,13 +220,7 @@ func chmod(req json.RawMessage) (any, *Error) {
 		GID       *int   `json:"gid"`
 		Recursive bool   `json:"recursive"`
 	}
-	if e := decode(req, &r); e != nil {
-		return nil, e
-	}
-	if e := required("path", r.Path); e != nil {
-		return nil, e
-	}
-	if e := required("mode", r.Mode); e != nil {
+	if e := decode(req, &r, need("path", &r.Path), need("mode", &r.Mode)); e != nil {
 		return nil, e
 	}
 	mode, e := parseMode(r.Mode, "")
@@ -303,13 +286,7 @@ func mv(req json.RawMessage) (any, *Error) {
 		Dst       string `json:"dst"`
 		Overwrite bool   `json:"overwrite"`
 	}
-	if e := decode(req, &r); e != nil {
-		return nil, e
-	}
-	if e := required("src", r.Src); e != nil {
-		return nil, e
-	}
-	if e := required("dst", r.Dst); e != nil {
+	if e := decode(req, &r, need("src", &r.Src), need("dst", &r.Dst)); e != nil {
 		return nil, e
 	}
 	sfi, err := os.Lstat(r.Src)

@@ -42,13 +42,7 @@ func grep(req json.RawMessage) (any, *Error) {
 		MaxMatches   *int     `json:"max_matches"`
 		MaxLineBytes *int     `json:"max_line_bytes"`
 	}{}
-	if e := decode(req, &r); e != nil {
-		return nil, e
-	}
-	if e := required("path", r.Path); e != nil {
-		return nil, e
-	}
-	if e := required("pattern", r.Pattern); e != nil {
+	if e := decode(req, &r, need("path", &r.Path), need("pattern", &r.Pattern)); e != nil {
 		return nil, e
 	}
 	recursive := r.Recursive == nil || *r.Recursive
