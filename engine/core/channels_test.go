@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -263,16 +262,7 @@ func TestChannelIdleDeadline(t *testing.T) {
 }
 
 func TestChannelShutdownAborts(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := New(Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	defer func() { cancel(); <-done }()
-	url := "ws://" + ln.Addr().String()
+	_, url, stop := serveEngine(t, Options{})
 	w := protocol.NewWorker(protocol.Config{URL: url, Name: "t", NoReconnect: true})
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -284,8 +274,7 @@ func TestChannelShutdownAborts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rd.Close()
-	cancel()
-	<-done
+	stop()
 	_, err = rd.Read(make([]byte, 1))
 	if d := abortDetail(t, err); !strings.Contains(d, "shutting down") {
 		t.Fatalf("detail %q", d)
@@ -294,13 +283,7 @@ func TestChannelShutdownAborts(t *testing.T) {
 
 // BenchmarkChannel10MiB moves 10 MiB through a channel per iteration.
 func BenchmarkChannel10MiB(b *testing.B) {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	e := New(Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	defer func() { cancel(); <-done }()
-	url := "ws://" + ln.Addr().String()
+	_, url, _ := serveEngine(b, Options{})
 	w := protocol.NewWorker(protocol.Config{URL: url, Name: "bench", NoReconnect: true})
 	if err := w.Start(context.Background()); err != nil {
 		b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,18 +18,28 @@ import (
 	"github.com/iii-go/iii/engine/protocol"
 )
 
-func startEngine(t *testing.T, opts Options) (*Engine, string) {
-	t.Helper()
+// serveEngine serves an engine on a free loopback port. stop shuts it down and waits for Serve
+// to return; it also runs at cleanup, and a second call does nothing.
+func serveEngine(tb testing.TB, opts Options) (e *Engine, url string, stop func()) {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	e := New(opts)
+	e = New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return e, "ws://" + ln.Addr().String()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	tb.Cleanup(stop)
+	return e, "ws://" + ln.Addr().String(), stop
+}
+
+func startEngine(t *testing.T, opts Options) (*Engine, string) {
+	t.Helper()
+	e, url, _ := serveEngine(t, opts)
+	return e, url
 }
 
 func worker(t *testing.T, url, ns string, fns map[string]protocol.Handler) *protocol.Worker {
