@@ -90,13 +90,20 @@ func refOf(t *testing.T, v any) protocol.ChannelRef {
 	return r
 }
 
-func TestFSReadWriteChannels(t *testing.T) {
+// channelHarness is an adapter wired to a real engine's channels, with an in-memory guest
+// filesystem (returned for inspection) and one python sandbox.
+func channelHarness(t *testing.T) (*harness, *protocol.Worker, *memFS, string) {
+	t.Helper()
 	w := engineWorker(t)
 	h := newHarness(t, nil, nil)
 	h.svc.opt.Channels = w
 	mem := &memFS{files: map[string][]byte{}}
 	h.drv.fsFn = mem.do
-	id := h.create(t, `{"image":"python"}`)
+	return h, w, mem, h.create(t, `{"image":"python"}`)
+}
+
+func TestFSReadWriteChannels(t *testing.T) {
+	h, w, _, id := channelHarness(t)
 	ctx := context.Background()
 
 	// A binary file written through a channel reads back identically through one.
@@ -152,12 +159,7 @@ func TestFSReadWriteChannels(t *testing.T) {
 }
 
 func TestFSWriteChannelErrors(t *testing.T) {
-	w := engineWorker(t)
-	h := newHarness(t, nil, nil)
-	h.svc.opt.Channels = w
-	mem := &memFS{files: map[string][]byte{}}
-	h.drv.fsFn = mem.do
-	id := h.create(t, `{"image":"python"}`)
+	h, w, mem, id := channelHarness(t)
 	ctx := context.Background()
 	pre := `{"sandbox_id":"` + id + `","path":"/f"`
 
