@@ -159,16 +159,26 @@ func TestChannelWriterAbort(t *testing.T) {
 	waitChannels(t, e, 0)
 }
 
+// rawWriter dials the writer end of a channel as a bare WebSocket, for tests that misbehave.
+func rawWriter(t *testing.T, url string, ref protocol.ChannelRef) *websocket.Conn {
+	t.Helper()
+	u, err := protocol.ChannelURL(url, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _, err := websocket.Dial(context.Background(), u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
 func TestChannelWriterDrops(t *testing.T) {
 	_, url := startEngine(t, Options{})
 	w := worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
-	u, _ := protocol.ChannelURL(url, p.Writer)
-	raw, _, err := websocket.Dial(ctx, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := rawWriter(t, url, p.Writer)
 	rd, err := protocol.DialReader(ctx, url, p.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -192,11 +202,7 @@ func TestChannelFrameLimit(t *testing.T) {
 	w := worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
-	u, _ := protocol.ChannelURL(url, p.Writer)
-	raw, _, err := websocket.Dial(ctx, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := rawWriter(t, url, p.Writer)
 	defer raw.CloseNow()
 	rd, err := protocol.DialReader(ctx, url, p.Reader)
 	if err != nil {
