@@ -25,10 +25,12 @@ import (
 
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/sandbox-libkrun/adapter"
+	"github.com/iii-go/iii/sandbox-libkrun/firmware"
 	"github.com/iii-go/iii/sandbox-libkrun/hostcheck"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
 	"github.com/iii-go/iii/sandbox-libkrun/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
 	"github.com/iii-go/iii/sandbox-libkrun/vmworker"
 )
@@ -39,12 +41,13 @@ var version = "0.0.0-dev"
 // Environment variables the adapter reads (besides the SDK's III_URL, III_NAMESPACE,
 // III_WORKER_NAME and III_TOKEN_FILE).
 const (
-	envPrefix     = "III_SANDBOX_PREFIX"     // function prefix
-	envHostRoots  = "III_SANDBOX_HOST_ROOTS" // extra VM-worker host roots, path-list separated
-	envComposeDir = "III_COMPOSE_DIR"        // the compose file's directory (a host root)
-	envComposeNS  = "III_COMPOSE_NAMESPACE"  // the project's namespace (names the settings entry)
-	envConfigName = "III_CONFIG_NAME"        // the settings entry id, when Compose names it
-	envConfigFile = "III_CONFIG"             // Compose's copy of the entry, read when the engine has none
+	envPrefix     = "III_SANDBOX_PREFIX"      // function prefix
+	envHostRoots  = "III_SANDBOX_HOST_ROOTS"  // extra VM-worker host roots, path-list separated
+	envComposeDir = "III_COMPOSE_DIR"         // the compose file's directory (a host root)
+	envComposeNS  = "III_COMPOSE_NAMESPACE"   // the project's namespace (names the settings entry)
+	envConfigName = "III_CONFIG_NAME"         // the settings entry id, when Compose names it
+	envConfigFile = "III_CONFIG"              // Compose's copy of the entry, read when the engine has none
+	envAccel      = "III_SANDBOX_ACCELERATOR" // overrides the accelerator setting (kvm, tcg, auto)
 )
 
 const usage = `sandbox-libkrun: the sandbox adapter worker (sandbox contract %d.%d)
@@ -80,9 +83,15 @@ replacement boots behind it; pooled machines are not listed, do not count toward
 max_concurrent_sandboxes and stop with the adapter. adapter::info shows warm_pool.<image>
 {size, ready, booting, served, error}.
 
-Host checks at start (each missing piece is its own error): qemu, virtiofsd, read/write
-/dev/kvm, libcap-ng0, the VM firmware in ~/.iii/lib. Images are cached in ~/.iii/cache,
-VM-worker state is kept in ~/.iii/sandbox/workers/<vm_id>/.
+Settings key accelerator (default kvm on Linux): kvm needs read/write /dev/kvm; tcg runs every
+VM under qemu's software emulation on any host (slower; a warning at start says so); auto uses
+KVM when a probe boot under it works, else tcg. $III_SANDBOX_ACCELERATOR overrides the key.
+
+At start the adapter installs the VM firmware it carries (firmware/ beside this binary) into
+~/.iii/lib when it is missing or older. Host checks (each missing piece is its own error):
+qemu, virtiofsd, read/write /dev/kvm (accelerator kvm), libcap-ng0, the VM firmware. Images are
+cached in ~/.iii/cache (pulled when auto_install is on), VM-worker state is kept in
+~/.iii/sandbox/workers/<vm_id>/.
 
 Functions: <prefix>::create exec run list stop catalog::list adapter::info
   fs::{ls,stat,mkdir,write,read,rm,chmod,mv,grep,sed} worker::{start,stop,status,delete}
@@ -192,7 +201,14 @@ func run(args []string) int {
 		return fail("INVALID_SETTINGS", "%v; the adapter does not start with a bad value (fix it in the adapter's config_override, then run `iii call compose::restart`)", err)
 	}
 
-	problems := hostcheck.Run()
+	accel, err := accelerator(st)
+	if err != nil {
+		return fail("INVALID_SETTINGS", "%v", err)
+	}
+	if err := installFirmware(); err != nil {
+		return fail("FIRMWARE_INSTALL_FAILED", "%v", err)
+	}
+	problems := hostcheck.Run(accel)
 	for _, p := range problems {
 		if !p.Fatal {
 			logf("warning: %s", p)
@@ -201,9 +217,16 @@ func run(args []string) int {
 	if err := hostcheck.Err(problems); err != nil {
 		return fail("HOST_CHECK_FAILED", "%v", err)
 	}
-	drv, err := qemu.New(qemu.Options{})
+	drv, err := qemu.New(qemu.Options{Accel: accel})
 	if err != nil {
 		return fail("HOST_CHECK_FAILED", "%v", err)
+	}
+	inUse := drv.Accel()
+	switch {
+	case accel == settings.AccelTCG:
+		logf("warning: accelerator tcg: every VM runs under software emulation (no KVM), several times slower than under kvm")
+	case accel == settings.AccelAuto:
+		logf("accelerator auto: using %s", inUse)
 	}
 	if o.check {
 		fmt.Printf("settings ok; VM driver %s; host roots %s\n", drv.Name(), strings.Join(hostRoots(o).List(), ", "))
@@ -214,7 +237,7 @@ func run(args []string) int {
 	images := cacheImages{c: image.NewCache("")}
 	runDir := processDir("iii-sbx")
 	defer os.RemoveAll(runDir)
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version,
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Accelerator: inUse,
 		StateDir: filepath.Join(runDir, "s"), Logf: logf, Channels: w})
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
@@ -290,6 +313,43 @@ func wrap(h adapter.Handler) protocol.Handler {
 		}
 		return out, nil
 	}
+}
+
+// accelerator is the accelerator setting, or $III_SANDBOX_ACCELERATOR when set (validated the
+// same way).
+func accelerator(st settings.Settings) (string, error) {
+	v := os.Getenv(envAccel)
+	if v == "" {
+		return st.Accelerator, nil
+	}
+	if !slices.Contains(settings.Accelerators, v) {
+		return "", fmt.Errorf("$%s must be one of %s, got %q", envAccel, strings.Join(settings.Accelerators, ", "), v)
+	}
+	return v, nil
+}
+
+// installFirmware installs the firmware this adapter carries into the firmware directory
+// (~/.iii/lib) when it is missing or older, and says what it did. An adapter that carries none
+// (a bare `go build`) relies on what is installed.
+func installFirmware() error {
+	src, ok := firmware.Bundled()
+	if !ok {
+		return nil
+	}
+	dst := firmware.At(firmware.Dir())
+	action, err := firmware.Install(src, dst, version)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case firmware.Installed, firmware.Replaced:
+		logf("VM firmware %s into %s", action, dst.Dir)
+	case firmware.Kept:
+		if m, err := firmware.ReadManifest(dst); err != nil || m.Agent != proto.AgentVersion {
+			logf("warning: the VM firmware in %s was not installed by sandbox-libkrun and may not suit this adapter (guest agent %q, this adapter speaks %q); remove its iii-vm-* files to let the adapter install its own", dst.Dir, m.Agent, proto.AgentVersion)
+		}
+	}
+	return nil
 }
 
 // processDir returns $TMPDIR/<name>-<uid>/<pid>, the directory of this process's machine

@@ -73,11 +73,13 @@ type Options struct {
 	Settings settings.Settings
 	Driver   vm.Driver
 	Images   Images
-	Version  string           // adapter_version
-	StateDir string           // parent of each sandbox's machine state directory (sockets, console)
-	Now      func() time.Time // clock; time.Now when nil
-	Logf     func(format string, args ...any)
-	Channels Channels // engine stream channels of fs::read and fs::write; without, channel content is S218
+	Version  string // adapter_version
+	// Accelerator is the accelerator VMs run under (kvm, tcg, hvf), reported by adapter::info.
+	Accelerator string
+	StateDir    string           // parent of each sandbox's machine state directory (sockets, console)
+	Now         func() time.Time // clock; time.Now when nil
+	Logf        func(format string, args ...any)
+	Channels    Channels // engine stream channels of fs::read and fs::write; without, channel content is S218
 }
 
 // Service holds the live sandboxes and serves every operation.
@@ -157,12 +159,17 @@ type InfoReply struct {
 	Adapter        string                `json:"adapter"`
 	AdapterVersion string                `json:"adapter_version"`
 	Contract       ContractVersion       `json:"contract"`
+	Driver         string                `json:"driver"`
+	Accelerator    string                `json:"accelerator"`
 	WarmPool       map[string]PoolStatus `json:"warm_pool,omitempty"`
 }
 
 // Info answers adapter::info.
 func (s *Service) Info(context.Context, json.RawMessage) (any, error) {
-	r := InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract}
+	r := InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract, Accelerator: s.opt.Accelerator}
+	if s.opt.Driver != nil {
+		r.Driver = s.opt.Driver.Name()
+	}
 	if s.pool != nil {
 		r.WarmPool = s.pool.status()
 	}

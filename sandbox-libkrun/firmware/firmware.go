@@ -1,14 +1,17 @@
-// Package firmware builds and locates what the Linux VM driver boots: an uncompressed kernel
-// (vmlinux) taken from Debian's cloud kernel package and an initramfs holding the guest agent as
-// /init plus the kernel modules it loads. Both are installed into ~/.iii/lib/ and packed as a
-// release asset.
+// Package firmware builds, carries and locates what the Linux VM driver boots: an uncompressed
+// kernel (vmlinux) taken from Debian's cloud kernel package and an initramfs holding the guest
+// agent as /init plus the kernel modules it loads.
+//
+// mage builds the firmware into dist/firmware/<target>/; every adapter package carries it in
+// firmware/ beside the sandbox-libkrun binary, and the adapter installs it into ~/.iii/lib/ at
+// start (Install), where the driver loads it (req J3).
 package firmware
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,18 +21,19 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
-// File names inside the firmware directory.
+// File names inside a firmware directory.
 const (
 	KernelFile   = "iii-vm-vmlinux"
 	InitrdFile   = "iii-vm-initramfs.cpio"
 	ManifestFile = "iii-vm-firmware.json"
 )
 
-// AssetName is the release asset holding the three firmware files.
-const AssetName = "sandbox-firmware-x86_64-unknown-linux-gnu.tar.gz"
+// BundleDir is the directory beside the adapter binary that holds the firmware it carries.
+const BundleDir = "firmware"
 
 // DefaultPackage is the Debian package whose kernel the firmware repackages.
 const DefaultPackage = "linux-image-cloud-amd64"
@@ -40,15 +44,18 @@ var Modules = []string{"virtio_mmio", "virtio_console", "virtiofs", "overlay"}
 // NetModules are loaded only when a machine has networking.
 var NetModules = []string{"virtio_net"}
 
-// Manifest describes an installed firmware.
+// Manifest describes a firmware: what it was built from and the SHA-256 of its two files.
+// InstalledBy is set only in ~/.iii/lib, by the adapter version that installed it there.
 type Manifest struct {
-	KernelRelease string   `json:"kernel_release"`
-	Package       string   `json:"package"`
-	Modules       []string `json:"modules"`
-	Built         string   `json:"built"`
+	KernelRelease string            `json:"kernel_release"`
+	Package       string            `json:"package"`
+	Agent         string            `json:"agent"`
+	Modules       []string          `json:"modules"`
+	SHA256        map[string]string `json:"sha256"`
+	InstalledBy   string            `json:"installed_by,omitempty"`
 }
 
-// Paths are the files of an installed firmware.
+// Paths are the files of a firmware directory.
 type Paths struct {
 	Dir      string
 	Kernel   string
@@ -73,22 +80,34 @@ func At(dir string) Paths {
 	return Paths{Dir: dir, Kernel: filepath.Join(dir, KernelFile), Initrd: filepath.Join(dir, InitrdFile), Manifest: filepath.Join(dir, ManifestFile)}
 }
 
-// Locate returns the installed firmware, or an error naming the missing file and how to build it.
+// Locate returns the installed firmware, or an error naming the missing file and the fix.
 func Locate() (Paths, error) {
 	p := At(Dir())
 	for _, f := range []string{p.Kernel, p.Initrd} {
 		if _, err := os.Stat(f); err != nil {
-			return p, fmt.Errorf("VM firmware missing: %s not found; build it with `go tool mage firmware` (or unpack the %s release asset into %s)", f, AssetName, p.Dir)
+			return p, fmt.Errorf("VM firmware missing: %s not found; the sandbox-libkrun package installs it at start from its %s/ directory (reinstall the adapter with `iii call compose::restart worker=sandbox-libkrun`), or from a source checkout run `go tool mage build`", f, BundleDir)
 		}
 	}
 	return p, nil
 }
 
+// ReadManifest reads the manifest of the firmware directory p.
+func ReadManifest(p Paths) (Manifest, error) {
+	var m Manifest
+	b, err := os.ReadFile(p.Manifest)
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", p.Manifest, err)
+	}
+	return m, nil
+}
+
 // Options steer Build.
 type Options struct {
 	WorkDir   string    // scratch directory for the download and extraction (required)
-	OutDir    string    // where the firmware files go (default Dir())
-	AssetPath string    // if set, the release tarball is written here too
+	OutDir    string    // where the firmware files go (required)
 	Package   string    // Debian kernel package (default DefaultPackage)
 	Agent     string    // path of a built guest agent; empty: build it from ModuleDir
 	ModuleDir string    // the sandbox-libkrun module directory, to build the agent
@@ -96,13 +115,11 @@ type Options struct {
 }
 
 // Build downloads the kernel package with apt-get, extracts the uncompressed kernel and the
-// needed modules, builds the guest agent and writes the firmware files.
+// needed modules, builds the guest agent and writes the firmware files. The output depends only
+// on the package and the agent's source, so two builds give the same bytes.
 func Build(ctx context.Context, o Options) (Paths, error) {
-	if o.WorkDir == "" {
-		return Paths{}, errors.New("firmware: WorkDir is required")
-	}
-	if o.OutDir == "" {
-		o.OutDir = Dir()
+	if o.WorkDir == "" || o.OutDir == "" {
+		return Paths{}, errors.New("firmware: WorkDir and OutDir are required")
 	}
 	if o.Package == "" {
 		o.Package = DefaultPackage
@@ -166,89 +183,37 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	if err != nil {
 		return Paths{}, err
 	}
-	man := Manifest{KernelRelease: release, Package: filepath.Base(deb), Built: time.Now().UTC().Format(time.RFC3339)}
+	man := Manifest{KernelRelease: release, Package: filepath.Base(deb), Agent: proto.AgentVersion,
+		SHA256: map[string]string{KernelFile: digest(vmlinux), InitrdFile: digest(initrd)}}
 	for _, m := range append(mods, netMods...) {
 		man.Modules = append(man.Modules, m.Name)
 	}
-	manJSON, _ := json.MarshalIndent(man, "", "  ")
-	files := []struct {
-		name string
-		data []byte
-	}{{KernelFile, vmlinux}, {InitrdFile, initrd}, {ManifestFile, append(manJSON, '\n')}}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return Paths{}, err
 	}
-	for _, f := range files {
-		if err := writeAtomic(filepath.Join(o.OutDir, f.name), f.data, 0o644); err != nil {
+	for name, data := range map[string][]byte{KernelFile: vmlinux, InitrdFile: initrd} {
+		if err := writeAtomic(filepath.Join(o.OutDir, name), data, 0o644); err != nil {
 			return Paths{}, err
 		}
+	}
+	if err := writeManifest(At(o.OutDir), man); err != nil {
+		return Paths{}, err
 	}
 	logf("firmware: kernel %s (%d MB), initramfs %d KB with %d modules, in %s", release, len(vmlinux)>>20, len(initrd)>>10, len(man.Modules), o.OutDir)
-	if o.AssetPath != "" {
-		var buf bytes.Buffer
-		gz := gzip.NewWriter(&buf)
-		tw := tar.NewWriter(gz)
-		for _, f := range files {
-			if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}); err != nil {
-				return Paths{}, err
-			}
-			if _, err := tw.Write(f.data); err != nil {
-				return Paths{}, err
-			}
-		}
-		if err := tw.Close(); err != nil {
-			return Paths{}, err
-		}
-		if err := gz.Close(); err != nil {
-			return Paths{}, err
-		}
-		if err := os.MkdirAll(filepath.Dir(o.AssetPath), 0o755); err != nil {
-			return Paths{}, err
-		}
-		if err := writeAtomic(o.AssetPath, buf.Bytes(), 0o644); err != nil {
-			return Paths{}, err
-		}
-		logf("firmware: asset %s (%d MB)", o.AssetPath, buf.Len()>>20)
-	}
 	return At(o.OutDir), nil
 }
 
-// Install unpacks a firmware release asset into dir.
-func Install(asset, dir string) error {
-	f, err := os.Open(asset)
+func digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func writeManifest(p Paths, m Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return err
-	}
-	tr := tar.NewReader(gz)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		switch h.Name {
-		case KernelFile, InitrdFile, ManifestFile:
-		default:
-			return fmt.Errorf("firmware asset: unexpected member %q", h.Name)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			return err
-		}
-		if err := writeAtomic(filepath.Join(dir, h.Name), data, 0o644); err != nil {
-			return err
-		}
-	}
+	return writeAtomic(p.Manifest, append(b, '\n'), 0o644)
 }
 
 // Initramfs builds the uncompressed cpio archive: /init (the agent), the module files under
@@ -288,7 +253,8 @@ func Initramfs(agent string, mods, netMods []Module) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// BuildAgent compiles the static guest agent (package guest of moduleDir) for linux/amd64.
+// BuildAgent compiles the static guest agent (package guest of moduleDir) for this host's
+// architecture.
 func BuildAgent(ctx context.Context, moduleDir, out string) error {
 	if moduleDir == "" {
 		return errors.New("firmware: ModuleDir (the sandbox-libkrun module) is required to build the agent")

@@ -5,6 +5,9 @@
 // binary), III_VIRTIOFSD (virtiofsd binary), III_KVM_DEVICE (the KVM device, default /dev/kvm),
 // III_LIBCAPNG (a path that must exist in place of libcap-ng.so.0) and III_LIB_DIR (firmware
 // directory, default ~/.iii/lib).
+//
+// /dev/kvm is checked only under the kvm accelerator (the Linux default, req H2); tcg runs
+// anywhere and auto falls back to tcg, so neither needs it.
 package hostcheck
 
 import (
@@ -17,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
+	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
 )
 
@@ -24,16 +28,16 @@ import (
 type Problem struct {
 	Check   string // short name: qemu, virtiofsd, kvm, libcap-ng, firmware
 	Message string // what is wrong and how to fix it
-	// Fatal problems stop the adapter from starting. Every check is fatal today (req H2 makes
-	// /dev/kvm access a requirement even though the driver may end up using TCG).
+	// Fatal problems stop the adapter from starting. Every check is fatal today.
 	Fatal bool
 }
 
 // String renders the check and its message.
 func (p Problem) String() string { return p.Check + ": " + p.Message }
 
-// Run performs every check and returns the problems found (none on a ready host).
-func Run() []Problem {
+// Run performs every check for the accelerator accel (settings.Accel*) and returns the problems
+// found (none on a ready host).
+func Run(accel string) []Problem {
 	if runtime.GOOS != "linux" {
 		return []Problem{{Check: "platform", Message: "sandbox microVMs need Linux (UNSUPPORTED_PLATFORM: " + runtime.GOOS + "/" + runtime.GOARCH + ")", Fatal: true}}
 	}
@@ -44,8 +48,15 @@ func Run() []Problem {
 	if v := qemu.VirtiofsdPath(); !found(v) {
 		ps = append(ps, Problem{"virtiofsd", fmt.Sprintf("virtiofsd is not installed (%s not found); install it with `apt-get install qemu-system-common`", v), true})
 	}
-	if p := checkKVM(qemu.KVMDevice()); p != nil {
-		ps = append(ps, *p)
+	switch accel {
+	case settings.AccelKVM:
+		if p := checkKVM(qemu.KVMDevice()); p != nil {
+			ps = append(ps, *p)
+		} else if qemu.NestedPVM() {
+			ps = append(ps, Problem{"kvm", "KVM cannot boot a guest here -- /dev/kvm is served by a nested PVM module (kvm_pvm) that cannot run a stock guest kernel. " + tcgHint, true})
+		}
+	case settings.AccelHVF:
+		ps = append(ps, Problem{"accelerator", "accelerator `hvf` is macOS's Hypervisor.framework; on Linux use `kvm`, `auto` or `tcg`", true})
 	}
 	if !libcapng() {
 		ps = append(ps, Problem{"libcap-ng", "libcap-ng0 is not installed (libcap-ng.so.0 not found, needed by virtiofsd); install it with `apt-get install libcap-ng0`", true})
@@ -79,6 +90,9 @@ func found(bin string) bool {
 	return err == nil
 }
 
+// tcgHint names the alternative to KVM that every kvm problem ends with.
+const tcgHint = "Or run sandboxes under software emulation (slower, no /dev/kvm needed): set `accelerator: tcg` in the adapter's config_override"
+
 func checkKVM(dev string) *Problem {
 	f, err := os.OpenFile(dev, os.O_RDWR, 0)
 	if err == nil {
@@ -86,9 +100,9 @@ func checkKVM(dev string) *Problem {
 		return nil
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		return &Problem{"kvm", fmt.Sprintf("KVM not available -- %s does not exist. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization in the firmware/hypervisor; under WSL2 enable nested virtualization", dev), true}
+		return &Problem{"kvm", fmt.Sprintf("KVM not available -- %s does not exist. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization in the firmware/hypervisor; under WSL2 enable nested virtualization. %s", dev, tcgHint), true}
 	}
-	return &Problem{"kvm", fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission. Add your user to the 'kvm' group: sudo usermod -aG kvm $USER, then log in again", dev), true}
+	return &Problem{"kvm", fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission. Add your user to the 'kvm' group: sudo usermod -aG kvm $USER, then log in again. %s", dev, tcgHint), true}
 }
 
 // libcapng looks for libcap-ng.so.0 in the loader cache and the standard library directories.

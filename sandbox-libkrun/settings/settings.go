@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,6 +52,8 @@ type Settings struct {
 	// WarmPool is the number of pre-booted machines kept per image, resolved from warm_pool (a
 	// map image → count, or one count for every allowlisted catalog image). Empty: no pool.
 	WarmPool map[string]uint32 `json:"warm_pool"`
+	// Accelerator chooses how VMs run: AccelKVM, AccelTCG or AccelAuto (see DefaultAccelerator).
+	Accelerator string `json:"accelerator"`
 
 	warmRaw any // warm_pool as given, resolved once the allowlist and custom_images are known
 }
@@ -59,6 +63,28 @@ const (
 	MinCPUs     = 1
 	MinMemoryMB = 128
 )
+
+// Accelerators the accelerator key accepts. kvm needs read/write /dev/kvm (req H2) and never
+// falls back; tcg is qemu's software emulation, slower but runs on any host; auto uses KVM when
+// a probe boot under it reaches the guest agent, else TCG. hvf is macOS's Hypervisor.framework.
+const (
+	AccelKVM  = "kvm"
+	AccelTCG  = "tcg"
+	AccelAuto = "auto"
+	AccelHVF  = "hvf"
+)
+
+// Accelerators lists the accepted accelerator values.
+var Accelerators = []string{AccelKVM, AccelTCG, AccelAuto, AccelHVF}
+
+// DefaultAccelerator is the accelerator of a host when the key is not set: kvm on Linux (req
+// H2), hvf on macOS.
+func DefaultAccelerator(goos string) string {
+	if goos == "darwin" {
+		return AccelHVF
+	}
+	return AccelKVM
+}
 
 // MaxWarmPool bounds warm_pool's count for one image.
 const MaxWarmPool = 8
@@ -78,6 +104,7 @@ func Defaults() Settings {
 		DefaultMemoryMB:             512,
 		PerImageCaps:                map[string]ImageCaps{},
 		WarmPool:                    map[string]uint32{},
+		Accelerator:                 DefaultAccelerator(runtime.GOOS),
 	}
 }
 
@@ -221,6 +248,14 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 			out[name] = c
 		}
 		s.PerImageCaps = out
+		return nil
+	},
+	"accelerator": func(s *Settings, k string, v any) error {
+		a, ok := v.(string)
+		if !ok || !slices.Contains(Accelerators, a) {
+			return bad(k, "must be one of %s, got %s", strings.Join(Accelerators, ", "), describe(v))
+		}
+		s.Accelerator = a
 		return nil
 	},
 	"warm_pool": func(s *Settings, k string, v any) error {

@@ -14,7 +14,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !s.AutoInstall || len(s.ImageAllowlist) != 0 || s.DefaultIdleTimeoutSecs != 300 || s.MaxConcurrentSandboxes != 32 ||
-		s.MaxConcurrentExecPerSandbox != 4 || s.MaxExecTimeoutMS != 300000 || s.DefaultCPUs != 1 || s.DefaultMemoryMB != 512 {
+		s.MaxConcurrentExecPerSandbox != 4 || s.MaxExecTimeoutMS != 300000 || s.DefaultCPUs != 1 || s.DefaultMemoryMB != 512 || s.Accelerator != AccelKVM {
 		t.Fatalf("defaults %+v", s)
 	}
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "image_allowlist is empty") {
@@ -61,10 +61,12 @@ func TestFailsClosed(t *testing.T) {
 		{`{"custom_images":{"x":""}}`, "custom_images.x", "must not be empty"},
 		{`{"per_image_caps":{"python":{"max_gpus":1}}}`, "per_image_caps.python.max_gpus", "unknown key"},
 		{`{"per_image_caps":{"python":{"max_cpus":-2}}}`, "per_image_caps.python.max_cpus", "non-negative"},
-		{`{"imageallowlist":[]}`, "imageallowlist", "unknown key (accepted: auto_install, custom_images"},
+		{`{"imageallowlist":[]}`, "imageallowlist", "unknown key (accepted: accelerator, auto_install, custom_images"},
 		{`{"sandbox":{"auto_install":true}}`, "sandbox", "legacy wrapped shape detected"},
 		{`{"default_cpus":null}`, "default_cpus", "null"},
 		{`[1,2]`, "", "must be a map"},
+		{`{"accelerator":"qemu"}`, "accelerator", "must be one of kvm, tcg, auto, hvf, got a string (\"qemu\")"},
+		{`{"accelerator":true}`, "accelerator", "must be one of kvm, tcg, auto, hvf"},
 		{`{"warm_pool":"python"}`, "warm_pool", "must be a count (0-8) for every allowlisted image or a map"},
 		{`{"warm_pool":9}`, "warm_pool", "must be a count"},
 		{`{"warm_pool":{"python":-1}}`, "warm_pool.python", "non-negative"},

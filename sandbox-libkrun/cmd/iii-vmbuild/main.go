@@ -1,7 +1,7 @@
 // Command iii-vmbuild builds the VM firmware and the preset images; mage's Firmware and Images
 // targets run it.
 //
-//	iii-vmbuild firmware [-work DIR] [-out DIR] [-asset FILE] [-module DIR]
+//	iii-vmbuild firmware -out DIR [-work DIR] [-module DIR]
 //	iii-vmbuild images [-work DIR] [-cache DIR] [NAME...]
 package main
 
@@ -43,11 +43,10 @@ func main() {
 func buildFirmware(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("firmware", flag.ExitOnError)
 	work := fs.String("work", filepath.Join(os.TempDir(), "iii-firmware-build"), "scratch directory")
-	out := fs.String("out", firmware.Dir(), "firmware directory")
-	asset := fs.String("asset", "", "also write the release tarball here")
+	out := fs.String("out", "", "firmware directory to write (required)")
 	mod := fs.String("module", ".", "the sandbox-libkrun module directory")
 	_ = fs.Parse(args)
-	_, err := firmware.Build(ctx, firmware.Options{WorkDir: *work, OutDir: *out, AssetPath: *asset, ModuleDir: *mod, Log: os.Stdout})
+	_, err := firmware.Build(ctx, firmware.Options{WorkDir: *work, OutDir: *out, ModuleDir: *mod, Log: os.Stdout})
 	return err
 }
 

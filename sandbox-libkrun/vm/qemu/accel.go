@@ -26,16 +26,21 @@ func KVMDevice() string {
 	return "/dev/kvm"
 }
 
-// detectAccel picks KVM only when a short probe boot under it really reaches the guest agent.
-// A nested "PVM" KVM (kvm_pvm loaded, neither kvm_intel nor kvm_amd) cannot run a stock kernel,
-// so it goes straight to TCG.
+// NestedPVM reports whether KVM is served only by a nested "PVM" module (kvm_pvm loaded,
+// neither kvm_intel nor kvm_amd), which cannot run a stock guest kernel (REFERENCE-vm.md).
+func NestedPVM() bool {
+	return exists("/sys/module/kvm_pvm") && !exists("/sys/module/kvm_intel") && !exists("/sys/module/kvm_amd")
+}
+
+// detectAccel resolves AccelAuto: KVM only when a short probe boot under it really reaches the
+// guest agent; a nested PVM KVM goes straight to TCG.
 func (d *Driver) detectAccel() string {
 	f, err := os.OpenFile(KVMDevice(), os.O_RDWR, 0)
 	if err != nil {
 		return "tcg"
 	}
 	f.Close()
-	if exists("/sys/module/kvm_pvm") && !exists("/sys/module/kvm_intel") && !exists("/sys/module/kvm_amd") {
+	if NestedPVM() {
 		return "tcg"
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

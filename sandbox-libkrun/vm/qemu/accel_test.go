@@ -16,25 +16,22 @@ func fakeDriver(t *testing.T, opt Options) *Driver {
 }
 
 func TestAccelWithoutKVMDevice(t *testing.T) {
-	t.Setenv("III_VM_ACCEL", "")
 	t.Setenv("III_KVM_DEVICE", filepath.Join(t.TempDir(), "kvm"))
-	if got := fakeDriver(t, Options{}).Name(); got != "qemu-microvm/tcg" {
+	if got := fakeDriver(t, Options{Accel: "auto"}).Name(); got != "qemu-microvm/tcg" {
 		t.Fatalf("Name() = %q", got)
 	}
 }
 
-func TestAccelOverride(t *testing.T) {
-	t.Setenv("III_VM_ACCEL", "kvm")
-	if got := fakeDriver(t, Options{}).Accel(); got != "kvm" {
+func TestAccelExplicit(t *testing.T) {
+	if got := fakeDriver(t, Options{Accel: "kvm"}).Accel(); got != "kvm" {
 		t.Fatalf("Accel() = %q", got)
 	}
 }
 
 func TestAccelProbeFailureFallsBack(t *testing.T) {
 	// With a usable device node but a qemu that fails at once, the probe boot fails: TCG.
-	t.Setenv("III_VM_ACCEL", "")
 	t.Setenv("III_KVM_DEVICE", "/dev/null")
-	if got := fakeDriver(t, Options{}).Accel(); got != "tcg" {
+	if got := fakeDriver(t, Options{Accel: "auto"}).Accel(); got != "tcg" {
 		t.Fatalf("Accel() = %q", got)
 	}
 }

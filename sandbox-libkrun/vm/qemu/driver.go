@@ -32,7 +32,7 @@ type Options struct {
 	Virtiofsd   string        // $III_VIRTIOFSD, else /usr/lib/qemu/virtiofsd
 	Kernel      string        // uncompressed kernel; default from firmware.Locate
 	Initrd      string        // agent initramfs; default from firmware.Locate
-	Accel       string        // "kvm" or "tcg"; default $III_VM_ACCEL, else detected once
+	Accel       string        // "kvm", "tcg" or "auto" (the default: KVM when a probe boot works, else TCG)
 	BootTimeout time.Duration // bound on boot until the agent answers; default 30 s
 }
 
@@ -72,10 +72,11 @@ func New(opt Options) (*Driver, error) {
 	if opt.BootTimeout <= 0 {
 		opt.BootTimeout = 30 * time.Second
 	}
-	if opt.Accel == "" {
-		opt.Accel = os.Getenv("III_VM_ACCEL")
+	accel := opt.Accel
+	if accel == "auto" {
+		accel = ""
 	}
-	return &Driver{opt: opt, accel: opt.Accel}, nil
+	return &Driver{opt: opt, accel: accel}, nil
 }
 
 // QemuPath is the qemu binary the driver uses by default: $III_QEMU or qemu-system-x86_64.
