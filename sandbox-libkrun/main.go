@@ -491,5 +491,5 @@ func (ci cacheImages) Resolve(ctx context.Context, _, ref string, autoInstall bo
 	}
 	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	defer cancel()
-	return ci.c.Pull(ctx, ref)
+	return ci.c.Pull(ctx, ref, func(line string) { logf("%s", line) })
 }

@@ -1,8 +1,11 @@
 // Package image keeps the root filesystem cache of sandbox images: OCI images (pulled from a
-// registry with go-containerregistry, or imported from an OCI image layout) flattened into
-// <cache>/<slug>/rootfs, where <cache> is ~/.iii/cache and <slug> is derived from the image's
-// canonical reference. Beside rootfs/ sit config.json (the image's runtime config), digest and
-// ref.
+// registry over the OCI distribution API with go-containerregistry, or imported from an OCI
+// image layout) flattened into <cache>/<slug>/, where <cache> is ~/.iii/cache. The layout is the
+// one 0.25 used, so images it pulled are found and not pulled again (req J3): the directory is
+// the root filesystem itself and <slug> is the image's canonical reference made safe for a file
+// name plus an FNV-1a hash of it (Slug). Beside each entry, <slug>.json records the reference,
+// digest and runtime config of an image this package installed; a 0.25 entry has none and runs
+// with the image defaults.
 package image
 
 import (
@@ -10,6 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -59,17 +64,29 @@ func NewCache(dir string) *Cache {
 	return &Cache{Dir: dir, ref: map[string]*sync.Mutex{}}
 }
 
-// Canonical returns the fully qualified form of ref, e.g. "index.docker.io/iiidev/python:latest".
+// Canonical returns the whole form of ref as 0.25 wrote it: registry, repository and tag (or
+// digest) with every default filled in, Docker Hub as "docker.io" (e.g.
+// "docker.io/library/alpine:latest" for "alpine").
 func Canonical(ref string) (string, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return "", fmt.Errorf("invalid image reference %q: %w", ref, err)
 	}
-	return r.Name(), nil
+	reg := r.Context().RegistryStr()
+	if reg == name.DefaultRegistry {
+		reg = "docker.io"
+	}
+	sep := ":"
+	if _, ok := r.(name.Digest); ok {
+		sep = "@"
+	}
+	return reg + "/" + r.Context().RepositoryStr() + sep + r.Identifier(), nil
 }
 
-// Slug is the cache directory name of ref: its canonical form with every character other than
-// letters, digits, '.', '-' and '_' replaced by '_'.
+// Slug is the cache directory name of ref, as 0.25 named it: the canonical form lower-cased,
+// every character other than letters, digits, '.', '-' and '_' turned into '-', runs of '-'
+// folded and '-', '.', '_' trimmed at both ends, then "-" and the 64-bit FNV-1a hash of the
+// canonical form in 16 hex digits (so refs that fold to the same text never share an entry).
 func Slug(ref string) (string, error) {
 	c, err := Canonical(ref)
 	if err != nil {
@@ -78,25 +95,34 @@ func Slug(ref string) (string, error) {
 	var b strings.Builder
 	for _, r := range c {
 		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
+		case r >= 'A' && r <= 'Z':
+			b.WriteRune(r + 'a' - 'A')
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '-', r == '_':
 			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
+		case !strings.HasSuffix(b.String(), "-"):
+			b.WriteByte('-')
 		}
 	}
-	return b.String(), nil
+	h := fnv.New64a()
+	h.Write([]byte(c))
+	base := strings.Trim(b.String(), "-._")
+	if base == "" {
+		base = "image"
+	}
+	return fmt.Sprintf("%s-%016x", base, h.Sum64()), nil
 }
 
-// Path returns <cache>/<slug>/rootfs for ref, whether or not it exists.
+// Path returns <cache>/<slug> for ref, the root filesystem's directory, whether or not it
+// exists.
 func (c *Cache) Path(ref string) (string, error) {
 	s, err := Slug(ref)
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(c.Dir, s, "rootfs"), nil
+	return filepath.Join(c.Dir, s), nil
 }
 
-// RootFS returns the cached root filesystem of ref and whether it is present.
+// RootFS returns the cached root filesystem of ref and whether it is present (it has a bin/).
 func (c *Cache) RootFS(ref string) (string, bool) {
 	p, err := c.Path(ref)
 	if err != nil {
@@ -120,10 +146,16 @@ func (c *Cache) lock(ref string) func() {
 	return m.Unlock
 }
 
-// Pull fetches ref for linux/<host arch> from its registry and installs it, unless it is cached.
-func (c *Cache) Pull(ctx context.Context, ref string) (string, error) {
+// Pull fetches ref for linux/<host arch> from its registry over the OCI distribution API and
+// installs it, unless it is cached. Registries on a loopback address are spoken to over plain
+// HTTP, every other one over HTTPS. progress, when not nil, gets a line as the pull starts, as
+// each layer completes and at the end.
+func (c *Cache) Pull(ctx context.Context, ref string, progress func(string)) (string, error) {
 	if p, ok := c.RootFS(ref); ok {
 		return p, nil
+	}
+	if progress == nil {
+		progress = func(string) {}
 	}
 	r, err := name.ParseReference(ref)
 	if err != nil {
@@ -133,7 +165,25 @@ func (c *Cache) Pull(ctx context.Context, ref string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("pull %s: %w", ref, err)
 	}
-	return c.Install(ref, img)
+	layers, err := img.Layers()
+	if err != nil {
+		return "", fmt.Errorf("pull %s: %w", ref, err)
+	}
+	var total int64
+	for _, l := range layers {
+		if n, err := l.Size(); err == nil {
+			total += n
+		}
+	}
+	progress(fmt.Sprintf("pulling %s: %d layer(s), %.1f MB to download", ref, len(layers), float64(total)/1e6))
+	p, err := c.install(ref, img, func(bytes int64) {
+		progress(fmt.Sprintf("pulling %s: %.1f MB extracted", ref, float64(bytes)/1e6))
+	})
+	if err != nil {
+		return "", err
+	}
+	progress(fmt.Sprintf("pulled %s into %s", ref, p))
+	return p, nil
 }
 
 // ImportLayout installs from the OCI image layout at dir the image annotated with ref (or the
@@ -175,26 +225,37 @@ func (c *Cache) ImportLayout(dir, ref string) (string, error) {
 	return c.Install(ref, img)
 }
 
+// Meta is what <slug>.json records beside an entry this package installed.
+type Meta struct {
+	Ref    string    `json:"ref"`
+	Digest string    `json:"digest"`
+	Config v1.Config `json:"config"`
+}
+
 // Install flattens img into the cache entry of ref, replacing what was there.
 func (c *Cache) Install(ref string, img v1.Image) (string, error) {
+	return c.install(ref, img, nil)
+}
+
+// install extracts img into a temporary directory beside the entry and renames it into place,
+// so a reader sees a whole root filesystem or none; progress, when not nil, is told how far the
+// extraction got.
+func (c *Cache) install(ref string, img v1.Image, progress func(bytes int64)) (string, error) {
 	defer c.lock(ref)()
 	dst, err := c.Path(ref)
 	if err != nil {
 		return "", err
 	}
-	entry := filepath.Dir(dst)
-	if err := os.MkdirAll(entry, 0o755); err != nil {
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(entry, ".rootfs-")
+	removeStale(c.Dir, time.Hour)
+	tmp, err := os.MkdirTemp(c.Dir, ".tmp-"+filepath.Base(dst)+"-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	rc := mutate.Extract(img)
-	err = extract(rc, tmp)
-	rc.Close()
-	if err != nil {
+	if err := extractImage(img, tmp, progress); err != nil {
 		return "", fmt.Errorf("extract %s: %w", ref, err)
 	}
 	if _, err := os.Lstat(filepath.Join(tmp, "bin")); err != nil {
@@ -203,49 +264,95 @@ func (c *Cache) Install(ref string, img v1.Image) (string, error) {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
+	meta := Meta{}
+	meta.Ref, _ = Canonical(ref)
 	if cf, err := img.ConfigFile(); err == nil {
-		if b, err := json.MarshalIndent(cf.Config, "", "  "); err == nil {
-			_ = os.WriteFile(filepath.Join(entry, "config.json"), b, 0o644)
-		}
+		meta.Config = cf.Config
 	}
 	if d, err := img.Digest(); err == nil {
-		_ = os.WriteFile(filepath.Join(entry, "digest"), []byte(d.String()+"\n"), 0o644)
+		meta.Digest = d.String()
 	}
-	canon, _ := Canonical(ref)
-	_ = os.WriteFile(filepath.Join(entry, "ref"), []byte(canon+"\n"), 0o644)
 	// The replaced rootfs may still be served to running VMs: it is set aside and removed by a
 	// later install once it is old enough that no sandbox can still be using it.
-	removeStale(entry, time.Hour)
 	_ = os.Rename(dst, dst+fmt.Sprintf(".old-%d", time.Now().UnixNano()))
 	if err := os.Rename(tmp, dst); err != nil {
 		return "", err
 	}
+	if b, err := json.MarshalIndent(meta, "", "  "); err == nil {
+		_ = os.WriteFile(dst+".json", append(b, '\n'), 0o644)
+	}
 	return dst, nil
 }
 
-// removeStale deletes rootfs.old-<unix nanos> directories in entry older than age.
-func removeStale(entry string, age time.Duration) {
-	olds, _ := filepath.Glob(filepath.Join(entry, "rootfs.old-*"))
+// progressStep is how many bytes of flattened image are extracted between progress calls.
+const progressStep = 16 << 20
+
+// extractImage flattens img's layers (whiteouts applied) onto dir, telling progress, when not
+// nil, every progressStep bytes and at the end.
+func extractImage(img v1.Image, dir string, progress func(bytes int64)) error {
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	cr := &countingReader{r: rc, step: progressStep, tell: progress}
+	if err := extract(cr, dir); err != nil {
+		return err
+	}
+	if progress != nil {
+		progress(cr.n)
+	}
+	return nil
+}
+
+// countingReader counts what is read through it and calls tell each time another step bytes
+// went by.
+type countingReader struct {
+	r       io.Reader
+	n, next int64
+	step    int64
+	tell    func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.tell != nil && c.n >= c.next {
+		c.next = c.n + c.step
+		c.tell(c.n)
+	}
+	return n, err
+}
+
+// removeStale deletes <slug>.old-<unix nanos> directories in dir older than age, and
+// temporary directories of installs that were interrupted (older than age too, so that an
+// install under way in another process keeps its own).
+func removeStale(dir string, age time.Duration) {
+	olds, _ := filepath.Glob(filepath.Join(dir, "*.old-*"))
 	for _, o := range olds {
-		ns, err := strconv.ParseInt(strings.TrimPrefix(filepath.Base(o), "rootfs.old-"), 10, 64)
+		i := strings.LastIndex(o, ".old-")
+		ns, err := strconv.ParseInt(o[i+len(".old-"):], 10, 64)
 		if err == nil && time.Since(time.Unix(0, ns)) > age {
 			os.RemoveAll(o)
+		}
+	}
+	tmps, _ := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+	for _, t := range tmps {
+		if fi, err := os.Stat(t); err == nil && time.Since(fi.ModTime()) > age {
+			os.RemoveAll(t)
 		}
 	}
 }
 
 // Config returns the runtime configuration (Env, WorkingDir, Cmd, ...) recorded when ref was
-// installed.
+// installed; an entry 0.25 left has none (os.ErrNotExist).
 func (c *Cache) Config(ref string) (v1.Config, error) {
-	var cfg v1.Config
 	p, err := c.Path(ref)
 	if err != nil {
-		return cfg, err
+		return v1.Config{}, err
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(p), "config.json"))
+	b, err := os.ReadFile(p + ".json")
 	if err != nil {
-		return cfg, err
+		return v1.Config{}, err
 	}
-	err = json.Unmarshal(b, &cfg)
-	return cfg, err
+	var m Meta
+	err = json.Unmarshal(b, &m)
+	return m.Config, err
 }

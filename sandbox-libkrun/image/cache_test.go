@@ -3,11 +3,21 @@ package image
 import (
 	"archive/tar"
 	"bytes"
+	"context"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -68,10 +78,13 @@ func layoutOf(t *testing.T, ref string, layers ...[]byte) string {
 }
 
 func TestSlug(t *testing.T) {
+	// The slugs 0.25 gave (its rootfs_slug_for_image: sanitised canonical ref + FNV-1a 64).
 	for in, want := range map[string]string{
-		"docker.io/iiidev/python:latest": "index.docker.io_iiidev_python_latest",
-		"iiidev/python":                  "index.docker.io_iiidev_python_latest",
-		"ghcr.io/a/b:1.2":                "ghcr.io_a_b_1.2",
+		"docker.io/iiidev/python:latest":  "docker.io-iiidev-python-latest-" + fnvHex("docker.io/iiidev/python:latest"),
+		"iiidev/python":                   "docker.io-iiidev-python-latest-" + fnvHex("docker.io/iiidev/python:latest"),
+		"alpine":                          "docker.io-library-alpine-latest-" + fnvHex("docker.io/library/alpine:latest"),
+		"ghcr.io/a/b:1.2":                 "ghcr.io-a-b-1.2-" + fnvHex("ghcr.io/a/b:1.2"),
+		"127.0.0.1:5000/iiidev/python:v1": "127.0.0.1-5000-iiidev-python-v1-" + fnvHex("127.0.0.1:5000/iiidev/python:v1"),
 	} {
 		if got, err := Slug(in); err != nil || got != want {
 			t.Errorf("Slug(%q) = %q, %v; want %q", in, got, err, want)
@@ -80,6 +93,16 @@ func TestSlug(t *testing.T) {
 	if _, err := Slug("UPPER/case"); err == nil {
 		t.Error("invalid reference accepted")
 	}
+}
+
+// fnvHex is the 64-bit FNV-1a of s in 16 hex digits, computed here from the published constants.
+func fnvHex(s string) string {
+	h := uint64(0xcbf29ce484222325)
+	for _, b := range []byte(s) {
+		h ^= uint64(b)
+		h *= 0x100000001b3
+	}
+	return fmt.Sprintf("%016x", h)
 }
 
 func TestImportLayout(t *testing.T) {
@@ -101,7 +124,7 @@ func TestImportLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, ok := c.RootFS(ref); !ok || p != root || !strings.HasPrefix(root, filepath.Join(c.Dir, "index.docker.io_iiidev_test_1")) {
+	if p, ok := c.RootFS(ref); !ok || p != root || root != filepath.Join(c.Dir, "docker.io-iiidev-test-1-"+fnvHex("docker.io/iiidev/test:1")) {
 		t.Fatalf("RootFS = %q, %v; import gave %q", p, ok, root)
 	}
 	if _, err := os.Stat(filepath.Join(root, "etc", "gone")); !os.IsNotExist(err) {
@@ -131,7 +154,7 @@ func TestImportLayout(t *testing.T) {
 	if len(olds) != 1 {
 		t.Fatalf("set-aside rootfs: %v", olds)
 	}
-	removeStale(filepath.Dir(root), 0)
+	removeStale(c.Dir, 0)
 	if olds, _ := filepath.Glob(root + ".old-*"); len(olds) != 0 {
 		t.Fatalf("stale rootfs kept: %v", olds)
 	}
@@ -161,4 +184,81 @@ func TestExtractStaysInside(t *testing.T) {
 			t.Fatalf("archive %v wrote outside the root: %q", es, b)
 		}
 	}
+}
+
+// A registry on 127.0.0.1 (go-containerregistry's own) serves an image; Pull fetches it over
+// plain HTTP with progress, into the 0.25 layout, and a second Pull asks the registry nothing.
+func TestPullFromRegistry(t *testing.T) {
+	var requests atomic.Int64
+	reg := registry.New()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		reg.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/iiidev/tiny:1"
+	img, err := mutate.AppendLayers(empty.Image, static(t, layerTar(t, []entry{{name: "bin/sh", typ: tar.TypeReg, body: "#!", mode: 0o755}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err = mutate.Config(img, v1.Config{Env: []string{"A=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, img); err != nil {
+		t.Fatal(err)
+	}
+	requests.Store(0)
+
+	c := NewCache(t.TempDir())
+	var lines []string
+	root, err := c.Pull(context.Background(), ref, func(l string) { lines = append(lines, l) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if requests.Load() == 0 || len(lines) < 2 || !strings.HasPrefix(lines[0], "pulling "+ref) || !strings.HasPrefix(lines[len(lines)-1], "pulled "+ref) {
+		t.Fatalf("requests %d, progress %q", requests.Load(), lines)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "bin", "sh")); string(b) != "#!" {
+		t.Fatalf("rootfs: %q", b)
+	}
+	if cfg, err := c.Config(ref); err != nil || len(cfg.Env) != 1 {
+		t.Fatalf("config %+v %v", cfg, err)
+	}
+	requests.Store(0)
+	if again, err := c.Pull(context.Background(), ref, nil); err != nil || again != root || requests.Load() != 0 {
+		t.Fatalf("second pull: %q %v, %d requests", again, err, requests.Load())
+	}
+	if _, err := c.Pull(context.Background(), strings.TrimPrefix(srv.URL, "http://")+"/iiidev/missing:1", nil); err == nil {
+		t.Fatal("a missing image pulled")
+	}
+}
+
+// An entry laid out as 0.25 left it (the root filesystem in <slug>/, nothing beside it) is
+// found as it is.
+func TestEntryFrom025(t *testing.T) {
+	c := NewCache(t.TempDir())
+	dir := filepath.Join(c.Dir, "docker.io-iiidev-python-latest-"+fnvHex("docker.io/iiidev/python:latest"))
+	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := c.RootFS("docker.io/iiidev/python:latest"); !ok || p != dir {
+		t.Fatalf("RootFS = %q, %v", p, ok)
+	}
+	if _, err := c.Config("iiidev/python"); !os.IsNotExist(err) {
+		t.Fatalf("config of a 0.25 entry: %v", err)
+	}
+}
+
+func static(t *testing.T, data []byte) v1.Layer {
+	t.Helper()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
