@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/iii-go/iii/engine/platform"
 	"github.com/iii-go/iii/internal/release"
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
@@ -19,7 +20,8 @@ import (
 // modules are the workspace's modules, root first.
 var modules = []string{".", "engine", "compose", "sandbox-libkrun", "updater"}
 
-// Build builds iii and sandbox-libkrun for this host into bin/.
+// Build builds iii and sandbox-libkrun for this host into bin/, and points bin/firmware at the
+// VM firmware the adapter carries when `go tool mage firmware` has built it.
 func Build(ctx context.Context) error {
 	root, err := os.Getwd()
 	if err != nil {
@@ -37,17 +39,40 @@ func Build(ctx context.Context) error {
 		}
 		fmt.Printf("built %s %s\n", out, v)
 	}
-	return nil
+	return linkFirmware(filepath.Join("bin", release.FirmwareDir))
+}
+
+// linkFirmware makes link a symbolic link to the host target's firmware build, or removes it
+// when there is none.
+func linkFirmware(link string) error {
+	dir, err := firmwareDir()
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(link); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return nil
+	}
+	return os.Symlink(dir, link)
 }
 
 // Release cross-compiles every target into dist/iii/v<version>/ with checksums and a manifest,
-// then publishes the adapter into the worker registry dist/registry/.
+// then publishes the adapter into the worker registry dist/registry/. The adapter archive of
+// this host's target carries the VM firmware (built first).
 func Release(ctx context.Context) error {
+	mg.CtxDeps(ctx, Firmware)
 	root, dist, err := rootAndDist()
 	if err != nil {
 		return err
 	}
-	m, err := release.Run(ctx, release.Options{Root: root, Dist: dist, Jobs: 2, Log: os.Stdout, Extra: []string{"updater/install.sh"}})
+	fw, err := firmwareDir()
+	if err != nil {
+		return err
+	}
+	m, err := release.Run(ctx, release.Options{Root: root, Dist: dist, Jobs: 2, Log: os.Stdout, Extra: []string{"updater/install.sh"},
+		Firmware: map[string]string{platform.Host().Triple: fw}})
 	if err != nil {
 		return err
 	}
@@ -67,9 +92,10 @@ func rootAndDist() (root, dist string, err error) {
 	return root, dist, nil
 }
 
-// Test runs the linters, every module's unit tests, then the end-to-end suite against bin/.
+// Test installs what the suite needs (Setup), then runs the linters, every module's unit tests,
+// and the end-to-end suite against bin/.
 func Test(ctx context.Context) error {
-	mg.SerialCtxDeps(ctx, Lint, Build)
+	mg.SerialCtxDeps(ctx, Setup, Lint, Build)
 	for _, m := range modules {
 		pkgs := []string{"./..."}
 		if m == "." {

@@ -3,35 +3,64 @@ package testscripts
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/hostsetup"
+	"github.com/iii-go/iii/internal/release"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
-// The adapter scenarios boot real microVMs only where the host can: qemu, virtiofsd and the VM
-// firmware (kernel + initramfs) in the real ~/.iii/lib. [vm] also needs the python preset in the
-// real ~/.iii/cache. `vmhome` links both into the scenario's fake HOME.
+// The adapter scenarios boot real microVMs: qemu and virtiofsd on the host, the VM firmware the
+// adapter under test carries (firmware/ beside it, from `go tool mage firmware`) and, for [vm],
+// the python/node presets in the real ~/.iii/cache (`go tool mage images`); `go tool mage test`
+// prepares all of it. `vmhome` links the presets into the scenario's fake HOME; the adapter
+// installs its firmware there itself. Every scenario gets III_SANDBOX_ACCELERATOR: tcg where
+// the KVM device is absent, auto where it exists (hostsetup.Accelerator). With CI=true a
+// missing prerequisite fails the scenario instead of skipping it.
 func init() {
-	registerCond("vmhost", func() (bool, error) { return vmHost() == "", nil })
-	registerCond("vm", func() (bool, error) { return vmHost() == "" && len(cachedImages("iiidev")) > 0, nil })
+	registerBinary(binary{name: "iii-vmbuild", pkg: "./sandbox-libkrun/cmd/iii-vmbuild", version: "0.0.0-test"})
+	registerCond("vmhost", func() (bool, error) { return vmCond(vmHost()) })
+	registerCond("vm", func() (bool, error) { return vmCond(vmReason()) })
 	registerCmd("vmhome", cmdVMHome)
 	registerCmd("vmpids", cmdVMPids)
 	registerCmd("waitcall", cmdWaitCall)
+	registerCmd("unprivileged", cmdUnprivileged)
 	registerSetup(func(env *testscript.Env) error {
-		reason := vmHost()
-		if reason == "" && len(cachedImages("iiidev")) == 0 {
-			reason = "the python/node presets are not in ~/.iii/cache (go tool mage images)"
-		}
-		env.Setenv("VM_SKIP_REASON", reason)
+		env.Setenv("VM_SKIP_REASON", vmReason())
+		accel, _ := hostsetup.Accelerator()
+		env.Setenv("III_SANDBOX_ACCELERATOR", accel)
+		env.Setenv("VM_ACCEL", accel)
 		return nil
 	})
+}
+
+// vmCond turns why a VM condition does not hold into its value; under CI=true a reason is an
+// error, so a VM scenario fails with it instead of skipping.
+func vmCond(reason string) (bool, error) {
+	if reason != "" && os.Getenv("CI") == "true" {
+		return false, fmt.Errorf("CI=true and this host cannot run the VM scenarios: %s (run `go tool mage setup`)", reason)
+	}
+	return reason == "", nil
+}
+
+// vmReason is why [vm] is false, or "".
+func vmReason() string {
+	if r := vmHost(); r != "" {
+		return r
+	}
+	if len(presetImages()) == 0 {
+		return "the python/node presets are not in ~/.iii/cache (go tool mage images)"
+	}
+	return ""
 }
 
 // realHome is the HOME of the test process, before scenarios get their fake one.
@@ -39,9 +68,6 @@ var realHome = sync.OnceValue(func() string {
 	h, _ := os.UserHomeDir()
 	return h
 })
-
-// vmFirmware are the firmware files the qemu driver boots.
-var vmFirmware = []string{"iii-vm-vmlinux", "iii-vm-initramfs.cpio"}
 
 // vmHost returns why this host cannot boot the adapter's VMs, or "" when it can.
 var vmHost = sync.OnceValue(func() string {
@@ -59,51 +85,111 @@ var vmHost = sync.OnceValue(func() string {
 	if _, err := os.Stat(vfs); err != nil {
 		return "virtiofsd is not installed (" + vfs + ")"
 	}
-	for _, f := range vmFirmware {
-		if _, err := os.Stat(filepath.Join(realHome(), ".iii", "lib", f)); err != nil {
-			return "the VM firmware is not in ~/.iii/lib (go tool mage firmware)"
-		}
+	if _, err := os.Stat(filepath.Join(adapterFirmware(), "iii-vm-firmware.json")); err != nil {
+		return "the adapter under test carries no VM firmware in " + adapterFirmware() + " (go tool mage firmware)"
 	}
 	return ""
 })
 
-// cachedImages lists cache entries of the real ~/.iii/cache whose name contains substr and that
-// hold a root filesystem.
-func cachedImages(substr string) []string {
-	dir := filepath.Join(realHome(), ".iii", "cache")
-	entries, _ := os.ReadDir(dir)
-	var out []string
-	for _, e := range entries {
-		if !strings.Contains(e.Name(), substr) {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, e.Name(), "rootfs", "bin")); err == nil {
-			out = append(out, filepath.Join(dir, e.Name()))
-		}
+// adapterFirmware is the firmware directory beside the adapter binary under test (links
+// resolved), the one it installs into ~/.iii/lib at start.
+func adapterFirmware() string {
+	exe := filepath.Join(binDir, "sandbox-libkrun")
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
 	}
-	return out
+	return filepath.Join(filepath.Dir(exe), release.FirmwareDir)
 }
 
-// vmhome: link the real VM firmware (~/.iii/lib) and the cached preset images (~/.iii/cache)
-// into the scenario's fake HOME, so the adapter finds them where it looks.
+// presetImages lists the preset cache entries of the real ~/.iii/cache, as iii-vmbuild reports
+// them ("NAME PATH" lines).
+var presetImages = sync.OnceValue(func() map[string]string {
+	out, err := exec.Command(filepath.Join(binDir, "iii-vmbuild"), "presets", "-cache", filepath.Join(realHome(), ".iii", "cache")).Output()
+	if err != nil {
+		return nil
+	}
+	images := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if name, path, ok := strings.Cut(line, " "); ok {
+			images[name] = path
+		}
+	}
+	return images
+})
+
+// vmhome: link the cached preset images of the real ~/.iii/cache into the scenario's fake HOME,
+// so the adapter finds them where it looks (without pulling).
 func cmdVMHome(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 0 {
 		ts.Fatalf("usage: vmhome")
 	}
-	home := ts.Getenv("HOME")
-	lib := filepath.Join(home, ".iii", "lib")
-	cache := filepath.Join(home, ".iii", "cache")
-	ts.Check(os.MkdirAll(lib, 0o755))
+	cache := filepath.Join(ts.Getenv("HOME"), ".iii", "cache")
 	ts.Check(os.MkdirAll(cache, 0o755))
-	for _, f := range append(vmFirmware, "iii-vm-firmware.json") {
-		src := filepath.Join(realHome(), ".iii", "lib", f)
-		if _, err := os.Stat(src); err == nil {
-			ts.Check(os.Symlink(src, filepath.Join(lib, f)))
+	for _, img := range presetImages() {
+		ts.Check(os.Symlink(img, filepath.Join(cache, filepath.Base(img))))
+		if _, err := os.Stat(img + ".json"); err == nil {
+			ts.Check(os.Symlink(img+".json", filepath.Join(cache, filepath.Base(img)+".json")))
 		}
 	}
-	for _, img := range cachedImages("iiidev") {
-		ts.Check(os.Symlink(img, filepath.Join(cache, filepath.Base(img))))
+}
+
+// unprivileged PROG [ARG...]: run $BIN/PROG as an unprivileged user (uid and gid 65534) when the
+// suite runs as root, as the user itself otherwise. PROG and every argument naming a file are
+// copied into a fresh world-readable directory first (the scenario's $WORK is private to
+// root), and HOME points at a world-writable one.
+func cmdUnprivileged(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) == 0 {
+		ts.Fatalf("usage: unprivileged PROG [ARG...]")
 	}
+	dir, err := os.MkdirTemp("", "iii-unprivileged-")
+	ts.Check(err)
+	ts.Defer(func() { os.RemoveAll(dir) })
+	ts.Check(os.Chmod(dir, 0o755))
+	home := filepath.Join(dir, "home")
+	ts.Check(os.Mkdir(home, 0o777))
+	ts.Check(os.Chmod(home, 0o777))
+	prog := filepath.Join(dir, args[0])
+	ts.Check(copyFile(filepath.Join(ts.Getenv("BIN"), args[0]), prog, 0o755))
+	argv := []string{}
+	for _, a := range args[1:] {
+		if st, err := os.Stat(ts.MkAbs(a)); err == nil && st.Mode().IsRegular() && !strings.HasPrefix(a, "/dev/") {
+			cp := filepath.Join(dir, filepath.Base(a))
+			ts.Check(copyFile(ts.MkAbs(a), cp, 0o644))
+			a = cp
+		}
+		argv = append(argv, a)
+	}
+	cmd := exec.Command(prog, argv...)
+	cmd.Dir = dir
+	cmd.Env = []string{"HOME=" + home}
+	for _, k := range unprivilegedEnv {
+		if v := ts.Getenv(k); v != "" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	ts.Logf("unprivileged %s (uid %d)", strings.Join(args, " "), map[bool]int{true: 65534, false: os.Geteuid()}[os.Geteuid() == 0])
+	fmt.Fprint(ts.Stdout(), stdout.String())
+	fmt.Fprint(ts.Stderr(), stderr.String())
+	if (err != nil) != neg {
+		ts.Fatalf("unprivileged %s: %v (stderr: %s)", args[0], err, stderr.String())
+	}
+}
+
+// unprivilegedEnv are the variables unprivileged passes on from the scenario.
+var unprivilegedEnv = []string{"PATH", "III_URL", "III_QEMU", "III_VIRTIOFSD", "III_KVM_DEVICE", "III_LIBCAPNG", "III_LIB_DIR", "III_SANDBOX_ACCELERATOR"}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, mode)
 }
 
 // vmpids [-timeout=20s] FILE SUBSTRING: wait until at least one live process has SUBSTRING in

@@ -13,6 +13,10 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/hostsetup"
+	"github.com/iii-go/iii/internal/release"
 )
 
 // binary is one program the scenarios run, built once per test run.
@@ -76,12 +80,24 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "building the binaries under test:", err)
 		return 1
 	}
+	if _, why := hostsetup.Accelerator(); vmReason() == "" {
+		fmt.Printf("VM scenarios: %s\n", why)
+	} else {
+		fmt.Printf("VM scenarios cannot run here: %s\n", vmReason())
+	}
 	return m.Run()
 }
 
 // buildBinaries builds every registered binary into dir, or links it from prebuilt when that
-// directory already holds a file of the same name.
+// directory already holds a file of the same name. A built sandbox-libkrun carries the VM
+// firmware of dist/firmware/<host target> (a link in dir), as a released one does.
 func buildBinaries(prebuilt, dir string) error {
+	fw := filepath.Join(repoRoot, "dist", "firmware", platform.Host().Triple)
+	if _, err := os.Stat(fw); err == nil {
+		if err := os.Symlink(fw, filepath.Join(dir, release.FirmwareDir)); err != nil {
+			return err
+		}
+	}
 	for _, b := range binaries {
 		out := filepath.Join(dir, b.name)
 		if prebuilt != "" {

@@ -3,11 +3,13 @@
 // microVM printed.
 //
 // Everything the run writes lives in one temporary directory: the worker registry the adapter is
-// published into, the copy of the project (its .iii/ state, logs and token), and a HOME whose
-// ~/.iii/lib and ~/.iii/cache are symlinks to the real firmware directory and image cache, the
-// only parts of the user's ~/.iii the demo uses. So the package cache, the adapter's state and
-// the VMs' temporary files never touch the real ~/.iii, and no demo process can be mistaken for
-// another: each carries that HOME in its environment or that directory in its command line.
+// published into (with the VM firmware it carries, as a release publishes it), the copy of the
+// project (its .iii/ state, logs and token), and a HOME whose ~/.iii/cache is a symlink to the
+// real image cache, the only part of the user's ~/.iii the demo uses. Its ~/.iii/lib starts
+// empty: the adapter Compose installs puts its firmware there, as on a user's machine. So the
+// package cache, the firmware, the adapter's state and the VMs' temporary files never touch the
+// real ~/.iii, and no demo process can be mistaken for another: each carries that HOME in its
+// environment or that directory in its command line.
 package demo
 
 import (
@@ -58,6 +60,10 @@ type Options struct {
 	Out io.Writer
 	// AdapterConfig is the default configuration published with the adapter.
 	AdapterConfig map[string]any
+	// Firmware is the VM firmware directory the published adapter carries.
+	Firmware string
+	// Accelerator is the adapter's accelerator setting for the run (kvm, tcg or auto).
+	Accelerator string
 	// Keep leaves the temporary directory in place after a successful run.
 	Keep bool
 }
@@ -170,11 +176,23 @@ func (r *run) prepare() error {
 	}
 	reg := filepath.Join(r.tmp, "registry")
 	host := platform.Host().Triple
-	if err := registry.Publish(reg, registry.Package{Name: "sandbox-libkrun", Version: version, Type: registry.TypeBinary,
-		Artifacts: map[string]string{host: filepath.Join(root, "bin", "sandbox-libkrun")}, Config: r.opts.AdapterConfig}); err != nil {
+	target, ok := release.FindTarget(host)
+	if !ok {
+		return fmt.Errorf("no release target %s", host)
+	}
+	fw, err := release.FirmwareFiles(r.opts.Firmware)
+	if err != nil {
+		return err
+	}
+	archive, err := release.PackageBinary(r.tmp, adapter.Name, version, target, filepath.Join(root, "bin", adapter.Name), fw...)
+	if err != nil {
+		return fmt.Errorf("packaging the adapter: %w", err)
+	}
+	if err := registry.Publish(reg, registry.Package{Name: adapter.Name, Version: version, Type: registry.TypeBinary,
+		Artifacts: map[string]string{host: filepath.Join(r.tmp, archive.Name)}, Config: r.opts.AdapterConfig}); err != nil {
 		return fmt.Errorf("publishing the adapter: %w", err)
 	}
-	r.step("published bin/sandbox-libkrun %s (%s) into the local worker registry %s", version, host, reg)
+	r.step("published bin/sandbox-libkrun %s (%s) with its VM firmware into the local worker registry %s", version, host, reg)
 
 	r.project = filepath.Join(r.tmp, "project")
 	if err := copyProject(filepath.Join(root, "fixtures", "demo"), r.project); err != nil {
@@ -184,10 +202,8 @@ func (r *run) prepare() error {
 	if err := os.MkdirAll(filepath.Join(r.home, ".iii"), 0o755); err != nil {
 		return err
 	}
-	for link, target := range map[string]string{"lib": FirmwareDir(), "cache": ImageCacheDir()} {
-		if err := os.Symlink(target, filepath.Join(r.home, ".iii", link)); err != nil {
-			return err
-		}
+	if err := os.Symlink(ImageCacheDir(), filepath.Join(r.home, ".iii", "cache")); err != nil {
+		return err
 	}
 	tmpdir := filepath.Join(r.tmp, "tmp")
 	if err := os.Mkdir(tmpdir, 0o700); err != nil {
@@ -196,8 +212,8 @@ func (r *run) prepare() error {
 	if r.port, err = freePort(); err != nil {
 		return err
 	}
-	r.step("project fixtures/demo copied to %s; HOME=%s (its ~/.iii/lib and ~/.iii/cache link to %s and %s)",
-		r.project, r.home, FirmwareDir(), ImageCacheDir())
+	r.step("project fixtures/demo copied to %s; HOME=%s (its ~/.iii/cache links to %s; its ~/.iii/lib starts empty)",
+		r.project, r.home, ImageCacheDir())
 
 	// The user's III_* and XDG_* settings would point the children elsewhere; drop them.
 	for _, kv := range os.Environ() {
@@ -214,6 +230,7 @@ func (r *run) prepare() error {
 		"PATH="+filepath.Join(root, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"III_REGISTRY_URL=file://"+reg,
 		"III_DEMO_PORT="+strconv.Itoa(r.port),
+		"III_DEMO_ACCELERATOR="+r.opts.Accelerator,
 		"III_URL="+r.engineURL(),
 	)
 	return nil
@@ -375,16 +392,21 @@ func (r *run) show(res *Result) error {
 			guest = v
 		}
 	}
-	if want := firmwareKernel(); want != "" && guest != want {
+	want := r.firmwareKernel()
+	if want == "" {
+		return fmt.Errorf("the adapter installed no VM firmware into %s", filepath.Join(r.home, ".iii", "lib"))
+	}
+	if guest != want {
 		return fmt.Errorf("the snippet reports kernel %q, the VM firmware's is %q", guest, want)
 	}
 	fmt.Fprintf(w, "guest kernel %s is the VM firmware's (this host runs %s)\n\n", guest, strings.TrimSpace(string(hostKernel)))
 	return nil
 }
 
-// firmwareKernel is the kernel release recorded in the firmware manifest, "" when unknown.
-func firmwareKernel() string {
-	b, err := os.ReadFile(filepath.Join(FirmwareDir(), "iii-vm-firmware.json"))
+// firmwareKernel is the kernel release recorded in the manifest of the firmware the adapter
+// installed into the demo's HOME, "" when unknown.
+func (r *run) firmwareKernel() string {
+	b, err := os.ReadFile(filepath.Join(r.home, ".iii", "lib", "iii-vm-firmware.json"))
 	if err != nil {
 		return ""
 	}

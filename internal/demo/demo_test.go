@@ -6,43 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"testing"
 	"time"
 )
-
-func TestAgentVersionReadsTheCheckout(t *testing.T) {
-	v, err := agentVersion(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !regexp.MustCompile(`^iii-guest/\d+$`).MatchString(v) {
-		t.Fatalf("AgentVersion = %q", v)
-	}
-}
-
-func TestFirmwareMissing(t *testing.T) {
-	root := t.TempDir()
-	proto := filepath.Join(root, "sandbox-libkrun", "vm", "proto")
-	must(t, os.MkdirAll(proto, 0o755))
-	must(t, os.WriteFile(filepath.Join(proto, "messages.go"), []byte("package proto\n\nconst AgentVersion = \"iii-guest/9\"\n"), 0o644))
-	lib := t.TempDir()
-	t.Setenv("III_LIB_DIR", lib)
-	if why := FirmwareMissing(root); why == "" {
-		t.Fatal("an empty firmware directory counts as present")
-	}
-	must(t, os.WriteFile(filepath.Join(lib, "iii-vm-vmlinux"), []byte("kernel"), 0o644))
-	must(t, os.WriteFile(filepath.Join(lib, "iii-vm-firmware.json"), []byte("{}"), 0o644))
-	must(t, os.WriteFile(filepath.Join(lib, "iii-vm-initramfs.cpio"), []byte("070701 ... iii-guest/8 ..."), 0o644))
-	if why := FirmwareMissing(root); why == "" {
-		t.Fatal("a firmware with another guest agent counts as usable")
-	}
-	must(t, os.WriteFile(filepath.Join(lib, "iii-vm-initramfs.cpio"), []byte("070701 ... iii-guest/9 ..."), 0o644))
-	if why := FirmwareMissing(root); why != "" {
-		t.Fatalf("usable firmware reported as %q", why)
-	}
-}
 
 func TestCopyProjectLeavesStateBehind(t *testing.T) {
 	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "p")

@@ -41,6 +41,9 @@ type Options struct {
 	Versions map[string]string // product → version; default: read from each VersionFile
 	Log      io.Writer         // one progress line per built asset
 	Extra    []string          // files (relative to Root) published as they are, e.g. updater/install.sh
+	// Firmware maps a target triple to the VM firmware directory its adapter archive carries
+	// (built by mage's Firmware target); a target without one ships the adapter alone.
+	Firmware map[string]string
 }
 
 // ReadVersion returns a product's version from its VERSION file.
@@ -108,7 +111,11 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			a, err := buildAsset(ctx, o.Root, out, j.p, j.t, versions[j.p.Name])
+			var fw string
+			if j.p.Firmware {
+				fw = o.Firmware[j.t.Triple]
+			}
+			a, err := buildAsset(ctx, o.Root, out, j.p, j.t, versions[j.p.Name], fw)
 			mu.Lock()
 			defer mu.Unlock()
 			done++
@@ -153,16 +160,17 @@ func BuildBinary(ctx context.Context, root string, p Product, t Target, version,
 	return nil
 }
 
-// PackageBinary archives the binary at bin as product's asset for t into dir and writes its
-// <asset>.sha256 sidecar.
-func PackageBinary(dir, product, version string, t Target, bin string) (Asset, error) {
+// PackageBinary archives the binary at bin, plus extra files, as product's asset for t into dir
+// and writes its <asset>.sha256 sidecar.
+func PackageBinary(dir, product, version string, t Target, bin string, extra ...File) (Asset, error) {
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		return Asset{}, err
 	}
 	name := t.AssetName(product)
 	path := filepath.Join(dir, name)
-	if err := WriteArchive(path, t.Archive, []File{{Name: t.Exe(product), Mode: 0o755, Data: data}}); err != nil {
+	files := append([]File{{Name: t.Exe(product), Mode: 0o755, Data: data}}, extra...)
+	if err := WriteArchive(path, t.Archive, files); err != nil {
 		return Asset{}, err
 	}
 	sum, size, err := SHA256File(path)
@@ -195,7 +203,35 @@ func PublishFile(dir, version, src string) (Asset, error) {
 	return Asset{Name: name, Product: name, Version: version, SHA256: hexSum, Size: int64(len(data))}, nil
 }
 
-func buildAsset(ctx context.Context, root, out string, p Product, t Target, version string) (Asset, error) {
+// FirmwareDir is the directory beside the adapter binary, in its archive, that holds the VM
+// firmware it carries.
+const FirmwareDir = "firmware"
+
+// FirmwareFiles returns the regular files of the firmware directory dir as archive entries
+// under firmware/.
+func FirmwareFiles(dir string) ([]File, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("VM firmware: %w (build it with `go tool mage firmware`)", err)
+	}
+	var files []File
+	for _, e := range entries {
+		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, File{Name: FirmwareDir + "/" + e.Name(), Mode: 0o644, Data: data})
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("VM firmware: %s is empty (build it with `go tool mage firmware`)", dir)
+	}
+	return files, nil
+}
+
+func buildAsset(ctx context.Context, root, out string, p Product, t Target, version, firmware string) (Asset, error) {
 	tmp, err := os.MkdirTemp("", "iii-release-")
 	if err != nil {
 		return Asset{}, err
@@ -205,7 +241,13 @@ func buildAsset(ctx context.Context, root, out string, p Product, t Target, vers
 	if err := BuildBinary(ctx, root, p, t, version, bin); err != nil {
 		return Asset{}, err
 	}
-	return PackageBinary(out, p.Name, version, t, bin)
+	var extra []File
+	if firmware != "" {
+		if extra, err = FirmwareFiles(firmware); err != nil {
+			return Asset{}, err
+		}
+	}
+	return PackageBinary(out, p.Name, version, t, bin, extra...)
 }
 
 // WriteIndex writes checksums.txt (every asset, sorted by name) and manifest.json into dir.

@@ -8,6 +8,9 @@ type Product struct {
 	Name        string // binary and asset name prefix: iii, sandbox-libkrun
 	Package     string // Go package relative to the repository root
 	VersionFile string // file holding the product's version, relative to the repository root
+	// Firmware marks the product whose archives carry the VM firmware of their target in
+	// firmware/ beside the binary (the sandbox adapter installs it at start).
+	Firmware bool
 }
 
 // Target is one platform an asset is built for.
@@ -22,7 +25,7 @@ type Target struct {
 // Products lists every product that ships. iii-worker and iii-init are gone in 0.26 (req A1).
 var Products = []Product{
 	{Name: "iii", Package: ".", VersionFile: "VERSION"},
-	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION"},
+	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION", Firmware: true},
 }
 
 // Targets is the one table of release targets: iii ships for all of them; the sandbox adapter

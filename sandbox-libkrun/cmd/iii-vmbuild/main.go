@@ -2,7 +2,11 @@
 // targets run it.
 //
 //	iii-vmbuild firmware -out DIR [-work DIR] [-module DIR]
-//	iii-vmbuild images [-work DIR] [-cache DIR] [NAME...]
+//	iii-vmbuild images [-work DIR] [-cache DIR] [-force] [NAME...]
+//	iii-vmbuild presets [-cache DIR]
+//
+// images skips a preset already in the cache unless -force; presets prints "NAME PATH" for
+// each preset the cache holds (where it is), for the demo and the test suite.
 package main
 
 import (
@@ -31,6 +35,8 @@ func main() {
 		err = buildFirmware(ctx, os.Args[2:])
 	case "images":
 		err = buildImages(ctx, os.Args[2:])
+	case "presets":
+		err = listPresets(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -54,6 +60,7 @@ func buildImages(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("images", flag.ExitOnError)
 	work := fs.String("work", filepath.Join(os.TempDir(), "iii-image-build"), "scratch directory")
 	cacheDir := fs.String("cache", image.DefaultDir(), "image cache directory")
+	force := fs.Bool("force", false, "rebuild presets already in the cache")
 	_ = fs.Parse(args)
 	want := map[string]bool{}
 	for _, n := range fs.Args() {
@@ -62,6 +69,10 @@ func buildImages(ctx context.Context, args []string) error {
 	cache := image.NewCache(*cacheDir)
 	for _, p := range debimage.Presets {
 		if len(want) > 0 && !want[p.Name] {
+			continue
+		}
+		if root, ok := cache.RootFS(p.Ref); ok && !*force {
+			fmt.Printf("image %s: present in %s\n", p.Name, root)
 			continue
 		}
 		dir, err := debimage.Build(ctx, p, *work, os.Stdout)
@@ -74,6 +85,19 @@ func buildImages(ctx context.Context, args []string) error {
 			return fmt.Errorf("image %s: %w", p.Name, err)
 		}
 		fmt.Printf("image %s: %s imported into %s\n", p.Name, p.Ref, rootfs)
+	}
+	return nil
+}
+
+func listPresets(args []string) error {
+	fs := flag.NewFlagSet("presets", flag.ExitOnError)
+	cacheDir := fs.String("cache", image.DefaultDir(), "image cache directory")
+	_ = fs.Parse(args)
+	cache := image.NewCache(*cacheDir)
+	for _, p := range debimage.Presets {
+		if root, ok := cache.RootFS(p.Ref); ok {
+			fmt.Printf("%s %s\n", p.Name, root)
+		}
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings) (*sta
 		return nil, err
 	}
 	drv := &countingDriver{Driver: d}
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{image.NewCache("")}, Version: "bench", StateDir: state})
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{image.NewCache("")}, Version: "bench", StateDir: state, Accelerator: d.Accel()})
 	aw := protocol.NewWorker(protocol.Config{URL: url, Name: adapter.Name, Logger: quiet})
 	for op, h := range svc.Handlers() {
 		if err := aw.Register(adapter.Name+"::"+op, wrap(h)); err != nil {
