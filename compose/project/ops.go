@@ -346,7 +346,7 @@ func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, en
 			var env struct {
 				DocsURL string `json:"docs_url"`
 			}
-			if json.Unmarshal(pe.Raw(), &env) == nil && env.DocsURL != "" {
+			if json.Unmarshal(pe.Raw(), &env) == nil && env.DocsURL != "" && !strings.Contains(msg, env.DocsURL) {
 				msg += " (" + env.DocsURL + ")"
 			}
 			if pe.Code == "S501" {

@@ -123,6 +123,7 @@ func (c *Cache) Path(ref string) (string, error) {
 }
 
 // RootFS returns the cached root filesystem of ref and whether it is present (it has a bin/).
+// An entry that is a symbolic link is returned resolved (virtiofsd serves only directories).
 func (c *Cache) RootFS(ref string) (string, bool) {
 	p, err := c.Path(ref)
 	if err != nil {
@@ -130,6 +131,9 @@ func (c *Cache) RootFS(ref string) (string, bool) {
 	}
 	if _, err := os.Lstat(filepath.Join(p, "bin")); err != nil {
 		return p, false
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		p = real
 	}
 	return p, true
 }

@@ -4,9 +4,11 @@
 //	iii-vmbuild firmware -out DIR [-work DIR] [-module DIR]
 //	iii-vmbuild images [-work DIR] [-cache DIR] [-force] [NAME...]
 //	iii-vmbuild presets [-cache DIR]
+//	iii-vmbuild slug REF
 //
 // images skips a preset already in the cache unless -force; presets prints "NAME PATH" for
-// each preset the cache holds (where it is), for the demo and the test suite.
+// each preset the cache holds (where it is), for the demo and the test suite; slug prints the
+// cache directory name of an image reference.
 package main
 
 import (
@@ -37,6 +39,15 @@ func main() {
 		err = buildImages(ctx, os.Args[2:])
 	case "presets":
 		err = listPresets(os.Args[2:])
+	case "slug":
+		if len(os.Args) != 3 {
+			err = fmt.Errorf("usage: iii-vmbuild slug REF")
+			break
+		}
+		var slug string
+		if slug, err = image.Slug(os.Args[2]); err == nil {
+			fmt.Println(slug)
+		}
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
