@@ -35,8 +35,13 @@ var Targets = []string{"aarch64-apple-darwin", "x86_64-unknown-linux-gnu", "aarc
 type Problem struct {
 	Code    string // an errcode constant: KVM_ACCESS, LIBCAPNG_MISSING, FIRMWARE_MISSING, UNSUPPORTED_PLATFORM
 	Path    string // the file or device concerned, "" when none
-	Message string // what is wrong and how to fix it
+	Message string // what is wrong
+	Fix     string // how to fix it
+	sep     string // joins Message and Fix in String
 }
+
+// String is the whole message: what is wrong, then how to fix it.
+func (p Problem) String() string { return p.Message + p.sep + p.Fix }
 
 // Env is what the checks read: variables and the home directory.
 type Env struct {
@@ -103,9 +108,9 @@ func Platform(t platform.Target) *Problem {
 			return nil
 		}
 	}
-	return &Problem{Code: errcode.UnsupportedPlatform, Message: fmt.Sprintf(
-		"sandbox-libkrun has no build for %s. It ships: %s. iii itself runs on %s, so projects without sandboxes or VM workers still work here; run the sandboxes on one of those hosts",
-		t.Triple, strings.Join(Targets, ", "), t.Triple)}
+	return &Problem{Code: errcode.UnsupportedPlatform, sep: ". ",
+		Message: fmt.Sprintf("sandbox-libkrun has no build for %s. It ships: %s", t.Triple, strings.Join(Targets, ", ")),
+		Fix:     fmt.Sprintf("Run the sandboxes and VM workers on one of those hosts; iii itself runs on %s, so projects without them still work here", t.Triple)}
 }
 
 // KVM reports KVM_ACCESS when dev cannot be opened for reading and writing (req H2).
@@ -116,9 +121,13 @@ func KVM(dev string) *Problem {
 		return nil
 	}
 	if errors.Is(err, os.ErrNotExist) {
-		return &Problem{Code: errcode.KVMAccess, Path: dev, Message: fmt.Sprintf("KVM not available -- %s does not exist. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization in the firmware/hypervisor; under WSL2 enable nested virtualization", dev)}
+		return &Problem{Code: errcode.KVMAccess, Path: dev, sep: ". ",
+			Message: fmt.Sprintf("KVM not available -- %s does not exist", dev),
+			Fix:     "Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization in the firmware/hypervisor; under WSL2 enable nested virtualization"}
 	}
-	return &Problem{Code: errcode.KVMAccess, Path: dev, Message: fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission. Add your user to the 'kvm' group: sudo usermod -aG kvm $USER, then log in again", dev)}
+	return &Problem{Code: errcode.KVMAccess, Path: dev, sep: ". ",
+		Message: fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission", dev),
+		Fix:     "Add your user to the 'kvm' group: sudo usermod -aG kvm $USER, then log in again"}
 }
 
 // libDirs are the standard library directories searched for libcap-ng.so.0.
@@ -127,7 +136,9 @@ var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/l
 // LibCapNG reports LIBCAPNG_MISSING when libcap-ng.so.0 is in neither the loader cache nor a
 // standard library directory ($III_LIBCAPNG names the one path to look at instead) (req H2).
 func LibCapNG(e Env) *Problem {
-	missing := &Problem{Code: errcode.LibCapNGMissing, Path: "libcap-ng.so.0", Message: "libcap-ng0 is not installed (libcap-ng.so.0 not found, needed by virtiofsd); install it with `apt-get install libcap-ng0`"}
+	missing := &Problem{Code: errcode.LibCapNGMissing, Path: "libcap-ng.so.0", sep: "; ",
+		Message: "libcap-ng0 is not installed (libcap-ng.so.0 not found, needed by virtiofsd)",
+		Fix:     "install it with `apt-get install libcap-ng0`"}
 	if p := e.get("III_LIBCAPNG"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			missing.Path = p
@@ -151,7 +162,9 @@ func Firmware(dir string) *Problem {
 	for _, f := range []string{KernelFile, InitrdFile} {
 		p := filepath.Join(dir, f)
 		if _, err := os.Stat(p); err != nil {
-			return &Problem{Code: errcode.FirmwareMissing, Path: p, Message: fmt.Sprintf("VM firmware missing: %s not found; build it with `go tool mage firmware` (or unpack the %s release asset into %s)", p, FirmwareTar, dir)}
+			return &Problem{Code: errcode.FirmwareMissing, Path: p, sep: "; ",
+				Message: fmt.Sprintf("VM firmware missing: %s not found", p),
+				Fix:     fmt.Sprintf("build it with `go tool mage firmware` (or unpack the %s release asset into %s)", FirmwareTar, dir)}
 		}
 	}
 	return nil

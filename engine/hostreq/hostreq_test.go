@@ -33,8 +33,8 @@ func TestMissingPiecesEachHaveTheirCode(t *testing.T) {
 	if got := strings.Join(codes(ps), " "); got != "KVM_ACCESS LIBCAPNG_MISSING FIRMWARE_MISSING" {
 		t.Fatalf("codes = %s", got)
 	}
-	for i, want := range []string{"does not exist", "apt-get install libcap-ng0", "go tool mage firmware"} {
-		if !strings.Contains(ps[i].Message, want) {
+	for i, want := range []string{"does not exist. Load the module", "needed by virtiofsd); install it with `apt-get install libcap-ng0`", "not found; build it with `go tool mage firmware`"} {
+		if !strings.Contains(ps[i].String(), want) {
 			t.Errorf("%s: %q lacks %q", ps[i].Code, ps[i].Message, want)
 		}
 	}
@@ -64,7 +64,7 @@ func TestKVMPermission(t *testing.T) {
 	if err := os.WriteFile(dev, nil, 0o400); err != nil {
 		t.Fatal(err)
 	}
-	if p := KVM(dev); p == nil || p.Code != errcode.KVMAccess || !strings.Contains(p.Message, "usermod -aG kvm") {
+	if p := KVM(dev); p == nil || p.Code != errcode.KVMAccess || !strings.Contains(p.Fix, "usermod -aG kvm") || !strings.Contains(p.String(), "permission. Add your user") {
 		t.Fatalf("got %v", p)
 	}
 }
@@ -72,7 +72,7 @@ func TestKVMPermission(t *testing.T) {
 func TestUnsupportedPlatformOnly(t *testing.T) {
 	for _, triple := range []string{"x86_64-unknown-linux-musl", "x86_64-apple-darwin", "x86_64-pc-windows-msvc"} {
 		ps := Run(envOf(nil), platform.Parse(triple))
-		if len(ps) != 1 || ps[0].Code != errcode.UnsupportedPlatform || !strings.Contains(ps[0].Message, triple) {
+		if len(ps) != 1 || ps[0].Code != errcode.UnsupportedPlatform || !strings.Contains(ps[0].String(), "no build for "+triple+". It ships: ") {
 			t.Errorf("%s: %v", triple, ps)
 		}
 	}
