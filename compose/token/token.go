@@ -152,16 +152,26 @@ func VMMountsExpose(v string) bool {
 // manual edit and a restart, or a bare compose::update.
 const RangeFix = "move to version '^0.3' (stop Compose, change the range, run iii compose --up, or run iii call compose::update)"
 
-// ObserversWarning says that adapter version v lets observers read the token (req B9).
-func ObserversWarning(adapter, v string) string {
-	return fmt.Sprintf("%s %s: observers can read the project token; %s", adapter, v, RangeFix)
+// ObserversProblem says that adapter version v lets observers read the token (req B9).
+func ObserversProblem(adapter, v string) string {
+	return fmt.Sprintf("%s %s: observers can read the project token", adapter, v)
 }
 
-// ExposedWarning says that VM worker container mounts the compose file's directory under
+// ObserversWarning is ObserversProblem with its fix, RangeFix.
+func ObserversWarning(adapter, v string) string {
+	return ObserversProblem(adapter, v) + "; " + RangeFix
+}
+
+// ExposedProblem says that VM worker container mounts the compose file's directory under
 // adapter version v and can read the token (req B10).
-func ExposedWarning(adapter, v, container string) string {
+func ExposedProblem(adapter, v, container string) string {
 	return fmt.Sprintf("%s %s: VM worker '%s' mounts the directory of the compose file and can read "+
-		"the project token; its disk keeps those bytes. %s", adapter, v, container, ExposedFix(adapter))
+		"the project token; its disk keeps those bytes", adapter, v, container)
+}
+
+// ExposedWarning is ExposedProblem with its fix, ExposedFix.
+func ExposedWarning(adapter, v, container string) string {
+	return ExposedProblem(adapter, v, container) + ". " + ExposedFix(adapter)
 }
 
 // ExposedFix is the guide's fix for a token a VM worker could read: an adapter of 0.3.1 or later,
