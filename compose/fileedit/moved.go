@@ -71,8 +71,13 @@ func (d *Doc) MoveSandboxConfig() (bool, error) {
 			ctrs.Style = 0
 		}
 		key := str(sandboxadapter.Name)
-		key.HeadComment = oldKey.HeadComment
+		key.HeadComment, key.LineComment = oldKey.HeadComment, oldKey.LineComment
 		ctr, _ := get(replCtrs, sandboxadapter.Name)
+		// A comment on the old block's own line (`iii-sandbox: {...} # note`) would be dropped
+		// with the flow style; it goes on config_override, which now holds that block.
+		if _, i := get(ctr, "config_override"); i >= 0 && old.LineComment != "" {
+			ctr.Content[i].LineComment = old.LineComment
+		}
 		ctrs.Content = append(ctrs.Content, key, ctr)
 		moved = true
 		return nil

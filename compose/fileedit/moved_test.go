@@ -77,7 +77,7 @@ func TestMoveSandboxConfigWritesTheReplacementKeepingComments(t *testing.T) {
 }
 
 func TestMoveSandboxConfigKeepsOtherWorkersAndRefusesADeclaredAdapter(t *testing.T) {
-	d, err := Parse("w.yaml", []byte("engine:\n  workers:\n    configuration: {}\n    iii-sandbox: {default_cpus: 1}\n  sandbox: {namespace: boxes}\ncontainers:\n  a: {worker: path://., scripts: {run: x}}\n"))
+	d, err := Parse("w.yaml", []byte("engine:\n  workers:\n    configuration: {}\n    iii-sandbox: {default_cpus: 1} # tuned\n  sandbox: {namespace: boxes}\ncontainers:\n  a: {worker: path://., scripts: {run: x}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +88,9 @@ func TestMoveSandboxConfigKeepsOtherWorkersAndRefusesADeclaredAdapter(t *testing
 	f, err := composefile.Parse("w.yaml", out, nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "config_override: # tuned") {
+		t.Errorf("line comment lost:\n%s", out)
 	}
 	if f.Engine.WorkerOrder[0] != "configuration" || len(f.Engine.Workers) != 1 || f.Engine.Sandbox.Namespace != "boxes" {
 		t.Fatalf("engine %+v\n%s", f.Engine, out)
