@@ -108,7 +108,7 @@ func Platform(t platform.Target) *Problem {
 			return nil
 		}
 	}
-	return &Problem{Code: errcode.UnsupportedPlatform, sep: ". ",
+	return &Problem{Code: errcode.UnsupportedPlatform, Path: t.Triple, sep: ". ",
 		Message: fmt.Sprintf("sandbox-libkrun has no build for %s. It ships: %s", t.Triple, strings.Join(Targets, ", ")),
 		Fix:     fmt.Sprintf("Run the sandboxes and VM workers on one of those hosts; iii itself runs on %s, so projects without them still work here", t.Triple)}
 }
