@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/engine/platform"
 )
 
@@ -275,5 +276,39 @@ func TestCLIUsageAndJSON(t *testing.T) {
 	}
 	if err := json.Unmarshal(out.Bytes(), &doc); err != nil || len(doc.Findings) != 0 || doc.Summary.ActionNeeded {
 		t.Fatalf("%v %s", err, out.String())
+	}
+}
+
+func TestOldVMStateUnderTheStateDirVariable(t *testing.T) {
+	t.Setenv("III_URL", deadURL(t))
+	root := t.TempDir()
+	t.Setenv("III_COMPOSE_STATE_DIR", filepath.Join(root, "state"))
+	home := filepath.Join(root, "home")
+	compose := filepath.Join(root, "proj", "worker-compose.yaml")
+	write(t, compose, "containers:\n  api: {worker: path://., scripts: {run: ./api}}\n")
+	canon, err := state.Canonical(compose)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(root, "state", state.Slug(canon), "default", "vm", "api")
+	write(t, filepath.Join(old, "disk"), "d")
+	write(t, filepath.Join(root, "proj", ".iii/compose/default/vm/w2/disk"), "d")
+	write(t, filepath.Join(root, "state", "other-0000abcd", "default", "vm", "x", "disk"), "d")
+	r, err := Check(context.Background(), opts(home, compose))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range r.Findings {
+		rel, _ := filepath.Rel(root, f.Path)
+		got = append(got, f.Code+" "+rel)
+	}
+	want := []string{"OLD_VM_STATE proj/.iii/compose/default/vm/w2", "OLD_VM_STATE " + filepath.Join("state", state.Slug(canon), "default/vm/api")}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	res, err := Fix(r, opts(home, compose), time.Now())
+	if err != nil || len(res.Actions) != 2 || !strings.HasPrefix(res.Actions[1].To, filepath.Join(res.Trash, "root")+"/") {
+		t.Fatalf("%v %+v", err, res)
 	}
 }
