@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	composeerr "github.com/iii-go/iii/compose/errcode"
 )
 
 const usage = `Usage: iii doctor [-f worker-compose.yaml] [--config config.yaml] [--json] [--fix] [--host]
@@ -129,7 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options
 	o.Host = co.host
 	r, err := Check(ctx, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "error[%s]: %v\n", "IO_ERROR", err)
+		fmt.Fprintf(stderr, "error[%s]: %v\n", composeerr.IOError, err)
 		return 1
 	}
 	var fixed *FixResult
@@ -138,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options
 			r, err = Check(ctx, o)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "error[%s]: %v\n", "IO_ERROR", err)
+			fmt.Fprintf(stderr, "error[%s]: %v\n", composeerr.IOError, err)
 			return 1
 		}
 		if !canScan() && len(fixed.Actions) > 0 {

@@ -54,8 +54,12 @@ func Fix(r *Report, o Options, now time.Time) (*FixResult, error) {
 		switch {
 		case f.Code == composeerr.SandboxConfigMoved && f.Fixable:
 			a := Action{Code: f.Code, Path: f.Path, Did: "rewrote"}
-			if _, _, moved, err := fileedit.MoveSandboxConfig(f.Path); err != nil || !moved {
-				a.Did, a.Why = "refused", fmt.Sprint(err)
+			_, _, moved, err := fileedit.MoveSandboxConfig(f.Path)
+			switch {
+			case err != nil:
+				a.Did, a.Why = "refused", err.Error()
+			case !moved:
+				a.Did, a.Why = "refused", "the file no longer declares engine.workers.iii-sandbox"
 			}
 			res.Actions = append(res.Actions, a)
 		case f.movable:
