@@ -1,5 +1,5 @@
-// Command iii is the iii platform in one binary: the engine, `iii call`, `iii compose` and
-// `iii update`. The first word picks the part; everything else is handed to it unchanged.
+// Command iii is the iii platform in one binary: the engine, `iii call`, `iii compose`,
+// `iii update` and `iii doctor`. The first word picks the part; everything else is handed to it unchanged.
 package main
 
 import (
@@ -8,6 +8,7 @@ import (
 	"os"
 
 	compose "github.com/iii-go/iii/compose/cli"
+	"github.com/iii-go/iii/doctor"
 	engine "github.com/iii-go/iii/engine/cli"
 	updater "github.com/iii-go/iii/updater/cli"
 )
@@ -15,13 +16,14 @@ import (
 // version is set at build time with -ldflags "-X main.version=..." from the VERSION file.
 var version = "0.0.0-dev"
 
-const usage = `iii: the iii engine, its function caller, Compose and the updater.
+const usage = `iii: the iii engine, its function caller, Compose, the updater and the doctor.
 
 Usage:
   iii [--config FILE]            run the engine (default ws://127.0.0.1:49134)
   iii call FN [k=v ...]          call a function through a running engine (aliases: trigger, t)
   iii compose [--up] [...]       run a project's workers from worker-compose.yaml
   iii update [TARGET]            update iii to the newest release
+  iii doctor [--fix] [...]       check this machine and a project against the 0.26 upgrade guide
   iii --version                  print the version
 
 Run 'iii <command> --help' for the flags of a command.
@@ -48,6 +50,8 @@ func run(args []string, stdout io.Writer) int {
 		return compose.Run(version, args[1:])
 	case "update":
 		return updater.Run(version, args[1:])
+	case "doctor":
+		return doctor.Run(args[1:])
 	case "engine":
 		return engine.RunEngine(version, args[1:])
 	}

@@ -165,6 +165,37 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 	return r.res, nil
 }
 
+// Check makes the decisions of Run that need no registry, no cache and no write, for a parsed
+// file and its lock (nil when there is none), as `iii doctor` needs them: the VM workers, whether
+// the project needs the adapter (req F2) and which container declares it, and whether the locked
+// packages ship for target (req H3). It returns the adapter plan and the errors Run would give:
+// a path:// worker's directory or manifest, SANDBOX_ADAPTER_NOT_DECLARED (what --frozen gives
+// when the adapter is needed and not declared) and UNSUPPORTED_PLATFORM.
+func Check(f *composefile.File, l *lock.Lock, target platform.Target) (Adapter, []error) {
+	r := &run{o: Options{Frozen: true}, f: f, target: target, out: io.Discard,
+		res: &Result{File: f, Namespace: f.Namespace, LockPath: lock.PathFor(f.Path), Packages: map[string]Package{}}}
+	var errs []error
+	if err := r.pathWorkers(); err != nil {
+		errs = append(errs, err)
+	}
+	r.adapterDeclared()
+	if l != nil {
+		r.addBundles(l)
+	}
+	why := r.needs()
+	r.res.Adapter.Needed = why
+	if why != "" && r.res.Adapter.Container == "" {
+		errs = append(errs, r.notDeclared(why))
+	}
+	if l != nil {
+		r.res.Lock = l
+		if err := r.platform(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return r.res.Adapter, errs
+}
+
 // pathWorkers finds path:// VM workers (runtime.base_image in iii.worker.yaml).
 func (r *run) pathWorkers() error {
 	for _, key := range r.f.Order {

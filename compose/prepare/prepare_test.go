@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/registry"
 	"github.com/iii-go/iii/engine/platform"
@@ -138,5 +139,36 @@ func TestOtherNamespaceNeedsNoAdapter(t *testing.T) {
 	res, err := Run(context.Background(), path, opts(t, "x86_64-unknown-linux-gnu", true))
 	if err != nil || res.Adapter.Needed != "" || res.Adapter.Namespace != "sandboxes" {
 		t.Fatalf("%v %+v", err, res)
+	}
+}
+
+func TestCheckMatchesRunWithoutWriting(t *testing.T) {
+	path := project(t, sandboxed)
+	f, err := composefile.Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, errs := Check(f, nil, platform.Parse("x86_64-unknown-linux-gnu"))
+	_, runErr := Run(context.Background(), path, opts(t, "x86_64-unknown-linux-gnu", true))
+	if len(errs) != 1 || errcode.Code(errs[0]) != errcode.SandboxAdapterNotDeclared || errs[0].Error() != runErr.Error() {
+		t.Fatalf("Check: %+v %v; Run: %v", a, errs, runErr)
+	}
+	if a.Needed == "" || a.Container != "" {
+		t.Fatalf("adapter %+v", a)
+	}
+	res, err := Run(context.Background(), path, opts(t, "x86_64-unknown-linux-gnu", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	a, errs = Check(res.File, res.Lock, platform.Parse("aarch64-unknown-linux-musl"))
+	if len(errs) != 1 || errcode.Code(errs[0]) != errcode.UnsupportedPlatform || a.Container != "sandbox-libkrun" {
+		t.Fatalf("musl: %+v %v", a, errs)
+	}
+	if _, errs = Check(res.File, res.Lock, platform.Parse("x86_64-unknown-linux-gnu")); len(errs) != 0 {
+		t.Fatalf("declared and locked: %v", errs)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Fatal("Check edited the file")
 	}
 }

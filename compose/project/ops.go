@@ -376,19 +376,26 @@ func adapterContainer(f *composefile.File) string {
 // adapterWarnings prints the token warnings for the adapter version that just started.
 func (p *Project) adapterWarnings(f *composefile.File, key string) {
 	v := p.Packages()[key].Version
-	var exposing []string
+	for _, w := range token.Warnings(f.Containers[key].Source.Name, v, ExposingWorkers(f)) {
+		p.Warn(w)
+	}
+}
+
+// ExposingWorkers lists the path:// VM workers (runtime.base_image in iii.worker.yaml) whose
+// directory contains the compose file: under an adapter before 0.3.1 they can read the project
+// token (req B10).
+func ExposingWorkers(f *composefile.File) []string {
+	var out []string
 	for _, k := range f.Order {
 		c := f.Containers[k]
 		if c.IsPackage() {
 			continue
 		}
 		if m, err := composefile.ReadManifest(c.Source.Dir); err == nil && m.IsVM() && under(f.Dir, c.Source.Dir) {
-			exposing = append(exposing, k)
+			out = append(out, k)
 		}
 	}
-	for _, w := range token.Warnings(f.Containers[key].Source.Name, v, exposing) {
-		p.Warn(w)
-	}
+	return out
 }
 
 // plainCaller adapts Engine to vmstate.Caller.

@@ -2,10 +2,13 @@ package project
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/vmstate"
 )
 
@@ -44,5 +47,36 @@ func TestCleanupVMsWarnsWhenTheEngineHadStopped(t *testing.T) {
 		if strings.HasSuffix(c, "::worker::delete") {
 			t.Fatalf("%s was called with the engine gone", c)
 		}
+	}
+}
+
+// Only a path:// VM worker whose directory contains the compose file can read the token (req B10).
+func TestExposingWorkers(t *testing.T) {
+	root := t.TempDir()
+	for dir, manifest := range map[string]string{
+		".":          "runtime: {base_image: python}\n",
+		"sub":        "runtime: {base_image: python}\n",
+		"../outside": "scripts: {start: ./run}\n",
+	} {
+		p := filepath.Join(root, "proj", dir)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "iii.worker.yaml"), []byte(manifest), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(root, "proj", "worker-compose.yaml")
+	f, err := composefile.Parse(path, []byte(`containers:
+  whole: {worker: path://., scripts: {run: ./x}}
+  sub: {worker: path://./sub, scripts: {run: ./x}}
+  host: {worker: path://../outside, scripts: {run: ./x}}
+  adapter: {worker: package://sandbox-libkrun, version: '^0.3'}
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(ExposingWorkers(f), ","); got != "whole" {
+		t.Fatalf("ExposingWorkers = %q, want whole", got)
 	}
 }

@@ -148,23 +148,56 @@ func VMMountsExpose(v string) bool {
 	return err == nil && sv.LessThan(firstSafe)
 }
 
+// RangeFix says how to move the adapter off 0.2 to the engine's contract range (req B8): the
+// manual edit and a restart, or a bare compose::update.
+const RangeFix = "move to version '^0.3' (stop Compose, change the range, run iii compose --up, or run iii call compose::update)"
+
+// ObserversProblem says that adapter version v lets observers read the token (req B9).
+func ObserversProblem(adapter, v string) string {
+	return fmt.Sprintf("%s %s: observers can read the project token", adapter, v)
+}
+
+// ObserversWarning is ObserversProblem with its fix, RangeFix.
+func ObserversWarning(adapter, v string) string {
+	return ObserversProblem(adapter, v) + "; " + RangeFix
+}
+
+// ExposedProblem says that VM worker container mounts the compose file's directory under
+// adapter version v and can read the token (req B10).
+func ExposedProblem(adapter, v, container string) string {
+	return fmt.Sprintf("%s %s: VM worker '%s' mounts the directory of the compose file and can read "+
+		"the project token; its disk keeps those bytes", adapter, v, container)
+}
+
+// ExposedWarning is ExposedProblem with its fix, ExposedFix.
+func ExposedWarning(adapter, v, container string) string {
+	return ExposedProblem(adapter, v, container) + ". " + ExposedFix(adapter)
+}
+
+// ExposedFix is the guide's fix for a token a VM worker could read: an adapter of 0.3.1 or later,
+// then `iii compose --up`, which replaces the token (updating or restarting the adapter keeps it).
+func ExposedFix(adapter string) string {
+	return fmt.Sprintf("Move to %s 0.3.1 or later and run iii compose --up, which replaces the token", adapter)
+}
+
 // Warnings returns the documented warnings for running adapter version v; exposing lists the
 // containers that are path:// VM workers whose directory holds the compose file.
 func Warnings(adapter, v string, exposing []string) []string {
 	var out []string
 	if ObserversCanRead(v) {
-		out = append(out, fmt.Sprintf("%s %s: observers can read the project token; move to version '^0.3' "+
-			"(stop Compose, change the range, run iii compose --up, or run iii call compose::update)", adapter, v))
+		out = append(out, ObserversWarning(adapter, v))
 	}
 	if VMMountsExpose(v) {
 		for _, c := range exposing {
-			out = append(out, fmt.Sprintf("%s %s: VM worker '%s' mounts the directory of the compose file and can read "+
-				"the project token; its disk keeps those bytes. Move to %s 0.3.1 or later and run iii compose --up, which replaces the token",
-				adapter, v, c, adapter))
+			out = append(out, ExposedWarning(adapter, v, c))
 		}
 	}
 	return out
 }
+
+// Exposed returns the record that a VM worker could read the current token of the project whose
+// state directory is dir, if there is one: the token has not been replaced since.
+func Exposed(dir string) (Exposure, bool, error) { return exposed(dir) }
 
 // RotateIfExposed replaces the token when a VM worker could read it under an older adapter and
 // the adapter is now at v >= 0.3.1. Call it only from `iii compose --up`: updating or

@@ -38,8 +38,14 @@ func TestRotationOnlyAfterExposureAndSafeAdapter(t *testing.T) {
 	if msg, _ := RotateIfExposed(dir, "sandbox-libkrun", "0.3.1"); msg != "" {
 		t.Fatalf("rotated without exposure: %s", msg)
 	}
+	if _, ok, _ := Exposed(dir); ok {
+		t.Fatal("Exposed before any record")
+	}
 	if err := MarkExposed(dir, "api", "0.3.0"); err != nil {
 		t.Fatal(err)
+	}
+	if e, ok, err := Exposed(dir); !ok || err != nil || e.Container != "api" || e.AdapterVersion != "0.3.0" {
+		t.Fatalf("Exposed = %+v %v %v", e, ok, err)
 	}
 	if msg, _ := RotateIfExposed(dir, "sandbox-libkrun", "0.3.0"); msg != "" {
 		t.Fatalf("rotated while the adapter still exposes it: %s", msg)
@@ -70,5 +76,15 @@ func TestWarnings(t *testing.T) {
 	}
 	if w := Warnings("sandbox-libkrun", "0.3.1", []string{"api"}); len(w) != 0 {
 		t.Fatalf("0.3.1 warned: %q", w)
+	}
+}
+
+func TestWarningsCarryTheFixes(t *testing.T) {
+	w := Warnings("sandbox-libkrun", "0.2.2", []string{"api"})
+	if len(w) != 2 || w[0] != ObserversWarning("sandbox-libkrun", "0.2.2") || !strings.HasSuffix(w[0], RangeFix) {
+		t.Fatalf("observers warning = %q", w)
+	}
+	if w[1] != ExposedWarning("sandbox-libkrun", "0.2.2", "api") || !strings.HasSuffix(w[1], ExposedFix("sandbox-libkrun")) {
+		t.Fatalf("exposed warning = %q", w[1])
 	}
 }

@@ -79,3 +79,15 @@ const (
 	// S303: no adapter is bound to the router.
 	S303 = "S303"
 )
+
+// Host requirements of the sandbox adapter (req H2, H3), checked by engine/hostreq.
+const (
+	// KVMAccess: /dev/kvm is missing, or the user cannot read and write it (Linux).
+	KVMAccess = "KVM_ACCESS"
+	// LibCapNGMissing: libcap-ng.so.0 (Debian's libcap-ng0) is not installed (Linux).
+	LibCapNGMissing = "LIBCAPNG_MISSING"
+	// FirmwareMissing: the VM kernel or initramfs is not in ~/.iii/lib.
+	FirmwareMissing = "FIRMWARE_MISSING"
+	// UnsupportedPlatform: the adapter ships no build for this host (musl Linux, Intel Mac, ...).
+	UnsupportedPlatform = "UNSUPPORTED_PLATFORM"
+)

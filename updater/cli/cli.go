@@ -15,6 +15,7 @@ import (
 	"github.com/iii-go/iii/updater/errcode"
 	"github.com/iii-go/iii/updater/install"
 	"github.com/iii-go/iii/updater/release"
+	"github.com/iii-go/iii/updater/shadow"
 )
 
 const usage = `Usage: iii update [TARGET] [--list-targets]
@@ -100,7 +101,7 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	for _, name := range names {
 		current := version
 		if name != Self {
-			current = installedVersion(ctx, filepath.Join(binDir, u.exe(name)))
+			current = shadow.Version(ctx, filepath.Join(binDir, u.exe(name)))
 		}
 		if err := u.update(ctx, name, current); err != nil {
 			fmt.Fprintf(stderr, "  %s: %v\n", label(err), err)

@@ -1,11 +1,7 @@
 package cli
 
 import (
-	"bytes"
-	"context"
-	"os/exec"
 	"strings"
-	"time"
 
 	"github.com/Masterminds/semver/v3"
 	"github.com/iii-go/iii/updater/errcode"
@@ -124,22 +120,4 @@ func Newer(a, b string) bool {
 		return true
 	}
 	return va.GreaterThan(vb)
-}
-
-// installedVersion runs `bin --version` (5 s at most) and returns the last word it prints, or
-// "" when bin is missing or fails.
-func installedVersion(ctx context.Context, bin string) string {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "--version")
-	cmd.Stdout = &out
-	if err := cmd.Run(); err != nil {
-		return ""
-	}
-	f := strings.Fields(out.String())
-	if len(f) == 0 {
-		return ""
-	}
-	return strings.TrimPrefix(f[len(f)-1], "v")
 }

@@ -24,16 +24,8 @@ func (u *updater) checkShadow(ctx context.Context) {
 		}
 		return
 	}
-	version := ""
-	if v := installedVersion(ctx, s.Path); v != "" {
-		version = " (" + v + ")"
-	}
-	fmt.Fprintf(u.stderr, "  warning: your shell runs %s%s, not %s, which iii update installs.\n", s.Path, version, installed)
-	if s.Homebrew {
-		fmt.Fprintf(u.stderr, "  Upgrade that copy with `brew upgrade iii`, or remove it (`brew uninstall iii`) and put %s first on your PATH.\n", u.binDir)
-		return
-	}
-	fmt.Fprintf(u.stderr, "  Remove that copy (rm %s) and put %s first on your PATH: export PATH=\"%s:$PATH\"\n", s.Path, u.binDir, u.binDir)
+	fmt.Fprintf(u.stderr, "  warning: %s\n", s.Warning(installed, shadow.Version(ctx, s.Path)))
+	fmt.Fprintf(u.stderr, "  %s\n", s.Fix(u.binDir))
 }
 
 // onPath reports whether dir is one of $PATH's entries.
@@ -54,25 +46,12 @@ func (u *updater) reportLeftovers(home string) {
 	if len(items) == 0 {
 		return
 	}
-	fmt.Fprintln(u.stderr, "  iii 0.26 no longer uses these files left by 0.25. Nothing was deleted; remove them yourself:")
-	var files, dirs []string
+	fmt.Fprintln(u.stderr, "  "+leftover.Heading)
 	for _, it := range items {
-		p := it.Path
-		if it.Dir {
-			dirs = append(dirs, p)
-			p += string(filepath.Separator)
-		} else {
-			files = append(files, p)
-		}
-		fmt.Fprintf(u.stderr, "    %s  (%s)\n", p, it.About)
+		fmt.Fprintf(u.stderr, "    %s  (%s)\n", it.Display(), it.About)
 	}
-	if len(files) > 0 {
-		fmt.Fprintf(u.stderr, "    rm %s\n", strings.Join(files, " "))
+	for _, c := range leftover.RemoveCommands(items) {
+		fmt.Fprintf(u.stderr, "    %s\n", c)
 	}
-	if len(dirs) > 0 {
-		fmt.Fprintf(u.stderr, "    rm -r %s\n", strings.Join(dirs, " "))
-	}
-	iii := filepath.Join(home, ".iii")
-	fmt.Fprintf(u.stderr, "  Keep the rest of %s and %s: sandbox-libkrun still uses them.\n",
-		filepath.Join(iii, "lib")+string(filepath.Separator), filepath.Join(iii, "cache")+string(filepath.Separator))
+	fmt.Fprintln(u.stderr, "  "+leftover.KeepNote(home))
 }

@@ -47,3 +47,20 @@ func TestFindListsOnlyWhatExistsAndDeletesNothing(t *testing.T) {
 		t.Errorf("empty home: %v", items)
 	}
 }
+
+func TestRemoveCommandsAndKeepNote(t *testing.T) {
+	items := []Item{{Path: "/h/.local/bin/iii-worker"}, {Path: "/h/.iii/managed", Dir: true}, {Path: "/h/.iii/lib/iii-init"}}
+	want := []string{"rm /h/.local/bin/iii-worker /h/.iii/lib/iii-init", "rm -r /h/.iii/managed"}
+	if d := cmp.Diff(want, RemoveCommands(items)); d != "" {
+		t.Errorf("RemoveCommands (-want +got):\n%s", d)
+	}
+	if got := items[1].RemoveCommand(); got != "rm -r /h/.iii/managed" {
+		t.Errorf("RemoveCommand = %q", got)
+	}
+	if got := items[1].Display(); got != "/h/.iii/managed/" {
+		t.Errorf("Display = %q", got)
+	}
+	if got, want := KeepNote("/h"), "Keep the rest of /h/.iii/lib/ and /h/.iii/cache/: sandbox-libkrun still uses them."; got != want {
+		t.Errorf("KeepNote = %q, want %q", got, want)
+	}
+}

@@ -3,10 +3,14 @@
 package shadow
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Shadow is a copy of iii found on PATH before the installed one.
@@ -67,4 +71,40 @@ func IsHomebrew(p string) bool {
 		}
 	}
 	return false
+}
+
+// Warning says that the shell runs this copy, of version (empty when unknown), rather than
+// installed, the copy `iii update` writes (req I2).
+func (s Shadow) Warning(installed, version string) string {
+	if version != "" {
+		version = " (" + version + ")"
+	}
+	return fmt.Sprintf("your shell runs %s%s, not %s, which iii update installs.", s.Path, version, installed)
+}
+
+// Fix says how to make the shell run the copy in binDir: upgrade or remove a Homebrew copy, or
+// remove any other copy, and put binDir first on PATH.
+func (s Shadow) Fix(binDir string) string {
+	if s.Homebrew {
+		return fmt.Sprintf("Upgrade that copy with `brew upgrade iii`, or remove it (`brew uninstall iii`) and put %s first on your PATH.", binDir)
+	}
+	return fmt.Sprintf("Remove that copy (rm %s) and put %s first on your PATH: export PATH=\"%s:$PATH\"", s.Path, binDir, binDir)
+}
+
+// Version runs `bin --version` (5 s at most) and returns the last word it prints without a
+// leading v, or "" when bin is missing or fails.
+func Version(ctx context.Context, bin string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "--version")
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		return ""
+	}
+	f := strings.Fields(out.String())
+	if len(f) == 0 {
+		return ""
+	}
+	return strings.TrimPrefix(f[len(f)-1], "v")
 }

@@ -1,8 +1,10 @@
 package shadow
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -60,5 +62,34 @@ func TestIsHomebrew(t *testing.T) {
 		if got := IsHomebrew(p); got != want {
 			t.Errorf("IsHomebrew(%q) = %v, want %v", p, got, want)
 		}
+	}
+}
+
+func TestWarningFixAndVersion(t *testing.T) {
+	root := t.TempDir()
+	bin := filepath.Join(root, "opt", "homebrew", "bin", "iii")
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho iii 0.25.0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v := Version(context.Background(), bin)
+	if v != "0.25.0" {
+		t.Fatalf("Version = %q", v)
+	}
+	if Version(context.Background(), filepath.Join(root, "missing")) != "" {
+		t.Error("Version of a missing binary is not empty")
+	}
+	s := Shadow{Path: bin, Homebrew: true}
+	if got, want := s.Warning("/h/.local/bin/iii", v), "your shell runs "+bin+" (0.25.0), not /h/.local/bin/iii, which iii update installs."; got != want {
+		t.Errorf("Warning = %q, want %q", got, want)
+	}
+	if got := s.Fix("/h/.local/bin"); !strings.Contains(got, "brew upgrade iii") {
+		t.Errorf("Homebrew Fix = %q", got)
+	}
+	s.Homebrew = false
+	if got := s.Fix("/h/.local/bin"); !strings.Contains(got, "rm "+bin) || !strings.Contains(got, `export PATH="/h/.local/bin:$PATH"`) {
+		t.Errorf("Fix = %q", got)
 	}
 }

@@ -1,0 +1,93 @@
+package hostreq
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/platform"
+)
+
+func envOf(m map[string]string) Env {
+	return Env{Getenv: func(k string) string { return m[k] }, Home: "/nonexistent-home"}
+}
+
+func codes(ps []Problem) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Code)
+	}
+	return out
+}
+
+func TestMissingPiecesEachHaveTheirCode(t *testing.T) {
+	dir := t.TempDir()
+	e := envOf(map[string]string{
+		"III_KVM_DEVICE": filepath.Join(dir, "no-kvm"),
+		"III_LIBCAPNG":   filepath.Join(dir, "no-libcap-ng.so.0"),
+		"III_LIB_DIR":    filepath.Join(dir, "lib"),
+	})
+	ps := Run(e, platform.Parse("x86_64-unknown-linux-gnu"))
+	if got := strings.Join(codes(ps), " "); got != "KVM_ACCESS LIBCAPNG_MISSING FIRMWARE_MISSING" {
+		t.Fatalf("codes = %s", got)
+	}
+	for i, want := range []string{"does not exist. Load the module", "needed by virtiofsd); install it with `apt-get install libcap-ng0`", "not found; build it with `go tool mage firmware`"} {
+		if !strings.Contains(ps[i].String(), want) {
+			t.Errorf("%s: %q lacks %q", ps[i].Code, ps[i].Message, want)
+		}
+	}
+	if ps[0].Path != filepath.Join(dir, "no-kvm") || ps[2].Path != filepath.Join(dir, "lib", KernelFile) {
+		t.Errorf("paths: %q %q", ps[0].Path, ps[2].Path)
+	}
+}
+
+func TestPresentPieces(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"kvm", "libcap-ng.so.0", KernelFile, InitrdFile} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := envOf(map[string]string{"III_KVM_DEVICE": filepath.Join(dir, "kvm"), "III_LIBCAPNG": filepath.Join(dir, "libcap-ng.so.0"), "III_LIB_DIR": dir})
+	if ps := Run(e, platform.Parse("x86_64-unknown-linux-gnu")); len(ps) != 0 {
+		t.Fatalf("problems on a complete host: %v", ps)
+	}
+}
+
+func TestKVMPermission(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root opens any file; the permission case needs an unprivileged user")
+	}
+	dev := filepath.Join(t.TempDir(), "kvm")
+	if err := os.WriteFile(dev, nil, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if p := KVM(dev); p == nil || p.Code != errcode.KVMAccess || !strings.Contains(p.Fix, "usermod -aG kvm") || !strings.Contains(p.String(), "permission. Add your user") {
+		t.Fatalf("got %v", p)
+	}
+}
+
+func TestUnsupportedPlatformOnly(t *testing.T) {
+	for _, triple := range []string{"x86_64-unknown-linux-musl", "x86_64-apple-darwin", "x86_64-pc-windows-msvc"} {
+		ps := Run(envOf(nil), platform.Parse(triple))
+		if len(ps) != 1 || ps[0].Code != errcode.UnsupportedPlatform || !strings.Contains(ps[0].String(), "no build for "+triple+". It ships: ") {
+			t.Errorf("%s: %v", triple, ps)
+		}
+	}
+	for _, triple := range Targets {
+		if p := Platform(platform.Parse(triple)); p != nil {
+			t.Errorf("%s: %v", triple, p)
+		}
+	}
+}
+
+func TestFirmwareDirDefaultsUnderHome(t *testing.T) {
+	if got := (Env{Getenv: func(string) string { return "" }, Home: "/h"}).FirmwareDir(); got != "/h/.iii/lib" {
+		t.Errorf("FirmwareDir = %s", got)
+	}
+	if got := (Env{Getenv: func(string) string { return "" }}).KVMDevice(); got != "/dev/kvm" {
+		t.Errorf("KVMDevice = %s", got)
+	}
+}
