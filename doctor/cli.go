@@ -231,7 +231,7 @@ func printText(w io.Writer, r *Report, fixed *FixResult) {
 			verdict += " (iii doctor --fix applies the safe fixes: leftovers to the trash, the compose file rewritten)"
 		}
 	}
-	fmt.Fprintf(w, "iii doctor: %d errors, %d warnings, %d info; engine at %s %s; %s\n", s.Errors, s.Warnings, s.Info, s.EngineURL, engine, verdict)
+	fmt.Fprintf(w, "iii doctor: %s, %s, %d info; engine at %s %s; %s\n", count(s.Errors, "error"), count(s.Warnings, "warning"), s.Info, s.EngineURL, engine, verdict)
 }
 
 func fixable(r *Report) bool {
@@ -241,4 +241,12 @@ func fixable(r *Report) bool {
 		}
 	}
 	return false
+}
+
+// count renders n and noun, plural unless n is 1: "1 error", "2 warnings".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

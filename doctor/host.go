@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/hostreq"
 	"github.com/iii-go/iii/updater/leftover"
 	"github.com/iii-go/iii/updater/shadow"
@@ -91,11 +92,17 @@ func checkHost(r *Report, o Options, p *projectInfo) {
 		}
 		return os.Getenv(k)
 	}}
-	for _, pr := range hostreq.Run(env, *o.Target) {
+	for _, pr := range hostreq.Run(env, *o.Target, p.accelerator) {
 		if pr.Code == p.platformCode {
 			continue
 		}
-		r.add(Finding{Code: pr.Code, Severity: Error, Path: pr.Path, Message: pr.Message, Fix: pr.Fix})
+		f := Finding{Code: pr.Code, Severity: Error, Path: pr.Path, Message: pr.Message, Fix: pr.Fix}
+		if pr.Code == errcode.FirmwareMissing {
+			// The adapter package carries its firmware and installs it at start.
+			f.Severity = Info
+			f.Fix = "nothing to do before the adapter's first start: sandbox-libkrun installs the firmware its package carries into " + filepath.Dir(pr.Path) + " when it starts (`iii compose --up`)"
+		}
+		r.add(f)
 	}
 }
 

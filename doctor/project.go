@@ -30,6 +30,9 @@ type projectInfo struct {
 	adapterEnv map[string]string
 	// platformCode is UNSUPPORTED_PLATFORM once prepare reported it from the lock.
 	platformCode string
+	// accelerator is the adapter's accelerator as Compose would start it: the container's
+	// III_SANDBOX_ACCELERATOR, else config_override's accelerator, else "" (the default, kvm).
+	accelerator string
 }
 
 func (p *projectInfo) needsAdapter() bool {
@@ -88,7 +91,12 @@ func checkProject(r *Report, o Options) *projectInfo {
 		r.add(fd)
 	}
 	if a.Container != "" {
-		p.adapterEnv = f.Containers[a.Container].Environment
+		c := f.Containers[a.Container]
+		p.adapterEnv = c.Environment
+		p.accelerator, _ = c.ConfigOverride["accelerator"].(string)
+		if v := c.Environment["III_SANDBOX_ACCELERATOR"]; v != "" {
+			p.accelerator = v
+		}
 	}
 	checkAdapterVersion(r, f, l, a)
 	return p

@@ -179,25 +179,23 @@ func run(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	var w *protocol.Worker
-	if !o.check || o.configFile == "" {
-		w = protocol.NewWorker(protocol.Config{
-			Name:        envOr(protocol.EnvWorkerName, adapter.Name),
-			Description: "sandbox adapter: runs sandboxes and VM workers in microVMs",
-			Version:     version,
-			Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		})
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := w.Start(cctx)
-		cancel()
-		if err != nil {
-			return fail("ENGINE_UNREACHABLE", "cannot register with the engine at %s: %v", w.URL(), err)
-		}
-		defer w.Close()
-	}
+	// The worker connects only once every function is registered, so that Compose, which waits
+	// for it to register, never finds it without them. Its settings are read before, over a
+	// connection of their own.
+	w := protocol.NewWorker(protocol.Config{
+		Name:        envOr(protocol.EnvWorkerName, adapter.Name),
+		Description: "sandbox adapter: runs sandboxes and VM workers in microVMs",
+		Version:     version,
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	defer w.Close()
 
 	st, err := loadSettings(ctx, w, o)
 	if err != nil {
+		var unreachable *engineError
+		if errors.As(err, &unreachable) {
+			return fail("ENGINE_UNREACHABLE", "%v", err)
+		}
 		return fail("INVALID_SETTINGS", "%v; the adapter does not start with a bad value (fix it in the adapter's config_override, then run `iii call compose::restart`)", err)
 	}
 
@@ -254,6 +252,12 @@ func run(args []string) int {
 		if err := w.Register(o.prefix+"::"+op, wrap(h), protocol.WithDescription(describe(op))); err != nil {
 			return fail("REGISTER_FAILED", "%s::%s: %v", o.prefix, op, err)
 		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = w.Start(cctx)
+	cancel()
+	if err != nil {
+		return fail("ENGINE_UNREACHABLE", "cannot register with the engine at %s: %v", w.URL(), err)
 	}
 	logf("serving %s::* in namespace %s (version %s, driver %s, host roots: %s)",
 		o.prefix, w.Namespace(), version, drv.Name(), strings.Join(roots.List(), ", "))
@@ -382,9 +386,15 @@ func hostRoots(o options) vmworker.Roots {
 	return vmworker.NewRoots(dirs)
 }
 
+// engineError is a settings read that could not reach the engine.
+type engineError struct{ err error }
+
+func (e *engineError) Error() string { return e.err.Error() }
+
 // loadSettings reads the settings from --config, else from the configuration worker's entry
-// <namespace>-sandbox-libkrun; an iii-sandbox entry is never read (req C4). A missing entry means
-// the package defaults.
+// <namespace>-sandbox-libkrun over a short connection of its own (named after w, with
+// "/settings"); an iii-sandbox entry is never read (req C4). A missing entry means the package
+// defaults.
 func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.Settings, error) {
 	var (
 		st       settings.Settings
@@ -398,7 +408,16 @@ func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.
 		if id == "" {
 			id = envOr(envComposeNS, w.Namespace()) + "-" + adapter.Name
 		}
-		st, warnings, err = fetchSettings(ctx, w, id)
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		conn, cerr := protocol.Connect(cctx, protocol.Config{Name: envOr(protocol.EnvWorkerName, adapter.Name) + "/settings",
+			Description: "sandbox adapter: reading its settings", Version: version,
+			Logger: slog.New(slog.DiscardHandler)})
+		cancel()
+		if cerr != nil {
+			return settings.Defaults(), &engineError{fmt.Errorf("cannot reach the engine at %s to read the settings entry %q: %v", w.URL(), id, cerr)}
+		}
+		st, warnings, err = fetchSettings(ctx, conn, id)
+		conn.Close()
 	}
 	for _, msg := range warnings {
 		logf("warning: %s", msg)

@@ -21,12 +21,19 @@ import (
 	"github.com/iii-go/iii/engine/platform"
 )
 
-// Firmware file names inside the firmware directory, and the release asset that carries them.
+// Firmware file names inside the firmware directory.
 const (
-	KernelFile  = "iii-vm-vmlinux"
-	InitrdFile  = "iii-vm-initramfs.cpio"
-	FirmwareTar = "sandbox-firmware-<target>.tar.gz"
+	KernelFile = "iii-vm-vmlinux"
+	InitrdFile = "iii-vm-initramfs.cpio"
 )
+
+// AccelKVM is the accelerator under which /dev/kvm is required (the adapter's default on
+// Linux); under tcg (software emulation) or auto (KVM when a probe boot works, else tcg) it is
+// not.
+const AccelKVM = "kvm"
+
+// TCGHint ends every KVM problem: the way to run sandboxes without /dev/kvm.
+const TCGHint = "Or run sandboxes under software emulation (slower, no /dev/kvm needed): set `accelerator: tcg` in the adapter's config_override"
 
 // Targets are the hosts sandbox-libkrun is built for (req H1).
 var Targets = []string{"aarch64-apple-darwin", "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"}
@@ -79,16 +86,17 @@ func (e Env) FirmwareDir() string {
 	return filepath.Join(home, ".iii", "lib")
 }
 
-// Run performs every check that applies to target t and returns the problems found, in the
-// order platform, KVM, libcap-ng, firmware. A target the adapter does not ship for reports only
-// that; the device and library checks apply to Linux only.
-func Run(e Env, t platform.Target) []Problem {
+// Run performs every check that applies to target t under the accelerator accel ("" is the
+// default, kvm) and returns the problems found, in the order platform, KVM, libcap-ng,
+// firmware. A target the adapter does not ship for reports only that; the device and library
+// checks apply to Linux only, the device check only under kvm.
+func Run(e Env, t platform.Target, accel string) []Problem {
 	if p := Platform(t); p != nil {
 		return []Problem{*p}
 	}
 	var ps []Problem
 	if t.GOOS == "linux" {
-		if p := KVM(e.KVMDevice()); p != nil {
+		if p := KVM(e.KVMDevice()); p != nil && (accel == "" || accel == AccelKVM) {
 			ps = append(ps, *p)
 		}
 		if p := LibCapNG(e); p != nil {
@@ -123,11 +131,11 @@ func KVM(dev string) *Problem {
 	if errors.Is(err, os.ErrNotExist) {
 		return &Problem{Code: errcode.KVMAccess, Path: dev, sep: ". ",
 			Message: fmt.Sprintf("KVM not available -- %s does not exist", dev),
-			Fix:     "Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization in the firmware/hypervisor; under WSL2 enable nested virtualization"}
+			Fix:     "Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization in the firmware/hypervisor; under WSL2 enable nested virtualization. " + TCGHint}
 	}
 	return &Problem{Code: errcode.KVMAccess, Path: dev, sep: ". ",
 		Message: fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission", dev),
-		Fix:     "Add your user to the 'kvm' group: sudo usermod -aG kvm $USER, then log in again"}
+		Fix:     "Add your user to the 'kvm' group: sudo usermod -aG kvm $USER, then log in again. " + TCGHint}
 }
 
 // libDirs are the standard library directories searched for libcap-ng.so.0.
@@ -164,7 +172,7 @@ func Firmware(dir string) *Problem {
 		if _, err := os.Stat(p); err != nil {
 			return &Problem{Code: errcode.FirmwareMissing, Path: p, sep: "; ",
 				Message: fmt.Sprintf("VM firmware missing: %s not found", p),
-				Fix:     fmt.Sprintf("build it with `go tool mage firmware` (or unpack the %s release asset into %s)", FirmwareTar, dir)}
+				Fix:     "the sandbox-libkrun package installs it at start from its firmware/ directory (reinstall the adapter with `iii call compose::restart worker=sandbox-libkrun`), or from a source checkout run `go tool mage build`"}
 		}
 	}
 	return nil

@@ -29,17 +29,32 @@ func TestMissingPiecesEachHaveTheirCode(t *testing.T) {
 		"III_LIBCAPNG":   filepath.Join(dir, "no-libcap-ng.so.0"),
 		"III_LIB_DIR":    filepath.Join(dir, "lib"),
 	})
-	ps := Run(e, platform.Parse("x86_64-unknown-linux-gnu"))
+	ps := Run(e, platform.Parse("x86_64-unknown-linux-gnu"), "")
 	if got := strings.Join(codes(ps), " "); got != "KVM_ACCESS LIBCAPNG_MISSING FIRMWARE_MISSING" {
 		t.Fatalf("codes = %s", got)
 	}
-	for i, want := range []string{"does not exist. Load the module", "needed by virtiofsd); install it with `apt-get install libcap-ng0`", "not found; build it with `go tool mage firmware`"} {
+	for i, want := range []string{"does not exist. Load the module", "needed by virtiofsd); install it with `apt-get install libcap-ng0`", "not found; the sandbox-libkrun package installs it at start"} {
 		if !strings.Contains(ps[i].String(), want) {
 			t.Errorf("%s: %q lacks %q", ps[i].Code, ps[i].Message, want)
 		}
 	}
 	if ps[0].Path != filepath.Join(dir, "no-kvm") || ps[2].Path != filepath.Join(dir, "lib", KernelFile) {
 		t.Errorf("paths: %q %q", ps[0].Path, ps[2].Path)
+	}
+}
+
+func TestKVMOnlyUnderKVM(t *testing.T) {
+	e := envOf(map[string]string{"III_KVM_DEVICE": filepath.Join(t.TempDir(), "no-kvm")})
+	for _, accel := range []string{"tcg", "auto"} {
+		for _, c := range codes(Run(e, platform.Parse("x86_64-unknown-linux-gnu"), accel)) {
+			if c == "KVM_ACCESS" {
+				t.Errorf("accelerator %s: KVM_ACCESS", accel)
+			}
+		}
+	}
+	ps := Run(e, platform.Parse("x86_64-unknown-linux-gnu"), AccelKVM)
+	if len(ps) == 0 || ps[0].Code != "KVM_ACCESS" || !strings.HasSuffix(ps[0].String(), TCGHint) {
+		t.Fatalf("kvm: %v", ps)
 	}
 }
 
@@ -51,7 +66,7 @@ func TestPresentPieces(t *testing.T) {
 		}
 	}
 	e := envOf(map[string]string{"III_KVM_DEVICE": filepath.Join(dir, "kvm"), "III_LIBCAPNG": filepath.Join(dir, "libcap-ng.so.0"), "III_LIB_DIR": dir})
-	if ps := Run(e, platform.Parse("x86_64-unknown-linux-gnu")); len(ps) != 0 {
+	if ps := Run(e, platform.Parse("x86_64-unknown-linux-gnu"), ""); len(ps) != 0 {
 		t.Fatalf("problems on a complete host: %v", ps)
 	}
 }
@@ -71,7 +86,7 @@ func TestKVMPermission(t *testing.T) {
 
 func TestUnsupportedPlatformOnly(t *testing.T) {
 	for _, triple := range []string{"x86_64-unknown-linux-musl", "x86_64-apple-darwin", "x86_64-pc-windows-msvc"} {
-		ps := Run(envOf(nil), platform.Parse(triple))
+		ps := Run(envOf(nil), platform.Parse(triple), "")
 		if len(ps) != 1 || ps[0].Code != errcode.UnsupportedPlatform || !strings.Contains(ps[0].String(), "no build for "+triple+". It ships: ") {
 			t.Errorf("%s: %v", triple, ps)
 		}

@@ -22,13 +22,14 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/iii-go/iii/engine/hostreq"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
-// File names inside a firmware directory.
+// File names inside a firmware directory (the two the host checks look for are hostreq's).
 const (
-	KernelFile   = "iii-vm-vmlinux"
-	InitrdFile   = "iii-vm-initramfs.cpio"
+	KernelFile   = hostreq.KernelFile
+	InitrdFile   = hostreq.InitrdFile
 	ManifestFile = "iii-vm-firmware.json"
 )
 
@@ -80,13 +81,12 @@ func At(dir string) Paths {
 	return Paths{Dir: dir, Kernel: filepath.Join(dir, KernelFile), Initrd: filepath.Join(dir, InitrdFile), Manifest: filepath.Join(dir, ManifestFile)}
 }
 
-// Locate returns the installed firmware, or an error naming the missing file and the fix.
+// Locate returns the installed firmware, or the host check's error naming the missing file and
+// the fix.
 func Locate() (Paths, error) {
 	p := At(Dir())
-	for _, f := range []string{p.Kernel, p.Initrd} {
-		if _, err := os.Stat(f); err != nil {
-			return p, fmt.Errorf("VM firmware missing: %s not found; the sandbox-libkrun package installs it at start from its %s/ directory (reinstall the adapter with `iii call compose::restart worker=sandbox-libkrun`), or from a source checkout run `go tool mage build`", f, BundleDir)
-		}
+	if pr := hostreq.Firmware(p.Dir); pr != nil {
+		return p, errors.New(pr.String())
 	}
 	return p, nil
 }

@@ -15,9 +15,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
+
+	"github.com/iii-go/iii/engine/hostreq"
 
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
@@ -36,7 +37,8 @@ type Problem struct {
 func (p Problem) String() string { return p.Check + ": " + p.Message }
 
 // Run performs every check for the accelerator accel (settings.Accel*) and returns the problems
-// found (none on a ready host).
+// found (none on a ready host). The KVM, libcap-ng and firmware checks are engine/hostreq's,
+// which `iii doctor` runs too.
 func Run(accel string) []Problem {
 	if runtime.GOOS != "linux" {
 		return []Problem{{Check: "platform", Message: "sandbox microVMs need Linux (UNSUPPORTED_PLATFORM: " + runtime.GOOS + "/" + runtime.GOARCH + ")", Fatal: true}}
@@ -48,21 +50,22 @@ func Run(accel string) []Problem {
 	if v := qemu.VirtiofsdPath(); !found(v) {
 		ps = append(ps, Problem{"virtiofsd", fmt.Sprintf("virtiofsd is not installed (%s not found); install it with `apt-get install qemu-system-common`", v), true})
 	}
+	env := hostreq.Env{}
 	switch accel {
 	case settings.AccelKVM:
-		if p := checkKVM(qemu.KVMDevice()); p != nil {
-			ps = append(ps, *p)
+		if p := hostreq.KVM(env.KVMDevice()); p != nil {
+			ps = append(ps, Problem{"kvm", p.String(), true})
 		} else if qemu.NestedPVM() {
-			ps = append(ps, Problem{"kvm", "KVM cannot boot a guest here -- /dev/kvm is served by a nested PVM module (kvm_pvm) that cannot run a stock guest kernel. " + tcgHint, true})
+			ps = append(ps, Problem{"kvm", "KVM cannot boot a guest here -- /dev/kvm is served by a nested PVM module (kvm_pvm) that cannot run a stock guest kernel. " + hostreq.TCGHint, true})
 		}
 	case settings.AccelHVF:
 		ps = append(ps, Problem{"accelerator", "accelerator `hvf` is macOS's Hypervisor.framework; on Linux use `kvm`, `auto` or `tcg`", true})
 	}
-	if !libcapng() {
-		ps = append(ps, Problem{"libcap-ng", "libcap-ng0 is not installed (libcap-ng.so.0 not found, needed by virtiofsd); install it with `apt-get install libcap-ng0`", true})
+	if p := hostreq.LibCapNG(env); p != nil {
+		ps = append(ps, Problem{"libcap-ng", p.String(), true})
 	}
-	if _, err := firmware.Locate(); err != nil {
-		ps = append(ps, Problem{"firmware", err.Error(), true})
+	if p := hostreq.Firmware(firmware.Dir()); p != nil {
+		ps = append(ps, Problem{"firmware", p.String(), true})
 	}
 	return ps
 }
@@ -88,36 +91,4 @@ func found(bin string) bool {
 	}
 	_, err := exec.LookPath(bin)
 	return err == nil
-}
-
-// tcgHint names the alternative to KVM that every kvm problem ends with.
-const tcgHint = "Or run sandboxes under software emulation (slower, no /dev/kvm needed): set `accelerator: tcg` in the adapter's config_override"
-
-func checkKVM(dev string) *Problem {
-	f, err := os.OpenFile(dev, os.O_RDWR, 0)
-	if err == nil {
-		f.Close()
-		return nil
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return &Problem{"kvm", fmt.Sprintf("KVM not available -- %s does not exist. Load the module (`modprobe kvm_intel` or `modprobe kvm_amd`) or enable virtualization in the firmware/hypervisor; under WSL2 enable nested virtualization. %s", dev, tcgHint), true}
-	}
-	return &Problem{"kvm", fmt.Sprintf("KVM not accessible -- %s exists but this user lacks read/write permission. Add your user to the 'kvm' group: sudo usermod -aG kvm $USER, then log in again. %s", dev, tcgHint), true}
-}
-
-// libcapng looks for libcap-ng.so.0 in the loader cache and the standard library directories.
-func libcapng() bool {
-	if p := os.Getenv("III_LIBCAPNG"); p != "" {
-		_, err := os.Stat(p)
-		return err == nil
-	}
-	if out, err := exec.Command("ldconfig", "-p").Output(); err == nil && strings.Contains(string(out), "libcap-ng.so.0") {
-		return true
-	}
-	for _, dir := range []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"} {
-		if _, err := os.Stat(filepath.Join(dir, "libcap-ng.so.0")); err == nil {
-			return true
-		}
-	}
-	return false
 }
