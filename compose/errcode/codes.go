@@ -11,6 +11,8 @@ const (
 	ComposeFileUnreadable = "COMPOSE_FILE_UNREADABLE"
 	// NoComposeFile: no file was named and the daemon's directory has none.
 	NoComposeFile = "NO_COMPOSE_FILE"
+	// ComposeFileTooLarge: the compose file is larger than the most Compose reads.
+	ComposeFileTooLarge = "COMPOSE_FILE_TOO_LARGE"
 	// IOError: any other read or write failure.
 	IOError = "IO_ERROR"
 	// EmptyContainers: no containers and no engine mapping.
