@@ -20,11 +20,13 @@ import (
 
 	"github.com/iii-go/iii/compose/registry"
 	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/release"
 )
 
 func init() {
 	registerCmd("hostileregistry", cmdHostileRegistry)
 	registerCmd("manykeys", cmdManyKeys)
+	registerCmd("resign", cmdResign)
 }
 
 // hostileregistry [-http] DIR: publish the malicious registry of the security review's
@@ -130,4 +132,57 @@ func cmdManyKeys(ts *testscript.TestScript, neg bool, args []string) {
 		b.WriteString("\n")
 	}
 	ts.Check(os.WriteFile(ts.MkAbs(args[0]), b.Bytes(), 0o644))
+}
+
+// resign [-symlink TARGET] DIR VERSION [FILE]: replace the iii in DIR/iii/vVERSION/'s archive for
+// the host target with FILE (or with a symlink to TARGET) and sign the result as the release
+// would: the archive's .sha256 sidecar, checksums.txt and manifest.json all match it, so only
+// what the archive holds is wrong.
+func cmdResign(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("resign", flag.ContinueOnError)
+	link := fs.String("symlink", "", "archive iii as a symlink to this target")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 2+btoi(*link == "") {
+		ts.Fatalf("usage: resign [-symlink TARGET] DIR VERSION [FILE]")
+	}
+	dir := release.Dir(ts.MkAbs(fs.Arg(0)), fs.Arg(1))
+	t, ok := release.FindTarget(platform.Host().Triple)
+	if !ok {
+		ts.Fatalf("host target %s is not a release target", platform.Host().Triple)
+	}
+	var a release.Asset
+	var err error
+	if *link == "" {
+		a, err = release.PackageBinary(dir, "iii", fs.Arg(1), t, ts.MkAbs(fs.Arg(2)))
+		ts.Check(err)
+	} else {
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		ts.Check(tw.WriteHeader(&tar.Header{Name: t.Exe("iii"), Linkname: *link, Typeflag: tar.TypeSymlink, Mode: 0o777}))
+		ts.Check(tw.Close())
+		ts.Check(gz.Close())
+		name := t.AssetName("iii")
+		ts.Check(os.WriteFile(filepath.Join(dir, name), buf.Bytes(), 0o644))
+		sum := sha256.Sum256(buf.Bytes())
+		a = release.Asset{Name: name, Product: "iii", Version: fs.Arg(1), Target: t.Triple, SHA256: hex.EncodeToString(sum[:]), Size: int64(buf.Len())}
+		ts.Check(os.WriteFile(filepath.Join(dir, name+".sha256"), []byte(release.ChecksumLine(a.SHA256, name)), 0o644))
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	ts.Check(err)
+	var m release.Manifest
+	ts.Check(json.Unmarshal(raw, &m))
+	for i := range m.Assets {
+		if m.Assets[i].Name == a.Name {
+			m.Assets[i] = a
+		}
+	}
+	_, err = release.WriteIndex(dir, fs.Arg(1), m.Assets)
+	ts.Check(err)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
