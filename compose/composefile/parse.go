@@ -389,7 +389,7 @@ var containerKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // Reserved lists the III_* variables Compose sets for every worker; environment may not set them.
 var Reserved = []string{"III_URL", "III_NAMESPACE", "III_COMPOSE_NAMESPACE", "III_COMPOSE_FILE", "III_COMPOSE_DIR",
-	"III_WORKER_NAME", "III_CONFIG", "III_CONFIG_NAME", "III_TOKEN_FILE"}
+	"III_WORKER_NAME", "III_CONFIG", "III_CONFIG_NAME", "III_TOKEN_FILE", "III_COMPOSE_PROCESS"}
 
 func (p *parser) containers(f *File, pr pair) error {
 	list, err := p.pairs(pr.val, "containers", nil)
