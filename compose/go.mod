@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/Masterminds/semver/v3 v3.5.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
+	golang.org/x/sys v0.50.0
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 

@@ -134,7 +134,8 @@ case $target in
 esac
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/iii-install.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+new=""
+trap 'rm -rf "$tmp" ${new:+"$new"}' EXIT
 trap 'exit 130' INT TERM
 
 version=${VERSION:-${1:-latest}}
@@ -172,7 +173,10 @@ say "Verified $asset (sha256 $got)"
 
 mkdir -p "$tmp/x"
 tar -xzf "$tmp/$asset" -C "$tmp/x" || die "$asset is not a readable tar.gz archive; nothing was installed"
-[ -f "$tmp/x/iii" ] || die "$asset holds no iii binary; nothing was installed"
+# -f follows a symlink: an iii that links to /etc/hostname would install that file.
+if [ ! -f "$tmp/x/iii" ] || [ -L "$tmp/x/iii" ]; then
+	die "$asset holds no iii binary (a symlink is not one); nothing was installed"
+fi
 
 old=""
 if [ -x "$bin_dir/iii" ]; then
@@ -186,6 +190,17 @@ else
 	new="$bin_dir/.iii.new.$$"
 	cp "$tmp/x/iii" "$new" || die "cannot write into $bin_dir"
 	chmod 755 "$new"
+	# The new iii must run and say it is $version before it replaces the old one. A binary for
+	# another system cannot run here, so TARGET set to one skips the check.
+	host=$(detect_target 2>/dev/null) || host=""
+	if [ "$target" = "$host" ]; then
+		ran=$("$new" --version 2>/dev/null | awk 'END { print $NF }') || ran=""
+		if [ "${ran#v}" != "$version" ]; then
+			die "the iii in $asset does not run here or is not v$version ('iii --version' printed '$ran'); nothing was installed"
+		fi
+	else
+		say "note: not running iii for $target on this host (${host:-unknown}); its --version was not checked"
+	fi
 	mv -f "$new" "$bin_dir/iii" || {
 		rm -f "$new"
 		die "cannot install $bin_dir/iii"

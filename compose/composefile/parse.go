@@ -24,14 +24,27 @@ func Load(path string, lookup Lookup) (*File, error) {
 	if err != nil {
 		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
 	}
-	data, err := os.ReadFile(abs)
+	fh, err := os.Open(abs)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errcode.New(errcode.NoComposeFile, "%s does not exist; write a worker-compose.yaml or name one with -f", abs)
 		}
 		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", abs, err)
 	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
+	if err != nil {
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", abs, err)
+	}
 	return Parse(abs, data, lookup)
+}
+
+// MaxFileSize is the largest compose file Compose reads: 8 MiB, hundreds of times a real
+// project's file, so a runaway or hostile file is refused before it costs memory (review #38).
+const MaxFileSize = 8 << 20
+
+func tooLarge(path string) error {
+	return errcode.New(errcode.ComposeFileTooLarge, "%s is larger than %d MiB, the most Compose reads; a compose file is a short list of containers and settings", path, MaxFileSize>>20)
 }
 
 // Parse validates data as the compose file at path (made absolute). It never panics: every
@@ -42,6 +55,9 @@ func Parse(path string, data []byte, lookup Lookup) (f *File, err error) {
 	}
 	if lookup == nil {
 		lookup = os.LookupEnv
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooLarge(path)
 	}
 	p := &parser{path: path, lookup: lookup}
 	defer func() {
@@ -326,9 +342,9 @@ func (p *parser) engineWorkers(e *Engine, k pair) error {
 		case w.val.Kind != yaml.MappingNode:
 			return p.at(errcode.InvalidEngineWorkerConfig, w.val, w.where, "must be a mapping of the worker's settings ({} keeps its defaults)")
 		}
-		var v map[string]any
-		if err := w.val.Decode(&v); err != nil {
-			return p.at(errcode.InvalidEngineWorkerConfig, w.val, w.where, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		v, err := p.value(w.val, w.where)
+		if err != nil {
+			return err
 		}
 		e.Workers[w.key] = v
 		e.WorkerOrder = append(e.WorkerOrder, w.key)
@@ -373,7 +389,7 @@ var containerKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 // Reserved lists the III_* variables Compose sets for every worker; environment may not set them.
 var Reserved = []string{"III_URL", "III_NAMESPACE", "III_COMPOSE_NAMESPACE", "III_COMPOSE_FILE", "III_COMPOSE_DIR",
-	"III_WORKER_NAME", "III_CONFIG", "III_CONFIG_NAME", "III_TOKEN_FILE"}
+	"III_WORKER_NAME", "III_CONFIG", "III_CONFIG_NAME", "III_TOKEN_FILE", "III_COMPOSE_PROCESS"}
 
 func (p *parser) containers(f *File, pr pair) error {
 	list, err := p.pairs(pr.val, "containers", nil)
@@ -442,12 +458,11 @@ func (p *parser) container(f *File, c pair) (*Container, error) {
 			if k.val.Kind != yaml.MappingNode {
 				return nil, p.invalid(k.val, "%s must be a mapping", k.where)
 			}
-			if err := k.val.Decode(&ct.ConfigOverride); err != nil {
-				return nil, p.invalid(k.val, "%s: %s", k.where, strings.TrimPrefix(err.Error(), "yaml: "))
+			v, err := p.value(k.val, k.where)
+			if err != nil {
+				return nil, err
 			}
-			if ct.ConfigOverride == nil {
-				ct.ConfigOverride = map[string]any{}
-			}
+			ct.ConfigOverride = v.(map[string]any)
 		case "working_dir":
 			if ct.WorkingDir, err = p.expanded(k); err != nil {
 				return nil, err

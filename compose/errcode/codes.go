@@ -11,6 +11,8 @@ const (
 	ComposeFileUnreadable = "COMPOSE_FILE_UNREADABLE"
 	// NoComposeFile: no file was named and the daemon's directory has none.
 	NoComposeFile = "NO_COMPOSE_FILE"
+	// ComposeFileTooLarge: the compose file is larger than the most Compose reads.
+	ComposeFileTooLarge = "COMPOSE_FILE_TOO_LARGE"
 	// IOError: any other read or write failure.
 	IOError = "IO_ERROR"
 	// EmptyContainers: no containers and no engine mapping.
@@ -99,6 +101,15 @@ const (
 	PackageDigestMismatch = "PACKAGE_DIGEST_MISMATCH"
 	// PackageArtifactEmpty: a downloaded artifact holds nothing.
 	PackageArtifactEmpty = "PACKAGE_ARTIFACT_EMPTY"
+	// ArtifactURLRefused: an artifact URL outside the registry's own scheme and host (or, for a
+	// file:// registry, outside its directory), or a file that is not a regular file.
+	ArtifactURLRefused = "ARTIFACT_URL_REFUSED"
+	// PackageSizeMismatch: a downloaded artifact's length differs from the size its index gives.
+	PackageSizeMismatch = "PACKAGE_SIZE_MISMATCH"
+	// PackageTooLarge: an artifact, or what it unpacks to, exceeds the package cache's caps.
+	PackageTooLarge = "PACKAGE_TOO_LARGE"
+	// PackageExecutableMissing: a binary package whose archive holds no executable named after it.
+	PackageExecutableMissing = "PACKAGE_EXECUTABLE_MISSING"
 	// InvalidComposeLock: the lock file does not parse or does not validate.
 	InvalidComposeLock = "INVALID_COMPOSE_LOCK"
 	// ComposeLockRequired: --frozen and the lock file does not exist.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -107,6 +108,9 @@ type run struct {
 	out    io.Writer
 	res    *Result
 	cache  *registry.Cache
+	// sizes holds the size the registry's index gives each artifact URL resolved in this run
+	// (the lock does not record sizes), so the download stops there.
+	sizes map[string]int64
 }
 
 // Run prepares the project of the compose file at path.
@@ -396,12 +400,27 @@ func (r *run) resolveOne(ctx context.Context, key, host, name, selector, worker 
 		DefaultConfig: v.Config, Dependencies: v.Dependencies}}
 	for t, a := range v.Artifacts {
 		e.Resolved.Artifacts[t] = lock.Artifact{URL: a.URL, SHA256: a.SHA256}
+		if a.Size > 0 {
+			if r.sizes == nil {
+				r.sizes = map[string]int64{}
+			}
+			r.sizes[a.URL] = a.Size
+		}
 	}
 	if len(e.Resolved.Artifacts) == 0 {
 		return nil, errcode.New(errcode.PackageNotResolved, "container '%s': %s %s has no artifacts in %s", key, name, v.Version, c.URL())
 	}
 	fmt.Fprintf(r.out, " ⠿ Container %-20s Resolved %s %s to %s (%s)\n", key, name, selector, v.Version, v.Type)
 	return e, nil
+}
+
+// registryHost is the registry host of a package:// worker value ("" for the default registry).
+func registryHost(worker string) string {
+	ref := strings.TrimPrefix(worker, "package://")
+	if i := strings.LastIndexByte(ref, '/'); i >= 0 {
+		return ref[:i]
+	}
+	return ""
 }
 
 // artifactKey is the lock's artifacts key for an entry on this host.
@@ -462,11 +481,11 @@ func (r *run) install(ctx context.Context) error {
 		e := r.res.Lock.Containers[key]
 		ak := r.artifactKey(e)
 		a := e.Resolved.Artifacts[ak]
-		c, err := registry.ForHost("")
+		c, err := registry.ForHost(registryHost(e.Worker))
 		if err != nil {
 			return err
 		}
-		inst, err := r.cache.Install(ctx, c, e.Resolved.Name, e.Resolved.Version, ak, registry.Artifact{URL: a.URL, SHA256: a.SHA256})
+		inst, err := r.cache.Install(ctx, c, e.Resolved.Name, e.Resolved.Version, ak, registry.Artifact{URL: a.URL, SHA256: a.SHA256, Size: r.sizes[a.URL]})
 		if err != nil {
 			ce := errcode.As(err, errcode.PackageDownloadFailed)
 			return errcode.New(ce.Code, "container '%s': %s", key, ce.Message)
@@ -479,6 +498,11 @@ func (r *run) install(ctx context.Context) error {
 				exe += ".exe"
 			}
 			p.Exec = filepath.Join(inst.Dir, exe)
+			// A binary package must ship its executable; finding out at start (SPAWN_FAILED) would
+			// come after the lock was written (review #27).
+			if st, err := os.Lstat(p.Exec); err != nil || !st.Mode().IsRegular() {
+				return errcode.New(errcode.PackageExecutableMissing, "container '%s': %s %s is a binary package, but its archive %s holds no executable named %s at its root; nothing was locked", key, p.Name, p.Version, a.URL, exe)
+			}
 		}
 		r.res.Packages[key] = p
 		if inst.Fresh {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/iii-go/iii/compose/errcode"
@@ -22,6 +23,21 @@ const markerFile = ".iii-package-sha256"
 
 // progressThreshold is the size above which downloads print progress lines.
 const progressThreshold = 1 << 20
+
+// Caps of one install (review #29, #33, #34): a download stops at the size its index gives and
+// at MaxArtifactSize; unpacking stops at MaxUnpackedSize bytes and MaxUnpackedFiles files. Each
+// is PACKAGE_TOO_LARGE (PACKAGE_SIZE_MISMATCH for a size that disagrees with the index).
+const (
+	MaxArtifactSize  = 512 << 20
+	MaxUnpackedSize  = 2 << 30
+	MaxUnpackedFiles = 100000
+)
+
+// Prefixes of the cache's temporary entries; sweep removes those whose process is gone.
+const (
+	downloadPrefix = ".download-"
+	unpackPrefix   = ".unpack-"
+)
 
 // CacheDir returns the shared package cache: $III_COMPOSE_STATE_DIR/packages when set, else
 // ~/.iii/compose/packages. No home directory is STATE_DIR_UNAVAILABLE.
@@ -45,6 +61,29 @@ type Cache struct {
 	Dir string
 	// Progress receives a line per quarter of a large download; nil prints nothing.
 	Progress io.Writer
+
+	// limits overrides the caps in tests; zero fields take the defaults.
+	limits limits
+	swept  bool
+}
+
+type limits struct {
+	download, unpacked int64
+	files              int
+}
+
+func (k *Cache) caps() limits {
+	l := k.limits
+	if l.download == 0 {
+		l.download = MaxArtifactSize
+	}
+	if l.unpacked == 0 {
+		l.unpacked = MaxUnpackedSize
+	}
+	if l.files == 0 {
+		l.files = MaxUnpackedFiles
+	}
+	return l
 }
 
 // InstallKey names a package's directory in the cache: <name>-<version>-<target|bundle>.
@@ -74,17 +113,25 @@ func (k *Cache) Install(ctx context.Context, c *Client, name, version, target st
 	if err := os.MkdirAll(k.Dir, 0o755); err != nil {
 		return Installed{}, errcode.New(errcode.IOError, "cannot create the package cache %s: %v", k.Dir, err)
 	}
+	if !k.swept {
+		k.swept = true
+		k.sweep()
+	}
 	archive, err := k.download(ctx, c, name, version, art)
 	if err != nil {
 		return Installed{}, err
 	}
 	defer os.Remove(archive)
-	tmp, err := os.MkdirTemp(k.Dir, ".unpack-"+name+"-")
+	tmp, err := os.MkdirTemp(k.Dir, tempPattern(unpackPrefix, name))
 	if err != nil {
 		return Installed{}, errcode.New(errcode.IOError, "cannot write the package cache %s: %v", k.Dir, err)
 	}
 	defer os.RemoveAll(tmp)
-	n, err := extract(archive, tmp)
+	n, err := extract(archive, tmp, k.caps())
+	var big *tooLargeError
+	if errors.As(err, &big) {
+		return Installed{}, errcode.New(errcode.PackageTooLarge, "%s %s: %s unpacks to %s; nothing was installed", name, version, art.URL, big)
+	}
 	if err != nil {
 		return Installed{}, errcode.New(errcode.PackageDownloadFailed, "%s %s: cannot unpack %s: %v", name, version, art.URL, err)
 	}
@@ -113,14 +160,35 @@ func (k *Cache) Install(ctx context.Context, c *Client, name, version, target st
 	return Installed{Dir: dest, Fresh: true}, nil
 }
 
-// download fetches art into a temporary file of the cache, checking its size and digest.
+// download fetches art into a temporary file of the cache, checking its size and digest. It
+// reads at most the size the index gives (when it gives one) and MaxArtifactSize, and stops
+// when ctx ends; the temporary file is removed on every failure.
 func (k *Cache) download(ctx context.Context, c *Client, name, version string, art Artifact) (string, error) {
+	limit := k.caps().download
+	if art.Size < 0 {
+		return "", errcode.New(errcode.PackageSizeMismatch, "%s %s: the registry gives %s a negative size (%d)", name, version, art.URL, art.Size)
+	}
+	if art.Size > limit {
+		return "", tooLarge(name, version, art.URL, limit)
+	}
 	rc, size, err := c.Fetch(ctx, art.URL)
 	if err != nil {
+		if e := errcode.As(err, ""); e.Code != "" {
+			return "", errcode.New(e.Code, "%s %s: %s", name, version, e.Message)
+		}
 		return "", errcode.New(errcode.PackageDownloadFailed, "%s %s: cannot download %s: %v", name, version, art.URL, err)
 	}
 	defer rc.Close()
-	f, err := os.CreateTemp(k.Dir, ".download-"+name+"-")
+	if size > limit {
+		return "", tooLarge(name, version, art.URL, limit)
+	}
+	if art.Size > 0 {
+		if size > 0 && size != art.Size {
+			return "", sizeMismatch(name, version, art.URL, size, art.Size)
+		}
+		limit = art.Size
+	}
+	f, err := os.CreateTemp(k.Dir, tempPattern(downloadPrefix, name))
 	if err != nil {
 		return "", errcode.New(errcode.IOError, "cannot write the package cache %s: %v", k.Dir, err)
 	}
@@ -132,13 +200,21 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 		}
 	}()
 	h := sha256.New()
-	var r io.Reader = rc
+	var r io.Reader = &ctxReader{ctx: ctx, r: io.LimitReader(rc, limit+1)}
 	if k.Progress != nil && (size > progressThreshold || size <= 0) {
-		r = &progressReader{r: rc, total: size, label: name + " " + version, out: k.Progress}
+		r = &progressReader{r: r, total: size, label: name + " " + version, out: k.Progress}
 	}
 	n, err := io.Copy(io.MultiWriter(f, h), r)
 	if err != nil {
 		return "", errcode.New(errcode.PackageDownloadFailed, "%s %s: download of %s failed: %v", name, version, art.URL, err)
+	}
+	switch {
+	case n > limit && art.Size > 0:
+		return "", errcode.New(errcode.PackageSizeMismatch, "%s %s: %s is larger than the %d bytes its index gives; the download was stopped and nothing was installed", name, version, art.URL, art.Size)
+	case n > limit:
+		return "", tooLarge(name, version, art.URL, limit)
+	case art.Size > 0 && n != art.Size:
+		return "", sizeMismatch(name, version, art.URL, n, art.Size)
 	}
 	if n == 0 {
 		return "", errcode.New(errcode.PackageArtifactEmpty, "%s %s: %s is empty", name, version, art.URL)
@@ -152,6 +228,70 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 	ok = true
 	return f.Name(), nil
 }
+
+func tooLarge(name, version, url string, limit int64) error {
+	return errcode.New(errcode.PackageTooLarge, "%s %s: %s is larger than %d MiB, the most Compose downloads for one package; nothing was installed", name, version, url, limit>>20)
+}
+
+func sizeMismatch(name, version, url string, n, want int64) error {
+	return errcode.New(errcode.PackageSizeMismatch, "%s %s: %s is %d bytes, but its index gives size %d; nothing was installed", name, version, url, n, want)
+}
+
+// ctxReader stops reading once ctx ends, so a cancelled run stops a download from a local file
+// as it does an HTTP one.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
+}
+
+// tempPattern names a temporary entry of the cache after the process that owns it, so that
+// sweep can tell a live install's files from an interrupted one's.
+func tempPattern(prefix, name string) string {
+	return fmt.Sprintf("%s%d-%s-", prefix, os.Getpid(), name)
+}
+
+// sweep removes the temporary downloads and unpack directories (and replaced installs) that an
+// interrupted run left in the cache: those whose owning process is gone, and those named the
+// way earlier versions named them, without a process id (review #35). Errors are ignored: a
+// leftover costs disk space, never correctness.
+func (k *Cache) sweep() {
+	entries, err := os.ReadDir(k.Dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		rest, ok := strings.CutPrefix(name, downloadPrefix)
+		if !ok {
+			rest, ok = strings.CutPrefix(name, unpackPrefix)
+		}
+		if !ok {
+			if _, tmp, old := strings.Cut(name, ".old-"+unpackPrefix); old {
+				rest, ok = tmp, true
+			}
+		}
+		if !ok {
+			continue
+		}
+		pid, _, _ := strings.Cut(rest, "-")
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || processAlive(n)) {
+			continue
+		}
+		os.RemoveAll(filepath.Join(k.Dir, name))
+	}
+}
+
+// tooLargeError is extract's refusal of an archive over a cap.
+type tooLargeError struct{ what string }
+
+func (e *tooLargeError) Error() string { return e.what }
 
 type progressReader struct {
 	r          io.Reader
@@ -179,8 +319,8 @@ func (p *progressReader) Read(b []byte) (int, error) {
 }
 
 // extract unpacks a .tar.gz into dir (regular files and directories only, no path escapes) and
-// returns the number of files written.
-func extract(archive, dir string) (int, error) {
+// returns the number of files written. It stops with a *tooLargeError past lim's bytes or files.
+func extract(archive, dir string, lim limits) (int, error) {
 	f, err := os.Open(archive)
 	if err != nil {
 		return 0, err
@@ -192,6 +332,7 @@ func extract(archive, dir string) (int, error) {
 	}
 	tr := tar.NewReader(gz)
 	files := 0
+	budget := lim.unpacked
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -211,6 +352,12 @@ func extract(archive, dir string) (int, error) {
 				return files, err
 			}
 		case tar.TypeReg:
+			if files >= lim.files {
+				return files, &tooLargeError{fmt.Sprintf("more than %d files", lim.files)}
+			}
+			if h.Size > budget {
+				return files, &tooLargeError{fmt.Sprintf("more than %d MiB", lim.unpacked>>20)}
+			}
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				return files, err
 			}
@@ -218,13 +365,17 @@ func extract(archive, dir string) (int, error) {
 			if err != nil {
 				return files, err
 			}
-			_, err = io.Copy(out, tr)
+			n, err := io.Copy(out, io.LimitReader(tr, budget+1))
 			if cerr := out.Close(); err == nil {
 				err = cerr
 			}
 			if err != nil {
 				return files, err
 			}
+			if n > budget {
+				return files, &tooLargeError{fmt.Sprintf("more than %d MiB", lim.unpacked>>20)}
+			}
+			budget -= n
 			files++
 		}
 	}

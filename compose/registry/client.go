@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -36,7 +37,18 @@ func New(raw string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{base: u, http: &http.Client{Timeout: 5 * time.Minute}}, nil
+	return &Client{base: u, http: &http.Client{Timeout: 5 * time.Minute, CheckRedirect: noDowngrade}}, nil
+}
+
+// noDowngrade follows at most 10 redirects, never from https to plain http.
+func noDowngrade(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
+		return fmt.Errorf("refused a redirect from https to %s", req.URL.Redacted())
+	}
+	return nil
 }
 
 func parseRoot(raw string) (*url.URL, error) {
@@ -91,6 +103,11 @@ func (c *Client) open(ctx context.Context, u *url.URL) (io.ReadCloser, int64, er
 		if err != nil || st.IsDir() {
 			f.Close()
 			return nil, 0, errNotFound
+		}
+		if !st.Mode().IsRegular() {
+			// A device such as /dev/zero never ends; a fifo may block forever (review #34).
+			f.Close()
+			return nil, 0, errcode.New(errcode.ArtifactURLRefused, "%s is not a regular file", u)
 		}
 		return f, st.Size(), nil
 	case "http", "https":
@@ -156,7 +173,11 @@ func (c *Client) Index(ctx context.Context, name string) (*Index, error) {
 			if err != nil {
 				return nil, errcode.New(errcode.PackageNotResolved, "%s: %s %s: bad artifact URL %q", u, name, v.Version, a.URL)
 			}
-			a.URL = u.ResolveReference(ref).String()
+			abs := u.ResolveReference(ref)
+			if !c.owns(abs) {
+				return nil, c.refuse(fmt.Sprintf("%s: %s %s", u, name, v.Version), abs)
+			}
+			a.URL = abs.String()
 			v.Artifacts[t] = a
 		}
 	}
@@ -179,11 +200,33 @@ func (c *Client) Resolve(ctx context.Context, name, selector string) (*Version, 
 	return v, nil
 }
 
-// Fetch opens an absolute artifact URL (file or http(s)).
+// Fetch opens an absolute artifact URL of this registry; a URL the registry does not own (see
+// owns) is ARTIFACT_URL_REFUSED, whether it came from an index or from a lock.
 func (c *Client) Fetch(ctx context.Context, rawURL string) (io.ReadCloser, int64, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, 0, err
 	}
+	if !c.owns(u) {
+		return nil, 0, c.refuse("artifact", u)
+	}
 	return c.open(ctx, u)
+}
+
+// owns reports whether u is served by this registry: the same scheme and host (with port) as
+// its root and, for a file:// registry, a path inside its directory. An index cannot point
+// Compose at another server, a local file or a device (review #34).
+func (c *Client) owns(u *url.URL) bool {
+	if !strings.EqualFold(u.Scheme, c.base.Scheme) || !strings.EqualFold(u.Host, c.base.Host) || u.Opaque != "" || u.User != nil {
+		return false
+	}
+	if c.base.Scheme != "file" {
+		return true
+	}
+	root := strings.TrimSuffix(path.Clean(c.base.Path), "/") + "/"
+	return strings.HasPrefix(path.Clean(u.Path), root)
+}
+
+func (c *Client) refuse(what string, u *url.URL) error {
+	return errcode.New(errcode.ArtifactURLRefused, "%s: artifact URL %s is outside the registry %s; Compose downloads artifacts only from the registry's own scheme and host", what, u.Redacted(), c.URL())
 }

@@ -24,7 +24,10 @@
 //	  ]
 //	}
 //
-// Artifact URLs may be relative to index.json. Every artifact is a .tar.gz: a binary package's
+// Artifact URLs may be relative to index.json; an absolute one must have the registry's own scheme
+// and host (for a file:// registry: lie inside its directory), else ARTIFACT_URL_REFUSED. A
+// download stops at the artifact's size and at MaxArtifactSize, unpacking at MaxUnpackedSize and
+// MaxUnpackedFiles. Every artifact is a .tar.gz: a binary package's
 // archive holds the executable named after the package at its root; a bundle's holds its
 // iii.worker.yaml at its root. Versions are sorted newest first.
 package registry

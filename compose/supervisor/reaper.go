@@ -27,6 +27,7 @@ func IsReaper() bool { return os.Getenv(EnvReaper) == "1" }
 // Compose's orderly stop. It returns the process exit code.
 func RunReaper(in io.Reader) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	compose := os.Getppid()
 	groups := map[int]bool{}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
@@ -48,6 +49,9 @@ func RunReaper(in io.Reader) int {
 	for pgid := range groups {
 		_ = procgroup.Signal(pgid, syscall.SIGKILL)
 	}
+	// Processes that left their group were re-parented away from Compose when it died; their
+	// EnvProcess marker still names it.
+	killMarked(compose)
 	return 0
 }
 
@@ -68,7 +72,7 @@ func StartReaper(exe string, args ...string) (*Reaper, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := startRecorded(cmd.Start, func() int { return cmd.Process.Pid }); err != nil {
 		return nil, fmt.Errorf("starting the reaper: %w", err)
 	}
 	return &Reaper{cmd: cmd, w: w}, nil
@@ -93,11 +97,14 @@ func (r *Reaper) send(op byte, pgid int) error {
 	return err
 }
 
-// Close ends the reaper: it kills the groups still listed, then exits; Close waits for it.
+// Close ends the reaper: first every process still below Compose (but the reaper) is killed,
+// orphans Compose adopted included; then the reaper kills the groups still listed and exits;
+// Close waits for it.
 func (r *Reaper) Close() error {
 	if r == nil {
 		return nil
 	}
+	killDescendants(r.PID())
 	r.mu.Lock()
 	err := r.w.Close()
 	r.mu.Unlock()

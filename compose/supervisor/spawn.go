@@ -19,7 +19,7 @@ var spawner = sync.OnceValue(func() chan spawnRequest {
 	go func() {
 		runtime.LockOSThread()
 		for r := range ch {
-			r.done <- r.cmd.Start()
+			r.done <- startRecorded(r.cmd.Start, func() int { return r.cmd.Process.Pid })
 		}
 	}()
 	return ch

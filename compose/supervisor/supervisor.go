@@ -3,6 +3,12 @@
 // with Compose (SIGKILL on parent death, and a reaper process that kills their groups when
 // Compose is gone), and stop politely (SIGTERM) before a SIGKILL after their stop timeout.
 //
+// A descendant that leaves its group (setsid) does not escape (Linux): Compose is a child
+// subreaper, so such a process stays below Compose when its parent dies; every child carries an
+// EnvProcess marker; stopping a child, or its exit, also ends the descendants that left its
+// group; the reaper ends the marked processes once Compose is gone; and the reaper's Close ends
+// whatever is still below Compose.
+//
 // Readiness and start order belong to the caller; the supervisor only owns processes.
 package supervisor
 
@@ -38,7 +44,8 @@ type Process struct {
 	done    chan struct{}
 	copied  chan struct{} // closed when the output is all in the log
 	err     error
-	stopped bool // Stop was asked for: the exit is expected
+	stopped bool  // Stop was asked for: the exit is expected
+	escaped []int // descendants outside the group that Stop found, ended with the process
 	mu      sync.Mutex
 }
 
@@ -70,7 +77,11 @@ type Supervisor struct {
 }
 
 // New returns a supervisor that registers its process groups with reaper (which may be nil).
+// With a reaper (Compose itself, not a test), the process becomes a child subreaper on Linux.
 func New(reaper *Reaper) *Supervisor {
+	if reaper != nil {
+		_ = adopt()
+	}
 	return &Supervisor{reaper: reaper, procs: map[string]*Process{}}
 }
 
@@ -94,7 +105,11 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	s.mu.Unlock()
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Dir
-	cmd.Env = spec.Env
+	env := spec.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(env[:len(env):len(env)], EnvProcess+"="+marker(os.Getpid(), spec.Name))
 	cmd.SysProcAttr = procgroup.Attr(true)
 	copied := make(chan struct{})
 	var r, w *os.File
@@ -143,8 +158,13 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 
 func (s *Supervisor) wait(p *Process) {
 	err := p.cmd.Wait()
-	// The group may hold descendants that outlive the leader; they go with it.
+	// The group may hold descendants that outlive the leader; they go with it, and so do those
+	// that left the group.
 	_ = procgroup.Signal(p.PID, syscall.SIGKILL)
+	p.mu.Lock()
+	esc := p.escaped
+	p.mu.Unlock()
+	signalPIDs(append(esc, escapees(p.Name, p.PID)...), syscall.SIGKILL)
 	// Let the log catch up, unless something outside the group still holds its pipe.
 	select {
 	case <-p.copied:
@@ -198,7 +218,13 @@ func (s *Supervisor) Stop(name string, timeout time.Duration) (killed bool, err 
 		return false, nil
 	default:
 	}
+	// Found before the signal, while they still hang below the leader; killed when it exits.
+	esc := escapees(name, p.PID)
+	p.mu.Lock()
+	p.escaped = esc
+	p.mu.Unlock()
 	_ = procgroup.Signal(p.PID, syscall.SIGTERM)
+	signalPIDs(esc, syscall.SIGTERM)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {

@@ -34,21 +34,72 @@ const EnvTokenFile = "III_TOKEN_FILE"
 // Path returns where the token of the project whose state directory is dir lives.
 func Path(dir string) string { return filepath.Join(dir, FileName) }
 
-// Ensure creates the token file when it does not exist and returns its path; created says
-// whether a new token was written. An existing file is tightened to mode 0600.
+// Ensure makes sure the project's token file is safe to use and returns its path; created says
+// whether a new token was written. It prints Check's warning, if any, to stderr as
+// "warning: ...".
 func Ensure(dir string) (path string, created bool, err error) {
+	path, created, warning, err := Check(dir)
+	if warning != "" {
+		fmt.Fprintln(os.Stderr, "warning: "+warning)
+	}
+	return path, created, err
+}
+
+// Check creates the token file when it does not exist, and replaces it (never follows, repairs or
+// reuses it) when it cannot be trusted: a symlink, anything but a regular file, a file that group
+// or others could read, or an empty one (review #44, #45). warning says why it replaced a file
+// that held something; it never includes the token. A regular, owner-only, non-empty file is
+// kept as it is.
+func Check(dir string) (path string, created bool, warning string, err error) {
 	path = Path(dir)
-	st, err := os.Stat(path)
-	if err == nil {
-		if st.Size() == 0 {
-			return path, true, write(path)
-		}
-		return path, false, os.Chmod(path, 0o600)
+	why, err := untrusted(path)
+	if err != nil {
+		return "", false, "", err
 	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", false, err
+	if why == "ok" {
+		return path, false, "", nil
 	}
-	return path, true, write(path)
+	if err := write(path); err != nil {
+		return "", false, "", err
+	}
+	if why != "" {
+		warning = fmt.Sprintf("%s %s, so Compose replaced it with a new token (mode 0600); workers get the new one at their next start", path, why)
+	}
+	return path, true, warning, nil
+}
+
+// untrusted inspects the token file without following a link: "ok" for a file to keep, "" for
+// one that is missing or empty (write it, nothing to say), else the reason to replace it.
+func untrusted(path string) (string, error) {
+	st, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if st.Mode()&os.ModeSymlink != 0 {
+		target, _ := os.Readlink(path)
+		return fmt.Sprintf("was a symlink (to %s), which Compose never follows for the token (its target was left untouched)", target), nil
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		// Swapped for a link or made unreadable since Lstat: replace it.
+		return fmt.Sprintf("could not be opened as a plain file (%v)", err), nil
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil {
+		return "", err
+	}
+	switch {
+	case !st.Mode().IsRegular():
+		return fmt.Sprintf("was not a regular file (%v)", st.Mode().Type()), nil
+	case st.Size() == 0:
+		return "", nil
+	case exposedMode(st.Mode()):
+		return fmt.Sprintf("was open to group or others (mode %04o): whoever could read it may hold the token, and tightening the mode would not take it back", st.Mode().Perm()), nil
+	}
+	return "ok", nil
 }
 
 // NewOwner writes a fresh owner token for this run of Compose (mode 0600) and returns its path.
@@ -72,11 +123,18 @@ func Replace(dir string) error {
 	return err
 }
 
+// write puts a fresh random token into path.
 func write(path string) error {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return err
 	}
+	return writeAtomic(path, []byte(hex.EncodeToString(b[:])+"\n"))
+}
+
+// writeAtomic writes data to a mode-0600 temporary file beside path and renames it over path, so
+// a link at path is replaced, never written through.
+func writeAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".token.tmp-*")
 	if err != nil {
 		return err
@@ -86,7 +144,7 @@ func write(path string) error {
 		tmp.Close()
 		return err
 	}
-	if _, err := tmp.WriteString(hex.EncodeToString(b[:]) + "\n"); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -112,7 +170,7 @@ func MarkExposed(dir, container, adapterVersion string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, metaName), b, 0o600)
+	return writeAtomic(filepath.Join(dir, metaName), b)
 }
 
 func exposed(dir string) (Exposure, bool, error) {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/iii-go/iii/engine/platform"
 	"github.com/iii-go/iii/updater/errcode"
@@ -96,6 +97,11 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	}
 	if o.target == "" {
 		fmt.Fprintln(stderr, "  Checking all binaries for updates...")
+	}
+	for _, name := range names {
+		for _, f := range install.Sweep(filepath.Join(binDir, u.exe(name))) {
+			fmt.Fprintf(stderr, "  removed %s, left in %s by an interrupted update\n", f, binDir)
+		}
 	}
 	failed := false
 	for _, name := range names {
@@ -208,7 +214,7 @@ func (u *updater) update(ctx context.Context, name, current string) error {
 		data, err = install.Extract(data, a.Name, u.exe(name))
 	}
 	if err == nil {
-		err = install.Write(dest, data)
+		err = install.Write(dest, data, u.check(ctx, name, a.Version))
 	}
 	if err != nil {
 		var e *errcode.Error
@@ -226,4 +232,14 @@ func (u *updater) update(ctx context.Context, name, current string) error {
 		fmt.Fprintln(u.stderr, "  note: iii has been updated. Restart your shell or run the command again to use the new version.")
 	}
 	return nil
+}
+
+// check returns the test a new binary passes before it replaces the installed one: iii itself
+// must run `--version` and print the release's version (review #52). Nothing is run for the
+// other binaries, nor when the target is not this machine's OS and architecture.
+func (u *updater) check(ctx context.Context, name, version string) func(string) error {
+	if name != Self || u.target.GOOS != runtime.GOOS || u.target.GOARCH != runtime.GOARCH {
+		return nil
+	}
+	return func(path string) error { return install.CheckVersion(ctx, path, name, version) }
 }

@@ -17,6 +17,9 @@ const (
 	ChecksumMismatch = "CHECKSUM_MISMATCH"
 	// BadArchive: an asset is not a readable archive or does not hold the expected binary.
 	BadArchive = "BAD_ARCHIVE"
+	// BinaryCheckFailed: the new binary did not run `--version`, or printed another version; the
+	// installed one was left in place.
+	BinaryCheckFailed = "BINARY_CHECK_FAILED"
 	// InstallFailed: the verified binary could not be written into the install directory.
 	InstallFailed = "INSTALL_FAILED"
 )

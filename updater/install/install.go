@@ -8,12 +8,18 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/iii-go/iii/updater/errcode"
 )
@@ -102,13 +108,14 @@ func fromZip(archive []byte, exe string) ([]byte, bool, error) {
 }
 
 // Write installs data as dest: a temporary file in dest's directory (created if missing),
-// mode 0755, synced, then renamed over dest.
-func Write(dest string, data []byte) error {
+// mode 0755, synced, checked by check (when not nil) and then renamed over dest. A failed
+// check leaves dest untouched.
+func Write(dest string, data []byte, check func(path string) error) error {
 	dir := filepath.Dir(dest)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return errcode.Errorf(errcode.InstallFailed, "cannot create %s: %v", dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(dest)+".new-")
+	tmp, err := os.CreateTemp(dir, fmt.Sprintf("%sp%d-", tempPrefix(dest), os.Getpid()))
 	if err != nil {
 		return errcode.Errorf(errcode.InstallFailed, "cannot write into %s: %v", dir, err)
 	}
@@ -123,11 +130,90 @@ func Write(dest string, data []byte) error {
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), dest)
-	}
 	if err != nil {
 		return errcode.Errorf(errcode.InstallFailed, "cannot install %s: %v", dest, err)
 	}
+	if check != nil {
+		if err := check(tmp.Name()); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp.Name(), dest); err != nil {
+		return errcode.Errorf(errcode.InstallFailed, "cannot install %s: %v", dest, err)
+	}
 	return nil
+}
+
+// tempPrefix starts the name of Write's temporary files for dest: .iii.new-, followed by
+// p<pid>- since the pid names the writer (earlier versions wrote .iii.new-<random>).
+func tempPrefix(dest string) string { return "." + filepath.Base(dest) + ".new-" }
+
+// Sweep removes the temporary files an interrupted Write for dest left in its directory (review
+// #56): those of a process that is gone, and those named without a process id. It returns the
+// names it removed.
+func Sweep(dest string) []string {
+	dir, prefix := filepath.Dir(dest), tempPrefix(dest)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var removed []string
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		if p, ok := strings.CutPrefix(rest, "p"); ok {
+			pid, _, _ := strings.Cut(p, "-")
+			if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || processAlive(n)) {
+				continue
+			}
+		}
+		if os.Remove(filepath.Join(dir, e.Name())) == nil {
+			removed = append(removed, e.Name())
+		}
+	}
+	return removed
+}
+
+// versionTimeout bounds CheckVersion.
+const versionTimeout = 10 * time.Second
+
+// CheckVersion runs `path --version` for the binary called name and requires it to exit 0 and
+// print version (a field of its last line, v prefix allowed) within 10 s: a release whose
+// binary does not run (an empty or foreign file, review #52) or is another version is never
+// swapped in.
+func CheckVersion(ctx context.Context, path, name, version string) error {
+	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "--version")
+	cmd.WaitDelay = time.Second
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	err := cmd.Run()
+	text := strings.TrimSpace(out.String())
+	if len(text) > 200 {
+		text = text[:200] + "…"
+	}
+	if err != nil {
+		var pe *fs.PathError
+		switch {
+		case ctx.Err() != nil:
+			err = fmt.Errorf("no answer within %v", versionTimeout)
+		case errors.As(err, &pe):
+			err = pe.Err
+		}
+		if text != "" {
+			err = fmt.Errorf("%v: %s", err, text)
+		}
+		return errcode.Errorf(errcode.BinaryCheckFailed, "the new %s (v%s) does not run here: `%s --version`: %v", name, version, name, err)
+	}
+	lines := strings.Split(text, "\n")
+	for _, f := range strings.Fields(lines[len(lines)-1]) {
+		if strings.TrimPrefix(f, "v") == version {
+			return nil
+		}
+	}
+	return errcode.Errorf(errcode.BinaryCheckFailed, "the new %s says it is %q, not v%s", name, text, version)
 }

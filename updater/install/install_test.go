@@ -37,7 +37,7 @@ func TestWriteReplacesAtomicallyWithMode0755(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "bin")
 	dest := filepath.Join(dir, "iii")
 	for _, content := range []string{"one", "two"} {
-		if err := Write(dest, []byte(content)); err != nil {
+		if err := Write(dest, []byte(content), nil); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := os.ReadFile(dest)
@@ -65,7 +65,7 @@ func TestWriteFailureKeepsOldBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Chmod(dir, 0o755)
-	if err := Write(dest, []byte("new")); errcode.Of(err) != errcode.InstallFailed {
+	if err := Write(dest, []byte("new"), nil); errcode.Of(err) != errcode.InstallFailed {
 		t.Errorf("Write into read-only dir: %v", err)
 	}
 	if b, _ := os.ReadFile(dest); string(b) != "old" {
@@ -79,7 +79,7 @@ func TestWriteFailureLeavesNoTemp(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dest, "keep"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := Write(dest, []byte("new")); errcode.Of(err) != errcode.InstallFailed {
+	if err := Write(dest, []byte("new"), nil); errcode.Of(err) != errcode.InstallFailed {
 		t.Errorf("Write over a non-empty directory: %v", err)
 	}
 	entries, _ := os.ReadDir(dir)
