@@ -44,9 +44,9 @@ namespaces:
 	}
 	want := &Config{GraceMS: 250, Host: "0.0.0.0", Port: 5000, HandshakeTimeoutMS: 2500, ConfigDir: "/tmp/cfg",
 		AllowedOrigins: []string{"http://localhost:3000", "*.example.com"},
-		Sandbox:    &Sandbox{Adapter: "mybox", Namespace: "default"},
-		Namespaces: []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
-		Declared:   []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"}}
+		Sandbox:        &Sandbox{Adapter: "mybox", Namespace: "default"},
+		Namespaces:     []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
+		Declared:       []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
 	}

@@ -269,7 +269,7 @@ func TestFrameBudget(t *testing.T) {
 	e, url := startEngine(t, Options{FrameBudget: 4 << 20})
 	c := rawDial(t, url)
 	big := invoke("big", protocol.FnListWorkers, strings.Repeat("x", 8<<20))
-	_ = rawSend(t, c, big) // the engine may close before the whole frame is written
+	_ = rawSend(t, c, big)                                                   // the engine may close before the whole frame is written
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
 	defer cancel()
 	var err error
