@@ -76,7 +76,7 @@ func RunEngine(version string, args []string) int {
 	}
 	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log,
 		AllowedOrigins: cfg.AllowedOrigins, HandshakeTimeout: time.Duration(cfg.HandshakeTimeoutMS) * time.Millisecond})
-	store, err := configuration.New(cfg.ConfigDir)
+	store, err := configuration.New(cfg.ConfigDir, log)
 	if err != nil {
 		ln.Close()
 		return fail(errcode.AdapterError, "loading configuration entries from %s: %v", cfg.ConfigDir, err)

@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"sort"
 	"strings"
@@ -49,9 +50,13 @@ type Worker struct {
 	published  map[string]json.RawMessage
 }
 
-// New loads the entries kept in dir.
-func New(dir string) (*Worker, error) {
-	w := &Worker{store: fsStore{dir: dir}, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
+// New loads the entries kept in dir; log (nil: slog.Default) hears about entries skipped
+// because they cannot be read.
+func New(dir string, log *slog.Logger) (*Worker, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	w := &Worker{store: fsStore{dir: dir, log: log}, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
 	stored, err := w.store.load()
 	if err != nil {
 		return nil, err
@@ -176,12 +181,16 @@ func (en *entry) public() map[string]any {
 	return m
 }
 
-func (w *Worker) persist(en *entry) error {
-	v, err := toAny(en.Value)
-	if err != nil {
-		return err
+// checkSize refuses a value larger than MaxValueBytes.
+func checkSize(id string, v json.RawMessage) error {
+	if len(v) > MaxValueBytes {
+		return fail(errcode.EntryTooLarge, "the value of configuration '%s' is %d bytes; an entry holds at most %d", id, len(v), MaxValueBytes)
 	}
-	fe := fileEntry{ID: en.ID, Name: en.Name, Description: en.Description, Value: v}
+	return nil
+}
+
+func (w *Worker) persist(en *entry) error {
+	fe := fileEntry{ID: en.ID, Name: en.Name, Description: en.Description, Value: append(json.RawMessage(nil), en.Value...)}
 	if err := w.store.save(fe); err != nil {
 		return fail(errcode.AdapterError, "saving configuration '%s': %v", en.ID, err)
 	}
@@ -201,6 +210,9 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
 	}
+	if err := checkSize(in.ID, in.InitialValue); err != nil {
+		return nil, err
+	}
 	compiled, plain, err := compile(in.ID, in.Schema)
 	if err != nil {
 		return nil, err
@@ -214,7 +226,7 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 	if prev := w.registered[in.ID]; prev != nil {
 		en.Value = prev.Value
 	} else if fe, ok := w.stored[in.ID]; ok {
-		en.Value, _ = json.Marshal(fe.Value)
+		en.Value = fe.Value
 	}
 	hasInitial := !isNull(in.InitialValue)
 	if hasInitial {
@@ -247,6 +259,9 @@ func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	}
 	if len(in.Value) == 0 {
 		in.Value = json.RawMessage("null")
+	}
+	if err := checkSize(in.ID, in.Value); err != nil {
+		return nil, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -288,7 +303,7 @@ func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	} else if en = w.registered[in.ID]; en != nil {
 		value = en.Value
 	} else if fe, ok := w.stored[in.ID]; ok {
-		value, _ = json.Marshal(fe.Value)
+		value = fe.Value
 	}
 	var compiled *jsonschema.Schema
 	var schema any
@@ -365,6 +380,9 @@ func (w *Worker) publish(_ context.Context, c core.Caller, payload json.RawMessa
 	}
 	if !json.Valid(in.Value) {
 		return nil, fail(errcode.InvalidArguments, "value is not JSON")
+	}
+	if err := checkSize(in.ID, in.Value); err != nil {
+		return nil, err
 	}
 	w.published[in.ID] = append(json.RawMessage(nil), in.Value...)
 	return map[string]any{"id": in.ID, "published": true}, nil
