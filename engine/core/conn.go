@@ -515,7 +515,7 @@ func (e *Engine) checkToken(c *conn, ns string) *protocol.Error {
 	}
 	if c.token == "" {
 		return protocol.NewError(errcode.TokenRequired,
-			"namespace '%s' is protected by a project token and the worker presented none; start it with III_TOKEN_FILE naming the token file", ns)
+			"namespace '%s' is protected by a project token and the worker presented none; start it with III_TOKEN_FILE naming the token file (or III_TOKEN holding the token)", ns)
 	}
 	if !tokenMatches(pol.TokenFile, c.token) && !tokenMatches(pol.OwnerTokenFile, c.token) {
 		return protocol.NewError(errcode.TokenInvalid, "the project token presented for namespace '%s' does not match", ns)
