@@ -68,20 +68,16 @@ func (ch *channel) touch() {
 	ch.mu.Unlock()
 }
 
-// abort ends the channel for both ends with detail, unless it was already aborted. When the
-// reader never connected, the buffered frames are freed at once: a reader that connects later
-// gets the abort only.
+// abort ends the channel for both ends with detail, unless it was already aborted. The frames
+// buffered so far stay for a reader that connects later (it gets them, then the abort) until the
+// channel is forgotten.
 func (ch *channel) abort(detail string) {
 	ch.mu.Lock()
 	if ch.detail == "" {
 		ch.detail = detail
 	}
-	orphan := !ch.attached[endReader]
 	ch.mu.Unlock()
 	ch.cancel()
-	if orphan {
-		ch.cs.free(ch)
-	}
 }
 
 func (ch *channel) abortDetail() string {

@@ -41,8 +41,8 @@
 // and the reason as close text; an end that connects after the abort is closed with it at once.
 // A channel is forgotten when both ends are done, once nothing moved through it for
 // Options.ChannelIdle (default 5 min), or when an end has not connected within
-// Options.ChannelAttach of its creation (default 30 s). A channel aborted before its reader
-// connected frees its buffered frames at once.
+// Options.ChannelAttach of its creation (default 30 s), which bounds how long a channel
+// aborted before its reader connected keeps its buffered frames.
 //
 // Handshakes (engine and channel endpoints alike): a request with an Origin header (a browser
 // page) must be same-origin or match Options.AllowedOrigins, else HTTP 403 ORIGIN_FORBIDDEN; on
@@ -62,6 +62,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -364,11 +365,13 @@ func runBuiltin(ctx context.Context, fn Builtin, caller Caller, data json.RawMes
 	if raw, ok := out.(json.RawMessage); ok {
 		return raw, nil
 	}
-	raw, err := json.Marshal(out)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // an encoder, to leave <, > and & in values as they were stored
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
 		return nil, protocol.NewError(errcode.InvocationFailed, "%s: result is not JSON: %v", id, err)
 	}
-	return raw, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func (e *Engine) notFound(ns, id string) *protocol.Error {

@@ -36,8 +36,8 @@ const (
 	// DefaultMaxChannels is how many stream channels the engine holds at once; one more
 	// engine::channels::create is answered CHANNEL_LIMIT.
 	DefaultMaxChannels = 4096
-	// DefaultChannelAttach forgets a channel an end of which never connected by then, and a
-	// channel aborted before its reader connected.
+	// DefaultChannelAttach forgets a channel an end of which has not connected by then (so also
+	// the frames of one aborted before its reader came).
 	DefaultChannelAttach = 30 * time.Second
 )
 
