@@ -210,3 +210,24 @@ func FuzzLegacyEntry(f *testing.F) {
 		}
 	})
 }
+
+// TestGetPublishedOnly: published_only reads only what the owner published, never an entry
+// anyone registered under the same id (review row #19).
+func TestGetPublishedOnly(t *testing.T) {
+	w := mustNew(t, t.TempDir(), nil)
+	ctx := context.Background()
+	if _, err := w.register(ctx, callerNone, json.RawMessage(`{"id":"default-sandbox-libkrun","schema":null,"initial_value":{"custom_images":{"evil":"docker.io/attacker/evil"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := w.get(ctx, callerNone, json.RawMessage(`{"id":"default-sandbox-libkrun","published_only":true}`))
+	if pe, ok := err.(*protocol.Error); !ok || pe.Code != errcode.NotFound {
+		t.Fatalf("registered, not published: %v", err)
+	}
+	if _, err := w.publish(ctx, core.Caller{Owner: true}, json.RawMessage(`{"id":"default-sandbox-libkrun","value":{"auto_install":false}}`)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := w.get(ctx, callerNone, json.RawMessage(`{"id":"default-sandbox-libkrun","published_only":true,"raw":true}`))
+	if err != nil || string(out.(map[string]any)["value"].(json.RawMessage)) != `{"auto_install":false}` {
+		t.Fatalf("published: %v %v", out, err)
+	}
+}

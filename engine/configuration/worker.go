@@ -69,7 +69,7 @@ func New(dir string, log *slog.Logger) (*Worker, error) {
 func (w *Worker) Install(e *core.Engine) {
 	e.Handle("configuration::register", "Register a configuration entry: id, name, description, schema, initial_value?", w.register)
 	e.Handle("configuration::set", "Set the value of a registered entry: id, value", w.set)
-	e.Handle("configuration::get", "Read an entry: id, raw? (true = template form)", w.get)
+	e.Handle("configuration::get", "Read an entry: id, raw? (true = template form), published_only? (only what the owning Compose published)", w.get)
 	e.Handle("configuration::list", "List registered entries (never values)", w.list)
 	e.Handle("configuration::schema", "Read an entry's schema: id", w.schema)
 	e.Handle("configuration::publish", "Owner only: set an in-memory entry (id, value) that set cannot change", w.publish)
@@ -286,11 +286,14 @@ func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) 
 
 // get reads an entry: published, else registered, else stored; raw returns the template form.
 // An id with nothing behind it, such as iii-sandbox when there is nothing to move, is
-// NOT_FOUND (req C3).
+// NOT_FOUND (req C3). With published_only, only an entry the owning Compose published counts:
+// anyone may register an entry, so a reader that trusts its content (the sandbox adapter's
+// settings) asks for the published one and falls back to its own file (review row #19).
 func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
-		ID  string `json:"id"`
-		Raw bool   `json:"raw"`
+		ID            string `json:"id"`
+		Raw           bool   `json:"raw"`
+		PublishedOnly bool   `json:"published_only"`
 	}
 	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
@@ -300,6 +303,9 @@ func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	var en *entry
 	if v, ok := w.published[in.ID]; ok {
 		value = v
+	} else if in.PublishedOnly {
+		w.mu.Unlock()
+		return nil, fail(errcode.NotFound, "configuration '%s' was not published by the Compose that owns this engine", in.ID)
 	} else if en = w.registered[in.ID]; en != nil {
 		value = en.Value
 	} else if fe, ok := w.stored[in.ID]; ok {
