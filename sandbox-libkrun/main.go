@@ -428,7 +428,8 @@ func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.
 func fetchSettings(ctx context.Context, w *protocol.Worker, id string) (settings.Settings, []string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	raw, err := w.Call(cctx, "configuration::get", map[string]any{"id": id})
+	// published_only: an entry anyone registered under this id is never taken as settings.
+	raw, err := w.Call(cctx, "configuration::get", map[string]any{"id": id, "published_only": true})
 	if err != nil {
 		var pe *protocol.Error
 		if errors.As(err, &pe) && pe.Code == "NOT_FOUND" {

@@ -74,8 +74,9 @@ func RunEngine(version string, args []string) int {
 	for _, n := range cfg.Namespaces {
 		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, OwnerTokenFile: n.OwnerTokenFile}
 	}
-	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log})
-	store, err := configuration.New(cfg.ConfigDir)
+	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log,
+		AllowedOrigins: cfg.AllowedOrigins, HandshakeTimeout: time.Duration(cfg.HandshakeTimeoutMS) * time.Millisecond})
+	store, err := configuration.New(cfg.ConfigDir, log)
 	if err != nil {
 		ln.Close()
 		return fail(errcode.AdapterError, "loading configuration entries from %s: %v", cfg.ConfigDir, err)

@@ -5,7 +5,11 @@
 //	registration_namespace_grace_ms: 1000
 //	workers:
 //	  - name: iii-worker-manager
-//	    config: {host: 127.0.0.1, port: ${III_PORT:49134}}
+//	    config:
+//	      host: 127.0.0.1
+//	      port: ${III_PORT:49134}
+//	      handshake_timeout_ms: 10000        # a socket that sends no upgrade request by then is closed
+//	      allowed_origins: ["http://localhost:3000"]  # browser pages admitted besides same-origin
 //	  - name: configuration
 //	    config: {adapter: {name: fs, config: {directory: ./config}}}
 //	sandbox:                     # binds the sandbox router; both keys optional
@@ -17,6 +21,11 @@
 //	    owner_token_file: /path/to/owner-token # optional, mode 0600: its holder (Compose) may also
 //	                                           # register here and call configuration::publish and
 //	                                           # engine::sandbox::bind; the project token may not
+//
+// Keys this engine parses but does not implement are refused with CONFIG_UNSUPPORTED naming the
+// key, never accepted and ignored: rbac and middleware_function_id on iii-worker-manager, a
+// "#instance" second listener, a non-zero ttl_seconds, and any setting of iii-stream or
+// iii-http-functions (which may be declared, bare, for compatibility).
 package config
 
 import (
@@ -24,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -54,8 +64,8 @@ type Config struct {
 	Host               string
 	Port               int
 	HandshakeTimeoutMS int
-	ConfigDir          string // configuration worker's fs directory
-	TTLSeconds         int
+	AllowedOrigins     []string // browser origins admitted besides same-origin (iii-worker-manager allowed_origins)
+	ConfigDir          string   // configuration worker's fs directory
 	Sandbox            *Sandbox // nil: no adapter bound
 	Namespaces         []Namespace
 	Declared           []string // engine workers declared in workers:, in file order
@@ -89,6 +99,15 @@ func invalid(line int, format string, args ...any) *Error {
 		msg = fmt.Sprintf("line %d: %s", line, msg)
 	}
 	return &Error{Code: errcode.ConfigInvalid, Message: msg}
+}
+
+// refuseKey refuses a key this engine parses but does not implement, so that nothing a user
+// configures (access control above all) is accepted and ignored.
+func refuseKey(line int, format string, args ...any) *Error {
+	e := invalid(line, format, args...)
+	e.Code = errcode.ConfigUnsupported
+	e.Message += "; this engine does not implement it and refuses to start rather than ignore it"
+	return e
 }
 
 // Default is the configuration used when there is no file.
@@ -261,8 +280,11 @@ func (c *Config) parseWorkers(key string, v *yaml.Node) ([]string, error) {
 				return nil, invalid(e.Content[j].Line, "%s: 'image' is not allowed on an engine worker", name)
 			}
 		}
+		if instance != "" {
+			return nil, refuseKey(e.Line, "%s[%d]: %q is a second instance of %s (a \"#%s\" suffix)", key, i, name, base, instance)
+		}
 		c.Declared = append(c.Declared, name)
-		if cfg == nil || instance != "" {
+		if cfg == nil {
 			continue
 		}
 		var err error
@@ -271,6 +293,13 @@ func (c *Config) parseWorkers(key string, v *yaml.Node) ([]string, error) {
 			err = c.parseListener(cfg)
 		case "configuration":
 			err = c.parseConfiguration(cfg)
+		default: // iii-stream, iii-http-functions: declared for compatibility, not served
+			if cfg.Kind == yaml.MappingNode && len(cfg.Content) > 0 {
+				err = refuseKey(cfg.Content[0].Line, "%s: key %q: this engine does not serve %s, so its settings would do nothing; "+
+					"remove the config block", name, cfg.Content[0].Value, base)
+			} else if !(cfg.Kind == yaml.ScalarNode && cfg.Tag == "!!null") && cfg.Kind != yaml.MappingNode {
+				err = invalid(cfg.Line, "%s config must be a mapping", name)
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -303,9 +332,20 @@ func mapping(v *yaml.Node, what string, allowed []string, fn func(k, v *yaml.Nod
 }
 
 func (c *Config) parseListener(v *yaml.Node) error {
-	return mapping(v, "iii-worker-manager config", []string{"host", "port", "handshake_timeout_ms", "middleware_function_id", "rbac"}, func(k, v *yaml.Node) error {
+	if v.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			switch k := v.Content[i]; k.Value {
+			case "rbac", "middleware_function_id":
+				return refuseKey(k.Line, "iii-worker-manager config: key %q (access control by function) is not supported: "+
+					"protect a namespace with a project token (namespaces:) instead", k.Value)
+			}
+		}
+	}
+	return mapping(v, "iii-worker-manager config", []string{"host", "port", "handshake_timeout_ms", "allowed_origins"}, func(k, v *yaml.Node) error {
 		var err error
 		switch k.Value {
+		case "allowed_origins":
+			c.AllowedOrigins, err = originList(v)
 		case "host":
 			c.Host, err = strValue(v, k.Value)
 			if err == nil && c.Host == "" {
@@ -318,6 +358,9 @@ func (c *Config) parseListener(v *yaml.Node) error {
 			}
 		case "handshake_timeout_ms":
 			c.HandshakeTimeoutMS, err = intValue(v, k.Value)
+			if err == nil && c.HandshakeTimeoutMS <= 0 {
+				err = invalid(v.Line, "handshake_timeout_ms must be positive, got %d", c.HandshakeTimeoutMS)
+			}
 		}
 		return err
 	})
@@ -326,8 +369,10 @@ func (c *Config) parseListener(v *yaml.Node) error {
 func (c *Config) parseConfiguration(v *yaml.Node) error {
 	return mapping(v, "configuration config", []string{"adapter", "ttl_seconds"}, func(k, v *yaml.Node) error {
 		if k.Value == "ttl_seconds" {
-			var err error
-			c.TTLSeconds, err = intValue(v, k.Value)
+			ttl, err := intValue(v, k.Value)
+			if err == nil && ttl != 0 {
+				err = refuseKey(k.Line, "configuration config: ttl_seconds: %d (entries that expire)", ttl)
+			}
 			return err
 		}
 		return mapping(v, "configuration adapter", []string{"name", "config"}, func(k, v *yaml.Node) error {
@@ -446,6 +491,39 @@ func checkTokenFile(ns, file string) error {
 	}
 	if st.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("token file %s of namespace %q must have mode 0600, has %#o", file, ns, st.Mode().Perm())
+	}
+	return nil
+}
+
+// originList reads allowed_origins: a list of origin patterns (see core.Options.AllowedOrigins).
+func originList(v *yaml.Node) ([]string, error) {
+	if v.Kind != yaml.SequenceNode {
+		return nil, invalid(v.Line, "allowed_origins must be a list of origins, e.g. [\"http://localhost:3000\"]")
+	}
+	var out []string
+	for _, e := range v.Content {
+		p, err := strValue(e, "allowed_origins entry")
+		if err != nil {
+			return nil, err
+		}
+		if err := validOrigin(p); err != nil {
+			return nil, invalid(e.Line, "allowed_origins: %v", err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// validOrigin checks one allowed_origins pattern (path.Match syntax; "*" alone is refused).
+func validOrigin(p string) error {
+	if strings.TrimSpace(p) == "" {
+		return errors.New("an origin must not be empty")
+	}
+	if p == "*" || p == "*://*" {
+		return fmt.Errorf("%q would let every web page drive the engine; name the origins", p)
+	}
+	if _, err := path.Match(p, ""); err != nil {
+		return fmt.Errorf("%q is not a valid pattern: %v", p, err)
 	}
 	return nil
 }

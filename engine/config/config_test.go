@@ -27,13 +27,12 @@ func TestParseValid(t *testing.T) {
 	in := `registration_namespace_grace_ms: ${GRACE:250}
 workers:
   - name: iii-worker-manager
-    config: {host: ${HOST:0.0.0.0}, port: ${PORT}}
-  - name: iii-worker-manager#rbac
-    config: {port: 49135}
+    config: {host: ${HOST:0.0.0.0}, port: ${PORT}, handshake_timeout_ms: 2500, allowed_origins: ["http://localhost:3000", "*.example.com"]}
   - name: configuration
-    config: {adapter: {name: fs, config: {directory: /tmp/cfg}}, ttl_seconds: 5}
+    config: {adapter: {name: fs, config: {directory: /tmp/cfg}}, ttl_seconds: 0}
   - name: iii-stream
-    config: {anything: [1, 2]}
+    config: {}
+  - name: iii-http-functions
 sandbox:
   adapter: mybox
 namespaces:
@@ -43,10 +42,11 @@ namespaces:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Config{GraceMS: 250, Host: "0.0.0.0", Port: 5000, HandshakeTimeoutMS: 10000, ConfigDir: "/tmp/cfg", TTLSeconds: 5,
-		Sandbox:    &Sandbox{Adapter: "mybox", Namespace: "default"},
-		Namespaces: []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
-		Declared:   []string{"iii-worker-manager", "iii-worker-manager#rbac", "configuration", "iii-stream"}}
+	want := &Config{GraceMS: 250, Host: "0.0.0.0", Port: 5000, HandshakeTimeoutMS: 2500, ConfigDir: "/tmp/cfg",
+		AllowedOrigins: []string{"http://localhost:3000", "*.example.com"},
+		Sandbox:        &Sandbox{Adapter: "mybox", Namespace: "default"},
+		Namespaces:     []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
+		Declared:       []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
 	}
@@ -83,6 +83,17 @@ func TestParseErrors(t *testing.T) {
 		{"namespaces:\n  - {name: p, token_file: missing}\n", errcode.ConfigInvalid, "of namespace \"p\": no such file"},
 		{"workers: [\n", errcode.ConfigInvalid, "not valid YAML"},
 		{"workers: []\nworkers: []\n", errcode.ConfigInvalid, `key "workers" appears twice`},
+		// Keys this engine parses but does not act on are refused, naming the key (review row #8).
+		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {default: deny}}\n", errcode.ConfigUnsupported, `line 3: iii-worker-manager config: key "rbac"`},
+		{"workers:\n  - name: iii-worker-manager\n    config: {middleware_function_id: auth::check}\n", errcode.ConfigUnsupported, `key "middleware_function_id"`},
+		{"workers:\n  - name: iii-worker-manager#rbac\n    config: {port: 49135}\n", errcode.ConfigUnsupported, `"iii-worker-manager#rbac" is a second instance`},
+		{"workers:\n  - name: configuration\n    config: {ttl_seconds: 1}\n", errcode.ConfigUnsupported, "ttl_seconds: 1"},
+		{"workers:\n  - name: iii-stream\n    config: {anything_at_all: [1]}\n", errcode.ConfigUnsupported, `iii-stream: key "anything_at_all"`},
+		{"workers:\n  - name: iii-http-functions\n    config: {bogus_key: 1}\n", errcode.ConfigUnsupported, `key "bogus_key"`},
+		{"workers:\n  - name: iii-worker-manager\n    config: {handshake_timeout_ms: 0}\n", errcode.ConfigInvalid, "handshake_timeout_ms must be positive"},
+		{"workers:\n  - name: iii-worker-manager\n    config: {allowed_origins: ['*']}\n", errcode.ConfigInvalid, "every web page"},
+		{"workers:\n  - name: iii-worker-manager\n    config: {allowed_origins: ['[']}\n", errcode.ConfigInvalid, "not a valid pattern"},
+		{"workers:\n  - name: iii-worker-manager\n    config: {allowed_origins: x}\n", errcode.ConfigInvalid, "must be a list"},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.in), env(nil), dir)

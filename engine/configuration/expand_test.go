@@ -38,14 +38,14 @@ func TestExpandCoercesLonePlaceholders(t *testing.T) {
 
 func TestStorePersistsAcrossRestarts(t *testing.T) {
 	dir := t.TempDir()
-	w, err := New(dir)
+	w, err := New(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.register(context.Background(), callerNone, json.RawMessage(`{"id":"x","name":"X","schema":{"type":"object"},"initial_value":{"a":[1,"b"]}}`)); err != nil {
 		t.Fatal(err)
 	}
-	w2, err := New(dir)
+	w2, err := New(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

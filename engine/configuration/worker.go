@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"sort"
 	"strings"
@@ -49,9 +50,13 @@ type Worker struct {
 	published  map[string]json.RawMessage
 }
 
-// New loads the entries kept in dir.
-func New(dir string) (*Worker, error) {
-	w := &Worker{store: fsStore{dir: dir}, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
+// New loads the entries kept in dir; log (nil: slog.Default) hears about entries skipped
+// because they cannot be read.
+func New(dir string, log *slog.Logger) (*Worker, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	w := &Worker{store: fsStore{dir: dir, log: log}, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
 	stored, err := w.store.load()
 	if err != nil {
 		return nil, err
@@ -64,7 +69,7 @@ func New(dir string) (*Worker, error) {
 func (w *Worker) Install(e *core.Engine) {
 	e.Handle("configuration::register", "Register a configuration entry: id, name, description, schema, initial_value?", w.register)
 	e.Handle("configuration::set", "Set the value of a registered entry: id, value", w.set)
-	e.Handle("configuration::get", "Read an entry: id, raw? (true = template form)", w.get)
+	e.Handle("configuration::get", "Read an entry: id, raw? (true = template form), published_only? (only what the owning Compose published)", w.get)
 	e.Handle("configuration::list", "List registered entries (never values)", w.list)
 	e.Handle("configuration::schema", "Read an entry's schema: id", w.schema)
 	e.Handle("configuration::publish", "Owner only: set an in-memory entry (id, value) that set cannot change", w.publish)
@@ -176,12 +181,16 @@ func (en *entry) public() map[string]any {
 	return m
 }
 
-func (w *Worker) persist(en *entry) error {
-	v, err := toAny(en.Value)
-	if err != nil {
-		return err
+// checkSize refuses a value larger than MaxValueBytes.
+func checkSize(id string, v json.RawMessage) error {
+	if len(v) > MaxValueBytes {
+		return fail(errcode.EntryTooLarge, "the value of configuration '%s' is %d bytes; an entry holds at most %d", id, len(v), MaxValueBytes)
 	}
-	fe := fileEntry{ID: en.ID, Name: en.Name, Description: en.Description, Value: v}
+	return nil
+}
+
+func (w *Worker) persist(en *entry) error {
+	fe := fileEntry{ID: en.ID, Name: en.Name, Description: en.Description, Value: append(json.RawMessage(nil), en.Value...)}
 	if err := w.store.save(fe); err != nil {
 		return fail(errcode.AdapterError, "saving configuration '%s': %v", en.ID, err)
 	}
@@ -201,6 +210,9 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
 	}
+	if err := checkSize(in.ID, in.InitialValue); err != nil {
+		return nil, err
+	}
 	compiled, plain, err := compile(in.ID, in.Schema)
 	if err != nil {
 		return nil, err
@@ -214,7 +226,7 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 	if prev := w.registered[in.ID]; prev != nil {
 		en.Value = prev.Value
 	} else if fe, ok := w.stored[in.ID]; ok {
-		en.Value, _ = json.Marshal(fe.Value)
+		en.Value = fe.Value
 	}
 	hasInitial := !isNull(in.InitialValue)
 	if hasInitial {
@@ -248,6 +260,9 @@ func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	if len(in.Value) == 0 {
 		in.Value = json.RawMessage("null")
 	}
+	if err := checkSize(in.ID, in.Value); err != nil {
+		return nil, err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	en := w.registered[in.ID]
@@ -271,11 +286,14 @@ func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) 
 
 // get reads an entry: published, else registered, else stored; raw returns the template form.
 // An id with nothing behind it, such as iii-sandbox when there is nothing to move, is
-// NOT_FOUND (req C3).
+// NOT_FOUND (req C3). With published_only, only an entry the owning Compose published counts:
+// anyone may register an entry, so a reader that trusts its content (the sandbox adapter's
+// settings) asks for the published one and falls back to its own file (review row #19).
 func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
-		ID  string `json:"id"`
-		Raw bool   `json:"raw"`
+		ID            string `json:"id"`
+		Raw           bool   `json:"raw"`
+		PublishedOnly bool   `json:"published_only"`
 	}
 	if err := decode(payload, &in, &in.ID); err != nil {
 		return nil, err
@@ -285,10 +303,13 @@ func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	var en *entry
 	if v, ok := w.published[in.ID]; ok {
 		value = v
+	} else if in.PublishedOnly {
+		w.mu.Unlock()
+		return nil, fail(errcode.NotFound, "configuration '%s' was not published by the Compose that owns this engine", in.ID)
 	} else if en = w.registered[in.ID]; en != nil {
 		value = en.Value
 	} else if fe, ok := w.stored[in.ID]; ok {
-		value, _ = json.Marshal(fe.Value)
+		value = fe.Value
 	}
 	var compiled *jsonschema.Schema
 	var schema any
@@ -365,6 +386,9 @@ func (w *Worker) publish(_ context.Context, c core.Caller, payload json.RawMessa
 	}
 	if !json.Valid(in.Value) {
 		return nil, fail(errcode.InvalidArguments, "value is not JSON")
+	}
+	if err := checkSize(in.ID, in.Value); err != nil {
+		return nil, err
 	}
 	w.published[in.ID] = append(json.RawMessage(nil), in.Value...)
 	return map[string]any{"id": in.ID, "published": true}, nil

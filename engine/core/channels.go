@@ -35,17 +35,31 @@ const (
 )
 
 type channel struct {
-	id     string
-	keys   [2]string
-	data   chan []byte // closed by the writer's handler on a normal close
-	ctx    context.Context
-	cancel context.CancelFunc
+	id        string
+	keys      [2]string
+	maxFrames int
+	created   time.Time
+	ctx       context.Context
+	cancel    context.CancelFunc
+	cs        *channels
+	wake      chan struct{} // capacity 1: a frame or the end was queued (the reader waits on it)
+	space     chan struct{} // capacity 1: a frame was taken (the writer waits on it)
 
 	mu       sync.Mutex
+	buf      [][]byte // frames waiting for the reader; grows as frames come (nothing up front)
+	bytes    int      // bytes in buf, also held in the engine's channel budget
+	eof      bool     // the writer closed normally
 	attached [2]bool
 	done     [2]bool
 	detail   string // why the channel was aborted; "" while it was not
 	last     time.Time
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 func (ch *channel) touch() {
@@ -54,7 +68,9 @@ func (ch *channel) touch() {
 	ch.mu.Unlock()
 }
 
-// abort ends the channel for both ends with detail, unless it was already aborted.
+// abort ends the channel for both ends with detail, unless it was already aborted. The frames
+// buffered so far stay for a reader that connects later (it gets them, then the abort) until the
+// channel is forgotten.
 func (ch *channel) abort(detail string) {
 	ch.mu.Lock()
 	if ch.detail == "" {
@@ -72,11 +88,116 @@ func (ch *channel) abortDetail() string {
 
 // channels is the engine's registry of live channels.
 type channels struct {
-	idle time.Duration
-	wg   sync.WaitGroup // end handlers
+	idle     time.Duration
+	attach   time.Duration
+	perChan  int
+	max      int
+	wg       sync.WaitGroup // end handlers
+	mu       sync.Mutex
+	byID     map[string]*channel
+	budgetMu sync.Mutex
+	used     int           // bytes buffered in all channels
+	limit    int           // Options.ChannelBudget
+	freed    chan struct{} // closed (and replaced) whenever bytes are given back
+}
 
-	mu   sync.Mutex
-	byID map[string]*channel
+func newChannels(o Options) *channels {
+	return &channels{idle: o.ChannelIdle, attach: o.ChannelAttach, perChan: o.ChannelBytes, max: o.MaxChannels,
+		limit: o.ChannelBudget, byID: map[string]*channel{}, freed: make(chan struct{})}
+}
+
+// take reserves n buffered bytes from the engine-wide budget; when it cannot, it returns a
+// channel closed at the next give.
+func (cs *channels) take(n int) (bool, <-chan struct{}) {
+	cs.budgetMu.Lock()
+	defer cs.budgetMu.Unlock()
+	if cs.used+n <= cs.limit {
+		cs.used += n
+		return true, nil
+	}
+	return false, cs.freed
+}
+
+func (cs *channels) give(n int) {
+	if n == 0 {
+		return
+	}
+	cs.budgetMu.Lock()
+	cs.used -= n
+	close(cs.freed)
+	cs.freed = make(chan struct{})
+	cs.budgetMu.Unlock()
+}
+
+// Buffered reports the bytes all stream channels hold for their readers.
+func (e *Engine) ChannelBytes() int {
+	e.chans.budgetMu.Lock()
+	defer e.chans.budgetMu.Unlock()
+	return e.chans.used
+}
+
+// push queues frame b for the reader, waiting while the channel holds buffer_size frames or
+// Options.ChannelBytes, or the engine Options.ChannelBudget (back-pressure: the writer's socket
+// is not read meanwhile). It reports false when the channel ended first.
+func (cs *channels) push(ch *channel, b []byte) bool {
+	for {
+		ch.mu.Lock()
+		room := len(ch.buf) == 0 || len(ch.buf) < ch.maxFrames && ch.bytes+len(b) <= cs.perChan
+		ch.mu.Unlock()
+		wait := (<-chan struct{})(ch.space)
+		if room {
+			ok, freed := cs.take(len(b))
+			if ok {
+				ch.mu.Lock()
+				if ch.ctx.Err() != nil {
+					ch.mu.Unlock()
+					cs.give(len(b))
+					return false
+				}
+				ch.buf = append(ch.buf, b)
+				ch.bytes += len(b)
+				ch.mu.Unlock()
+				signal(ch.wake)
+				return true
+			}
+			wait = freed
+		}
+		select {
+		case <-wait:
+		case <-ch.ctx.Done():
+			return false
+		}
+	}
+}
+
+// pop takes the next frame for the reader; ok is false when none waits (eof: none ever will).
+func (cs *channels) pop(ch *channel) (b []byte, eof, ok bool) {
+	ch.mu.Lock()
+	if len(ch.buf) == 0 {
+		eof = ch.eof
+		ch.mu.Unlock()
+		return nil, eof, false
+	}
+	b = ch.buf[0]
+	ch.buf[0] = nil
+	ch.buf = ch.buf[1:]
+	if len(ch.buf) == 0 {
+		ch.buf = nil
+	}
+	ch.bytes -= len(b)
+	ch.mu.Unlock()
+	cs.give(len(b))
+	signal(ch.space)
+	return b, false, true
+}
+
+// free drops every frame ch buffers and gives their bytes back.
+func (cs *channels) free(ch *channel) {
+	ch.mu.Lock()
+	n := ch.bytes
+	ch.buf, ch.bytes = nil, 0
+	ch.mu.Unlock()
+	cs.give(n)
 }
 
 func newKey() string {
@@ -85,14 +206,20 @@ func newKey() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (cs *channels) create(buffer int) *channel {
+func (cs *channels) create(buffer int) (*channel, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	ch := &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, data: make(chan []byte, buffer),
-		ctx: ctx, cancel: cancel, last: time.Now()}
+	now := time.Now()
+	ch := &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, maxFrames: buffer, created: now, cs: cs,
+		ctx: ctx, cancel: cancel, last: now, wake: make(chan struct{}, 1), space: make(chan struct{}, 1)}
 	cs.mu.Lock()
+	if len(cs.byID) >= cs.max {
+		cs.mu.Unlock()
+		cancel()
+		return nil, protocol.NewError(errcode.ChannelLimit, "the engine already holds %d stream channels, its limit; close or finish some first", cs.max)
+	}
 	cs.byID[ch.id] = ch
 	cs.mu.Unlock()
-	return ch
+	return ch, nil
 }
 
 // finish marks one end of ch done and forgets ch once both are.
@@ -113,23 +240,37 @@ func (cs *channels) forget(ch *channel) {
 	}
 	cs.mu.Unlock()
 	ch.cancel()
+	ch.mu.Lock()
+	reading := ch.attached[endReader] && !ch.done[endReader]
+	ch.mu.Unlock()
+	if !reading {
+		cs.free(ch)
+	}
 }
 
-// expire aborts and forgets every channel idle since before now-idle.
+// expire aborts and forgets every channel idle since before now-idle, and every channel an end
+// of which has not connected within the attach deadline of its creation.
 func (cs *channels) expire(now time.Time) {
 	cs.mu.Lock()
-	var old []*channel
+	type old struct {
+		ch     *channel
+		detail string
+	}
+	var expired []old
 	for _, ch := range cs.byID {
 		ch.mu.Lock()
-		if now.Sub(ch.last) > cs.idle {
-			old = append(old, ch)
+		switch {
+		case now.Sub(ch.last) > cs.idle:
+			expired = append(expired, old{ch, fmt.Sprintf("channel idle for more than %s", cs.idle)})
+		case (!ch.attached[endReader] || !ch.attached[endWriter]) && now.Sub(ch.created) > cs.attach:
+			expired = append(expired, old{ch, fmt.Sprintf("channel not connected at both ends within %s", cs.attach)})
 		}
 		ch.mu.Unlock()
 	}
 	cs.mu.Unlock()
-	for _, ch := range old {
-		ch.abort(fmt.Sprintf("channel idle for more than %s", cs.idle))
-		cs.forget(ch)
+	for _, o := range expired {
+		o.ch.abort(o.detail)
+		cs.forget(o.ch)
 	}
 }
 
@@ -179,7 +320,10 @@ func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMess
 		}
 		buffer = *in.BufferSize
 	}
-	ch := e.chans.create(buffer)
+	ch, err := e.chans.create(buffer)
+	if err != nil {
+		return nil, err
+	}
 	return protocol.ChannelPair{
 		ChannelID: ch.id,
 		Reader:    protocol.ChannelRef{ChannelID: ch.id, AccessKey: ch.keys[endReader], Direction: protocol.ChannelRead},
@@ -216,7 +360,7 @@ func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string)
 		http.Error(w, "this end of the channel is already connected", http.StatusConflict)
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	ws, err := websocket.Accept(w, r, e.acceptOptions())
 	if err != nil {
 		ch.abort("the " + endName(end) + " failed to connect")
 		e.chans.finish(ch, end)
@@ -264,7 +408,10 @@ func (e *Engine) serveWriter(ch *channel, ws *websocket.Conn) {
 		_, b, err := ws.Read(context.Background())
 		if err != nil {
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure && ch.ctx.Err() == nil {
-				close(ch.data)
+				ch.mu.Lock()
+				ch.eof = true
+				ch.mu.Unlock()
+				signal(ch.wake)
 				return
 			}
 			var ce websocket.CloseError
@@ -276,9 +423,7 @@ func (e *Engine) serveWriter(ch *channel, ws *websocket.Conn) {
 			return
 		}
 		ch.touch()
-		select {
-		case ch.data <- b:
-		case <-ch.ctx.Done():
+		if !e.chans.push(ch, b) {
 			return
 		}
 	}
@@ -288,17 +433,21 @@ func (e *Engine) serveReader(ch *channel, ws *websocket.Conn) {
 	defer ws.CloseNow()
 	gone := ws.CloseRead(context.Background())
 	for {
-		select {
-		case b, ok := <-ch.data:
-			if !ok {
-				ws.Close(websocket.StatusNormalClosure, "")
-				return
-			}
+		b, eof, ok := e.chans.pop(ch)
+		if ok {
 			ch.touch()
 			if err := writeFrame(ws, b, e.chans.idle); err != nil {
 				ch.abort("reader connection failed: " + err.Error())
 				return
 			}
+			continue
+		}
+		if eof {
+			ws.Close(websocket.StatusNormalClosure, "")
+			return
+		}
+		select {
+		case <-ch.wake:
 		case <-ch.ctx.Done():
 			deliverBuffered(ch, ws)
 			ws.Close(protocol.ChannelAbortStatus, closeReason(ch.abortDetail()))
@@ -327,15 +476,9 @@ func deliverBuffered(ch *channel, ws *websocket.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), abortDrainTimeout)
 	defer cancel()
 	for {
-		select {
-		case b, ok := <-ch.data:
-			if !ok {
-				return
-			}
-			if ws.Write(ctx, websocket.MessageBinary, b) != nil {
-				return
-			}
-		default:
+		b, _, ok := ch.cs.pop(ch)
+		if !ok || ws.Write(ctx, websocket.MessageBinary, b) != nil {
+			ch.cs.free(ch)
 			return
 		}
 	}

@@ -319,3 +319,112 @@ func BenchmarkChannel10MiB(b *testing.B) {
 		rd.Close()
 	}
 }
+
+// writeFrames writes n binary frames of size bytes to a raw writer end in the background; its
+// writes block while the engine holds the channel's buffer full (back-pressure).
+func writeFrames(raw *websocket.Conn, n, size int, closeAfter bool) {
+	go func() {
+		b := make([]byte, size)
+		for range n {
+			if raw.Write(context.Background(), websocket.MessageBinary, b) != nil {
+				return
+			}
+		}
+		if closeAfter {
+			raw.Close(websocket.StatusNormalClosure, "")
+		}
+	}()
+}
+
+// TestChannelBytesBounded: a channel buffers at most Options.ChannelBytes for a reader that
+// never comes, and the channel of a writer that dropped is forgotten, its bytes freed, at the
+// attach deadline rather than after the 5-minute idle deadline (review row #23). A writer that
+// drops while its frames are held back (a full buffer: its socket is not read) is caught by the
+// same deadline.
+func TestChannelBytesBounded(t *testing.T) {
+	e, url := startEngine(t, Options{ChannelBytes: 2 << 20, ChannelAttach: 300 * time.Millisecond})
+	w := worker(t, url, "default", nil)
+	p := channelPair(t, w, map[string]any{"buffer_size": 1024})
+	raw := rawWriter(t, url, p.Writer)
+	writeFrames(raw, 64, 1<<20, false)
+	waitFor(t, "2 MiB buffered", func() bool { return e.ChannelBytes() == 2<<20 })
+	raw.CloseNow()
+	waitFor(t, "the channel of the dropped writer to be forgotten", func() bool { return e.ChannelBytes() == 0 && e.ChannelCount() == 0 })
+	if _, err := protocol.DialReader(context.Background(), url, p.Reader); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("reader of a forgotten channel: %v", err)
+	}
+}
+
+// TestChannelBudgetShared: all channels together buffer at most Options.ChannelBudget; a writer
+// past it waits and goes on once a reader frees some.
+func TestChannelBudgetShared(t *testing.T) {
+	e, url := startEngine(t, Options{ChannelBytes: 2 << 20, ChannelBudget: 3 << 20})
+	w := worker(t, url, "default", nil)
+	p1 := channelPair(t, w, nil)
+	p2 := channelPair(t, w, nil)
+	writeFrames(rawWriter(t, url, p1.Writer), 8, 1<<20, false)
+	waitFor(t, "channel 1 full", func() bool { return e.ChannelBytes() == 2<<20 })
+	writeFrames(rawWriter(t, url, p2.Writer), 4, 1<<20, true)
+	waitFor(t, "the engine budget full", func() bool { return e.ChannelBytes() == 3<<20 })
+	rd, err := protocol.DialReader(context.Background(), url, p2.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	got, err := io.ReadAll(rd)
+	if err != nil || len(got) != 4<<20 {
+		t.Fatalf("read %d bytes: %v", len(got), err)
+	}
+}
+
+// TestChannelCountLimit: the engine holds at most Options.MaxChannels channels (review row #24).
+func TestChannelCountLimit(t *testing.T) {
+	_, url := startEngine(t, Options{MaxChannels: 3})
+	w := worker(t, url, "default", nil)
+	for range 3 {
+		channelPair(t, w, nil)
+	}
+	_, err := w.Call(context.Background(), protocol.FnCreateChannel, nil)
+	if code(err) != errcode.ChannelLimit {
+		t.Fatalf("got %v, want %s", err, errcode.ChannelLimit)
+	}
+}
+
+// TestChannelAttachDeadline: a channel whose ends do not both connect within
+// Options.ChannelAttach is aborted and forgotten, long before the idle deadline (review row #23).
+func TestChannelAttachDeadline(t *testing.T) {
+	e, url := startEngine(t, Options{ChannelAttach: 100 * time.Millisecond})
+	w := worker(t, url, "default", nil)
+	channelPair(t, w, nil)
+	waitChannels(t, e, 0)
+	p := channelPair(t, w, nil)
+	rd, err := protocol.DialReader(context.Background(), url, p.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	_, err = rd.Read(make([]byte, 1))
+	if d := abortDetail(t, err); !strings.Contains(d, "not connected at both ends") {
+		t.Fatalf("detail %q", d)
+	}
+	waitChannels(t, e, 0)
+}
+
+// TestChannelsAllocateLazily: a created channel costs no buffer until frames come (review row
+// #24: 27.9 KiB each before).
+func TestChannelsAllocateLazily(t *testing.T) {
+	e, url := startEngine(t, Options{MaxChannels: 5000})
+	w := worker(t, url, "default", nil)
+	h0 := heapInUse()
+	const n = 5000
+	for range n {
+		channelPair(t, w, map[string]any{"buffer_size": 1024})
+	}
+	h1 := heapInUse()
+	per := float64(h1-h0) / n
+	t.Logf("%d channels of buffer_size 1024, never attached: channels=%d, heap %.1f -> %.1f MiB (%.2f KiB each)",
+		n, e.ChannelCount(), float64(h0)/(1<<20), float64(h1)/(1<<20), per/1024)
+	if per > 8<<10 {
+		t.Fatalf("%.1f KiB per channel", per/1024)
+	}
+}

@@ -4,10 +4,14 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -27,7 +31,10 @@ type workerInfo struct {
 	Namespace   *string `json:"namespace"`
 }
 
-// conn is one worker connection.
+// conn is one worker connection. Frames to it go through a bounded queue that one writer
+// goroutine drains with a write deadline (writeLoop), so no sender ever waits on a slow peer:
+// a peer that falls behind by more than Options.QueueBytes/QueueFrames, or takes longer than
+// Options.WriteTimeout for one frame, is closed as SLOW_CONSUMER.
 type conn struct {
 	e           *Engine
 	ws          *websocket.Conn
@@ -37,7 +44,15 @@ type conn struct {
 	connectedAt time.Time
 	ctx         context.Context
 	cancel      context.CancelFunc
-	writeMu     sync.Mutex // cheaper under contention than the socket's own channel lock
+	closing     atomic.Bool  // shut was called: it closes the socket
+	inflight    atomic.Int32 // engine-served calls running for this connection
+
+	outMu    sync.Mutex
+	out      [][]byte // encoded frames waiting for writeLoop
+	outBytes int      // bytes of out plus the frame being written
+	outClose *closeAfter
+	outDead  bool
+	outWake  chan struct{} // capacity 1: out changed
 
 	mu         sync.Mutex
 	registered bool
@@ -45,8 +60,18 @@ type conn struct {
 	info       workerInfo
 	parked     []*protocol.Message
 	graceTimer *time.Timer
+	regTimer   *time.Timer
 	pending    map[string]*pendingCall // calls forwarded to this worker, by engine invocation id
+	calls      map[string]*conn        // calls this connection made that a worker serves: engine invocation id -> worker; nil once gone
 }
+
+// closeAfter is a close the writer performs once the frames queued before it are written.
+type closeAfter struct {
+	status websocket.StatusCode
+	reason string
+}
+
+var errConnGone = errors.New("connection closed")
 
 func (c *conn) nsOrDefault() string {
 	if c.namespace == "" {
@@ -55,14 +80,136 @@ func (c *conn) nsOrDefault() string {
 	return c.namespace
 }
 
+// send queues a frame for the peer without waiting for it to be written.
 func (c *conn) send(m *protocol.Message) error {
 	b, err := protocol.Encode(m)
 	if err != nil {
 		return err
 	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	return c.ws.Write(context.Background(), websocket.MessageText, b)
+	return c.enqueue(b)
+}
+
+// enqueue adds an encoded frame to the outbound queue. A frame that would overflow a non-empty
+// queue closes the connection as SLOW_CONSUMER instead.
+func (c *conn) enqueue(b []byte) error {
+	lim := c.e.opts
+	c.outMu.Lock()
+	if c.outDead || c.outClose != nil {
+		c.outMu.Unlock()
+		return errConnGone
+	}
+	if len(c.out) > 0 && (c.outBytes+len(b) > lim.QueueBytes || len(c.out) >= lim.QueueFrames) {
+		frames, bytes := len(c.out), c.outBytes
+		c.outDead = true
+		c.outMu.Unlock()
+		c.kill(errcode.SlowConsumer, fmt.Sprintf("the peer does not read: %d frames (%d bytes) wait to be written, the limit is %d frames or %d bytes",
+			frames, bytes, lim.QueueFrames, lim.QueueBytes))
+		return errConnGone
+	}
+	c.out = append(c.out, b)
+	c.outBytes += len(b)
+	c.outMu.Unlock()
+	c.wake()
+	return nil
+}
+
+func (c *conn) wake() {
+	select {
+	case c.outWake <- struct{}{}:
+	default:
+	}
+}
+
+// closeAfterFlush closes the connection with status and reason once the frames already queued
+// are written; nothing queued later is sent.
+func (c *conn) closeAfterFlush(status websocket.StatusCode, reason string) {
+	c.outMu.Lock()
+	if c.outClose == nil {
+		c.outClose = &closeAfter{status, reason}
+	}
+	c.outMu.Unlock()
+	c.wake()
+}
+
+// writeLoop is the connection's only writer of data frames.
+func (c *conn) writeLoop() {
+	for {
+		select {
+		case <-c.outWake:
+		case <-c.ctx.Done():
+			return
+		}
+		for {
+			c.outMu.Lock()
+			if len(c.out) == 0 {
+				cl := c.outClose
+				c.outMu.Unlock()
+				if cl != nil {
+					c.shut(cl.status, cl.reason)
+					return
+				}
+				break
+			}
+			b := c.out[0]
+			c.out[0] = nil
+			c.out = c.out[1:]
+			c.outMu.Unlock()
+			ctx, cancel := context.WithTimeout(c.ctx, c.e.opts.WriteTimeout)
+			err := c.ws.Write(ctx, websocket.MessageText, b)
+			late := ctx.Err() == context.DeadlineExceeded
+			cancel()
+			c.outMu.Lock()
+			c.outBytes -= len(b)
+			c.outMu.Unlock()
+			if err != nil {
+				if late {
+					c.kill(errcode.SlowConsumer, fmt.Sprintf("a frame of %d bytes was not taken within the write deadline of %s", len(b), c.e.opts.WriteTimeout))
+				} else {
+					c.kill("", "")
+				}
+				return
+			}
+		}
+	}
+}
+
+// kill closes the socket at once; code, when set, is logged as the reason.
+func (c *conn) kill(code, msg string) {
+	if code != "" && c.ctx.Err() == nil {
+		c.e.log.Warn("closing connection", "code", code, "worker_id", c.id, "name", c.name(), "reason", msg)
+	}
+	c.outMu.Lock()
+	c.outDead = true
+	c.outMu.Unlock()
+	c.closing.Store(true)
+	c.cancel()
+	c.ws.CloseNow()
+}
+
+// shut closes the connection with a close frame (status, reason), giving the peer a second to
+// answer it.
+func (c *conn) shut(status websocket.StatusCode, reason string) {
+	if c.closing.Swap(true) {
+		return
+	}
+	c.outMu.Lock()
+	c.outDead = true
+	c.outMu.Unlock()
+	go func() {
+		done := make(chan struct{})
+		go func() { c.ws.Close(status, closeReason(reason)); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+		c.ws.CloseNow()
+	}()
+}
+
+func (c *conn) name() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.info.Name
 }
 
 func (c *conn) caller() Caller {
@@ -71,42 +218,111 @@ func (c *conn) caller() Caller {
 	return Caller{WorkerID: c.id, Name: c.info.Name, Namespace: c.namespace, Owner: c.owner}
 }
 
+var errFrameBudget = errors.New("frame budget spent")
+
+// readFrame reads one frame, holding the bytes it grows its buffer to against the engine's
+// frame budget; the caller gives back held once the frame is handled.
+func (e *Engine) readFrame(ctx context.Context, ws *websocket.Conn) (typ websocket.MessageType, b []byte, held int64, err error) {
+	typ, r, err := ws.Reader(ctx)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	for {
+		if len(b) == cap(b) {
+			n := min(max(2*cap(b), 4096), protocol.MaxFrameBytes+1)
+			if n == cap(b) || !e.frames.take(int64(n-cap(b))) {
+				e.frames.give(held)
+				return 0, nil, 0, errFrameBudget
+			}
+			held += int64(n - cap(b))
+			nb := make([]byte, len(b), n)
+			copy(nb, b)
+			b = nb
+		}
+		k, rerr := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+k]
+		if rerr == io.EOF {
+			return typ, b, held, nil
+		}
+		if rerr != nil {
+			e.frames.give(held)
+			return 0, nil, 0, rerr
+		}
+	}
+}
+
 func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{e: e, ws: ws, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
-		pending: map[string]*pendingCall{}}
+		pending: map[string]*pendingCall{}, calls: map[string]*conn{}, outWake: make(chan struct{}, 1)}
 	c.owner = e.isOwnerToken(token)
 	e.mu.Lock()
 	e.conns[c.id] = c
 	e.mu.Unlock()
 	e.log.Debug("worker connected", "worker_id", c.id)
+	go c.writeLoop()
+	c.mu.Lock()
+	c.regTimer = time.AfterFunc(e.opts.RegisterTimeout, func() { e.registrationExpired(c) })
+	c.mu.Unlock()
 	_ = c.send(&protocol.Message{Type: protocol.TypeWorkerRegistered, WorkerID: c.id, ReattachToken: newUUID()})
 	for {
-		typ, b, err := ws.Read(ctx)
+		typ, b, held, err := e.readFrame(ctx, ws)
 		if err != nil {
+			if errors.Is(err, errFrameBudget) {
+				msg := fmt.Sprintf("the engine is reading %d MiB of frames, its limit; try again later", e.opts.FrameBudget>>20)
+				e.log.Warn("closing connection", "code", errcode.FrameBudgetExceeded, "worker_id", c.id, "name", c.name(), "reason", msg)
+				c.shut(websocket.StatusTryAgainLater, errcode.FrameBudgetExceeded+": "+msg)
+			}
 			break
 		}
-		if typ == websocket.MessageBinary && len(b) >= 4 {
-			switch string(b[:4]) {
-			case "OTLP", "MTRC", "LOGS":
-				continue
-			}
-		}
-		m, err := protocol.Decode(b)
-		if err != nil {
-			e.log.Debug("ignoring frame", "worker_id", c.id, "err", err)
-			continue
-		}
-		e.handleFrame(c, m)
+		e.handleRaw(c, typ, b)
+		e.frames.give(held)
 	}
 	e.drop(c)
-	ws.CloseNow()
+	if !c.closing.Load() {
+		ws.CloseNow()
+	}
 }
 
-// drop forgets a closed connection: its functions go, in-flight calls to it fail.
+func (e *Engine) handleRaw(c *conn, typ websocket.MessageType, b []byte) {
+	if typ == websocket.MessageBinary && len(b) >= 4 {
+		switch string(b[:4]) {
+		case "OTLP", "MTRC", "LOGS":
+			return
+		}
+	}
+	m, err := protocol.Decode(b)
+	if err != nil {
+		e.log.Debug("ignoring frame", "worker_id", c.id, "err", err)
+		return
+	}
+	e.handleFrame(c, m)
+}
+
+// registrationExpired closes a connection that never registered within the deadline.
+func (e *Engine) registrationExpired(c *conn) {
+	c.mu.Lock()
+	done := c.registered || len(c.parked) > 0
+	c.mu.Unlock()
+	if done || c.ctx.Err() != nil {
+		return
+	}
+	msg := fmt.Sprintf("no engine::workers::register and no function registered within %s", e.opts.RegisterTimeout)
+	e.log.Warn("closing connection", "code", errcode.RegistrationTimeout, "worker_id", c.id, "reason", msg)
+	c.shut(websocket.StatusPolicyViolation, errcode.RegistrationTimeout+": "+msg)
+}
+
+// drop forgets a closed connection: its functions go, in-flight calls to it fail, and the calls
+// it made that workers still serve are forgotten (their replies are dropped; the protocol has no
+// cancel frame to tell the worker).
 func (e *Engine) drop(c *conn) {
 	c.cancel()
+	c.outMu.Lock()
+	c.outDead = true
+	c.out = nil
+	c.outMu.Unlock()
 	defer c.failPending()
+	defer c.forgetCalls()
 	e.mu.Lock()
 	delete(e.conns, c.id)
 	for k, f := range e.funcs {
@@ -119,6 +335,7 @@ func (e *Engine) drop(c *conn) {
 	if c.graceTimer != nil {
 		c.graceTimer.Stop()
 	}
+	c.regTimer.Stop()
 	c.mu.Unlock()
 	e.log.Debug("worker disconnected", "worker_id", c.id, "name", c.info.Name)
 }
@@ -130,9 +347,25 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 			e.registerWorker(c, m)
 			return
 		}
-		if !e.forwardAsync(c, m) {
-			go e.handleInvoke(c, m)
+		if m.Action != nil && m.Action.Type == "enqueue" {
+			c.sendResult(m, nil, protocol.NewError(errcode.EnqueueError,
+				"cannot enqueue %s on queue '%s': no queue worker serves this engine (action enqueue needs one); call it without an action, or as void",
+				m.FunctionID, m.Action.Queue))
+			return
 		}
+		if e.forwardAsync(c, m) {
+			return
+		}
+		if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
+			c.inflight.Add(-1)
+			c.sendResult(m, nil, protocol.NewError(errcode.TooManyCalls,
+				"this connection already has %d engine-served calls in flight; wait for some to finish", e.opts.MaxInflight))
+			return
+		}
+		go func() {
+			defer c.inflight.Add(-1)
+			e.handleInvoke(c, m)
+		}()
 	case protocol.TypeInvocationResult:
 		if pc := c.take(m.InvocationID); pc != nil {
 			if m.Error != nil {
@@ -218,7 +451,7 @@ func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 		e.log.Warn("worker registration refused", "worker_id", c.id, "name", info.Name, "namespace", ns, "code", perr.Code)
 		c.sendResult(m, nil, perr)
 		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: perr.Code, Namespace: &ns, WorkerName: info.Name})
-		c.ws.Close(websocket.StatusPolicyViolation, perr.Code)
+		c.closeAfterFlush(websocket.StatusPolicyViolation, perr.Code)
 		return
 	}
 	c.mu.Lock()
@@ -282,7 +515,7 @@ func (e *Engine) checkToken(c *conn, ns string) *protocol.Error {
 	}
 	if c.token == "" {
 		return protocol.NewError(errcode.TokenRequired,
-			"namespace '%s' is protected by a project token and the worker presented none; start it with III_TOKEN_FILE naming the token file", ns)
+			"namespace '%s' is protected by a project token and the worker presented none; start it with III_TOKEN_FILE naming the token file (or III_TOKEN holding the token)", ns)
 	}
 	if !tokenMatches(pol.TokenFile, c.token) && !tokenMatches(pol.OwnerTokenFile, c.token) {
 		return protocol.NewError(errcode.TokenInvalid, "the project token presented for namespace '%s' does not match", ns)
@@ -318,7 +551,17 @@ func (e *Engine) handleInvoke(c *conn, m *protocol.Message) {
 	ns, perr := requestNamespace(m.Namespace)
 	var res json.RawMessage
 	if perr == nil {
-		res, perr = e.dispatch(c.ctx, c.caller(), ns, m.FunctionID, m.Data, m.Metadata, time.Duration(m.TimeoutMS)*time.Millisecond, m.IsVoid())
+		res, perr = e.dispatch(c.ctx, c.caller(), ns, m.FunctionID, m.Data, m.Metadata, e.callTimeout(m.TimeoutMS), m.IsVoid())
 	}
 	c.sendResult(m, res, perr)
+}
+
+// callTimeout is the timeout of a call that names timeoutMS: Options.MaxCallTimeout when it
+// names none or more.
+func (e *Engine) callTimeout(timeoutMS int64) time.Duration {
+	d := time.Duration(timeoutMS) * time.Millisecond
+	if timeoutMS <= 0 || timeoutMS > int64(e.opts.MaxCallTimeout/time.Millisecond) {
+		return e.opts.MaxCallTimeout
+	}
+	return d
 }

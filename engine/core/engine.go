@@ -29,18 +29,40 @@
 // (compared in constant time) says which end it is. Unknown or forgotten channel: HTTP 404; wrong
 // key: 403; an end already connected: 409. The writer sends binary (or text) frames of at most
 // protocol.MaxChannelFrame bytes; the reader gets them in order as binary frames. At most
-// buffer_size frames (default DefaultChannelBuffer, at most MaxChannelBuffer) wait between the
-// two; a full buffer stops reading the writer's socket (back-pressure). The writer closing with
+// buffer_size frames (default DefaultChannelBuffer, at most MaxChannelBuffer) and
+// Options.ChannelBytes wait between the two, and all channels together hold at most
+// Options.ChannelBudget; the buffer grows as frames come. A full buffer stops reading the
+// writer's socket (back-pressure). The engine holds at most Options.MaxChannels channels
+// (CHANNEL_LIMIT). The writer closing with
 // status 1000 ends the reader's stream with a 1000 close after the buffered frames. Anything else
 // (the writer closing with another status or dropping, an over-size frame, the reader leaving
 // early, the idle deadline, engine shutdown) aborts the channel: the reader gets the frames
 // already buffered, then each connected end is closed with protocol.ChannelAbortStatus (4000)
 // and the reason as close text; an end that connects after the abort is closed with it at once.
-// A channel is forgotten when both ends are done, or once nothing moved through it for
-// Options.ChannelIdle (default 5 min).
+// A channel is forgotten when both ends are done, once nothing moved through it for
+// Options.ChannelIdle (default 5 min), or when an end has not connected within
+// Options.ChannelAttach of its creation (default 30 s), which bounds how long a channel
+// aborted before its reader connected keeps its buffered frames.
+//
+// Handshakes (engine and channel endpoints alike): a request with an Origin header (a browser
+// page) must be same-origin or match Options.AllowedOrigins, else HTTP 403 ORIGIN_FORBIDDEN; on
+// a loopback listener the Host must be a loopback name or address, else 403 HOST_FORBIDDEN (DNS
+// rebinding). SDKs and workers send no Origin. A socket that has not sent its upgrade request
+// within Options.HandshakeTimeout is closed.
+//
+// Limits (limits.go; README.md "Limits"): every connection has one writer goroutine draining a
+// bounded queue with a write deadline, so forwarding to a worker never blocks the caller's read
+// loop, and a peer that does not read is closed (SLOW_CONSUMER). Frames being read count
+// against an engine-wide budget (FRAME_BUDGET_EXCEEDED). A connection runs at most
+// Options.MaxInflight engine-served calls (TOO_MANY_CALLS) and must register within
+// Options.RegisterTimeout (REGISTRATION_TIMEOUT). Every forwarded call has a timeout, at most
+// Options.MaxCallTimeout; when its caller disconnects, its calls are forgotten (the protocol has
+// no cancel frame, so the worker is not told; its late reply is dropped). action enqueue is
+// answered enqueue_error: no queue serves this engine.
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -81,6 +103,27 @@ type Options struct {
 	// ChannelIdle is how long a stream channel may sit without traffic before it is aborted and
 	// forgotten (default DefaultChannelIdle).
 	ChannelIdle time.Duration
+
+	// AllowedOrigins lists the browser origins whose pages may open a WebSocket (config.yaml
+	// iii-worker-manager allowed_origins): host patterns ("localhost:3000", "*.example.com") or,
+	// with a scheme, origin patterns ("https://app.example.com"), matched with path.Match. A
+	// handshake without Origin (SDKs, Go and Node workers) and a same-origin one are always
+	// allowed; any other is refused ORIGIN_FORBIDDEN.
+	AllowedOrigins []string
+
+	// Limits; zero means the default of limits.go (README.md, "Limits").
+	HandshakeTimeout time.Duration
+	WriteTimeout     time.Duration
+	QueueBytes       int
+	QueueFrames      int
+	FrameBudget      int
+	MaxInflight      int
+	MaxCallTimeout   time.Duration
+	RegisterTimeout  time.Duration
+	ChannelBytes     int
+	ChannelBudget    int
+	MaxChannels      int
+	ChannelAttach    time.Duration
 }
 
 // Caller describes the connection that invoked a built-in function.
@@ -118,26 +161,42 @@ type Engine struct {
 	funcs    map[fkey]*fnEntry
 	conns    map[string]*conn
 	chans    *channels
+
+	loopback atomic.Bool // the listener is a loopback address: Host must be a loopback name
+	frames   budget      // bytes of the frames being read, all connections together
 }
+
+// budget is an engine-wide byte budget.
+type budget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// take reserves n bytes, or reports false (reserving nothing) when that would pass the limit.
+func (b *budget) take(n int64) bool {
+	if b.used.Add(n) > b.limit {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *budget) give(n int64) { b.used.Add(-n) }
 
 // New returns an engine with the engine::workers::* and engine::functions::list built-ins.
 func New(opts Options) *Engine {
-	if opts.Grace <= 0 {
-		opts.Grace = time.Second
-	}
+	opts = opts.withDefaults()
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
-	}
-	if opts.ChannelIdle <= 0 {
-		opts.ChannelIdle = DefaultChannelIdle
 	}
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	e := &Engine{
 		opts: opts, log: opts.Logger, idPrefix: hex.EncodeToString(b[:]) + "-",
 		builtins: map[string]builtin{}, funcs: map[fkey]*fnEntry{}, conns: map[string]*conn{},
-		chans: &channels{idle: opts.ChannelIdle, byID: map[string]*channel{}},
+		chans: newChannels(opts),
 	}
+	e.frames.limit = int64(opts.FrameBudget)
 	e.Handle(protocol.FnRegisterWorker, "Announce a worker: name, namespace, runtime", nil)
 	e.Handle(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
 	e.Handle(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
@@ -185,11 +244,15 @@ func (e *Engine) newID() string {
 // stream channel, /otel takes SDK telemetry, every other path upgrades to a worker connection.
 func (e *Engine) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := e.checkHandshake(r); h != nil {
+			e.refuse(w, r, h)
+			return
+		}
 		if id, ok := strings.CutPrefix(r.URL.Path, protocol.ChannelPathPrefix); ok {
 			e.serveChannel(w, r, id)
 			return
 		}
-		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+		ws, err := websocket.Accept(w, r, e.acceptOptions())
 		if err != nil {
 			return
 		}
@@ -201,6 +264,12 @@ func (e *Engine) Handler() http.Handler {
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		e.serveConn(r.Context(), ws, strings.TrimSpace(token))
 	})
+}
+
+// acceptOptions lets coder/websocket check the origin too, with the same patterns as
+// checkHandshake (which has already refused anything else with a coded message).
+func (e *Engine) acceptOptions() *websocket.AcceptOptions {
+	return &websocket.AcceptOptions{OriginPatterns: e.opts.AllowedOrigins}
 }
 
 // drain reads and drops frames until the peer goes away.
@@ -215,7 +284,8 @@ func drain(ws *websocket.Conn) {
 
 // Serve accepts workers on ln until ctx ends, then closes every connection.
 func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	e.loopback.Store(isLoopbackAddr(ln.Addr()))
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: e.opts.HandshakeTimeout}
 	go e.sweep(ctx, 20*time.Millisecond)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -295,11 +365,13 @@ func runBuiltin(ctx context.Context, fn Builtin, caller Caller, data json.RawMes
 	if raw, ok := out.(json.RawMessage); ok {
 		return raw, nil
 	}
-	raw, err := json.Marshal(out)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf) // an encoder, to leave <, > and & in values as they were stored
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
 		return nil, protocol.NewError(errcode.InvocationFailed, "%s: result is not JSON: %v", id, err)
 	}
-	return raw, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func (e *Engine) notFound(ns, id string) *protocol.Error {

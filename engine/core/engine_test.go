@@ -171,6 +171,35 @@ func TestTokenProtectedNamespace(t *testing.T) {
 	}
 }
 
+// TestTokenFromEnvironment: a worker with no token file presents $III_TOKEN as its bearer
+// token, as 0.26 SDKs do; a token file, when named, wins.
+func TestTokenFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	if err := os.WriteFile(tok, []byte("env-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "env-token")
+	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj"})
+	if err != nil {
+		t.Fatalf("III_TOKEN: %v", err)
+	}
+	w.Close()
+	bad := filepath.Join(dir, "bad")
+	_ = os.WriteFile(bad, []byte("nope"), 0o600)
+	if _, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj", TokenFile: bad}); code(err) != errcode.TokenInvalid {
+		t.Fatalf("a token file wins over III_TOKEN: %v", err)
+	}
+	t.Setenv(protocol.EnvToken, "wrong")
+	if _, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj"}); code(err) != errcode.TokenInvalid {
+		t.Fatalf("wrong III_TOKEN: %v", err)
+	}
+}
+
 func TestVoidCall(t *testing.T) {
 	_, url := startEngine(t, Options{})
 	got := make(chan string, 1)

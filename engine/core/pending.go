@@ -14,6 +14,7 @@ import (
 // engine's own calls, into ch.
 type pendingCall struct {
 	fn       string
+	iid      string    // the engine's invocation id, the key in the serving worker's pending map
 	deadline time.Time // zero: no timeout
 	timeout  time.Duration
 	caller   *conn
@@ -31,6 +32,9 @@ func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
 		pc.ch <- outcome{res, perr}
 		return
 	}
+	pc.caller.mu.Lock()
+	delete(pc.caller.calls, pc.iid)
+	pc.caller.mu.Unlock()
 	out := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: pc.callerID, FunctionID: pc.fn}
 	if perr != nil {
 		out.Error = perr
@@ -64,7 +68,7 @@ func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessag
 		return "", nil
 	}
 	m.InvocationID = e.newID()
-	pc.fn = id
+	pc.fn, pc.iid = id, m.InvocationID
 	if timeout > 0 {
 		pc.timeout, pc.deadline = timeout, time.Now().Add(timeout)
 	}
@@ -75,6 +79,18 @@ func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessag
 	}
 	target.pending[m.InvocationID] = pc
 	target.mu.Unlock()
+	if pc.caller != nil {
+		pc.caller.mu.Lock()
+		gone := pc.caller.calls == nil
+		if !gone {
+			pc.caller.calls[m.InvocationID] = target
+		}
+		pc.caller.mu.Unlock()
+		if gone {
+			target.take(m.InvocationID)
+			return "", stopped(id)
+		}
+	}
 	if err := target.send(m); err != nil {
 		if target.take(m.InvocationID) == nil {
 			return m.InvocationID, nil // settled meanwhile (the target dropped)
@@ -128,7 +144,7 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	if len(data) == 0 {
 		data = json.RawMessage("null")
 	}
-	timeout := time.Duration(m.TimeoutMS) * time.Millisecond
+	timeout := e.callTimeout(m.TimeoutMS)
 	if m.IsVoid() {
 		_, _ = e.startForward(f.conn, m.FunctionID, data, m.Metadata, timeout, nil)
 		return true
@@ -185,4 +201,36 @@ func (c *conn) failPending() {
 	for _, pc := range all {
 		pc.deliver(nil, stopped(pc.fn))
 	}
+}
+
+// forgetCalls drops the calls c made that workers still serve: c is gone, so their replies have
+// nowhere to go.
+func (c *conn) forgetCalls() {
+	c.mu.Lock()
+	calls := c.calls
+	c.calls = nil
+	c.mu.Unlock()
+	for iid, target := range calls {
+		target.take(iid)
+	}
+	if len(calls) > 0 {
+		c.e.log.Debug("caller left; its calls in flight were dropped", "worker_id", c.id, "calls", len(calls))
+	}
+}
+
+// PendingCount reports how many forwarded calls the engine awaits, all workers together.
+func (e *Engine) PendingCount() int {
+	e.mu.RLock()
+	conns := make([]*conn, 0, len(e.conns))
+	for _, c := range e.conns {
+		conns = append(conns, c)
+	}
+	e.mu.RUnlock()
+	n := 0
+	for _, c := range conns {
+		c.mu.Lock()
+		n += len(c.pending)
+		c.mu.Unlock()
+	}
+	return n
 }

@@ -32,6 +32,35 @@ const (
 	NotConnected = "NOT_CONNECTED"
 	// Unknown: an error body that was not an object with a code (e.g. a bare string).
 	Unknown = "UNKNOWN"
+	// EnqueueError: an invocation asked for action enqueue and no queue serves it.
+	EnqueueError = "enqueue_error"
+)
+
+// Engine limit and handshake codes (README.md, Limits). Connection-level ones are the close
+// reason of the WebSocket (prefixed to a message) and a log line; call-level ones are function
+// errors.
+const (
+	// OriginForbidden: a WebSocket handshake came from a browser page of another origin, not in
+	// the listener's allowed_origins (HTTP 403).
+	OriginForbidden = "ORIGIN_FORBIDDEN"
+	// HostForbidden: a handshake to a loopback listener named a Host that is not a loopback name
+	// or address (DNS rebinding; HTTP 403).
+	HostForbidden = "HOST_FORBIDDEN"
+	// SlowConsumer: a connection's outbound queue overflowed or a write missed its deadline; the
+	// connection is closed.
+	SlowConsumer = "SLOW_CONSUMER"
+	// FrameBudgetExceeded: the engine-wide budget for frames being read is spent; the connection
+	// reading a frame is closed (status 1013, try again later).
+	FrameBudgetExceeded = "FRAME_BUDGET_EXCEEDED"
+	// RegistrationTimeout: a connection neither called engine::workers::register nor registered a
+	// function within the registration deadline; it is closed.
+	RegistrationTimeout = "REGISTRATION_TIMEOUT"
+	// TooManyCalls: a connection has the maximum number of engine-served calls in flight.
+	TooManyCalls = "TOO_MANY_CALLS"
+	// ChannelLimit: the engine holds the maximum number of stream channels.
+	ChannelLimit = "CHANNEL_LIMIT"
+	// EntryTooLarge: a configuration value is larger than the stored-entry cap.
+	EntryTooLarge = "ENTRY_TOO_LARGE"
 )
 
 // Configuration worker codes (REFERENCE-engine.md §3).
@@ -56,6 +85,10 @@ const (
 const (
 	// ConfigInvalid: config.yaml is not valid (bad YAML, unknown key, wrong type).
 	ConfigInvalid = "CONFIG_INVALID"
+	// ConfigUnsupported: config.yaml sets a key this engine does not implement (rbac,
+	// middleware_function_id, a #instance listener, a non-zero ttl_seconds, iii-stream or
+	// iii-http-functions settings); refused rather than accepted and ignored.
+	ConfigUnsupported = "CONFIG_UNSUPPORTED"
 	// ConfigNotFound: the file named by --config does not exist.
 	ConfigNotFound = "CONFIG_NOT_FOUND"
 	// UnsupportedConfigWorkers: config.yaml declares workers the engine no longer runs.

@@ -10,7 +10,7 @@
 //	w.Close()
 //
 // Environment read by Config defaults: III_URL (default ws://127.0.0.1:49134), III_NAMESPACE
-// (default "default"), III_WORKER_NAME, III_TOKEN_FILE.
+// (default "default"), III_WORKER_NAME, III_TOKEN_FILE, III_TOKEN (when no token file).
 //
 // Handshake. On open the SDK sends every registerfunction it holds, then calls
 // engine::workers::register synchronously with {runtime, version, name, description, os, pid,
@@ -21,7 +21,8 @@
 //
 // Project tokens. A namespace may be token-protected by the engine's config.yaml. A worker
 // registering into it must present the token: the SDK reads it from the file named by
-// Config.TokenFile (default $III_TOKEN_FILE) and sends it in the WebSocket handshake as the
+// Config.TokenFile (default $III_TOKEN_FILE), or takes Config.Token (default $III_TOKEN, as 0.26
+// SDKs do) when there is no file, and sends it in the WebSocket handshake as the
 // HTTP header "Authorization: Bearer <token>". The token is never put in a frame, a log line or
 // an error. A refused registration (NAMESPACE_TOKEN_REQUIRED, NAMESPACE_TOKEN_INVALID) makes
 // Start fail, or Done close with that error after a reconnect; the SDK does not retry it.

@@ -29,6 +29,9 @@ const (
 	EnvNamespace  = "III_NAMESPACE"
 	EnvWorkerName = "III_WORKER_NAME"
 	EnvTokenFile  = "III_TOKEN_FILE"
+	// EnvToken holds the project token itself, as 0.26 SDKs read it; used when no token file is
+	// configured (a file is preferred: it never shows in the environment of other processes).
+	EnvToken = "III_TOKEN"
 )
 
 // DefaultURL is where the engine listens unless configured otherwise.
@@ -55,6 +58,7 @@ type Config struct {
 	Description string // free text shown by engine::workers::list
 	Version     string // the worker's own version, reported at registration
 	TokenFile   string // file holding the project token; default $III_TOKEN_FILE
+	Token       string // the project token, when there is no TokenFile; default $III_TOKEN
 	NoReconnect bool   // fail instead of retrying when the connection drops or cannot be made
 	Logger      *slog.Logger
 }
@@ -77,6 +81,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.TokenFile == "" {
 		c.TokenFile = os.Getenv(EnvTokenFile)
+	}
+	if c.TokenFile == "" && c.Token == "" {
+		c.Token = os.Getenv(EnvToken)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -258,16 +265,21 @@ func isRefusal(err error) bool {
 	return errors.As(err, &e) && (e.Code == errcode.TokenRequired || e.Code == errcode.TokenInvalid || e.Code == errcode.Forbidden)
 }
 
-// dialOptions adds the project token, read fresh from its file, as a bearer header.
+// dialOptions adds the project token (read fresh from its file, else Config.Token) as a
+// bearer header.
 func (w *Worker) dialOptions() (*websocket.DialOptions, error) {
 	opts := &websocket.DialOptions{}
+	token := strings.TrimSpace(w.cfg.Token)
 	if w.cfg.TokenFile != "" {
 		b, err := os.ReadFile(w.cfg.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("reading the project token file: %w", err)
 		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token != "" {
 		h := http.Header{}
-		h.Set("Authorization", "Bearer "+strings.TrimSpace(string(b)))
+		h.Set("Authorization", "Bearer "+token)
 		opts.HTTPHeader = h
 	}
 	return opts, nil

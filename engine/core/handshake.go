@@ -1,0 +1,86 @@
+package core
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/iii-go/iii/engine/errcode"
+)
+
+// handshakeError is why a WebSocket upgrade was refused: its code and a message naming what to
+// change.
+type handshakeError struct{ code, msg string }
+
+func (h *handshakeError) Error() string { return h.msg }
+
+// checkHandshake admits an upgrade request to the worker listener (engine and channel endpoints
+// alike). On a loopback listener the Host must be a loopback name or address, so that a page on
+// a domain rebound to 127.0.0.1 cannot reach the engine (DNS rebinding). A request with an
+// Origin header (a browser page) must be same-origin or match AllowedOrigins; one without
+// (SDKs, workers, iii call) is allowed.
+func (e *Engine) checkHandshake(r *http.Request) *handshakeError {
+	if e.loopback.Load() && !loopbackHost(r.Host) {
+		return &handshakeError{errcode.HostForbidden, fmt.Sprintf(
+			"this engine listens on a loopback address and takes only loopback names in Host (localhost, 127.0.0.1, [::1]); got %q", r.Host)}
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" || originAllowed(origin, r.Host, e.opts.AllowedOrigins) {
+		return nil
+	}
+	return &handshakeError{errcode.OriginForbidden, fmt.Sprintf(
+		"WebSocket handshake from origin %q refused: browser pages of other origins may not drive the engine; "+
+			"list the origin under allowed_origins of iii-worker-manager in config.yaml to allow it", origin)}
+}
+
+// originAllowed reports whether a browser origin may connect to host: same host, or a match of
+// one of the patterns (path.Match, case-insensitive; a pattern with "://" is matched against
+// scheme://host, any other against the host). "null" and origins without a host match nothing.
+func originAllowed(origin, host string, patterns []string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, host) {
+		return true
+	}
+	for _, p := range patterns {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// loopbackHost reports whether a Host header names this machine's loopback interface.
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// isLoopbackAddr reports whether a listener address is a loopback one (not a wildcard).
+func isLoopbackAddr(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
+}
+
+// refuse answers a refused handshake with 403 and the coded message, and logs it.
+func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, h *handshakeError) {
+	e.log.Warn("WebSocket handshake refused", "code", h.code, "path", r.URL.Path, "origin", r.Header.Get("Origin"), "host", r.Host)
+	http.Error(w, "error["+h.code+"]: "+h.msg, http.StatusForbidden)
+}

@@ -1,0 +1,363 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+func rawSend(t *testing.T, c *websocket.Conn, m map[string]any) error {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Write(ctx, websocket.MessageText, b)
+}
+
+func rawDial(t *testing.T, url string) *websocket.Conn {
+	t.Helper()
+	c, _, err := websocket.Dial(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(protocol.MaxFrameBytes)
+	t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+func invoke(id, fn string, data any) map[string]any {
+	return map[string]any{"type": protocol.TypeInvokeFunction, "invocation_id": id, "function_id": fn, "data": data}
+}
+
+// waitFor polls cond until it holds, failing the test after a generous deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		pollPause()
+	}
+}
+
+func connCount(e *Engine) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return len(e.conns)
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// TestSlowReaderIsDropped: a client that sends calls and never reads their replies is closed
+// as SLOW_CONSUMER once its outbound queue is full; the engine's goroutines and heap stay
+// bounded and other clients are served meanwhile (review row #14).
+func TestSlowReaderIsDropped(t *testing.T) {
+	e, url := startEngine(t, Options{QueueBytes: 1 << 20})
+	other := worker(t, url, "default", nil)
+	g0, h0 := runtime.NumGoroutine(), heapInUse()
+	c := rawDial(t, url)
+	sent := 0
+	for ; sent < 100000; sent++ {
+		if rawSend(t, c, invoke(strconv.Itoa(sent), protocol.FnListFunctions, map[string]any{})) != nil {
+			break // the engine closed the connection
+		}
+	}
+	waitFor(t, "the engine to drop the never-reading client", func() bool { return connCount(e) == 1 })
+	if _, err := other.Call(context.Background(), protocol.FnListWorkers, nil); err != nil {
+		t.Fatalf("another client's call: %v", err)
+	}
+	g1, h1 := runtime.NumGoroutine(), heapInUse()
+	t.Logf("slow reader: %d invocations sent before the engine closed it; goroutines %d -> %d, heap in use %.1f -> %.1f MiB",
+		sent, g0, g1, float64(h0)/(1<<20), float64(h1)/(1<<20))
+	if sent == 100000 {
+		t.Fatal("100000 invocations sent and the engine never closed the never-reading client")
+	}
+	if g1 > g0+20 {
+		t.Fatalf("goroutines grew from %d to %d", g0, g1)
+	}
+}
+
+// TestStuckWorkerDoesNotBlockCallers: a worker that stops reading does not block the read loop
+// of a client that calls it: the client's other calls are answered, and every call to the stuck
+// worker gets an answer (timeout; invocation_stopped once the engine drops the worker as
+// SLOW_CONSUMER; function_not_found after that) (review row #15).
+func TestStuckWorkerDoesNotBlockCallers(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	ctx := context.Background()
+	w := rawDial(t, url)
+	if err := rawSend(t, w, map[string]any{"type": "registerfunction", "id": "hol::fn"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rawSend(t, w, invoke("r", protocol.FnRegisterWorker, map[string]any{"name": "stuck"})); err != nil {
+		t.Fatal(err)
+	}
+	for { // read up to the registration's reply, then never again
+		_, b, err := w.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), `"invocationresult"`) {
+			break
+		}
+	}
+	c := rawDial(t, url)
+	pad := strings.Repeat("a", 64<<10)
+	const n = 400
+	go func() {
+		for i := range n {
+			m := invoke(strconv.Itoa(i), "hol::fn", pad)
+			m["timeout_ms"] = 500
+			if rawSend(t, c, m) != nil {
+				return
+			}
+		}
+		_ = rawSend(t, c, invoke("list", protocol.FnListWorkers, map[string]any{}))
+	}()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // failure guard only
+	defer cancel()
+	got := map[string]int{}
+	answered := 0
+	for answered < n+1 {
+		_, b, err := c.Read(rctx)
+		if err != nil {
+			t.Fatalf("after %d answers (%v): %v", answered, got, err)
+		}
+		var m protocol.Message
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Type != protocol.TypeInvocationResult {
+			continue
+		}
+		answered++
+		switch {
+		case m.InvocationID == "list":
+			got["list"]++
+		case m.Error != nil:
+			got[m.Error.Code]++
+		default:
+			got["result"]++
+		}
+	}
+	t.Logf("answers: %v", got)
+	if got["list"] != 1 || got[errcode.Timeout]+got[errcode.InvocationStopped]+got[errcode.FunctionNotFound] != n {
+		t.Fatalf("answers %v", got)
+	}
+}
+
+// TestCallsForgottenWhenCallerLeaves: calls a worker never answers are dropped from the engine
+// once their caller disconnects (review row #16).
+func TestCallsForgottenWhenCallerLeaves(t *testing.T) {
+	e, url := startEngine(t, Options{})
+	block := make(chan struct{})
+	defer close(block)
+	worker(t, url, "default", map[string]protocol.Handler{"flood::never": func(ctx context.Context, _ json.RawMessage) (any, error) {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	}})
+	c := rawDial(t, url)
+	go func() {
+		for {
+			if _, _, err := c.Read(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+	const n = 2000
+	for i := range n {
+		if err := rawSend(t, c, invoke(strconv.Itoa(i), "flood::never", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, fmt.Sprintf("%d pending calls", n), func() bool { return e.PendingCount() == n })
+	c.Close(websocket.StatusNormalClosure, "")
+	waitFor(t, "the pending calls of the departed caller to be dropped", func() bool { return e.PendingCount() == 0 })
+}
+
+// TestDefaultMaxCallTimeout: a call that names no timeout gets one, Options.MaxCallTimeout; a
+// longer timeout_ms is cut to it.
+func TestDefaultMaxCallTimeout(t *testing.T) {
+	_, url := startEngine(t, Options{MaxCallTimeout: 100 * time.Millisecond})
+	block := make(chan struct{})
+	defer close(block)
+	never := func(ctx context.Context, _ json.RawMessage) (any, error) {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	}
+	worker(t, url, "default", map[string]protocol.Handler{"slow::never": never})
+	c := rawDial(t, url)
+	for i, m := range []map[string]any{invoke("a", "slow::never", nil), invoke("b", "slow::never", nil)} {
+		if i == 1 {
+			m["timeout_ms"] = 3600000
+		}
+		if err := rawSend(t, c, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
+	defer cancel()
+	for seen := 0; seen < 2; {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m protocol.Message
+		_ = json.Unmarshal(b, &m)
+		if m.Type != protocol.TypeInvocationResult {
+			continue
+		}
+		seen++
+		if m.Error == nil || m.Error.Code != errcode.Timeout {
+			t.Fatalf("call %s: %s", m.InvocationID, b)
+		}
+	}
+}
+
+// TestRegistrationDeadline: a connection that never registers is closed with
+// REGISTRATION_TIMEOUT; a registered worker stays (review row #13).
+func TestRegistrationDeadline(t *testing.T) {
+	e, url := startEngine(t, Options{RegisterTimeout: 100 * time.Millisecond})
+	w := worker(t, url, "default", nil)
+	c := rawDial(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
+	defer cancel()
+	var err error
+	for err == nil {
+		_, _, err = c.Read(ctx)
+	}
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.HasPrefix(ce.Reason, errcode.RegistrationTimeout) {
+		t.Fatalf("got %v, want a 1008 close with %s", err, errcode.RegistrationTimeout)
+	}
+	if _, err := w.Call(context.Background(), protocol.FnListWorkers, nil); err != nil {
+		t.Fatalf("the registered worker: %v", err)
+	}
+	waitFor(t, "one connection left", func() bool { return connCount(e) == 1 })
+}
+
+// TestFrameBudget: a frame that would take the engine past its budget for frames being read
+// closes its connection with 1013 FRAME_BUDGET_EXCEEDED, and gives the budget back (review
+// row #10).
+func TestFrameBudget(t *testing.T) {
+	e, url := startEngine(t, Options{FrameBudget: 4 << 20})
+	c := rawDial(t, url)
+	big := invoke("big", protocol.FnListWorkers, strings.Repeat("x", 8<<20))
+	_ = rawSend(t, c, big)                                                   // the engine may close before the whole frame is written
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
+	defer cancel()
+	var err error
+	for err == nil {
+		_, _, err = c.Read(ctx)
+	}
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusTryAgainLater || !strings.HasPrefix(ce.Reason, errcode.FrameBudgetExceeded) {
+		t.Fatalf("got %v, want a 1013 close with %s", err, errcode.FrameBudgetExceeded)
+	}
+	waitFor(t, "the budget to be given back", func() bool { return e.frames.used.Load() == 0 })
+	w := worker(t, url, "default", nil)
+	if _, err := w.Call(context.Background(), protocol.FnListWorkers, map[string]string{"pad": strings.Repeat("y", 2<<20)}); err != nil {
+		t.Fatalf("a frame within the budget: %v", err)
+	}
+}
+
+// TestInflightCap: one connection may run at most Options.MaxInflight engine-served calls.
+func TestInflightCap(t *testing.T) {
+	e, url := startEngine(t, Options{MaxInflight: 2})
+	release := make(chan struct{})
+	defer close(release)
+	e.Handle("test::block", "blocks", func(ctx context.Context, _ Caller, _ json.RawMessage) (any, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return "done", nil
+	})
+	c := rawDial(t, url)
+	for i := range 3 {
+		if err := rawSend(t, c, invoke(strconv.Itoa(i), "test::block", nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
+	defer cancel()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m protocol.Message
+		_ = json.Unmarshal(b, &m)
+		if m.Type == protocol.TypeInvocationResult {
+			if m.InvocationID != "2" || m.Error == nil || m.Error.Code != errcode.TooManyCalls {
+				t.Fatalf("got %s, want call 2 refused %s", b, errcode.TooManyCalls)
+			}
+			return
+		}
+	}
+}
+
+// TestEnqueueWithoutQueue: action enqueue is answered enqueue_error while no queue serves it; the
+// function does not run as a plain call.
+func TestEnqueueWithoutQueue(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	ran := make(chan struct{}, 1)
+	worker(t, url, "default", map[string]protocol.Handler{"payments::charge": func(context.Context, json.RawMessage) (any, error) {
+		ran <- struct{}{}
+		return "charged", nil
+	}})
+	c := rawDial(t, url)
+	m := invoke("q", "payments::charge", map[string]any{})
+	m["action"] = map[string]any{"type": "enqueue", "queue": "payment"}
+	if err := rawSend(t, c, m); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
+	defer cancel()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r protocol.Message
+		_ = json.Unmarshal(b, &r)
+		if r.Type != protocol.TypeInvocationResult {
+			continue
+		}
+		if r.Error == nil || r.Error.Code != errcode.EnqueueError || !strings.Contains(r.Error.Message, "'payment'") {
+			t.Fatalf("got %s", b)
+		}
+		break
+	}
+	select {
+	case <-ran:
+		t.Fatal("the enqueued function ran as a plain call")
+	default:
+	}
+}
