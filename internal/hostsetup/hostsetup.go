@@ -46,11 +46,7 @@ func Ensure(pkgs []string, log io.Writer) error {
 		return nil
 	}
 	if os.Geteuid() != 0 {
-		if len(missing) == 0 {
-			return fmt.Errorf("apt has no package lists (the VM firmware and images are built from .deb files); run: sudo apt-get update")
-		}
-		return fmt.Errorf("missing Debian packages: %s; run: sudo apt-get update && sudo apt-get install -y --no-install-recommends %s",
-			strings.Join(missing, " "), strings.Join(missing, " "))
+		return notRoot(missing)
 	}
 	fmt.Fprintln(log, "==> apt-get update")
 	if err := run(log, "apt-get", "update", "-qq"); err != nil {
@@ -61,6 +57,15 @@ func Ensure(pkgs []string, log io.Writer) error {
 	}
 	fmt.Fprintf(log, "==> installing Debian packages: %s\n", strings.Join(missing, " "))
 	return run(log, "apt-get", append([]string{"install", "-y", "-qq", "--no-install-recommends"}, missing...)...)
+}
+
+// notRoot is the error of a user who cannot install: the one command that does it.
+func notRoot(missing []string) error {
+	if len(missing) == 0 {
+		return fmt.Errorf("apt has no package lists (the VM firmware and images are built from .deb files); run: sudo apt-get update")
+	}
+	return fmt.Errorf("missing Debian packages: %s; run: sudo apt-get update && sudo apt-get install -y --no-install-recommends %s",
+		strings.Join(missing, " "), strings.Join(missing, " "))
 }
 
 func run(log io.Writer, name string, args ...string) error {
