@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/hostsetup"
 	"github.com/iii-go/iii/internal/release"
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
@@ -116,6 +117,8 @@ func Test(ctx context.Context) error {
 		}
 	}
 	bin, _ := filepath.Abs("bin")
+	_, why := hostsetup.Accelerator()
+	fmt.Printf("==> end-to-end suite; VM scenarios: %s\n", why)
 	return sh.RunWithV(map[string]string{"III_TEST_BIN": bin},
 		"go", "test", "-count=1", "-timeout", "45m", "./testscripts")
 }
