@@ -41,7 +41,7 @@ func Ensure(pkgs []string, log io.Writer) error {
 		return fmt.Errorf("this host has no dpkg: install %s with your package manager, or use Debian 12", strings.Join(pkgs, " "))
 	}
 	missing := Missing(pkgs)
-	lists, _ := filepath.Glob("/var/lib/apt/lists/*_Packages")
+	lists, _ := filepath.Glob("/var/lib/apt/lists/*_Packages*") // plain or compressed (.lz4, .gz)
 	if len(missing) == 0 && len(lists) > 0 {
 		return nil
 	}

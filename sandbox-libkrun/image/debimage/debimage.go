@@ -73,7 +73,7 @@ func Build(ctx context.Context, p Preset, workDir string, log io.Writer) (string
 		return "", err
 	}
 	for _, argv := range p.Setup {
-		if err := run(ctx, "chroot", append([]string{rootfs}, argv...)...); err != nil {
+		if err := run(ctx, sbin("chroot"), append([]string{rootfs}, argv...)...); err != nil {
 			return "", err
 		}
 	}
@@ -279,4 +279,13 @@ func run(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
 	}
 	return nil
+}
+
+// sbin finds a system administration command on PATH, else in /usr/sbin (a PATH without the
+// sbin directories is common outside login shells).
+func sbin(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return filepath.Join("/usr/sbin", name)
 }
