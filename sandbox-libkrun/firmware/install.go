@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 
 	"github.com/Masterminds/semver/v3"
-	"golang.org/x/sys/unix"
 
+	"github.com/iii-go/iii/sandbox-libkrun/internal/dirlock"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
@@ -60,7 +60,7 @@ func Install(src, dst Paths, adapterVersion string) (Action, error) {
 	if err := os.MkdirAll(dst.Dir, 0o755); err != nil {
 		return "", err
 	}
-	unlock, err := lockDir(dst.Dir)
+	unlock, err := dirlock.Lock(dst.Dir, ".iii-vm-firmware.lock")
 	if err != nil {
 		return "", err
 	}
@@ -100,19 +100,6 @@ func newer(a, b string) bool {
 func present(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-// lockDir takes an exclusive flock on dir's install lock file.
-func lockDir(dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, ".iii-vm-firmware.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { f.Close() }, nil
 }
 
 // copyVerified copies from to a temporary file beside to, checks its SHA-256 against want and

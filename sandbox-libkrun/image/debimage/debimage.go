@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/iii-go/iii/sandbox-libkrun/image"
+	"github.com/iii-go/iii/sandbox-libkrun/internal/dirlock"
 )
 
 // Preset is a built-in image: its catalog name, OCI reference and Debian packages.
@@ -102,7 +103,7 @@ func download(ctx context.Context, dir string, pkgs []string) ([]string, error) 
 		return nil, err
 	}
 	// One apt at a time per download directory (apt itself is told not to lock).
-	unlock, err := lockDir(dir)
+	unlock, err := dirlock.Lock(dir, ".lock")
 	if err != nil {
 		return nil, err
 	}
