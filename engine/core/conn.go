@@ -215,7 +215,7 @@ func (c *conn) name() string {
 func (c *conn) caller() Caller {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Caller{WorkerID: c.id, Name: c.info.Name, Namespace: c.namespace, Owner: c.owner}
+	return Caller{WorkerID: c.id, Name: c.info.Name, Namespace: c.namespace, Owner: c.owner, conn: c}
 }
 
 var errFrameBudget = errors.New("frame budget spent")
@@ -424,7 +424,21 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 			Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: "engine"})
 		return
 	}
+	if m.Protected && c.token == "" {
+		e.log.Warn("function registration refused", "code", errcode.TokenRequired, "function", m.ID, "namespace", ns,
+			"reason", "a protected function needs a worker that connected with a token")
+		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: errcode.TokenRequired,
+			Namespace: &ns, FunctionID: m.ID})
+		return
+	}
 	e.mu.Lock()
+	if code, owner, msg := e.checkClaim(c, ns, m.ID); code != "" {
+		e.mu.Unlock()
+		e.log.Warn("function registration refused", "code", code, "function", m.ID, "namespace", ns, "worker_id", c.id, "reason", msg)
+		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: code,
+			Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: owner})
+		return
+	}
 	k := fkey{ns, m.ID}
 	if f := e.funcs[k]; f != nil && f.conn != c {
 		owner := f.conn.id

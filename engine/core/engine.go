@@ -15,12 +15,30 @@
 // registered), invocation_failed (from the worker), invocation_stopped (the serving worker
 // disconnected), timeout (the call's timeout_ms passed; checked every 20 ms), and at
 // registration NAMESPACE_TOKEN_REQUIRED / NAMESPACE_TOKEN_INVALID, FUNCTION_NAMESPACE_CONFLICT,
-// RESERVED_FUNCTION_ID (engine::, configuration:: and sandbox:: belong to the engine).
+// FUNCTION_PREFIX_CONFLICT, RESERVED_FUNCTION_ID (engine::, configuration:: and sandbox:: belong to the engine).
 //
 // Project tokens: a namespace listed in config.yaml's namespaces: admits registrations only from
 // connections whose handshake carried "Authorization: Bearer <token>" matching its token_file
 // (read on every check, compared in constant time, never logged or returned). A connection whose
 // token matches a namespace marked owner may call the owner-only functions.
+//
+// Protected functions (trust.go): a worker that connected with a token may register a function
+// with "protected": true (Go SDK: protocol.Protected()); a worker without one is refused
+// NAMESPACE_TOKEN_REQUIRED. The engine then forwards a call to it only from a connection that
+// presented the same token, or a token accepted (token_file or owner_token_file) by a
+// token-protected namespace that also accepts the registering worker's token; anyone else gets
+// FORBIDDEN naming the function, its namespace, its worker and where `iii call` finds a token
+// (TokenLookupHint). This works in every namespace, default included (which cannot be
+// token-protected): the protection is the registering worker's own token. Compose registers
+// compose::* this way, so only holders of the project token (its workers, and the user who
+// runs it through ~/.iii/compose/tokens/) or of its owner token drive a project. Unprotected
+// functions stay callable by every connection, as before. The engine's own calls (the sandbox
+// router's) are not checked.
+//
+// Claimed prefixes (ClaimPrefix, used by the sandbox router for "<adapter>::" in the bound
+// namespace): every function under the prefix comes from one live connection; another's
+// registration there is refused FUNCTION_PREFIX_CONFLICT. On an engine with token-protected
+// namespaces the prefix also needs one of their tokens when its namespace is unprotected.
 //
 // Stream channels (REFERENCE-engine.md §1.1, §1.6) are one-way byte pipes between the holders of
 // two StreamChannelRefs {channel_id, access_key, direction: "read"|"write"}, made by
@@ -132,6 +150,8 @@ type Caller struct {
 	Name      string
 	Namespace string // "" when the caller never registered
 	Owner     bool   // presented a namespace's owner token
+
+	conn *conn // nil for the engine's own calls
 }
 
 // Builtin serves an engine function. Return a *protocol.Error to choose the error code.
@@ -161,6 +181,7 @@ type Engine struct {
 	funcs    map[fkey]*fnEntry
 	conns    map[string]*conn
 	chans    *channels
+	claim    *fkey // ClaimPrefix: {namespace, id prefix} kept to one worker, nil when none
 
 	loopback atomic.Bool // the listener is a loopback address: Host must be a loopback name
 	frames   budget      // bytes of the frames being read, all connections together
@@ -345,6 +366,9 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	}
 	if f == nil {
 		return nil, e.notFound(ns, id)
+	}
+	if !e.mayCall(caller.conn, f) {
+		return nil, forbidden(caller.conn, ns, id, f)
 	}
 	return e.forward(ctx, f.conn, id, data, meta, timeout, void)
 }

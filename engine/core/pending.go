@@ -140,6 +140,10 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	if isBuiltin || f == nil {
 		return false
 	}
+	if !e.mayCall(c, f) {
+		c.sendResult(m, nil, forbidden(c, ns, m.FunctionID, f))
+		return true
+	}
 	data := m.Data
 	if len(data) == 0 {
 		data = json.RawMessage("null")

@@ -16,12 +16,16 @@ const (
 	ClientTimeout = "TIMEOUT"
 	// InvalidNamespace: a namespace field is present but blank.
 	InvalidNamespace = "INVALID_NAMESPACE"
-	// Forbidden: the caller may not use this function (e.g. an owner-only engine function).
+	// Forbidden: the caller may not use this function (an owner-only engine function, or a
+	// protected function called without its worker's token).
 	Forbidden = "FORBIDDEN"
 	// InvalidArguments: the payload of a built-in function is malformed.
 	InvalidArguments = "INVALID_ARGUMENTS"
 	// FunctionNamespaceConflict: another live worker already serves this id in the namespace.
 	FunctionNamespaceConflict = "FUNCTION_NAMESPACE_CONFLICT"
+	// FunctionPrefixConflict: the id is under a prefix the engine keeps to one worker (the bound
+	// sandbox adapter's "<adapter>::"), and another live worker already serves a function there.
+	FunctionPrefixConflict = "FUNCTION_PREFIX_CONFLICT"
 	// ReservedNamespace: engine::*, configuration::* and sandbox::* belong to the engine.
 	ReservedNamespace = "RESERVED_FUNCTION_ID"
 	// TokenRequired: the namespace is token-protected and the worker presented no token.

@@ -161,6 +161,15 @@ func (m *Message) set(key string, v []byte) error {
 			return err
 		}
 		m.Error = e
+	case "protected":
+		switch string(v) {
+		case "true":
+			m.Protected = true
+		case "false", "null":
+			m.Protected = false
+		default:
+			return errWrongType
+		}
 	case "timeout_ms":
 		if isNull {
 			return nil

@@ -33,6 +33,9 @@ func appendMessage(b []byte, m *Message) []byte {
 	raw("response_format", m.ResponseFormat)
 	str("trigger_type", m.TriggerType)
 	raw("config", m.Config)
+	if m.Protected {
+		b = append(b, `,"protected":true`...)
+	}
 	str("invocation_id", m.InvocationID)
 	str("function_id", m.FunctionID)
 	raw("data", m.Data)

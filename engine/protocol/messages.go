@@ -56,6 +56,10 @@ type Message struct {
 	ResponseFormat json.RawMessage `json:"response_format,omitempty"`
 	TriggerType    string          `json:"trigger_type,omitempty"`
 	Config         json.RawMessage `json:"config,omitempty"`
+	// Protected (registerfunction) is an extension of this implementation: the engine admits a
+	// call to the function only from a connection holding the registering worker's token (or a
+	// token the same protected namespace accepts). Other engines ignore it.
+	Protected bool `json:"protected,omitempty"`
 
 	// invokefunction, invocationresult.
 	InvocationID string          `json:"invocation_id,omitempty"`

@@ -12,6 +12,7 @@ func ns(s string) *string { return &s }
 var samples = []*Message{
 	{Type: TypeRegisterFunction, ID: "math::add", Description: "Add \"two\" numbers\n\t<ok> & é \u2028", RequestFormat: json.RawMessage(`{"type":"object"}`)},
 	{Type: TypeInvokeFunction, InvocationID: "9f3c", FunctionID: "math::add", Data: json.RawMessage(`{"a":2,"b":3}`), Namespace: ns("orders"), TimeoutMS: 1500, Metadata: json.RawMessage(`{"tenant":"acme"}`)},
+	{Type: TypeRegisterFunction, ID: "compose::stop", Protected: true},
 	{Type: TypeInvokeFunction, FunctionID: "notify::send", Data: json.RawMessage(`{}`), Action: &Action{Type: "void"}},
 	{Type: TypeInvocationResult, InvocationID: "1", FunctionID: "f", Error: NewError("invocation_failed", "boom \x01 \xff")},
 	{Type: TypeInvocationResult, InvocationID: "1", FunctionID: "f", Error: RawError(json.RawMessage(`{"type":"validation","code":"S002","message":"m","docs_url":"u","retryable":false,"fix":null,"fix_note":"n","extra":[1]}`))},

@@ -107,6 +107,11 @@ func WithResponseFormat(schema json.RawMessage) FuncOption {
 	return func(m *Message) { m.ResponseFormat = schema }
 }
 
+// Protected makes the engine admit calls to the function only from connections holding this
+// worker's token (or one the same token-protected namespace accepts); anyone else gets
+// FORBIDDEN. The worker must connect with a token.
+func Protected() FuncOption { return func(m *Message) { m.Protected = true } }
+
 type function struct {
 	frame   *Message
 	handler Handler

@@ -8,6 +8,27 @@
 // live worker serves the function, or the worker leaves mid-call: S301. The adapter's
 // <adapter>::adapter::info contract must have major 1, else S302; replies of a contract 1.0
 // adapter to exec and run get stdout_truncated/stderr_truncated = false added.
+//
+// Trust (issue 19, review row #5): the router forwards every sandbox payload (code to run, files
+// to write) to whoever serves <adapter>::<op> in the bound namespace, so the binding claims the
+// prefix "<adapter>::" there (core.Engine.ClaimPrefix):
+//   - every function under the prefix comes from one live worker connection, the first that
+//     registered one of them; any other connection's registration of an id under the prefix is
+//     refused FUNCTION_PREFIX_CONFLICT while that worker is connected, so a squatter can neither
+//     take over single operations nor add ones the adapter lacks, and the router never forwards
+//     two operations of one binding to two different workers;
+//   - in a token-protected namespace only holders of its token register at all (checked at
+//     engine::workers::register);
+//   - on an engine with any token-protected namespace (every engine Compose starts, including
+//     one whose project runs in default), the prefix admits only a worker holding one of the
+//     engine's tokens even in the unprotected namespace default.
+//
+// What default cannot give: on an engine with no token-protected namespace (a hand-written
+// config.yaml with sandbox: {} and no namespaces:), nothing tells the real adapter from another
+// local process, so the first worker to register under the prefix is the adapter until it
+// disconnects. Protect such an engine by running the adapter in a token-protected namespace
+// (sandbox: {namespace: NS} with NS listed under namespaces:) or from a Compose-managed engine.
+// A claim made by engine::sandbox::bind applies to registrations from then on.
 package sandbox
 
 import (
@@ -72,6 +93,9 @@ type Router struct {
 
 // New returns a router, bound when b is not nil.
 func New(e *core.Engine, b *Binding) *Router {
+	if b != nil {
+		e.ClaimPrefix(b.Namespace, b.Adapter+"::")
+	}
 	return &Router{e: e, binding: b, infos: map[string]*adapterInfo{}}
 }
 
@@ -282,6 +306,7 @@ func (r *Router) bind(_ context.Context, c core.Caller, payload json.RawMessage)
 	}
 	r.mu.Lock()
 	r.binding = b
+	r.e.ClaimPrefix(b.Namespace, b.Adapter+"::")
 	r.mu.Unlock()
 	return b, nil
 }

@@ -1,10 +1,20 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
 )
 
 func TestFillTruncation(t *testing.T) {
@@ -35,5 +45,129 @@ func TestEnvelope(t *testing.T) {
 	}
 	if got["docs_url"] != "https://iii.dev/docs/using-iii/sandboxes#s303" {
 		t.Errorf("docs_url %v", got["docs_url"])
+	}
+}
+
+func serve(t *testing.T, opts core.Options, b *Binding) (*core.Engine, *Router, string) {
+	t.Helper()
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := core.New(opts)
+	r := New(e, b)
+	r.Install()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e, r, "ws://" + ln.Addr().String()
+}
+
+// adapter connects a worker in ns presenting token that answers every op with {"who": who}.
+func adapter(t *testing.T, url, ns, token, who string, ops ...string) *protocol.Worker {
+	t.Helper()
+	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: ns, Name: who, Token: token})
+	for _, op := range ops {
+		if err := w.Register(DefaultAdapter+"::"+op, func(context.Context, json.RawMessage) (any, error) {
+			return map[string]any{"who": who, "contract": Contract{Major: 1, Minor: 1}}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func call(t *testing.T, url, fn string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "caller", NoReconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	res, err := w.Call(ctx, fn, map[string]any{"code": "print(open('/secret').read())"})
+	if err != nil {
+		return "", err
+	}
+	var out struct{ Who string }
+	_ = json.Unmarshal(res, &out)
+	return out.Who, nil
+}
+
+func errCode(err error) string {
+	var e *protocol.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// TestRouterKeepsBoundPrefixToOneWorker (review row #5): in default, a worker that registers
+// sandbox-libkrun::run and ::fs::write after the adapter is refused, so sandbox::run still
+// reaches the adapter and sandbox::fs::write (which the adapter lacks) is S301 instead of going
+// to the squatter.
+func TestRouterKeepsBoundPrefixToOneWorker(t *testing.T) {
+	e, _, url := serve(t, core.Options{}, &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"})
+	adapter(t, url, "default", "", "real", "adapter::info", "run")
+	adapter(t, url, "default", "", "squatter", "run", "fs::write")
+	if who, err := call(t, url, "sandbox::run"); err != nil || who != "real" {
+		t.Fatalf("sandbox::run went to %q (%v), want real", who, err)
+	}
+	if _, err := call(t, url, "sandbox::fs::write"); errCode(err) != errcode.S301 {
+		t.Fatalf("sandbox::fs::write: %v, want S301", err)
+	}
+	if _, ok := e.Lookup("default", DefaultAdapter+"::fs::write"); ok {
+		t.Fatal("the squatter registered under the bound prefix")
+	}
+}
+
+// TestRouterDefaultOnEngineWithTokens: on an engine with token-protected namespaces (as Compose
+// starts for a project in default), a squatter without a token cannot take the bound prefix even
+// when it comes first; the adapter holding the project token then serves sandbox::*.
+func TestRouterDefaultOnEngineWithTokens(t *testing.T) {
+	dir := t.TempDir()
+	tok, owner := filepath.Join(dir, "token"), filepath.Join(dir, "owner")
+	_ = os.WriteFile(tok, []byte("project-secret"), 0o600)
+	_ = os.WriteFile(owner, []byte("owner-secret"), 0o600)
+	e, _, url := serve(t, core.Options{Namespaces: map[string]core.NamespacePolicy{"iii-compose-owner": {TokenFile: tok, OwnerTokenFile: owner}}},
+		&Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"})
+	adapter(t, url, "default", "", "squatter", "adapter::info", "run")
+	if _, ok := e.Lookup("default", DefaultAdapter+"::run"); ok {
+		t.Fatal("a worker without a token took the bound prefix")
+	}
+	adapter(t, url, "default", "project-secret", "real", "adapter::info", "run")
+	if who, err := call(t, url, "sandbox::run"); err != nil || who != "real" {
+		t.Fatalf("sandbox::run went to %q (%v), want real", who, err)
+	}
+}
+
+// TestBindClaimsNewPrefix: engine::sandbox::bind moves the claim to the new adapter prefix and
+// namespace; the old prefix is open again.
+func TestBindClaimsNewPrefix(t *testing.T) {
+	e, r, url := serve(t, core.Options{}, nil)
+	if _, err := r.bind(context.Background(), core.Caller{Owner: true}, json.RawMessage(`{"adapter":"sandbox-libkrun","namespace":"proj"}`)); err != nil {
+		t.Fatal(err)
+	}
+	adapter(t, url, "proj", "", "real", "adapter::info", "run")
+	adapter(t, url, "proj", "", "squatter", "exec")
+	if _, ok := e.Lookup("proj", DefaultAdapter+"::exec"); ok {
+		t.Fatal("bind did not claim the prefix")
+	}
+	if _, err := r.bind(context.Background(), core.Caller{Owner: true}, json.RawMessage(`{"adapter":"other","namespace":"proj"}`)); err != nil {
+		t.Fatal(err)
+	}
+	adapter(t, url, "proj", "", "late", "stop")
+	if _, ok := e.Lookup("proj", DefaultAdapter+"::stop"); !ok {
+		t.Fatal("the old prefix is still claimed after a new bind")
 	}
 }
