@@ -14,6 +14,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/usertoken"
 )
 
 const callUsage = `Usage: iii call FUNCTION [KEY=VALUE ...] [flags]      (aliases: iii trigger, iii t)
@@ -33,6 +34,11 @@ Flags:
   -h, --help            show this help
 
 Without --address and --port the engine URL is $III_URL when set.
+
+Token: the call presents the token in $III_TOKEN_FILE, else $III_TOKEN, else the project token
+of the Compose that serves this engine and namespace for you (it lists it in
+~/.iii/compose/tokens/<host>_<port>_<namespace> while it runs). Functions a worker registered
+as protected, such as compose::*, answer FORBIDDEN to a call without it.
 The result goes to stdout; a function error goes to stderr as JSON and the exit code is 1.
 `
 
@@ -185,7 +191,8 @@ func RunCall(args []string) int {
 	defer cancel()
 	dctx, dcancel := context.WithTimeout(ctx, min(a.timeout, 5*time.Second))
 	defer dcancel()
-	w, err := protocol.Connect(dctx, protocol.Config{URL: a.url, Name: "iii-cli:call", Namespace: protocol.DefaultNamespace, NoReconnect: true})
+	w, err := protocol.Connect(dctx, protocol.Config{URL: a.url, Name: "iii-cli:call", Namespace: protocol.DefaultNamespace,
+		Token: userToken(a), NoReconnect: true})
 	if err != nil {
 		return fail(errcode.EngineUnreachable, "no engine answered at %s (%v). Is the engine running at that address and port?", a.url, err)
 	}
@@ -217,6 +224,27 @@ func RunCall(args []string) int {
 	}
 	fmt.Println(buf.String())
 	return 0
+}
+
+// userToken is the token Compose recorded for this user, engine and namespace (package
+// usertoken), when neither III_TOKEN_FILE nor III_TOKEN names one; "" when there is none. A
+// file that cannot be trusted is ignored with a warning saying why.
+func userToken(a *callArgs) string {
+	if os.Getenv(protocol.EnvTokenFile) != "" || os.Getenv(protocol.EnvToken) != "" {
+		return ""
+	}
+	ns := protocol.DefaultNamespace
+	if a.namespace != nil {
+		ns = *a.namespace
+	}
+	tok, _, err := usertoken.Lookup(a.url, ns)
+	if err != nil {
+		if !errors.Is(err, usertoken.ErrNone) {
+			fmt.Fprintf(os.Stderr, "warning: not using the project token Compose recorded for %s namespace %s: %v\n", a.url, ns, err)
+		}
+		return ""
+	}
+	return tok
 }
 
 // describe prints what the running engine knows about a.fn; silent when no engine answers.

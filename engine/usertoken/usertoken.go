@@ -1,0 +1,241 @@
+// Package usertoken is how `iii call` finds the token of the Compose project it talks to,
+// from any directory (issue 19, trust boundaries). While Compose serves a project it keeps one
+// file per engine address and namespace in ~/.iii/compose/tokens/ (the directory mode 0700,
+// each file mode 0600, both owned by the user), named <host>_<port>_<namespace>, holding JSON
+// {pid, engine, namespace, token_file}: the path of the project token file, never the token.
+// Compose writes it atomically once it serves and removes it when it stops; a file left by a
+// Compose that was killed names a dead pid, is ignored by Lookup and swept by the next Publish.
+//
+// Lookup trusts only what the user alone could have written: the directory and the file must
+// not be symlinks, must belong to the user and must not be readable by group or others, and so
+// must the token file they name. Anything else is refused with the reason (never the token).
+package usertoken
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/iii-go/iii/engine/procgroup"
+)
+
+// Dir is where the files live, relative to the home directory.
+const Dir = ".iii/compose/tokens"
+
+// maxEntry bounds the size of a file Lookup reads.
+const maxEntry = 4096
+
+// Entry is the content of one file.
+type Entry struct {
+	PID       int    `json:"pid"`
+	Engine    string `json:"engine"`
+	Namespace string `json:"namespace"`
+	TokenFile string `json:"token_file"`
+}
+
+// DirPath returns ~/.iii/compose/tokens (HOME honoured).
+func DirPath() (string, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, filepath.FromSlash(Dir)), nil
+}
+
+// Key returns the file name for an engine URL (ws:// or wss://) and namespace:
+// <host>_<port>_<namespace>, with localhost read as 127.0.0.1 and anything unsafe in a file
+// name escaped.
+func Key(engineURL, namespace string) (string, error) {
+	u, err := url.Parse(engineURL)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Hostname() == "" {
+		return "", fmt.Errorf("engine url %q is not a ws:// or wss:// URL with a host", engineURL)
+	}
+	host := strings.ToLower(u.Hostname())
+	if host == "localhost" {
+		host = "127.0.0.1"
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"ws": "80", "wss": "443"}[u.Scheme]
+	}
+	if namespace == "" {
+		namespace = "default"
+	}
+	return url.QueryEscape(host) + "_" + url.QueryEscape(port) + "_" + url.QueryEscape(namespace), nil
+}
+
+// Publish records, for the user, that tokenFile is the token of the project this process
+// serves in namespace on the engine at engineURL. It sweeps files of dead Compose processes
+// first. remove deletes the file unless another Compose has replaced it since.
+func Publish(engineURL, namespace, tokenFile string) (path string, remove func() error, err error) {
+	key, err := Key(engineURL, namespace)
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := DirPath()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	if err := checkPrivate(dir, true); err != nil {
+		// An old or hand-made directory with looser bits: tighten it; a symlink or another
+		// user's directory is refused.
+		st, lerr := os.Lstat(dir)
+		if lerr != nil || !st.IsDir() || !ownedByUser(st) {
+			return "", nil, err
+		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return "", nil, err
+		}
+	}
+	sweep(dir)
+	abs, err := filepath.Abs(tokenFile)
+	if err != nil {
+		return "", nil, err
+	}
+	me := os.Getpid()
+	data, _ := json.Marshal(Entry{PID: me, Engine: engineURL, Namespace: namespace, TokenFile: abs})
+	path = filepath.Join(dir, key)
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", nil, err
+	}
+	_, werr := tmp.Write(data)
+	cerr := tmp.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o600), os.Rename(tmp.Name(), path)); err != nil {
+		_ = os.Remove(tmp.Name())
+		return "", nil, err
+	}
+	remove = func() error {
+		e, err := read(path)
+		if err != nil || e.PID != me {
+			return nil // gone, or another Compose serves it now
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return path, remove, nil
+}
+
+// sweep removes the files of Compose processes that no longer run.
+func sweep(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, de := range ents {
+		p := filepath.Join(dir, de.Name())
+		if strings.HasPrefix(de.Name(), ".tmp-") {
+			continue
+		}
+		if e, err := read(p); err == nil && e.PID > 0 && !procgroup.Alive(e.PID) {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// ErrNone means no live Compose recorded a token for this engine and namespace.
+var ErrNone = errors.New("no token recorded for this engine and namespace")
+
+// Lookup returns the project token that the Compose serving namespace on the engine at
+// engineURL recorded for this user, and the path of the file that named it. ErrNone when there
+// is none (or its Compose no longer runs); any other error says why a file was not trusted.
+func Lookup(engineURL, namespace string) (token, path string, err error) {
+	key, err := Key(engineURL, namespace)
+	if err != nil {
+		return "", "", err
+	}
+	dir, err := DirPath()
+	if err != nil {
+		return "", "", ErrNone
+	}
+	path = filepath.Join(dir, key)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return "", path, ErrNone
+	}
+	if err := checkPrivate(dir, true); err != nil {
+		return "", path, err
+	}
+	if err := checkPrivate(path, false); err != nil {
+		return "", path, err
+	}
+	e, err := read(path)
+	if err != nil {
+		return "", path, fmt.Errorf("%s: %v", path, err)
+	}
+	if e.PID <= 0 || !procgroup.Alive(e.PID) {
+		return "", path, ErrNone
+	}
+	if !filepath.IsAbs(e.TokenFile) {
+		return "", path, fmt.Errorf("%s: token_file %q is not an absolute path", path, e.TokenFile)
+	}
+	if err := checkPrivate(e.TokenFile, false); err != nil {
+		return "", path, err
+	}
+	b, err := os.ReadFile(e.TokenFile)
+	if err != nil {
+		return "", path, err
+	}
+	token = strings.TrimSpace(string(b))
+	if token == "" {
+		return "", path, fmt.Errorf("%s is empty", e.TokenFile)
+	}
+	return token, path, nil
+}
+
+func read(path string) (Entry, error) {
+	var e Entry
+	f, err := os.Open(path)
+	if err != nil {
+		return e, err
+	}
+	defer f.Close()
+	b := make([]byte, maxEntry+1)
+	n, _ := f.Read(b)
+	if n > maxEntry {
+		return e, fmt.Errorf("larger than %d bytes", maxEntry)
+	}
+	if err := json.Unmarshal(b[:n], &e); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// checkPrivate requires path (a directory when dir) to be no symlink, the user's own, and
+// closed to group and others.
+func checkPrivate(path string, dir bool) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	switch {
+	case st.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symlink; iii call does not follow it", path)
+	case dir && !st.IsDir():
+		return fmt.Errorf("%s is not a directory", path)
+	case !dir && !st.Mode().IsRegular():
+		return fmt.Errorf("%s is not a regular file", path)
+	case !ownedByUser(st):
+		return fmt.Errorf("%s belongs to another user", path)
+	case exposed(st.Mode()):
+		want := "0600"
+		if dir {
+			want = "0700"
+		}
+		return fmt.Errorf("%s has mode %#o; it must be %s (readable by you alone)", path, st.Mode().Perm(), want)
+	}
+	return nil
+}
