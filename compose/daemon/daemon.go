@@ -1,6 +1,8 @@
 // Package daemon is the `compose` worker: it serves compose::up, down, status, restart, update,
 // add, remove, stop and validate in its namespace for the project it runs, with the request and
-// response fields of REFERENCE-compose.md §4. Replies are synchronous.
+// response fields of REFERENCE-compose.md §4. Replies are synchronous. Every compose::* function
+// is registered protected: the engine answers FORBIDDEN to callers without the project token
+// (or Compose's owner token); `iii call` finds the token through package usertoken.
 package daemon
 
 import (
@@ -132,7 +134,9 @@ func (d *Daemon) Register(w *protocol.Worker) error {
 			}
 			return out, nil
 		}
-		if err := w.Register(id, fn, protocol.WithDescription(h.desc)); err != nil {
+		// Protected: the engine admits only callers holding the project token (or Compose's
+		// owner token), so no other local process or web page drives the project (issue 19).
+		if err := w.Register(id, fn, protocol.WithDescription(h.desc), protocol.Protected()); err != nil {
 			return err
 		}
 	}

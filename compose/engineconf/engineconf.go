@@ -19,9 +19,11 @@ const DefaultAdapter = "sandbox-libkrun"
 // DefaultNamespace is the namespace the engine never token-protects (every caller uses it).
 const DefaultNamespace = "default"
 
-// OwnerNamespace carries the owner token of a project that runs in the default namespace: the
-// engine cannot protect default, so the token is listed under this otherwise unused namespace,
-// where it still grants the Compose that presents it the owner-only engine functions.
+// OwnerNamespace carries the tokens of a project that runs in the default namespace: the engine
+// cannot protect default, so they are listed under this otherwise unused namespace, where the
+// owner token still grants the Compose that presents it the owner-only engine functions, and the
+// project token is what the engine accepts for the project: calls to Compose's protected
+// compose::* and registrations of the bound sandbox adapter's functions in default.
 const OwnerNamespace = "iii-compose-owner"
 
 // Input is what the engine config is built from.
@@ -129,7 +131,10 @@ func Render(in Input) ([]byte, error) {
 	doc.Sandbox = sandbox{Adapter: adapter, Namespace: sbNS}
 	ns := namespace{Name: in.Namespace, TokenFile: in.TokenFile, OwnerTokenFile: in.OwnerTokenFile}
 	if in.Namespace == DefaultNamespace {
-		ns = namespace{Name: OwnerNamespace, TokenFile: in.OwnerTokenFile, OwnerTokenFile: in.OwnerTokenFile}
+		ns = namespace{Name: OwnerNamespace, TokenFile: in.TokenFile, OwnerTokenFile: in.OwnerTokenFile}
+		if ns.TokenFile == "" {
+			ns.TokenFile = in.OwnerTokenFile
+		}
 	}
 	doc.Namespaces = []namespace{ns}
 	b, err := yaml.Marshal(doc)

@@ -79,8 +79,8 @@ func TestHostPort(t *testing.T) {
 }
 
 func TestDefaultNamespaceTokenGoesToTheOwnerNamespace(t *testing.T) {
-	owner := tokenFile(t)
-	out, err := Render(Input{URL: "ws://127.0.0.1:50125", Namespace: "default", TokenFile: tokenFile(t), OwnerTokenFile: owner})
+	tok, owner := tokenFile(t), tokenFile(t)
+	out, err := Render(Input{URL: "ws://127.0.0.1:50125", Namespace: "default", TokenFile: tok, OwnerTokenFile: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestDefaultNamespaceTokenGoesToTheOwnerNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != OwnerNamespace || c.Namespaces[0].OwnerTokenFile != owner {
+	if len(c.Namespaces) != 1 || c.Namespaces[0].Name != OwnerNamespace || c.Namespaces[0].OwnerTokenFile != owner || c.Namespaces[0].TokenFile != tok {
 		t.Errorf("namespaces = %+v", c.Namespaces)
 	}
 	if c.Sandbox.Namespace != "default" {

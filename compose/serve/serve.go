@@ -5,7 +5,8 @@
 // their own process groups with SIGKILL on parent death, and a reaper child kills those groups
 // when Compose is gone, SIGKILL of Compose included. A clean shutdown lets a compose::*
 // operation in flight finish, stops the workers (polite stop, then kill after stop_timeout),
-// then the engine, and removes engine-config.yaml.
+// then the engine, and removes engine-config.yaml. While it serves, the user's record of the
+// project token for `iii call` (package usertoken) exists.
 package serve
 
 import (
@@ -30,6 +31,7 @@ import (
 	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/usertoken"
 )
 
 // EngineStartupTimeout bounds how long the managed engine may take to listen.
@@ -184,6 +186,14 @@ func Run(ctx context.Context, o Options) error {
 	defer w.Close()
 	if err := checkServing(ctx, w, f.Namespace); err != nil {
 		return err
+	}
+	// The user's `iii call compose::*`, from any directory, finds the project token through this
+	// user-only record (removed when Compose stops; a killed Compose's is swept later).
+	if _, remove, err := usertoken.Publish(url, f.Namespace, tokPath); err != nil {
+		fmt.Fprintf(o.Err, "warning: cannot record the project token for iii call in ~/%s: %v; "+
+			"run iii call compose::* with III_TOKEN_FILE=%s\n", usertoken.Dir, err, tokPath)
+	} else {
+		defer func() { _ = remove() }()
 	}
 	fmt.Fprintf(o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", url, f.Namespace)
 
