@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/iii-go/iii/engine/usertoken"
 )
 
 func TestParseCallPayloads(t *testing.T) {
@@ -135,5 +137,51 @@ func TestSIGTERMStopsTheEngine(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("engine did not stop on SIGTERM")
+	}
+}
+
+// TestUserToken: iii call presents the project token Compose recorded for the engine URL and
+// the call's namespace, only when neither III_TOKEN_FILE nor III_TOKEN is set, and never one
+// from a record it cannot trust.
+func TestUserToken(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("III_URL", "ws://127.0.0.1:4567")
+	t.Setenv("III_TOKEN_FILE", "")
+	t.Setenv("III_TOKEN", "")
+	tf := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tf, []byte("proj-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec, remove, err := usertoken.Publish("ws://127.0.0.1:4567", "shop", tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remove()
+	parse := func(args ...string) *callArgs {
+		a, err := parseCall(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if got := userToken(parse("compose::status", "-n", "shop")); got != "proj-token" {
+		t.Errorf("recorded namespace: %q", got)
+	}
+	if got := userToken(parse("compose::status")); got != "" {
+		t.Errorf("default has no record: %q", got)
+	}
+	if got := userToken(parse("compose::status", "-n", "shop", "--port", "4568")); got != "" {
+		t.Errorf("another engine: %q", got)
+	}
+	t.Setenv("III_TOKEN", "explicit")
+	if got := userToken(parse("compose::status", "-n", "shop")); got != "" {
+		t.Errorf("III_TOKEN set: %q", got)
+	}
+	t.Setenv("III_TOKEN", "")
+	if err := os.Chmod(rec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := userToken(parse("compose::status", "-n", "shop")); got != "" {
+		t.Errorf("a record readable by others was used: %q", got)
 	}
 }
