@@ -88,12 +88,37 @@ func Read(r *bufio.Reader) (Frame, error) {
 	}
 	f := Frame{Type: Type(h[4]), ID: binary.BigEndian.Uint32(h[5:9])}
 	if n > 5 {
-		f.Payload = make([]byte, n-5)
-		if _, err := io.ReadFull(r, f.Payload); err != nil {
+		p, err := readPayload(r, int(n-5))
+		if err != nil {
 			return Frame{}, unexpected(err)
 		}
+		f.Payload = p
 	}
 	return f, nil
+}
+
+// firstAlloc bounds what a frame's declared length makes Read allocate before its bytes arrive.
+const firstAlloc = 64 << 10
+
+// readPayload reads exactly n bytes, growing the buffer as they arrive: a peer that declares a
+// large frame and sends less makes the reader hold only what it sent (the guest is untrusted).
+func readPayload(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, min(n, firstAlloc))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		end := min(cap(buf), n)
+		m, err := r.Read(buf[len(buf):end])
+		buf = buf[:len(buf)+m]
+		if err != nil && len(buf) < n {
+			if err == io.EOF {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
 func unexpected(err error) error {

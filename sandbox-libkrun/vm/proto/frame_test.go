@@ -3,8 +3,10 @@ package proto
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
 )
 
@@ -56,6 +58,27 @@ func TestLimits(t *testing.T) {
 	short := []byte{0, 0, 0, 4, 1, 0, 0, 0}
 	if _, err := Read(bufio.NewReader(bytes.NewReader(short))); err == nil {
 		t.Fatal("read of a length below the header size succeeded")
+	}
+}
+
+// A header that declares the largest payload, followed by a few bytes and the end: Read holds
+// what arrived, not the declared size (review row #64: the guest is untrusted).
+func TestDeclaredLengthIsNotAllocated(t *testing.T) {
+	var hdr [headerLen]byte
+	binary.BigEndian.PutUint32(hdr[:4], MaxPayload+5)
+	hdr[4] = byte(TypeOutput)
+	data := append(hdr[:], []byte("only this")...)
+	r := bufio.NewReader(bytes.NewReader(data))
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.TotalAlloc
+	_, err := Read(r)
+	runtime.ReadMemStats(&ms)
+	if err != io.ErrUnexpectedEOF {
+		t.Fatalf("got %v, want io.ErrUnexpectedEOF", err)
+	}
+	if got := ms.TotalAlloc - before; got > 1<<20 {
+		t.Fatalf("a %d-byte frame that sent 9 bytes made Read allocate %d bytes", MaxPayload, got)
 	}
 }
 
