@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -329,16 +331,19 @@ func runHook(ctx context.Context, key, which, script, dir string, env []string, 
 	cmd.Dir, cmd.Env = dir, env
 	cmd.SysProcAttr = procgroup.Attr(true)
 	cmd.Cancel = func() error { return procgroup.Signal(cmd.Process.Pid, syscall.SIGKILL) }
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out lockedBuffer
+	var sink io.Writer = io.Discard
+	if f, ferr := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); ferr == nil {
+		defer f.Close()
+		sink = f
+	}
+	ow, ew := supervisor.NewLineWriter(supervisor.StreamStdout, sink), supervisor.NewLineWriter(supervisor.StreamStderr, sink)
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, ow), io.MultiWriter(&out, ew)
 	err := supervisor.Spawn(cmd)
 	if err == nil {
 		err = cmd.Wait()
 	}
-	if f, ferr := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); ferr == nil {
-		f.Write(out.Bytes())
-		f.Close()
-	}
+	_, _ = ow.Close(), ew.Close()
 	switch {
 	case err == nil:
 		return nil
@@ -363,7 +368,25 @@ func logTail(path string, n int) string {
 	if err != nil {
 		return ""
 	}
-	return tail(string(b), n)
+	return supervisor.PlainText(tail(string(b), n))
+}
+
+// lockedBuffer is a bytes.Buffer two copying goroutines may write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // start starts one container and waits until it is ready.
