@@ -113,7 +113,7 @@ func TestCursorRotatedAwayIsTruncated(t *testing.T) {
 	path, l := openSmall(t)
 	writeLines(t, l, 0, 2)
 	c := Cursor{Generation: 0, Offset: 16} // after line 000
-	writeLines(t, l, 2, 30)                 // generation 0 is long gone (3 archives kept)
+	writeLines(t, l, 2, 30)                // generation 0 is long gone (3 archives kept)
 	p, err := ReadLog(path, 3, c, 1000, "")
 	if err != nil {
 		t.Fatal(err)
