@@ -27,6 +27,7 @@ const DefaultFile = "worker-compose.yaml"
 const usage = `Usage:
   iii compose [--engine URL] [-n NS] [--up [-f FILE] [--frozen]]
   iii compose build [-f FILE] [--frozen]
+  iii compose logs [WORKER] [--tail N] [-F|--follow] [--stream stdout|stderr] (see logs --help)
 
 Run a project's workers from worker-compose.yaml.
 
@@ -140,6 +141,9 @@ func Run(version string, args []string) int {
 }
 
 func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "logs" {
+		return runLogs(ctx, args[1:], stdout, stderr)
+	}
 	o, err := parse(args)
 	if err != nil {
 		return fail(stderr, err, 2)

@@ -16,6 +16,7 @@ import (
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/project"
 	"github.com/iii-go/iii/compose/sandboxadapter"
+	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -71,6 +72,17 @@ type Request struct {
 	Container string   `json:"container,omitempty"`
 	Worker    any      `json:"worker,omitempty"`
 	Workers   []string `json:"workers,omitempty"`
+	// compose::logs (logs.go).
+	Cursors map[string]supervisor.Cursor `json:"cursors,omitempty"`
+	Tail    *int                         `json:"tail,omitempty"`
+	Stream  string                       `json:"stream,omitempty"`
+	WaitMS  int                          `json:"wait_ms,omitempty"`
+	// compose::schema (schema.go).
+	FunctionID string `json:"function_id,omitempty"`
+	// compose::add, remove, update, operation and cancel (operations.go).
+	OperationID         string `json:"operation_id,omitempty"`
+	ProgressOperationID string `json:"progress_operation_id,omitempty"`
+	Wait                *bool  `json:"wait,omitempty"`
 }
 
 func (r Request) workers() []string {
@@ -104,6 +116,9 @@ func (d *Daemon) Register(w *protocol.Worker) error {
 		FnRemove:   {"Remove workers from the compose file and stop them", d.remove, true},
 		FnStop:     {"Stop the daemon, its workers and its managed engine", d.stop, false},
 		FnValidate: {"Check the compose file without starting anything", d.validate, false},
+	}
+	for id, h := range d.moreHandlers() {
+		handlers[id] = h
 	}
 	for id, h := range handlers {
 		h := h

@@ -10,7 +10,9 @@
 //	FAKE_CONTRACT  contract reported by adapter::info, "1.1" (default), "1.0" or e.g. "2.0"
 //	FAKE_INFO      silent: adapter::info never answers
 //	FAKE_MARK      file created when a call arrives (slow mode, test::slow)
-//	FAKE_ROLE      adapter (default) or worker: test::echo, test::fail, test::slow, test::call
+//	FAKE_ROLE      adapter (default) or worker: test::echo, test::fail, test::slow, test::call,
+//	               test::log ({lines, stream, prefix, first}: write "<prefix> <n>" lines, n from
+//	               first, default "line" from 1, to stdout or stderr)
 //
 // It exits 1 with the engine's error when the engine refuses its registration.
 package main
@@ -140,6 +142,31 @@ func registerWorker(w *protocol.Worker) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
+	_ = w.Register("test::log", func(_ context.Context, in json.RawMessage) (any, error) {
+		var req struct {
+			Lines  int    `json:"lines"`
+			Stream string `json:"stream"`
+			Prefix string `json:"prefix"`
+			First  int    `json:"first"`
+		}
+		if err := json.Unmarshal(in, &req); err != nil {
+			return nil, err
+		}
+		out := os.Stdout
+		if req.Stream == "stderr" {
+			out = os.Stderr
+		}
+		if req.Prefix == "" {
+			req.Prefix = "line"
+		}
+		if req.First == 0 {
+			req.First = 1
+		}
+		for i := req.First; i < req.First+req.Lines; i++ {
+			fmt.Fprintf(out, "%s %d\n", req.Prefix, i)
+		}
+		return map[string]any{"written": req.Lines}, nil
+	}, protocol.WithDescription("Write lines to stdout or stderr"))
 	_ = w.Register("test::call", func(ctx context.Context, in json.RawMessage) (any, error) {
 		var req struct {
 			Function  string          `json:"function"`
