@@ -11,4 +11,9 @@ require (
 
 require github.com/iii-go/iii/engine v0.0.0
 
+require (
+	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
+	golang.org/x/text v0.14.0 // indirect
+)
+
 replace github.com/iii-go/iii/engine => ../engine
