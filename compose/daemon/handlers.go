@@ -23,6 +23,8 @@ func (d *Daemon) moreHandlers() map[string]struct {
 		fn   func(ctx context.Context, r Request) (any, error)
 		mut  bool
 	}{
-		FnLogs: {"A snapshot of the workers' logs (tail), or what they wrote after a cursor (cursors, wait_ms)", d.logs, false},
+		FnLogs:   {"A snapshot of the workers' logs (tail), or what they wrote after a cursor (cursors, wait_ms)", d.logs, false},
+		FnList:   {"The daemon and the projects it runs", d.list, false},
+		FnSchema: {"Request and response schemas of the compose::* functions; function_id=worker-compose.yaml gives the file's JSON Schema and an example", d.schema, false},
 	}
 }
