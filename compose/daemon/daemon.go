@@ -62,7 +62,9 @@ type Daemon struct {
 
 // New returns a daemon for p.
 func New(namespace string, p *project.Project, deps Deps) *Daemon {
-	return &Daemon{Namespace: namespace, Project: p, Deps: deps, Stopped: make(chan struct{})}
+	d := &Daemon{Namespace: namespace, Project: p, Deps: deps, Stopped: make(chan struct{})}
+	d.gateRestarts()
+	return d
 }
 
 // Request is the payload every compose::* function accepts (all fields optional).

@@ -1,6 +1,9 @@
 package daemon
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // Function ids added by issue 15.
 const (
@@ -27,4 +30,17 @@ func (d *Daemon) moreHandlers() map[string]struct {
 		FnList:   {"The daemon and the projects it runs", d.list, false},
 		FnSchema: {"Request and response schemas of the compose::* functions; function_id=worker-compose.yaml gives the file's JSON Schema and an example", d.schema, false},
 	}
+}
+
+// gateRestarts makes the restarts of the project's restart policy take turns with the
+// compose::* mutations, so that neither starts or stops a container under the other.
+func (d *Daemon) gateRestarts() {
+	if d.Project == nil {
+		return
+	}
+	d.Project.SetGate(func() func() {
+		d.opMu.Lock()
+		var once sync.Once
+		return func() { once.Do(d.opMu.Unlock) }
+	})
 }

@@ -404,6 +404,7 @@ func (p *Project) start(ctx context.Context, f *composefile.File, key string) er
 	p.setState(key, func(ct *Container) { ct.State = StateReady })
 	p.Progress(key, "Ready")
 	p.persist()
+	p.afterReady(f, key)
 	return nil
 }
 
