@@ -87,29 +87,42 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 	}
 	keys = p.startOrder(f, keys)
 	res := Result{Status: "ok"}
-	var started []string
+	var pending []string
 	for _, k := range keys {
-		if p.running(k) {
+		if !p.running(k) {
+			pending = append(pending, k)
+		}
+	}
+	out, started := schedule(ctx, pending, p.startDeps(f, pending), parallelStarts(),
+		func(ctx context.Context, k string) error { return p.start(ctx, f, k) },
+		func(k string, _ error) bool { return optional(f, k) })
+	var failed string
+	for _, k := range keys {
+		o, ok := out[k]
+		switch {
+		case !ok:
 			res.Containers = append(res.Containers, Outcome{Container: k, State: p.state(k)})
-			continue
-		}
-		if err := p.start(ctx, f, k); err != nil {
-			if optional(f, k) {
-				res.Containers = append(res.Containers, Outcome{Container: k, State: StateFailed, Error: body(err)})
-				res.Warnings = append(res.Warnings, optionalFailed(k, err))
-				continue
+		case o.skipped:
+		case o.err == nil:
+			res.Changed = true
+			res.Containers = append(res.Containers, Outcome{Container: k, State: StateReady, Changed: true})
+		case optional(f, k):
+			res.Containers = append(res.Containers, Outcome{Container: k, State: StateFailed, Error: body(o.err)})
+			res.Warnings = append(res.Warnings, optionalFailed(k, o.err))
+		default:
+			res.Containers = append(res.Containers, Outcome{Container: k, State: StateFailed, Error: body(o.err)})
+			if failed == "" {
+				failed = k
 			}
-			res.Status = "failed"
-			res.Containers = append(res.Containers, Outcome{Container: k, State: StateFailed, Error: body(err)})
-			for i := len(started) - 1; i >= 0; i-- {
-				p.stop(ctx, f, started[i])
-			}
-			e := errcode.As(err, errcode.EngineCallFailed)
-			return res, errcode.New(errcode.ProjectDidNotStart, "%s did not start: container '%s': %s: %s", f.Path, k, e.Code, e.Message)
 		}
-		started = append(started, k)
-		res.Changed = true
-		res.Containers = append(res.Containers, Outcome{Container: k, State: StateReady, Changed: true})
+	}
+	if failed != "" {
+		res.Status = "failed"
+		for i := len(started) - 1; i >= 0; i-- {
+			p.stop(ctx, f, started[i])
+		}
+		e := errcode.As(out[failed].err, errcode.EngineCallFailed)
+		return res, errcode.New(errcode.ProjectDidNotStart, "%s did not start: container '%s': %s: %s", f.Path, failed, e.Code, e.Message)
 	}
 	return res, nil
 }

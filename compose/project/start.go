@@ -462,10 +462,11 @@ func (p *Project) startAndWait(ctx context.Context, f *composefile.File, key str
 }
 
 type liveWorker struct {
-	Name       string `json:"name"`
-	Namespace  string `json:"namespace"`
-	PID        int    `json:"pid"`
-	Registered bool   `json:"registered"`
+	Name       string   `json:"name"`
+	Namespace  string   `json:"namespace"`
+	PID        int      `json:"pid"`
+	Registered bool     `json:"registered"`
+	Functions  []string `json:"functions"`
 }
 
 func (p *Project) workers(ctx context.Context) ([]liveWorker, error) {
@@ -509,6 +510,9 @@ func (p *Project) waitReady(ctx context.Context, f *composefile.File, key string
 		if err != nil {
 			return err
 		}
+		if err := p.checkIdentity(f, key, ws, false); err != nil {
+			return err
+		}
 		for _, w := range ws {
 			if w.Registered && w.Name == key {
 				if w.Namespace == f.Namespace {
@@ -522,6 +526,9 @@ func (p *Project) waitReady(ctx context.Context, f *composefile.File, key string
 			return errcode.New(errcode.ChildExitedBeforeRegistration, "container '%s' exited before it registered; the end of %s:\n%s",
 				key, p.opts.State.LogPath(key), logTail(p.opts.State.LogPath(key), 10))
 		case <-deadline.C:
+			if err := p.checkIdentity(f, key, ws, true); err != nil {
+				return err
+			}
 			if wrongNS != "" {
 				return errcode.New(errcode.WorkerIgnoredNamespace, "container '%s' registered in namespace '%s' instead of '%s' (III_NAMESPACE)", key, wrongNS, f.Namespace)
 			}

@@ -10,6 +10,8 @@
 //	FAKE_CONTRACT  contract reported by adapter::info, "1.1" (default), "1.0" or e.g. "2.0"
 //	FAKE_INFO      silent: adapter::info never answers
 //	FAKE_MARK      file created when a call arrives (slow mode, test::slow)
+//	FAKE_NAME      the worker name to register under instead of $III_WORKER_NAME
+//	FAKE_STRAY_NS  first connect a second worker in this namespace serving stray::fn
 //	FAKE_ROLE      adapter (default) or worker: test::echo, test::fail, test::slow, test::call,
 //	               test::log ({lines, stream, prefix, first}: write "<prefix> <n>" lines, n from
 //	               first, default "line" from 1, to stdout or stderr)
@@ -55,7 +57,16 @@ func main() {
 	defer stop()
 	ctx, orphaned := context.WithCancel(ctx)
 	go exitWithParent(orphaned)
-	w := protocol.NewWorker(protocol.Config{Name: env("III_WORKER_NAME", "fakeadapter"), Version: "0.0.0-fake"})
+	if ns := os.Getenv("FAKE_STRAY_NS"); ns != "" {
+		stray := protocol.NewWorker(protocol.Config{Name: env("III_WORKER_NAME", "fakeadapter") + "-stray", Namespace: ns, Version: "0.0.0-fake"})
+		_ = stray.Register("stray::fn", func(context.Context, json.RawMessage) (any, error) { return "stray", nil })
+		if err := stray.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "fakeadapter: stray worker:", err)
+			os.Exit(1)
+		}
+		defer stray.Close()
+	}
+	w := protocol.NewWorker(protocol.Config{Name: env("FAKE_NAME", env("III_WORKER_NAME", "fakeadapter")), Version: "0.0.0-fake"})
 	if env("FAKE_ROLE", "adapter") == "worker" {
 		registerWorker(w)
 	} else {
