@@ -58,6 +58,7 @@ type Daemon struct {
 
 	opMu     sync.Mutex // one mutation at a time
 	stopOnce sync.Once
+	ops      operations // add, remove and update operations (operations.go)
 }
 
 // New returns a daemon for p.
