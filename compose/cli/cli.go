@@ -43,7 +43,9 @@ Run a project's workers from worker-compose.yaml.
                      engine; --frozen checks the lock and downloads only
 
 Environment: III_URL, III_REGISTRY_URL (the worker registry), III_COMPOSE_STATE_DIR (state and
-package cache), III_TARGET (override the host target).
+package cache), III_TARGET (override the host target), III_COMPOSE_LOG_MAX_BYTES (worker log
+rotation size, default 10 MiB), III_COMPOSE_MAX_PARALLEL_STARTS (containers started at once,
+default 4).
 `
 
 type options struct {

@@ -1,6 +1,6 @@
-// Package daemon is the `compose` worker: it serves compose::up, down, status, restart, update,
-// add, remove, stop and validate in its namespace for the project it runs, with the request and
-// response fields of REFERENCE-compose.md §4. Replies are synchronous.
+// Package daemon is the `compose` worker: it serves the 14 compose::* functions of
+// REFERENCE-compose.md §4 in its namespace for the project it runs. add, remove and update run
+// as cancellable operations (operations.go), synchronous unless the caller sets wait=false.
 package daemon
 
 import (
