@@ -27,6 +27,7 @@ const DefaultFile = "worker-compose.yaml"
 const usage = `Usage:
   iii compose [--engine URL] [-n NS] [--up [-f FILE] [--frozen]]
   iii compose build [-f FILE] [--frozen]
+  iii compose logs [WORKER] [--tail N] [-F|--follow] [--stream stdout|stderr] (see logs --help)
 
 Run a project's workers from worker-compose.yaml.
 
@@ -42,7 +43,9 @@ Run a project's workers from worker-compose.yaml.
                      engine; --frozen checks the lock and downloads only
 
 Environment: III_URL, III_REGISTRY_URL (the worker registry), III_COMPOSE_STATE_DIR (state and
-package cache), III_TARGET (override the host target).
+package cache), III_TARGET (override the host target), III_COMPOSE_LOG_MAX_BYTES (worker log
+rotation size, default 10 MiB), III_COMPOSE_MAX_PARALLEL_STARTS (containers started at once,
+default 4).
 `
 
 type options struct {
@@ -140,6 +143,9 @@ func Run(version string, args []string) int {
 }
 
 func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "logs" {
+		return runLogs(ctx, args[1:], stdout, stderr)
+	}
 	o, err := parse(args)
 	if err != nil {
 		return fail(stderr, err, 2)

@@ -383,7 +383,7 @@ func (p *parser) sandbox(k pair) (*Sandbox, error) {
 }
 
 var containerKeys = []string{"worker", "version", "start_after", "depends_on", "config_name", "config_override",
-	"working_dir", "environment", "env_file", "startup_timeout", "scripts"}
+	"working_dir", "environment", "env_file", "startup_timeout", "scripts", "restart", "required"}
 
 var containerKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
@@ -411,7 +411,7 @@ func (p *parser) containers(f *File, pr pair) error {
 }
 
 func (p *parser) container(f *File, c pair) (*Container, error) {
-	ct := &Container{Key: c.key, Line: c.knode.Line}
+	ct := &Container{Key: c.key, Line: c.knode.Line, Restart: RestartNo, Required: true}
 	kids, err := p.pairs(c.val, c.where, containerKeys)
 	if err != nil {
 		return nil, err
@@ -481,6 +481,10 @@ func (p *parser) container(f *File, c pair) (*Container, error) {
 			}
 		case "scripts":
 			if runNode, preRunTimeoutNode, err = p.scripts(ct, k); err != nil {
+				return nil, err
+			}
+		case "restart", "required":
+			if err := p.policy(ct, k); err != nil {
 				return nil, err
 			}
 		}

@@ -12,43 +12,47 @@ func env(vars map[string]string) Lookup {
 	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
 }
 
+// rejections are compose files the parser refuses, with the code and a part of the message.
+var rejections = []struct {
+	name, code, want, yaml string
+}{
+	{"unknown top key", errcode.InvalidComposeFile, `line 2: unknown key "nope" in the top level`, "containers: {a: {worker: path://.}}\nnope: 1\n"},
+	{"unknown container key", errcode.InvalidComposeFile, `unknown key "image" in containers.a`, "containers:\n  a:\n    worker: path://.\n    image: x\n"},
+	{"duplicate key", errcode.InvalidComposeFile, `line 4: duplicate key "worker" in containers.a (first on line 3)`, "containers:\n  a:\n    worker: path://.\n    worker: path://x\n"},
+	{"duplicate container", errcode.InvalidComposeFile, `duplicate key "a" in containers`, "containers:\n  a: {worker: path://.}\n  a: {worker: path://.}\n"},
+	{"null workers", errcode.InvalidComposeFile, "write workers: {}", "engine:\n  workers:\n"},
+	{"bad duration", errcode.InvalidDuration, `"30" is not a duration`, "startup_timeout: 30\nengine: {}\n"},
+	{"duration unit", errcode.InvalidDuration, `"2 minutes"`, "engine: {}\ncontainers:\n  a: {worker: path://., startup_timeout: 2 minutes}\n"},
+	{"undefined var", errcode.UndefinedVariable, "${NOPE} is not set", "containers:\n  a:\n    worker: path://.\n    environment: {X: \"${NOPE}\"}\n"},
+	{"unterminated", errcode.UnterminatedReference, "without a closing }", "containers:\n  a:\n    worker: path://.\n    environment: {X: \"${NOPE\"}\n"},
+	{"invalid ref", errcode.InvalidReference, "${1X} is not a valid reference", "containers:\n  a:\n    worker: path://.\n    environment: {X: \"${1X}\"}\n"},
+	{"unknown dep", errcode.UnknownDependency, `names "b"`, "containers:\n  a: {worker: path://., start_after: [b]}\n"},
+	{"self dep", errcode.SelfDependency, "lists a itself", "containers:\n  a: {worker: path://., start_after: [a]}\n"},
+	{"cycle", errcode.DependencyCycle, "a -> b -> c -> a", "containers:\n  a: {worker: path://., start_after: [b]}\n  b: {worker: path://., depends_on: [c]}\n  c: {worker: path://., start_after: [a]}\n"},
+	{"bad source", errcode.UnsupportedWorkerSource, `"docker://x" is neither`, "containers:\n  a: {worker: docker://x}\n"},
+	{"no version", errcode.MissingVersionForPackage, "needs a version", "containers:\n  a: {worker: package://state}\n"},
+	{"run for package", errcode.RunNotAllowedForPackage, "scripts.run", "containers:\n  a: {worker: package://state, version: '1', scripts: {run: x}}\n"},
+	{"pre_run_timeout alone", errcode.PreRunTimeoutWithoutPreRun, "set scripts.pre_run", "containers:\n  a: {worker: path://., scripts: {pre_run_timeout: 5s}}\n"},
+	{"reserved env", errcode.ReservedEnvOverride, "III_URL", "containers:\n  a: {worker: path://., environment: {III_URL: x}}\n"},
+	{"bad namespace", errcode.InvalidNamespace, `"Shop"`, "namespace: Shop\nengine: {}\n"},
+	{"empty", errcode.EmptyContainers, "is empty", ""},
+	{"no containers attach", errcode.EmptyContainers, "declares no containers", "engine:\ncontainers: {}\n"},
+	{"not yaml", errcode.InvalidComposeFile, "is not valid compose YAML", "containers: [\n"},
+	{"two docs", errcode.InvalidComposeFile, "exactly one YAML document", "engine: {}\n---\nengine: {}\n"},
+	{"engine worker", errcode.UnsupportedEngineWorker, `"state" is not an engine-owned worker`, "engine:\n  workers: {state: {}}\n"},
+	{"injected", errcode.EngineWorkerIsInjected, "iii-telemetry", "engine:\n  workers: {iii-telemetry: {}}\n"},
+	{"worker config", errcode.InvalidEngineWorkerConfig, "must be a mapping", "engine:\n  workers: {iii-stream: 3}\n"},
+	{"blank url", errcode.InvalidManagedEngineURL, "not an engine URL", "engine:\n  url: ''\n"},
+	{"null sandbox", errcode.InvalidComposeFile, "sandbox: {}", "engine:\n  sandbox:\n"},
+	{"sandbox key", errcode.InvalidComposeFile, `unknown key "image" in engine.sandbox`, "engine:\n  sandbox: {image: x}\n"},
+	{"alias", errcode.InvalidComposeFile, "anchors and aliases", "containers:\n  a: &a {worker: path://.}\n  b: *a\n"},
+	{"bad restart", errcode.InvalidComposeFile, `"sometimes" is not a restart policy`, "containers:\n  a: {worker: path://., restart: sometimes}\n"},
+	{"bad required", errcode.InvalidComposeFile, "containers.a.required must be true or false", "containers:\n  a: {worker: path://., required: 'no'}\n"},
+	{"moved", errcode.SandboxConfigMoved, "engine.workers.iii-sandbox moved", "engine:\n  workers:\n    iii-sandbox: {}\n"},
+}
+
 func TestParseRejections(t *testing.T) {
-	cases := []struct {
-		name, code, want, yaml string
-	}{
-		{"unknown top key", errcode.InvalidComposeFile, `line 2: unknown key "nope" in the top level`, "containers: {a: {worker: path://.}}\nnope: 1\n"},
-		{"unknown container key", errcode.InvalidComposeFile, `unknown key "image" in containers.a`, "containers:\n  a:\n    worker: path://.\n    image: x\n"},
-		{"duplicate key", errcode.InvalidComposeFile, `line 4: duplicate key "worker" in containers.a (first on line 3)`, "containers:\n  a:\n    worker: path://.\n    worker: path://x\n"},
-		{"duplicate container", errcode.InvalidComposeFile, `duplicate key "a" in containers`, "containers:\n  a: {worker: path://.}\n  a: {worker: path://.}\n"},
-		{"null workers", errcode.InvalidComposeFile, "write workers: {}", "engine:\n  workers:\n"},
-		{"bad duration", errcode.InvalidDuration, `"30" is not a duration`, "startup_timeout: 30\nengine: {}\n"},
-		{"duration unit", errcode.InvalidDuration, `"2 minutes"`, "engine: {}\ncontainers:\n  a: {worker: path://., startup_timeout: 2 minutes}\n"},
-		{"undefined var", errcode.UndefinedVariable, "${NOPE} is not set", "containers:\n  a:\n    worker: path://.\n    environment: {X: \"${NOPE}\"}\n"},
-		{"unterminated", errcode.UnterminatedReference, "without a closing }", "containers:\n  a:\n    worker: path://.\n    environment: {X: \"${NOPE\"}\n"},
-		{"invalid ref", errcode.InvalidReference, "${1X} is not a valid reference", "containers:\n  a:\n    worker: path://.\n    environment: {X: \"${1X}\"}\n"},
-		{"unknown dep", errcode.UnknownDependency, `names "b"`, "containers:\n  a: {worker: path://., start_after: [b]}\n"},
-		{"self dep", errcode.SelfDependency, "lists a itself", "containers:\n  a: {worker: path://., start_after: [a]}\n"},
-		{"cycle", errcode.DependencyCycle, "a -> b -> c -> a", "containers:\n  a: {worker: path://., start_after: [b]}\n  b: {worker: path://., depends_on: [c]}\n  c: {worker: path://., start_after: [a]}\n"},
-		{"bad source", errcode.UnsupportedWorkerSource, `"docker://x" is neither`, "containers:\n  a: {worker: docker://x}\n"},
-		{"no version", errcode.MissingVersionForPackage, "needs a version", "containers:\n  a: {worker: package://state}\n"},
-		{"run for package", errcode.RunNotAllowedForPackage, "scripts.run", "containers:\n  a: {worker: package://state, version: '1', scripts: {run: x}}\n"},
-		{"pre_run_timeout alone", errcode.PreRunTimeoutWithoutPreRun, "set scripts.pre_run", "containers:\n  a: {worker: path://., scripts: {pre_run_timeout: 5s}}\n"},
-		{"reserved env", errcode.ReservedEnvOverride, "III_URL", "containers:\n  a: {worker: path://., environment: {III_URL: x}}\n"},
-		{"bad namespace", errcode.InvalidNamespace, `"Shop"`, "namespace: Shop\nengine: {}\n"},
-		{"empty", errcode.EmptyContainers, "is empty", ""},
-		{"no containers attach", errcode.EmptyContainers, "declares no containers", "engine:\ncontainers: {}\n"},
-		{"not yaml", errcode.InvalidComposeFile, "is not valid compose YAML", "containers: [\n"},
-		{"two docs", errcode.InvalidComposeFile, "exactly one YAML document", "engine: {}\n---\nengine: {}\n"},
-		{"engine worker", errcode.UnsupportedEngineWorker, `"state" is not an engine-owned worker`, "engine:\n  workers: {state: {}}\n"},
-		{"injected", errcode.EngineWorkerIsInjected, "iii-telemetry", "engine:\n  workers: {iii-telemetry: {}}\n"},
-		{"worker config", errcode.InvalidEngineWorkerConfig, "must be a mapping", "engine:\n  workers: {iii-stream: 3}\n"},
-		{"blank url", errcode.InvalidManagedEngineURL, "not an engine URL", "engine:\n  url: ''\n"},
-		{"null sandbox", errcode.InvalidComposeFile, "sandbox: {}", "engine:\n  sandbox:\n"},
-		{"sandbox key", errcode.InvalidComposeFile, `unknown key "image" in engine.sandbox`, "engine:\n  sandbox: {image: x}\n"},
-		{"alias", errcode.InvalidComposeFile, "anchors and aliases", "containers:\n  a: &a {worker: path://.}\n  b: *a\n"},
-		{"moved", errcode.SandboxConfigMoved, "engine.workers.iii-sandbox moved", "engine:\n  workers:\n    iii-sandbox: {}\n"},
-	}
-	for _, c := range cases {
+	for _, c := range rejections {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse("/proj/worker-compose.yaml", []byte(c.yaml), env(nil))
 			if err == nil {

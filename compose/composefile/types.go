@@ -123,6 +123,10 @@ type Container struct {
 	// StartupTimeout overrides the project's budget when non-zero.
 	StartupTimeout time.Duration
 	Scripts        Scripts
+	// Restart is the restart policy: RestartNo (default), RestartOnFailure or RestartAlways.
+	Restart string
+	// Required is false when the project starts without this container if it fails to start.
+	Required bool
 }
 
 // IsPackage reports whether the container is a registry package.

@@ -1,8 +1,9 @@
-// Package daemon is the `compose` worker: it serves compose::up, down, status, restart, update,
-// add, remove, stop and validate in its namespace for the project it runs, with the request and
-// response fields of REFERENCE-compose.md §4. Replies are synchronous. Every compose::* function
-// is registered protected: the engine answers FORBIDDEN to callers without the project token
-// (or Compose's owner token); `iii call` finds the token through package usertoken.
+// Package daemon is the `compose` worker: it serves the 14 compose::* functions of
+// REFERENCE-compose.md §4 in its namespace for the project it runs. add, remove and update run
+// as cancellable operations (operations.go), synchronous unless the caller sets wait=false.
+// Every compose::* function is registered protected: the engine answers FORBIDDEN to callers
+// without the project token (or Compose's owner token); `iii call` finds the token through
+// package usertoken.
 package daemon
 
 import (
@@ -18,6 +19,7 @@ import (
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/project"
 	"github.com/iii-go/iii/compose/sandboxadapter"
+	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -59,11 +61,14 @@ type Daemon struct {
 
 	opMu     sync.Mutex // one mutation at a time
 	stopOnce sync.Once
+	ops      operations // add, remove and update operations (operations.go)
 }
 
 // New returns a daemon for p.
 func New(namespace string, p *project.Project, deps Deps) *Daemon {
-	return &Daemon{Namespace: namespace, Project: p, Deps: deps, Stopped: make(chan struct{})}
+	d := &Daemon{Namespace: namespace, Project: p, Deps: deps, Stopped: make(chan struct{})}
+	d.gateRestarts()
+	return d
 }
 
 // Request is the payload every compose::* function accepts (all fields optional).
@@ -73,6 +78,17 @@ type Request struct {
 	Container string   `json:"container,omitempty"`
 	Worker    any      `json:"worker,omitempty"`
 	Workers   []string `json:"workers,omitempty"`
+	// compose::logs (logs.go).
+	Cursors map[string]supervisor.Cursor `json:"cursors,omitempty"`
+	Tail    *int                         `json:"tail,omitempty"`
+	Stream  string                       `json:"stream,omitempty"`
+	WaitMS  int                          `json:"wait_ms,omitempty"`
+	// compose::schema (schema.go).
+	FunctionID string `json:"function_id,omitempty"`
+	// compose::add, remove, update, operation and cancel (operations.go).
+	OperationID         string `json:"operation_id,omitempty"`
+	ProgressOperationID string `json:"progress_operation_id,omitempty"`
+	Wait                *bool  `json:"wait,omitempty"`
 }
 
 func (r Request) workers() []string {
@@ -106,6 +122,9 @@ func (d *Daemon) Register(w *protocol.Worker) error {
 		FnRemove:   {"Remove workers from the compose file and stop them", d.remove, true},
 		FnStop:     {"Stop the daemon, its workers and its managed engine", d.stop, false},
 		FnValidate: {"Check the compose file without starting anything", d.validate, false},
+	}
+	for id, h := range d.moreHandlers() {
+		handlers[id] = h
 	}
 	for id, h := range handlers {
 		h := h

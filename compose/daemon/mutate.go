@@ -56,6 +56,7 @@ func (d *Daemon) mutate(ctx context.Context, update []string, edit func(path str
 		}
 		return cause
 	}
+	step(ctx, "edit compose file")
 	if err := edit(path); err != nil {
 		return nil, nil, restore(err)
 	}
@@ -63,6 +64,7 @@ func (d *Daemon) mutate(ctx context.Context, update []string, edit func(path str
 	if err != nil {
 		return nil, nil, restore(err)
 	}
+	step(ctx, "resolve and install")
 	pkgs, err := d.Deps.Install(ctx, f, update)
 	if err != nil {
 		return nil, nil, restore(err)
@@ -128,6 +130,7 @@ func (d *Daemon) update(ctx context.Context, r Request) (any, error) {
 		res.From[k] = oldPkgs[k].Version
 		res.Changed = res.Changed || p.Version != oldPkgs[k].Version
 	}
+	step(ctx, "restart project")
 	rr, err := d.Project.Restart(ctx, "", func(context.Context) (*composefile.File, map[string]project.Package, error) { return f, pkgs, nil })
 	res.Down, res.Up = rr.Down, rr.Up
 	if err != nil {
@@ -192,6 +195,7 @@ func (d *Daemon) add(ctx context.Context, r Request) (any, error) {
 	}
 	d.Project.SetFile(f, pkgs)
 	res.Added, res.Changed = keys, true
+	step(ctx, "start containers")
 	for _, k := range keys {
 		up, err := d.Project.Up(ctx, k)
 		res.Up = &up
@@ -273,6 +277,7 @@ func (d *Daemon) remove(ctx context.Context, r Request) (any, error) {
 		return nil, errcode.New(errcode.InvalidWorkerSpec, "compose::remove needs worker=NAME")
 	}
 	var warnings []string
+	step(ctx, "stop containers")
 	for _, k := range keys {
 		warnings = append(warnings, d.Project.RemoveContainer(ctx, k)...)
 	}

@@ -225,3 +225,14 @@ const (
 	// compose file does not declare it.
 	SandboxAdapterNotDeclared = "SANDBOX_ADAPTER_NOT_DECLARED"
 )
+
+// Requests, logs and operations (issue 15).
+const (
+	// InvalidRequest: a compose::* payload field holds a value the function does not take.
+	InvalidRequest = "INVALID_REQUEST"
+	// UnknownOperation: compose::operation or compose::cancel named an operation id the
+	// daemon does not know.
+	UnknownOperation = "UNKNOWN_OPERATION"
+	// UnknownFunction: compose::schema was asked for a function the daemon does not serve.
+	UnknownFunction = "UNKNOWN_FUNCTION"
+)

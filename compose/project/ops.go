@@ -10,7 +10,6 @@ import (
 
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/errcode"
-	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
 	engineerr "github.com/iii-go/iii/engine/errcode"
@@ -88,24 +87,42 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 	}
 	keys = p.startOrder(f, keys)
 	res := Result{Status: "ok"}
-	var started []string
+	var pending []string
 	for _, k := range keys {
-		if p.running(k) {
+		if !p.running(k) {
+			pending = append(pending, k)
+		}
+	}
+	out, started := schedule(ctx, pending, p.startDeps(f, pending), parallelStarts(),
+		func(ctx context.Context, k string) error { return p.start(ctx, f, k) },
+		func(k string, _ error) bool { return optional(f, k) })
+	var failed string
+	for _, k := range keys {
+		o, ok := out[k]
+		switch {
+		case !ok:
 			res.Containers = append(res.Containers, Outcome{Container: k, State: p.state(k)})
-			continue
-		}
-		if err := p.start(ctx, f, k); err != nil {
-			res.Status = "failed"
-			res.Containers = append(res.Containers, Outcome{Container: k, State: StateFailed, Error: body(err)})
-			for i := len(started) - 1; i >= 0; i-- {
-				p.stop(ctx, f, started[i])
+		case o.skipped:
+		case o.err == nil:
+			res.Changed = true
+			res.Containers = append(res.Containers, Outcome{Container: k, State: StateReady, Changed: true})
+		case optional(f, k):
+			res.Containers = append(res.Containers, Outcome{Container: k, State: StateFailed, Error: body(o.err)})
+			res.Warnings = append(res.Warnings, optionalFailed(k, o.err))
+		default:
+			res.Containers = append(res.Containers, Outcome{Container: k, State: StateFailed, Error: body(o.err)})
+			if failed == "" {
+				failed = k
 			}
-			e := errcode.As(err, errcode.EngineCallFailed)
-			return res, errcode.New(errcode.ProjectDidNotStart, "%s did not start: container '%s': %s: %s", f.Path, k, e.Code, e.Message)
 		}
-		started = append(started, k)
-		res.Changed = true
-		res.Containers = append(res.Containers, Outcome{Container: k, State: StateReady, Changed: true})
+	}
+	if failed != "" {
+		res.Status = "failed"
+		for i := len(started) - 1; i >= 0; i-- {
+			p.stop(ctx, f, started[i])
+		}
+		e := errcode.As(out[failed].err, errcode.EngineCallFailed)
+		return res, errcode.New(errcode.ProjectDidNotStart, "%s did not start: container '%s': %s: %s", f.Path, failed, e.Code, e.Message)
 	}
 	return res, nil
 }
@@ -164,6 +181,7 @@ func (p *Project) down(ctx context.Context, container string, cleanup bool) (Res
 
 // stop stops one container and reports whether it was running.
 func (p *Project) stop(ctx context.Context, f *composefile.File, key string) bool {
+	p.cancelRestart(key)
 	if !p.running(key) && !p.opts.Sup.Running(key) {
 		p.setState(key, func(c *Container) { c.State = StateStopped })
 		return false
@@ -280,41 +298,6 @@ func (p *Project) adapterLive(ctx context.Context, f *composefile.File) (bool, e
 		return false, err
 	}
 	return strings.Contains(string(raw), `"`+AdapterPrefix(f)+`::worker::delete"`), nil
-}
-
-// onExit handles a process that ended without Stop: the container is reported and everything
-// that depends on it is taken down.
-func (p *Project) onExit(proc *supervisor.Process) {
-	key := proc.Name
-	f := p.File()
-	if f.Containers[key] == nil || p.state(key) != StateReady {
-		return
-	}
-	why := "exited"
-	if err := proc.ExitErr(); err != nil {
-		why = err.Error()
-	}
-	p.setState(key, func(c *Container) {
-		c.State, c.PID, c.LastError = StateFailed, 0, fmt.Sprintf("exited unexpectedly (%s)", why)
-	})
-	p.Progress(key, "Exited")
-	p.persist()
-	deps := Dependents(f, key)
-	var running []string
-	for _, d := range deps {
-		if p.running(d) {
-			running = append(running, d)
-		}
-	}
-	if len(running) == 0 {
-		p.printf("container '%s' (pid %d) exited unexpectedly (%s)", key, proc.PID, why)
-		return
-	}
-	p.printf("container '%s' (pid %d) exited unexpectedly (%s); stopping its dependents: %s", key, proc.PID, why, strings.Join(running, ", "))
-	for _, d := range running {
-		p.stop(context.Background(), f, d)
-		p.setState(d, func(c *Container) { c.LastError = fmt.Sprintf("stopped because '%s' exited", key) })
-	}
 }
 
 // startVM boots a VM worker through the adapter's <prefix>::worker::start. The adapter's S501

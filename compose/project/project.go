@@ -83,6 +83,8 @@ type Container struct {
 	Version string `json:"version,omitempty"`
 	VM      bool   `json:"vm,omitempty"`
 	VMID    string `json:"vm_id,omitempty"`
+	// Restarts counts the restarts its restart policy made since Compose started it.
+	Restarts int `json:"restarts"`
 }
 
 // Project is a running compose project.
@@ -96,6 +98,8 @@ type Project struct {
 	adapterRoots []string
 	outMu        sync.Mutex
 	stateMu      sync.Mutex // state.json read-modify-write
+	// policy is the restart policy's bookkeeping (restartpolicy.go).
+	policy policyState
 }
 
 // New returns a project; nothing starts until Up.
@@ -217,10 +221,10 @@ func (p *Project) state(key string) string {
 	return StateStopped
 }
 
-// running reports whether key is starting or ready.
+// running reports whether key is starting, ready, or waiting for its restart policy.
 func (p *Project) running(key string) bool {
 	s := p.state(key)
-	return s == StateReady || s == StateStarting
+	return s == StateReady || s == StateStarting || s == StateRestarting
 }
 
 // Dependents returns the containers that depend on key, directly or not, in stop order (the

@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -329,16 +331,19 @@ func runHook(ctx context.Context, key, which, script, dir string, env []string, 
 	cmd.Dir, cmd.Env = dir, env
 	cmd.SysProcAttr = procgroup.Attr(true)
 	cmd.Cancel = func() error { return procgroup.Signal(cmd.Process.Pid, syscall.SIGKILL) }
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var out lockedBuffer
+	var sink io.Writer = io.Discard
+	if f, ferr := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); ferr == nil {
+		defer f.Close()
+		sink = f
+	}
+	ow, ew := supervisor.NewLineWriter(supervisor.StreamStdout, sink), supervisor.NewLineWriter(supervisor.StreamStderr, sink)
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, ow), io.MultiWriter(&out, ew)
 	err := supervisor.Spawn(cmd)
 	if err == nil {
 		err = cmd.Wait()
 	}
-	if f, ferr := os.OpenFile(log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); ferr == nil {
-		f.Write(out.Bytes())
-		f.Close()
-	}
+	_, _ = ow.Close(), ew.Close()
 	switch {
 	case err == nil:
 		return nil
@@ -363,7 +368,25 @@ func logTail(path string, n int) string {
 	if err != nil {
 		return ""
 	}
-	return tail(string(b), n)
+	return supervisor.PlainText(tail(string(b), n))
+}
+
+// lockedBuffer is a bytes.Buffer two copying goroutines may write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // start starts one container and waits until it is ready.
@@ -381,6 +404,7 @@ func (p *Project) start(ctx context.Context, f *composefile.File, key string) er
 	p.setState(key, func(ct *Container) { ct.State = StateReady })
 	p.Progress(key, "Ready")
 	p.persist()
+	p.afterReady(f, key)
 	return nil
 }
 
@@ -438,10 +462,11 @@ func (p *Project) startAndWait(ctx context.Context, f *composefile.File, key str
 }
 
 type liveWorker struct {
-	Name       string `json:"name"`
-	Namespace  string `json:"namespace"`
-	PID        int    `json:"pid"`
-	Registered bool   `json:"registered"`
+	Name       string   `json:"name"`
+	Namespace  string   `json:"namespace"`
+	PID        int      `json:"pid"`
+	Registered bool     `json:"registered"`
+	Functions  []string `json:"functions"`
 }
 
 func (p *Project) workers(ctx context.Context) ([]liveWorker, error) {
@@ -485,6 +510,9 @@ func (p *Project) waitReady(ctx context.Context, f *composefile.File, key string
 		if err != nil {
 			return err
 		}
+		if err := p.checkIdentity(f, key, ws, false); err != nil {
+			return err
+		}
 		for _, w := range ws {
 			if w.Registered && w.Name == key {
 				if w.Namespace == f.Namespace {
@@ -498,6 +526,9 @@ func (p *Project) waitReady(ctx context.Context, f *composefile.File, key string
 			return errcode.New(errcode.ChildExitedBeforeRegistration, "container '%s' exited before it registered; the end of %s:\n%s",
 				key, p.opts.State.LogPath(key), logTail(p.opts.State.LogPath(key), 10))
 		case <-deadline.C:
+			if err := p.checkIdentity(f, key, ws, true); err != nil {
+				return err
+			}
 			if wrongNS != "" {
 				return errcode.New(errcode.WorkerIgnoredNamespace, "container '%s' registered in namespace '%s' instead of '%s' (III_NAMESPACE)", key, wrongNS, f.Namespace)
 			}

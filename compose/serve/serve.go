@@ -301,7 +301,7 @@ func tailFile(path string, n int) string {
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
-	return strings.Join(lines, "\n")
+	return supervisor.PlainText(strings.Join(lines, "\n"))
 }
 
 // checkServing fails DAEMON_ALREADY_SERVING when compose::up in ns belongs to another worker: the

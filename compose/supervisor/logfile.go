@@ -3,6 +3,8 @@ package supervisor
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -12,9 +14,48 @@ const (
 	LogArchives = 3
 )
 
+// EnvLogMaxBytes overrides LogMaxBytes, the size at which a worker's log rotates (a whole
+// number of bytes, at least 1024); the tests set it small to rotate quickly.
+const EnvLogMaxBytes = "III_COMPOSE_LOG_MAX_BYTES"
+
+// logMaxBytes is LogMaxBytes, or $III_COMPOSE_LOG_MAX_BYTES when that is a valid size.
+func logMaxBytes() int64 {
+	if n, err := strconv.ParseInt(os.Getenv(EnvLogMaxBytes), 10, 64); err == nil && n >= 1024 {
+		return n
+	}
+	return LogMaxBytes
+}
+
+// GenSuffix names the file beside a log that holds the generation of its active file: the
+// number of rotations so far. path.1 holds generation N-1, path.2 N-2 and so on, so that a
+// reader's cursor {generation, offset} survives rotation.
+const GenSuffix = ".gen"
+
+// rotations serializes, per log path within this process, a rotation against a reader that
+// opens the set of generations (see openGenerations).
+var rotations sync.Map // path -> *sync.RWMutex
+
+func rotationLock(path string) *sync.RWMutex {
+	m, _ := rotations.LoadOrStore(path, &sync.RWMutex{})
+	return m.(*sync.RWMutex)
+}
+
+// readGen returns the generation recorded beside path (0 when there is none).
+func readGen(path string) int64 {
+	b, err := os.ReadFile(path + GenSuffix)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // RotatingLog appends to an owner-only file; a write that would take it past its size limit
-// first shifts path.1 .. path.N-1 to path.2 .. path.N (dropping the oldest) and moves the active
-// file to path.1.
+// first shifts path.1 .. path.N-1 to path.2 .. path.N (dropping the oldest), moves the active
+// file to path.1 and counts one more generation in path.gen.
 type RotatingLog struct {
 	path string
 	max  int64
@@ -23,11 +64,12 @@ type RotatingLog struct {
 	mu   sync.Mutex
 	f    *os.File
 	size int64
+	gen  int64
 }
 
 // OpenLog opens path for appending with the given limits.
 func OpenLog(path string, maxBytes int64, keep int) (*RotatingLog, error) {
-	l := &RotatingLog{path: path, max: maxBytes, keep: keep}
+	l := &RotatingLog{path: path, max: maxBytes, keep: keep, gen: readGen(path)}
 	if err := l.open(); err != nil {
 		return nil, err
 	}
@@ -66,6 +108,9 @@ func (l *RotatingLog) Write(b []byte) (int, error) {
 }
 
 func (l *RotatingLog) rotate() error {
+	lk := rotationLock(l.path)
+	lk.Lock()
+	defer lk.Unlock()
 	if err := l.f.Close(); err != nil {
 		return err
 	}
@@ -83,6 +128,14 @@ func (l *RotatingLog) rotate() error {
 			return err
 		}
 	} else if err := os.Remove(l.path); err != nil {
+		return err
+	}
+	l.gen++
+	tmp := l.path + GenSuffix + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(l.gen, 10)+"\n"), 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, l.path+GenSuffix); err != nil {
 		return err
 	}
 	return l.open()

@@ -112,35 +112,58 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	cmd.Env = append(env[:len(env):len(env)], EnvProcess+"="+marker(os.Getpid(), spec.Name))
 	cmd.SysProcAttr = procgroup.Attr(true)
 	copied := make(chan struct{})
-	var r, w *os.File
+	var pipes [2][2]*os.File // stdout, stderr: read and write ends
 	var log *RotatingLog
+	closePipes := func() {
+		for _, pp := range pipes {
+			for _, f := range pp {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+	}
 	if spec.LogPath != "" {
 		var err error
-		if log, err = OpenLog(spec.LogPath, LogMaxBytes, LogArchives); err != nil {
+		if log, err = OpenLog(spec.LogPath, logMaxBytes(), LogArchives); err != nil {
 			return nil, err
 		}
-		if r, w, err = os.Pipe(); err != nil {
-			log.Close()
-			return nil, err
+		for i := range pipes {
+			if pipes[i][0], pipes[i][1], err = os.Pipe(); err != nil {
+				closePipes()
+				log.Close()
+				return nil, err
+			}
 		}
-		cmd.Stdout, cmd.Stderr = w, w
+		cmd.Stdout, cmd.Stderr = pipes[0][1], pipes[1][1]
 	}
 	if err := Spawn(cmd); err != nil {
 		if log != nil {
 			log.Close()
-			r.Close()
-			w.Close()
+			closePipes()
 		}
 		return nil, err
 	}
 	if log != nil {
-		// The copy ends when every process of the group has closed its end.
-		w.Close()
+		// Each copy ends when every process of the group has closed its end; each line goes
+		// into the log whole, tagged with its stream.
+		var wg sync.WaitGroup
+		for i, stream := range []string{StreamStdout, StreamStderr} {
+			r := pipes[i][0]
+			pipes[i][1].Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lw := NewLineWriter(stream, log)
+				_, _ = io.Copy(lw, r)
+				_ = lw.Close()
+				r.Close()
+			}()
+		}
 		go func() {
-			defer close(copied)
-			_, _ = io.Copy(log, r)
-			r.Close()
+			wg.Wait()
 			log.Close()
+			close(copied)
 		}()
 	} else {
 		close(copied)

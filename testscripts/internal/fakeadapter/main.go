@@ -10,7 +10,11 @@
 //	FAKE_CONTRACT  contract reported by adapter::info, "1.1" (default), "1.0" or e.g. "2.0"
 //	FAKE_INFO      silent: adapter::info never answers
 //	FAKE_MARK      file created when a call arrives (slow mode, test::slow)
-//	FAKE_ROLE      adapter (default) or worker: test::echo, test::fail, test::slow, test::call
+//	FAKE_NAME      the worker name to register under instead of $III_WORKER_NAME
+//	FAKE_STRAY_NS  first connect a second worker in this namespace serving stray::fn
+//	FAKE_ROLE      adapter (default) or worker: test::echo, test::fail, test::slow, test::call,
+//	               test::log ({lines, stream, prefix, first}: write "<prefix> <n>" lines, n from
+//	               first, default "line" from 1, to stdout or stderr)
 //
 // It exits 1 with the engine's error when the engine refuses its registration.
 package main
@@ -53,7 +57,16 @@ func main() {
 	defer stop()
 	ctx, orphaned := context.WithCancel(ctx)
 	go exitWithParent(orphaned)
-	w := protocol.NewWorker(protocol.Config{Name: env("III_WORKER_NAME", "fakeadapter"), Version: "0.0.0-fake"})
+	if ns := os.Getenv("FAKE_STRAY_NS"); ns != "" {
+		stray := protocol.NewWorker(protocol.Config{Name: env("III_WORKER_NAME", "fakeadapter") + "-stray", Namespace: ns, Version: "0.0.0-fake"})
+		_ = stray.Register("stray::fn", func(context.Context, json.RawMessage) (any, error) { return "stray", nil })
+		if err := stray.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "fakeadapter: stray worker:", err)
+			os.Exit(1)
+		}
+		defer stray.Close()
+	}
+	w := protocol.NewWorker(protocol.Config{Name: env("FAKE_NAME", env("III_WORKER_NAME", "fakeadapter")), Version: "0.0.0-fake"})
 	if env("FAKE_ROLE", "adapter") == "worker" {
 		registerWorker(w)
 	} else {
@@ -140,6 +153,31 @@ func registerWorker(w *protocol.Worker) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
+	_ = w.Register("test::log", func(_ context.Context, in json.RawMessage) (any, error) {
+		var req struct {
+			Lines  int    `json:"lines"`
+			Stream string `json:"stream"`
+			Prefix string `json:"prefix"`
+			First  int    `json:"first"`
+		}
+		if err := json.Unmarshal(in, &req); err != nil {
+			return nil, err
+		}
+		out := os.Stdout
+		if req.Stream == "stderr" {
+			out = os.Stderr
+		}
+		if req.Prefix == "" {
+			req.Prefix = "line"
+		}
+		if req.First == 0 {
+			req.First = 1
+		}
+		for i := req.First; i < req.First+req.Lines; i++ {
+			fmt.Fprintf(out, "%s %d\n", req.Prefix, i)
+		}
+		return map[string]any{"written": req.Lines}, nil
+	}, protocol.WithDescription("Write lines to stdout or stderr"))
 	_ = w.Register("test::call", func(ctx context.Context, in json.RawMessage) (any, error) {
 		var req struct {
 			Function  string          `json:"function"`

@@ -8,7 +8,10 @@
 //
 // Environment: III_SANDBOX_PREFIX (default sandbox-libkrun), FAKEVM_EXIT=1 makes it exit 1 at
 // start (a broken adapter), FAKEVM_FAIL_DELETE=1 makes worker::delete fail, FAKEVM_HOLD_STOP=FILE
-// makes worker::stop create FILE and answer only when the adapter exits.
+// makes worker::stop create FILE and answer only when the adapter exits. worker::status reports
+// the worker's pid while it runs and, once its command ended on its own (kill -9 of that pid is
+// how a scenario kills a VM), state "exited" with its exit_code (128+signal for a signal), as
+// the real adapter does.
 package main
 
 import (
@@ -29,8 +32,9 @@ import (
 )
 
 type vm struct {
-	cmd  *exec.Cmd
-	done chan struct{}
+	cmd      *exec.Cmd
+	done     chan struct{}
+	exitCode int // valid once done is closed: the status, or 128+signal
 }
 
 type adapter struct {
@@ -167,7 +171,14 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 		return nil, sErr("S200", "execution", "starting the VM worker: "+err.Error())
 	}
 	v := &vm{cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(v.done) }()
+	go func() {
+		_ = cmd.Wait()
+		v.exitCode = cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			v.exitCode = 128 + int(ws.Signal())
+		}
+		close(v.done)
+	}()
 	a.mu.Lock()
 	a.vms[in.VMID] = v
 	a.mu.Unlock()
@@ -213,14 +224,20 @@ func (a *adapter) stop(ctx context.Context, raw json.RawMessage) (any, error) {
 func (a *adapter) status(_ context.Context, raw json.RawMessage) (any, error) {
 	id := vmID(raw)
 	a.mu.Lock()
-	_, running := a.vms[id]
+	v := a.vms[id]
 	a.mu.Unlock()
 	_, err := os.Stat(a.stateDir(id))
-	state := "stopped"
-	if running {
-		state = "running"
+	reply := map[string]any{"vm_id": id, "state": "stopped", "state_dir": a.stateDir(id), "state_exists": err == nil, "host_roots": a.roots, "pids": []int{}}
+	if v != nil {
+		select {
+		case <-v.done:
+			// The worker's command ended on its own (it crashed, or was killed): the VM exited.
+			reply["state"], reply["exit_code"] = "exited", v.exitCode
+		default:
+			reply["state"], reply["pids"] = "running", []int{v.cmd.Process.Pid}
+		}
 	}
-	return map[string]any{"vm_id": id, "state": state, "state_dir": a.stateDir(id), "state_exists": err == nil, "host_roots": a.roots}, nil
+	return reply, nil
 }
 
 func (a *adapter) delete(_ context.Context, raw json.RawMessage) (any, error) {

@@ -1,0 +1,184 @@
+package composefile
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"gopkg.in/yaml.v3"
+
+	"github.com/iii-go/iii/compose/errcode"
+)
+
+// parserOnly are the codes of checks the JSON Schema cannot make (its $comment lists them): the
+// schema may accept a file the parser refuses with one of these.
+var parserOnly = map[string]bool{
+	errcode.UndefinedVariable: true, errcode.InvalidReference: true, errcode.UnterminatedReference: true,
+	errcode.UnknownDependency: true, errcode.SelfDependency: true, errcode.DependencyCycle: true,
+	errcode.ComposeFileTooLarge: true,
+}
+
+// parserOnlyMessages are INVALID_COMPOSE_FILE rejections that are YAML-level, not schema-level.
+var parserOnlyMessages = []string{"anchors and aliases", "exactly one YAML document", "excessive aliasing"}
+
+func compileSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("worker-compose.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile("worker-compose.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// schemaAccepts reports whether the YAML document data validates against s.
+func schemaAccepts(s *jsonschema.Schema, data []byte) (bool, string) {
+	var v any
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		return false, "yaml: " + err.Error()
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return false, "json: " + err.Error()
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return false, err.Error()
+	}
+	if err := s.Validate(inst); err != nil {
+		return false, err.Error()
+	}
+	return true, ""
+}
+
+type sample struct{ name, text string }
+
+// samples gathers every compose file of the tests: the scenarios' (txtar sections of the
+// compose, composerun, doctor and demo folders that are not worker manifests or engine and
+// adapter configs), the fixtures', the example, and the parser tests' rejections.
+func samples(t *testing.T) []sample {
+	t.Helper()
+	var out []sample
+	root := filepath.Join("..", "..")
+	for _, dir := range []string{"compose", "composerun", "doctor", "demo"} {
+		files, _ := filepath.Glob(filepath.Join(root, "testscripts", dir, "*.txtar"))
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, text := range txtarFiles(string(b)) {
+				base := filepath.Base(name)
+				if !strings.HasSuffix(base, ".yaml") || base == ManifestName || strings.Contains(base, "config") || base == "cfg.yaml" || base == "settings.yaml" {
+					continue
+				}
+				out = append(out, sample{filepath.Base(file) + ":" + name, text})
+			}
+		}
+	}
+	fixtures, _ := filepath.Glob(filepath.Join(root, "fixtures", "*", "worker-compose.yaml"))
+	for _, f := range fixtures {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, sample{f, string(b)})
+	}
+	out = append(out, sample{"example.yaml", Example})
+	for _, r := range rejections {
+		out = append(out, sample{"parse_test: " + r.name, r.yaml})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// txtarFiles splits a txtar archive into its files.
+func txtarFiles(s string) map[string]string {
+	out := map[string]string{}
+	name := ""
+	var b strings.Builder
+	flush := func() {
+		if name != "" {
+			out[name] = b.String()
+		}
+		b.Reset()
+	}
+	for _, line := range strings.SplitAfter(s, "\n") {
+		l := strings.TrimRight(line, "\n")
+		if strings.HasPrefix(l, "-- ") && strings.HasSuffix(l, " --") && len(l) > 6 {
+			flush()
+			name = strings.TrimSpace(l[3 : len(l)-3])
+			continue
+		}
+		if name != "" {
+			b.WriteString(line)
+		}
+	}
+	flush()
+	return out
+}
+
+// TestSchemaAgreesWithParser proves the JSON Schema compose::schema returns accepts every
+// compose file of the tests the parser accepts, and rejects every one it rejects, except for
+// the checks only the parser makes (parserOnly).
+func TestSchemaAgreesWithParser(t *testing.T) {
+	s := compileSchema(t)
+	any := func(string) (string, bool) { return "49134", true } // every ${VAR} is set
+	accepted, rejected, parserOnlyN := 0, 0, 0
+	for _, smp := range samples(t) {
+		_, perr := Parse("/proj/worker-compose.yaml", []byte(smp.text), any)
+		ok, why := schemaAccepts(s, []byte(smp.text))
+		switch {
+		case perr == nil:
+			accepted++
+			if !ok {
+				t.Errorf("%s: the parser accepts it, the schema does not: %s\n%s", smp.name, why, smp.text)
+			}
+		default:
+			e := errcode.As(perr, "")
+			if parserOnly[e.Code] || containsAny(e.Message, parserOnlyMessages) {
+				parserOnlyN++
+				continue
+			}
+			rejected++
+			if ok {
+				t.Errorf("%s: the parser rejects it (%s: %s), the schema accepts it\n%s", smp.name, e.Code, e.Message, smp.text)
+			}
+		}
+	}
+	t.Logf("%d files accepted by both, %d rejected by both, %d rejected by checks beyond the schema", accepted, rejected, parserOnlyN)
+	if accepted < 20 || rejected < 20 {
+		t.Fatalf("too few samples: %d accepted, %d rejected", accepted, rejected)
+	}
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, x := range subs {
+		if strings.Contains(s, x) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestExampleParses(t *testing.T) {
+	f, err := Parse("/proj/worker-compose.yaml", []byte(Example), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Containers["api"].Restart != RestartAlways || f.Containers["metrics"].Required {
+		t.Fatalf("example: %+v %+v", f.Containers["api"], f.Containers["metrics"])
+	}
+}
