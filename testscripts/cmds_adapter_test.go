@@ -1,7 +1,6 @@
 package testscripts
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/internal/hostsetup"
 	"github.com/iii-go/iii/internal/release"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -234,8 +232,9 @@ func processesWith(substr string) []string {
 	return pids
 }
 
-// waitcall [-timeout=30s] FN PATH VALUE: call FN in the default namespace at $III_URL with {}
-// until the reply's PATH reads VALUE (compared as json ==); the last reply is then stdout.
+// waitcall [-timeout=30s] FN PATH VALUE: run `iii call FN` (default namespace, body {}, the
+// scenario's environment: the user's token lookup included) until the reply's PATH reads VALUE
+// (compared as json ==); the last reply is then stdout.
 func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("waitcall", flag.ContinueOnError)
 	d := fs.Duration("timeout", 30*time.Second, "")
@@ -243,38 +242,18 @@ func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: waitcall [-timeout=D] FN PATH VALUE")
 	}
 	fn, path, want := fs.Arg(0), fs.Arg(1), fs.Arg(2)
-	url := ts.Getenv("III_URL")
-	if url == "" {
+	if ts.Getenv("III_URL") == "" {
 		ts.Fatalf("waitcall: III_URL is not set")
 	}
 	file := ts.MkAbs(".waitcall.json")
 	last := ""
-	var w *protocol.Worker
-	defer func() {
-		if w != nil {
-			w.Close()
-		}
-	}()
 	ok := poll(*d, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if w == nil {
-			c, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "waitcall", Namespace: protocol.DefaultNamespace, NoReconnect: true, TokenFile: os.DevNull})
-			if err != nil {
-				last = err.Error()
-				return false
-			}
-			w = c
-		}
-		out, err := w.Call(ctx, fn, map[string]any{})
-		if err != nil {
-			last = err.Error()
-			w.Close()
-			w = nil
+		if err := ts.Exec("iii", "call", fn, "--timeout-ms", "5000"); err != nil {
+			last = strings.TrimSpace(ts.ReadFile("stderr"))
 			return false
 		}
-		last = string(out)
-		ts.Check(os.WriteFile(file, out, 0o644))
+		last = ts.ReadFile("stdout")
+		ts.Check(os.WriteFile(file, []byte(last), 0o644))
 		v, found := readJSONPath(ts, file, path)
 		return found && jsonText(v) == want
 	})

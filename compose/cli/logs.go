@@ -19,6 +19,7 @@ import (
 	"github.com/iii-go/iii/compose/supervisor"
 	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/usertoken"
 )
 
 const logsUsage = `Usage:
@@ -149,7 +150,8 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	w, err := protocol.Connect(cctx, protocol.Config{URL: url, Name: "iii-cli:compose-logs", Namespace: protocol.DefaultNamespace, NoReconnect: true})
+	w, err := protocol.Connect(cctx, protocol.Config{URL: url, Name: "iii-cli:compose-logs", Namespace: protocol.DefaultNamespace, NoReconnect: true,
+		Token: usertoken.ForCLI(url, ns, stderr)})
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

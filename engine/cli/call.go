@@ -227,24 +227,13 @@ func RunCall(args []string) int {
 }
 
 // userToken is the token Compose recorded for this user, engine and namespace (package
-// usertoken), when neither III_TOKEN_FILE nor III_TOKEN names one; "" when there is none. A
-// file that cannot be trusted is ignored with a warning saying why.
+// usertoken), when neither III_TOKEN_FILE nor III_TOKEN names one; "" when there is none.
 func userToken(a *callArgs) string {
-	if os.Getenv(protocol.EnvTokenFile) != "" || os.Getenv(protocol.EnvToken) != "" {
-		return ""
-	}
 	ns := protocol.DefaultNamespace
 	if a.namespace != nil {
 		ns = *a.namespace
 	}
-	tok, _, err := usertoken.Lookup(a.url, ns)
-	if err != nil {
-		if !errors.Is(err, usertoken.ErrNone) {
-			fmt.Fprintf(os.Stderr, "warning: not using the project token Compose recorded for %s namespace %s: %v\n", a.url, ns, err)
-		}
-		return ""
-	}
-	return tok
+	return usertoken.ForCLI(a.url, ns, os.Stderr)
 }
 
 // describe prints what the running engine knows about a.fn; silent when no engine answers.

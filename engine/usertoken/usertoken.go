@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 	"strings"
 
 	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/engine/protocol"
 )
 
 // Dir is where the files live, relative to the home directory.
@@ -194,6 +196,24 @@ func Lookup(engineURL, namespace string) (token, path string, err error) {
 		return "", path, fmt.Errorf("%s is empty", e.TokenFile)
 	}
 	return token, path, nil
+}
+
+// ForCLI is the token a command-line client presents to the engine at engineURL for namespace:
+// the one Compose recorded for this user, unless III_TOKEN_FILE or III_TOKEN names one (the SDK
+// reads those itself); "" when there is none. A record that cannot be trusted is ignored, with
+// a line on warn saying why.
+func ForCLI(engineURL, namespace string, warn io.Writer) string {
+	if os.Getenv(protocol.EnvTokenFile) != "" || os.Getenv(protocol.EnvToken) != "" {
+		return ""
+	}
+	tok, _, err := Lookup(engineURL, namespace)
+	if err != nil {
+		if !errors.Is(err, ErrNone) {
+			fmt.Fprintf(warn, "warning: not using the project token Compose recorded for %s namespace %s: %v\n", engineURL, namespace, err)
+		}
+		return ""
+	}
+	return tok
 }
 
 func read(path string) (Entry, error) {
