@@ -81,6 +81,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/triggers"
 )
 
 // NamespacePolicy protects one namespace with a project token kept in a file (mode 0600). Token
@@ -161,6 +162,7 @@ type Engine struct {
 	funcs    map[fkey]*fnEntry
 	conns    map[string]*conn
 	chans    *channels
+	triggers *triggers.Registry
 
 	loopback atomic.Bool // the listener is a loopback address: Host must be a loopback name
 	frames   budget      // bytes of the frames being read, all connections together
@@ -201,6 +203,7 @@ func New(opts Options) *Engine {
 	e.Handle(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
 	e.Handle(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
 	e.Handle(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
+	e.initTriggers()
 	return e
 }
 

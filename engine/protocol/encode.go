@@ -33,6 +33,8 @@ func appendMessage(b []byte, m *Message) []byte {
 	raw("response_format", m.ResponseFormat)
 	str("trigger_type", m.TriggerType)
 	raw("config", m.Config)
+	raw("trigger_request_format", m.TriggerRequestFormat)
+	raw("call_request_format", m.CallRequestFormat)
 	str("invocation_id", m.InvocationID)
 	str("function_id", m.FunctionID)
 	raw("data", m.Data)
