@@ -8,6 +8,8 @@
 //	engine::workers::list      -> {workers: [{id, name, namespace, runtime, version, pid, registered, functions}]}
 //	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
 //	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   (stream channels, below)
+//	engine::triggers::list     -> {triggers: [{id, description, namespace, worker_id, worker_name, instance_count, ...}]}
+//	engine::registered-triggers::list  {trigger_type?, function_id?} -> {registered_triggers: [{id, trigger_type, function_id, status, ...}]}
 //	configuration::*           see package configuration (publish is owner-only)
 //	sandbox::*, engine::sandbox::bind   see package sandbox (bind is owner-only)
 //
@@ -21,6 +23,11 @@
 // connections whose handshake carried "Authorization: Bearer <token>" matching its token_file
 // (read on every check, compared in constant time, never logged or returned). A connection whose
 // token matches a namespace marked owner may call the owner-only functions.
+//
+// Triggers: registertriggertype, registertrigger, unregistertrigger and
+// triggerregistrationresult go to the registry of package triggers (triggers.go), which
+// forwards each trigger to the provider of its type; 0.26 observe frames are answered
+// UNSUPPORTED (no features are advertised).
 //
 // Stream channels (REFERENCE-engine.md §1.1, §1.6) are one-way byte pipes between the holders of
 // two StreamChannelRefs {channel_id, access_key, direction: "read"|"write"}, made by

@@ -1,6 +1,7 @@
 // Command fakeadapter is a test-only worker. As a sandbox adapter (the default role) it registers
 // <prefix>::<op> for every sandbox contract operation plus <prefix>::adapter::info in
-// $III_NAMESPACE. With FAKE_ROLE=worker it serves test::* functions instead.
+// $III_NAMESPACE. With FAKE_ROLE=worker it serves test::* functions instead; with
+// FAKE_ROLE=provider it provides the trigger type "fake" (see registerProvider).
 //
 // Environment:
 //
@@ -10,7 +11,8 @@
 //	FAKE_CONTRACT  contract reported by adapter::info, "1.1" (default), "1.0" or e.g. "2.0"
 //	FAKE_INFO      silent: adapter::info never answers
 //	FAKE_MARK      file created when a call arrives (slow mode, test::slow)
-//	FAKE_ROLE      adapter (default) or worker: test::echo, test::fail, test::slow, test::call
+//	FAKE_ROLE      adapter (default), worker (test::echo, test::fail, test::slow, test::call)
+//	               or provider (trigger type "fake", fake::active, fake::fire)
 //
 // It exits 1 with the engine's error when the engine refuses its registration.
 package main
@@ -22,8 +24,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,9 +58,12 @@ func main() {
 	ctx, orphaned := context.WithCancel(ctx)
 	go exitWithParent(orphaned)
 	w := protocol.NewWorker(protocol.Config{Name: env("III_WORKER_NAME", "fakeadapter"), Version: "0.0.0-fake"})
-	if env("FAKE_ROLE", "adapter") == "worker" {
+	switch env("FAKE_ROLE", "adapter") {
+	case "worker":
 		registerWorker(w)
-	} else {
+	case "provider":
+		registerProvider(w)
+	default:
 		registerAdapter(w)
 	}
 	if err := w.Start(ctx); err != nil {
@@ -158,5 +165,73 @@ func registerWorker(w *protocol.Worker) {
 			return nil, err
 		}
 		return map[string]any{"via": "go", "result": out}, nil
+	})
+}
+
+// fakeTriggers is the provider side of trigger type "fake": it refuses a config with
+// "refuse": true (code FAKE_REFUSED) and keeps the others until they are unregistered.
+type fakeTriggers struct {
+	mu     sync.Mutex
+	active map[string]protocol.Trigger
+}
+
+func (f *fakeTriggers) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	var cfg struct {
+		Refuse bool `json:"refuse"`
+	}
+	_ = json.Unmarshal(t.Config, &cfg)
+	if cfg.Refuse {
+		return protocol.NewError("FAKE_REFUSED", "the fake provider refuses this config on purpose")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.active[t.ID] = t
+	return nil
+}
+
+func (f *fakeTriggers) UnregisterTrigger(_ context.Context, t protocol.Trigger) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.active, t.ID)
+	return nil
+}
+
+// registerProvider serves trigger type "fake", fake::active ({count, ids}) and fake::fire,
+// which calls the function of every active trigger with {trigger_id, config} (and the
+// trigger's metadata) and answers {results: [{trigger_id, function_id, result|error}]}.
+func registerProvider(w *protocol.Worker) {
+	f := &fakeTriggers{active: map[string]protocol.Trigger{}}
+	_ = w.RegisterTriggerType("fake", "Fires when fake::fire is called", f)
+	list := func() []protocol.Trigger {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		out := make([]protocol.Trigger, 0, len(f.active))
+		for _, t := range f.active {
+			out = append(out, t)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+		return out
+	}
+	_ = w.Register("fake::active", func(context.Context, json.RawMessage) (any, error) {
+		ts := list()
+		ids := make([]string, 0, len(ts))
+		for _, t := range ts {
+			ids = append(ids, t.ID)
+		}
+		return map[string]any{"count": len(ts), "ids": ids}, nil
+	})
+	_ = w.Register("fake::fire", func(ctx context.Context, _ json.RawMessage) (any, error) {
+		results := []map[string]any{}
+		for _, t := range list() {
+			r := map[string]any{"trigger_id": t.ID, "function_id": t.FunctionID}
+			out, err := w.Call(ctx, t.FunctionID, map[string]any{"trigger_id": t.ID, "config": t.Config}, t.CallOptions()...)
+			if err != nil {
+				r["error"] = protocol.AsError(err)
+			} else {
+				r["result"] = out
+			}
+			results = append(results, r)
+		}
+		return map[string]any{"results": results}, nil
 	})
 }
