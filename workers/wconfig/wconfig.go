@@ -1,0 +1,40 @@
+// Package wconfig reads a product worker's configuration: the YAML (or JSON) file named by
+// --config, else by $III_CONFIG (the file Compose writes from the package defaults, the stored
+// entry and config_override), over the worker's own defaults. Unknown keys are refused, naming
+// the file and the key, so nothing configured is silently ignored.
+package wconfig
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// EnvConfig names the configuration file Compose hands a worker.
+const EnvConfig = "III_CONFIG"
+
+// Load decodes the file path (or $III_CONFIG when path is "") into dst, which holds the
+// defaults. No file at all leaves dst as it is.
+func Load(path string, dst any) (string, error) {
+	if path == "" {
+		path = os.Getenv(EnvConfig)
+	}
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return path, fmt.Errorf("reading the configuration %s: %w", path, err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return path, nil
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(dst); err != nil {
+		return path, fmt.Errorf("configuration %s: %w", path, err)
+	}
+	return path, nil
+}
