@@ -2,6 +2,7 @@ package testscripts
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -234,13 +235,15 @@ func processesWith(substr string) []string {
 	return pids
 }
 
-// waitcall [-timeout=30s] FN PATH VALUE: call FN in the default namespace at $III_URL with {}
-// until the reply's PATH reads VALUE (compared as json ==); the last reply is then stdout.
+// waitcall [-timeout=30s] [-json BODY] FN PATH VALUE: call FN in the default namespace at
+// $III_URL with BODY (default {}) until the reply's PATH reads VALUE (compared as json ==); the
+// last reply is then stdout.
 func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("waitcall", flag.ContinueOnError)
 	d := fs.Duration("timeout", 30*time.Second, "")
-	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
-		ts.Fatalf("usage: waitcall [-timeout=D] FN PATH VALUE")
+	body := fs.String("json", "{}", "")
+	if neg || fs.Parse(args) != nil || fs.NArg() != 3 || !json.Valid([]byte(*body)) {
+		ts.Fatalf("usage: waitcall [-timeout=D] [-json BODY] FN PATH VALUE")
 	}
 	fn, path, want := fs.Arg(0), fs.Arg(1), fs.Arg(2)
 	url := ts.Getenv("III_URL")
@@ -266,7 +269,7 @@ func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 			}
 			w = c
 		}
-		out, err := w.Call(ctx, fn, map[string]any{})
+		out, err := w.Call(ctx, fn, json.RawMessage(*body))
 		if err != nil {
 			last = err.Error()
 			w.Close()

@@ -349,9 +349,7 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 			return
 		}
 		if m.Action != nil && m.Action.Type == "enqueue" {
-			c.sendResult(m, nil, protocol.NewError(errcode.EnqueueError,
-				"cannot enqueue %s on queue '%s': no queue worker serves this engine (action enqueue needs one); call it without an action, or as void",
-				m.FunctionID, m.Action.Queue))
+			e.enqueue(c, m)
 			return
 		}
 		if e.forwardAsync(c, m) {

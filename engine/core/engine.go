@@ -64,8 +64,8 @@
 // Options.MaxInflight engine-served calls (TOO_MANY_CALLS) and must register within
 // Options.RegisterTimeout (REGISTRATION_TIMEOUT). Every forwarded call has a timeout, at most
 // Options.MaxCallTimeout; when its caller disconnects, its calls are forgotten (the protocol has
-// no cancel frame, so the worker is not told; its late reply is dropped). action enqueue is
-// answered enqueue_error: no queue serves this engine.
+// no cancel frame, so the worker is not told; its late reply is dropped). action enqueue goes to
+// the queue worker's queue::enqueue (enqueue.go), and fails enqueue_error when none is there.
 package core
 
 import (

@@ -196,3 +196,39 @@ func TestObserveUnsupported(t *testing.T) {
 }
 
 var filterAll = triggers.Filter{}
+
+// action enqueue goes to the queue worker's queue::enqueue, whose answer is the caller's result;
+// the target function does not run now.
+func TestEnqueueRoutesToQueueWorker(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	got := make(chan json.RawMessage, 1)
+	ran := make(chan struct{}, 1)
+	worker(t, url, "default", map[string]protocol.Handler{
+		FnQueueEnqueue: func(_ context.Context, in json.RawMessage) (any, error) {
+			got <- in
+			return map[string]string{"messageReceiptId": "r-1"}, nil
+		},
+		"pay::charge": func(context.Context, json.RawMessage) (any, error) { ran <- struct{}{}; return nil, nil },
+	})
+	cl := worker(t, url, "default", nil)
+	out, err := cl.Call(context.Background(), "pay::charge", map[string]int{"cents": 5}, protocol.Enqueue("payment"))
+	if err != nil || string(out) != `{"messageReceiptId":"r-1"}` {
+		t.Fatalf("enqueue: %s, %v", out, err)
+	}
+	var in struct {
+		Queue      string
+		FunctionID string `json:"function_id"`
+		Namespace  string
+		Data       json.RawMessage
+	}
+	b := <-got
+	_ = json.Unmarshal(b, &in)
+	if in.Queue != "payment" || in.FunctionID != "pay::charge" || in.Namespace != "default" || string(in.Data) != `{"cents":5}` {
+		t.Errorf("queue::enqueue got %s", b)
+	}
+	select {
+	case <-ran:
+		t.Error("the enqueued function ran as a plain call")
+	default:
+	}
+}

@@ -152,6 +152,7 @@ func registerWorker(w *protocol.Worker) {
 			Function  string          `json:"function"`
 			Namespace string          `json:"namespace"`
 			Payload   json.RawMessage `json:"payload"`
+			Enqueue   string          `json:"enqueue"` // a queue: call with action enqueue
 		}
 		if err := json.Unmarshal(in, &req); err != nil {
 			return nil, err
@@ -159,6 +160,9 @@ func registerWorker(w *protocol.Worker) {
 		var opts []protocol.CallOption
 		if req.Namespace != "" {
 			opts = append(opts, protocol.InNamespace(req.Namespace))
+		}
+		if req.Enqueue != "" {
+			opts = append(opts, protocol.Enqueue(req.Enqueue))
 		}
 		out, err := w.Call(ctx, req.Function, req.Payload, opts...)
 		if err != nil {
