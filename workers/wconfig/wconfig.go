@@ -8,9 +8,13 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"regexp"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
+
+var placeholder = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:([^}]*))?\}`)
 
 // EnvConfig names the configuration file Compose hands a worker.
 const EnvConfig = "III_CONFIG"
@@ -30,6 +34,21 @@ func Load(path string, dst any) (string, error) {
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return path, nil
+	}
+	var missing []string
+	b = placeholder.ReplaceAllFunc(b, func(m []byte) []byte {
+		sub := placeholder.FindSubmatch(m)
+		if v, ok := os.LookupEnv(string(sub[1])); ok {
+			return []byte(v)
+		}
+		if len(sub[2]) > 0 {
+			return sub[3]
+		}
+		missing = append(missing, string(sub[1]))
+		return m
+	})
+	if len(missing) > 0 {
+		return path, fmt.Errorf("configuration %s: environment variable(s) %s unset and without a default", path, strings.Join(missing, ", "))
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
