@@ -1,9 +1,11 @@
 package testscripts
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -16,7 +18,54 @@ func init() {
 	for _, name := range []string{"state", "queue", "cron", "http"} {
 		registerBinary(binary{name: name, pkg: "./workers/cmd/" + name, vfile: "workers/VERSION"})
 	}
+	// A real NATS server for the scale scenarios, built from the Go module the workers use.
+	registerBinary(binary{name: "nats-server", pkg: "github.com/nats-io/nats-server/v2", version: "0.0.0-test"})
 	registerCmd("httpreq", cmdHTTPReq)
+	registerCmd("seencheck", cmdSeenCheck)
+}
+
+// seencheck [-timeout=30s] [-exact N | -min N] [-each] FILE...: wait until the lines of the FILEs
+// hold exactly N (or at least N) distinct values, failing at once when one value is in them
+// twice; -each also waits until every FILE has a line. Missing files count as empty.
+func cmdSeenCheck(ts *testscript.TestScript, neg bool, args []string) {
+	fs := flag.NewFlagSet("seencheck", flag.ContinueOnError)
+	d := fs.Duration("timeout", 30*time.Second, "")
+	exact := fs.Int("exact", -1, "")
+	least := fs.Int("min", -1, "")
+	each := fs.Bool("each", false, "")
+	if neg || fs.Parse(args) != nil || fs.NArg() == 0 || (*exact < 0) == (*least < 0) {
+		ts.Fatalf("usage: seencheck [-timeout=D] (-exact N | -min N) [-each] FILE...")
+	}
+	state := ""
+	ok := poll(*d, func() bool {
+		seen := map[string]string{}
+		empty := false
+		for _, f := range fs.Args() {
+			b, _ := os.ReadFile(ts.MkAbs(f))
+			lines := strings.Fields(string(b))
+			if len(lines) == 0 {
+				empty = true
+			}
+			for _, l := range lines {
+				if prev, dup := seen[l]; dup {
+					ts.Fatalf("seencheck: %s is in %s and again in %s", l, prev, f)
+				}
+				seen[l] = f
+			}
+		}
+		state = fmt.Sprintf("%d distinct values", len(seen))
+		if *each && empty {
+			return false
+		}
+		if *exact >= 0 {
+			return len(seen) == *exact
+		}
+		return len(seen) >= *least
+	})
+	if !ok {
+		ts.Fatalf("seencheck: not reached after %v (%s)", *d, state)
+	}
+	fmt.Fprintln(ts.Stdout(), state)
 }
 
 // httpreq METHOD URL [BODY] [HEADER:VALUE...]: one HTTP request (10 s deadline); stdout gets

@@ -12,7 +12,8 @@
 //	FAKE_INFO      silent: adapter::info never answers
 //	FAKE_MARK      file created when a call arrives (slow mode, test::slow)
 //	FAKE_ROLE      adapter (default), worker (test::echo, test::fail, test::slow, test::call)
-//	               or provider (trigger type "fake", fake::active, fake::fire)
+//	               provider (trigger type "fake", fake::active, fake::fire) or subscriber
+//	               (sub::on-message, sub::on-tick, sub::publish; see registerSubscriber)
 //
 // It exits 1 with the engine's error when the engine refuses its registration.
 package main
@@ -63,6 +64,8 @@ func main() {
 		registerWorker(w)
 	case "provider":
 		registerProvider(w)
+	case "subscriber":
+		registerSubscriber(w)
 	default:
 		registerAdapter(w)
 	}
@@ -238,4 +241,61 @@ func registerProvider(w *protocol.Worker) {
 		}
 		return map[string]any{"results": results}, nil
 	})
+}
+
+// registerSubscriber serves sub::on-message (appends the message's "id" to $FAKE_SEEN_FILE,
+// after $FAKE_DELAY_MS), sub::on-tick (appends the tick's scheduled_time to $FAKE_TICK_FILE)
+// and sub::publish {topic, n} (publishes {id: "m<i>"} for i < n through queue::publish), and
+// registers a queue trigger {topic: $FAKE_TOPIC} and a cron trigger {expression: $FAKE_CRON}
+// for the ones that are set.
+func registerSubscriber(w *protocol.Worker) {
+	var mu sync.Mutex
+	appendLine := func(file, line string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = fmt.Fprintln(f, line)
+		return err
+	}
+	delay, _ := strconv.Atoi(os.Getenv("FAKE_DELAY_MS"))
+	_ = w.Register("sub::on-message", func(_ context.Context, in json.RawMessage) (any, error) {
+		var m struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(in, &m)
+		time.Sleep(time.Duration(delay) * time.Millisecond)
+		return nil, appendLine(os.Getenv("FAKE_SEEN_FILE"), m.ID)
+	})
+	_ = w.Register("sub::on-tick", func(_ context.Context, in json.RawMessage) (any, error) {
+		var t struct {
+			ScheduledTime string `json:"scheduled_time"`
+		}
+		_ = json.Unmarshal(in, &t)
+		return nil, appendLine(os.Getenv("FAKE_TICK_FILE"), t.ScheduledTime)
+	})
+	_ = w.Register("sub::publish", func(ctx context.Context, in json.RawMessage) (any, error) {
+		var req struct {
+			Topic string `json:"topic"`
+			N     int    `json:"n"`
+		}
+		if err := json.Unmarshal(in, &req); err != nil {
+			return nil, err
+		}
+		for i := range min(req.N, 10000) {
+			if _, err := w.Call(ctx, "queue::publish", map[string]any{"topic": req.Topic, "data": map[string]string{"id": fmt.Sprintf("m%d", i)}}); err != nil {
+				return nil, err
+			}
+		}
+		return map[string]int{"published": req.N}, nil
+	})
+	if t := os.Getenv("FAKE_TOPIC"); t != "" {
+		_, _ = w.RegisterTrigger("queue", "sub::on-message", map[string]any{"topic": t})
+	}
+	if c := os.Getenv("FAKE_CRON"); c != "" {
+		_, _ = w.RegisterTrigger("cron", "sub::on-tick", map[string]any{"expression": c})
+	}
 }
