@@ -19,7 +19,7 @@ import (
 )
 
 // modules are the workspace's modules, root first.
-var modules = []string{".", "engine", "compose", "sandbox-libkrun", "updater"}
+var modules = []string{".", "engine", "compose", "sandbox-libkrun", "updater", "workers"}
 
 // Build builds iii and sandbox-libkrun for this host into bin/, and points bin/firmware at the
 // VM firmware the adapter carries when `go tool mage firmware` has built it.

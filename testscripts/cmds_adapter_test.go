@@ -232,14 +232,15 @@ func processesWith(substr string) []string {
 	return pids
 }
 
-// waitcall [-timeout=30s] FN PATH VALUE: run `iii call FN` (default namespace, body {}, the
-// scenario's environment: the user's token lookup included) until the reply's PATH reads VALUE
-// (compared as json ==); the last reply is then stdout.
+// waitcall [-timeout=30s] [-json BODY] FN PATH VALUE: run `iii call FN --json BODY` (default
+// namespace, BODY default {}, the scenario's environment: the user's token lookup included) until
+// the reply's PATH reads VALUE (compared as json ==); the last reply is then stdout.
 func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("waitcall", flag.ContinueOnError)
 	d := fs.Duration("timeout", 30*time.Second, "")
+	body := fs.String("json", "{}", "")
 	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
-		ts.Fatalf("usage: waitcall [-timeout=D] FN PATH VALUE")
+		ts.Fatalf("usage: waitcall [-timeout=D] [-json BODY] FN PATH VALUE")
 	}
 	fn, path, want := fs.Arg(0), fs.Arg(1), fs.Arg(2)
 	if ts.Getenv("III_URL") == "" {
@@ -248,7 +249,7 @@ func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 	file := ts.MkAbs(".waitcall.json")
 	last := ""
 	ok := poll(*d, func() bool {
-		if err := ts.Exec("iii", "call", fn, "--timeout-ms", "5000"); err != nil {
+		if err := ts.Exec("iii", "call", fn, "--json", *body, "--timeout-ms", "5000"); err != nil {
 			last = strings.TrimSpace(ts.ReadFile("stderr"))
 			return false
 		}

@@ -323,6 +323,7 @@ func (e *Engine) drop(c *conn) {
 	c.outMu.Unlock()
 	defer c.failPending()
 	defer c.forgetCalls()
+	defer e.triggers.PeerGone(c)
 	e.mu.Lock()
 	delete(e.conns, c.id)
 	for k, f := range e.funcs {
@@ -348,9 +349,7 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 			return
 		}
 		if m.Action != nil && m.Action.Type == "enqueue" {
-			c.sendResult(m, nil, protocol.NewError(errcode.EnqueueError,
-				"cannot enqueue %s on queue '%s': no queue worker serves this engine (action enqueue needs one); call it without an action, or as void",
-				m.FunctionID, m.Action.Queue))
+			e.enqueue(c, m)
 			return
 		}
 		if e.forwardAsync(c, m) {
@@ -374,7 +373,8 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 				pc.deliver(m.Result, nil)
 			}
 		}
-	case protocol.TypeRegisterFunction, protocol.TypeUnregisterFunction:
+	case protocol.TypeRegisterFunction, protocol.TypeUnregisterFunction, protocol.TypeRegisterTriggerType,
+		protocol.TypeUnregisterTriggerType, protocol.TypeRegisterTrigger, protocol.TypeUnregisterTrigger:
 		c.mu.Lock()
 		if !c.registered {
 			c.parked = append(c.parked, m)
@@ -389,6 +389,8 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 		e.applyRegistration(c, ns, m)
 	case protocol.TypePing:
 		_ = c.send(&protocol.Message{Type: protocol.TypePong})
+	default:
+		e.handleEventFrame(c, m)
 	}
 }
 
@@ -408,6 +410,10 @@ func (e *Engine) graceExpired(c *conn) {
 }
 
 func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
+	if isTriggerRegistration(m) {
+		e.triggers.Handle(c, ns, m)
+		return
+	}
 	if m.Type == protocol.TypeUnregisterFunction {
 		e.mu.Lock()
 		if f := e.funcs[fkey{ns, m.ID}]; f != nil && f.conn == c {

@@ -8,6 +8,8 @@
 //	engine::workers::list      -> {workers: [{id, name, namespace, runtime, version, pid, registered, functions}]}
 //	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
 //	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   (stream channels, below)
+//	engine::triggers::list     -> {triggers: [{id, description, namespace, worker_id, worker_name, instance_count, ...}]}
+//	engine::registered-triggers::list  {trigger_type?, function_id?} -> {registered_triggers: [{id, trigger_type, function_id, status, ...}]}
 //	configuration::*           see package configuration (publish is owner-only)
 //	sandbox::*, engine::sandbox::bind   see package sandbox (bind is owner-only)
 //
@@ -39,6 +41,11 @@
 // namespace): every function under the prefix comes from one live connection; another's
 // registration there is refused FUNCTION_PREFIX_CONFLICT. On an engine with token-protected
 // namespaces the prefix also needs one of their tokens when its namespace is unprotected.
+//
+// Triggers: registertriggertype, registertrigger, unregistertrigger and
+// triggerregistrationresult go to the registry of package triggers (triggers.go), which
+// forwards each trigger to the provider of its type; 0.26 observe frames are answered
+// UNSUPPORTED (no features are advertised).
 //
 // Stream channels (REFERENCE-engine.md §1.1, §1.6) are one-way byte pipes between the holders of
 // two StreamChannelRefs {channel_id, access_key, direction: "read"|"write"}, made by
@@ -75,8 +82,8 @@
 // Options.MaxInflight engine-served calls (TOO_MANY_CALLS) and must register within
 // Options.RegisterTimeout (REGISTRATION_TIMEOUT). Every forwarded call has a timeout, at most
 // Options.MaxCallTimeout; when its caller disconnects, its calls are forgotten (the protocol has
-// no cancel frame, so the worker is not told; its late reply is dropped). action enqueue is
-// answered enqueue_error: no queue serves this engine.
+// no cancel frame, so the worker is not told; its late reply is dropped). action enqueue goes to
+// the queue worker's queue::enqueue (enqueue.go), and fails enqueue_error when none is there.
 package core
 
 import (
@@ -99,6 +106,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/triggers"
 )
 
 // NamespacePolicy protects one namespace with a project token kept in a file (mode 0600). Token
@@ -182,6 +190,7 @@ type Engine struct {
 	conns    map[string]*conn
 	chans    *channels
 	claim    *fkey // ClaimPrefix: {namespace, id prefix} kept to one worker, nil when none
+	triggers *triggers.Registry
 
 	loopback atomic.Bool // the listener is a loopback address: Host must be a loopback name
 	frames   budget      // bytes of the frames being read, all connections together
@@ -222,6 +231,7 @@ func New(opts Options) *Engine {
 	e.Handle(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
 	e.Handle(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
 	e.Handle(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
+	e.initTriggers()
 	return e
 }
 

@@ -128,3 +128,15 @@ const (
 	// UnsupportedPlatform: the adapter ships no build for this host (musl Linux, Intel Mac, ...).
 	UnsupportedPlatform = "UNSUPPORTED_PLATFORM"
 )
+
+// Trigger and observer codes (REFERENCE-events.md §3, §2.1), carried in the error of a
+// triggerregistrationresult or of an observeresult.
+const (
+	// TriggerRegistrationFailed: a trigger was malformed, its id taken, or its provider refused
+	// it without a code of its own (the 0.22 SDKs' code for a throwing handler).
+	TriggerRegistrationFailed = "trigger_registration_failed"
+	// TriggerTypeNotFound: the provider does not know the trigger's type (0.22 SDK provider side).
+	TriggerTypeNotFound = "trigger_type_not_found"
+	// Unsupported: a 0.26 observe frame reached an engine that advertises no observe feature.
+	Unsupported = "UNSUPPORTED"
+)

@@ -125,6 +125,10 @@ func (m *Message) set(key string, v []byte) error {
 		return rawField(&m.ResponseFormat)
 	case "config":
 		return rawField(&m.Config)
+	case "trigger_request_format":
+		return rawField(&m.TriggerRequestFormat)
+	case "call_request_format":
+		return rawField(&m.CallRequestFormat)
 	case "data":
 		return rawField(&m.Data)
 	case "action":

@@ -36,6 +36,8 @@ func appendMessage(b []byte, m *Message) []byte {
 	if m.Protected {
 		b = append(b, `,"protected":true`...)
 	}
+	raw("trigger_request_format", m.TriggerRequestFormat)
+	raw("call_request_format", m.CallRequestFormat)
 	str("invocation_id", m.InvocationID)
 	str("function_id", m.FunctionID)
 	raw("data", m.Data)

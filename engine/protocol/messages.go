@@ -26,6 +26,13 @@ const (
 	TypeRegistrationRejected      = "registrationrejected"
 	TypePing                      = "ping"
 	TypePong                      = "pong"
+
+	// The 0.26 observe frames. Their JSON is not public (REFERENCE-events.md §5): these names
+	// follow the lowercased-variant rule and are a guess. The engine answers TypeObserve and
+	// TypeUnobserve with TypeObserveResult carrying UNSUPPORTED while it advertises no features.
+	TypeObserve       = "observe"
+	TypeUnobserve     = "unobserve"
+	TypeObserveResult = "observeresult"
 )
 
 var knownTypes = map[string]bool{
@@ -34,6 +41,7 @@ var knownTypes = map[string]bool{
 	TypeTriggerRegistrationResult: true, TypeRegisterService: true, TypeInvokeFunction: true,
 	TypeInvocationResult: true, TypeWorkerRegistered: true, TypeReattach: true,
 	TypeRegistrationRejected: true, TypePing: true, TypePong: true,
+	TypeObserve: true, TypeUnobserve: true, TypeObserveResult: true,
 }
 
 // Well-known engine function ids.
@@ -60,6 +68,9 @@ type Message struct {
 	// call to the function only from a connection holding the registering worker's token (or a
 	// token the same protected namespace accepts). Other engines ignore it.
 	Protected bool `json:"protected,omitempty"`
+	// registertriggertype: JSON Schemas of a trigger's config and of the payload it fires with.
+	TriggerRequestFormat json.RawMessage `json:"trigger_request_format,omitempty"`
+	CallRequestFormat    json.RawMessage `json:"call_request_format,omitempty"`
 
 	// invokefunction, invocationresult.
 	InvocationID string          `json:"invocation_id,omitempty"`

@@ -19,6 +19,9 @@ var samples = []*Message{
 	{Type: TypeWorkerRegistered, WorkerID: "w", ReattachToken: "t"},
 	{Type: TypeRegistrationRejected, Code: "FUNCTION_NAMESPACE_CONFLICT", Namespace: ns(""), FunctionID: "state::get", OwnerWorkerID: "o", WorkerName: "n"},
 	{Type: TypePing},
+	{Type: TypeRegisterTriggerType, ID: "cron", Description: "ticks", TriggerRequestFormat: json.RawMessage(`{"type":"object"}`), CallRequestFormat: json.RawMessage(`{}`)},
+	{Type: TypeRegisterTrigger, ID: "t1", TriggerType: "cron", FunctionID: "jobs::tick", Config: json.RawMessage(`{"expression":"* * * * * *"}`), Metadata: json.RawMessage(`{"m":1}`)},
+	{Type: TypeTriggerRegistrationResult, ID: "t1", TriggerType: "cron", FunctionID: "jobs::tick", Error: NewError("trigger_registration_failed", "bad")},
 }
 
 // TestEncodeMatchesEncodingJSON: the hand-written encoder produces what encoding/json would.

@@ -129,6 +129,7 @@ type Worker struct {
 
 	mu           sync.Mutex
 	funcs        map[string]*function
+	trig         triggerState
 	conn         *websocket.Conn
 	up           chan struct{} // closed while conn is registered
 	pending      map[string]chan *Message
@@ -305,10 +306,11 @@ func (w *Worker) connect(ctx context.Context) error {
 	c.SetReadLimit(MaxFrameBytes)
 	w.mu.Lock()
 	w.conn = c
-	frames := make([]*Message, 0, len(w.funcs))
+	frames := w.trig.typeFrames()
 	for _, f := range w.funcs {
 		frames = append(frames, f.frame)
 	}
+	frames = append(frames, w.trig.triggerFrames()...)
 	w.mu.Unlock()
 	go w.readLoop(c)
 	for _, m := range frames {
@@ -323,7 +325,7 @@ func (w *Worker) connect(ctx context.Context) error {
 	}
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer rcancel()
-	if _, err := w.callOn(rctx, c, FnRegisterWorker, reg, nil, 10*time.Second); err != nil {
+	if _, err := w.callOn(rctx, c, FnRegisterWorker, reg, callOpts{}, 10*time.Second); err != nil {
 		c.Close(websocket.StatusNormalClosure, "registration failed")
 		return err
 	}
@@ -399,6 +401,8 @@ func (w *Worker) readLoop(c *websocket.Conn) {
 			_ = w.write(c, &Message{Type: TypePong})
 		case TypeRegistrationRejected:
 			w.cfg.Logger.Warn("registration rejected", "code", m.Code, "function", m.FunctionID, "namespace", m.NamespaceOr(""))
+		case TypeRegisterTrigger, TypeUnregisterTrigger, TypeTriggerRegistrationResult:
+			w.onTriggerFrame(c, m)
 		}
 	}
 	w.mu.Lock()
@@ -549,7 +553,19 @@ type CallOption func(*callOpts)
 type callOpts struct {
 	ns      *string
 	timeout time.Duration
+	meta    json.RawMessage
+	action  *Action
 }
+
+// Enqueue asks the engine to hand the call to the queue worker for queue instead of running it
+// now: the reply is {messageReceiptId} once the message is stored (action enqueue).
+func Enqueue(queue string) CallOption {
+	return func(o *callOpts) { o.action = &Action{Type: "enqueue", Queue: queue} }
+}
+
+// WithMetadata sends meta (a JSON object) as the invocation's metadata sidecar; trigger
+// providers pass the trigger's metadata this way.
+func WithMetadata(meta json.RawMessage) CallOption { return func(o *callOpts) { o.meta = meta } }
 
 // InNamespace sends the call to ns instead of the default choice.
 func InNamespace(ns string) CallOption { return func(o *callOpts) { o.ns = &ns } }
@@ -596,7 +612,7 @@ func (w *Worker) Call(ctx context.Context, fn string, payload any, opts ...CallO
 			return nil, err
 		}
 	}
-	return w.callOn(ctx, c, fn, payload, o.ns, timeout)
+	return w.callOn(ctx, c, fn, payload, o, timeout)
 }
 
 // CallVoid invokes fn without waiting for any reply.
@@ -610,7 +626,7 @@ func (w *Worker) CallVoid(ctx context.Context, fn string, payload any, opts ...C
 	if err != nil {
 		return err
 	}
-	return w.write(c, &Message{Type: TypeInvokeFunction, FunctionID: fn, Data: data, Namespace: o.ns, Action: &Action{Type: "void"}})
+	return w.write(c, &Message{Type: TypeInvokeFunction, FunctionID: fn, Data: data, Namespace: o.ns, Metadata: o.meta, Action: &Action{Type: "void"}})
 }
 
 func marshalPayload(p any) (json.RawMessage, error) {
@@ -651,7 +667,7 @@ func (w *Worker) waitUp(ctx context.Context) (*websocket.Conn, error) {
 	}
 }
 
-func (w *Worker) callOn(ctx context.Context, c *websocket.Conn, fn string, payload any, ns *string, timeout time.Duration) (json.RawMessage, error) {
+func (w *Worker) callOn(ctx context.Context, c *websocket.Conn, fn string, payload any, o callOpts, timeout time.Duration) (json.RawMessage, error) {
 	data, err := marshalPayload(payload)
 	if err != nil {
 		return nil, err
@@ -661,7 +677,7 @@ func (w *Worker) callOn(ctx context.Context, c *websocket.Conn, fn string, paylo
 	w.mu.Lock()
 	w.pending[id] = ch
 	w.mu.Unlock()
-	m := &Message{Type: TypeInvokeFunction, InvocationID: id, FunctionID: fn, Data: data, Namespace: ns, TimeoutMS: timeout.Milliseconds()}
+	m := &Message{Type: TypeInvokeFunction, InvocationID: id, FunctionID: fn, Data: data, Namespace: o.ns, Metadata: o.meta, Action: o.action, TimeoutMS: timeout.Milliseconds()}
 	if err := w.write(c, m); err != nil {
 		w.drop(id)
 		return nil, NewError(errcode.NotConnected, "sending to the engine: %v", err)

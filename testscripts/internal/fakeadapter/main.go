@@ -1,6 +1,7 @@
 // Command fakeadapter is a test-only worker. As a sandbox adapter (the default role) it registers
 // <prefix>::<op> for every sandbox contract operation plus <prefix>::adapter::info in
-// $III_NAMESPACE. With FAKE_ROLE=worker it serves test::* functions instead.
+// $III_NAMESPACE. With FAKE_ROLE=worker it serves test::* functions instead; with
+// FAKE_ROLE=provider it provides the trigger type "fake" (see registerProvider).
 //
 // Environment:
 //
@@ -12,9 +13,11 @@
 //	FAKE_MARK      file created when a call arrives (slow mode, test::slow)
 //	FAKE_NAME      the worker name to register under instead of $III_WORKER_NAME
 //	FAKE_STRAY_NS  first connect a second worker in this namespace serving stray::fn
-//	FAKE_ROLE      adapter (default) or worker: test::echo, test::fail, test::slow, test::call,
+//	FAKE_ROLE      adapter (default), worker (test::echo, test::fail, test::slow, test::call,
 //	               test::log ({lines, stream, prefix, first}: write "<prefix> <n>" lines, n from
-//	               first, default "line" from 1, to stdout or stderr)
+//	               first, default "line" from 1, to stdout or stderr)), provider (trigger type
+//	               "fake", fake::active, fake::fire) or subscriber (sub::on-message, sub::on-tick,
+//	               sub::publish; see registerSubscriber)
 //
 // It exits 1 with the engine's error when the engine refuses its registration.
 package main
@@ -26,8 +29,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -67,9 +72,14 @@ func main() {
 		defer stray.Close()
 	}
 	w := protocol.NewWorker(protocol.Config{Name: env("FAKE_NAME", env("III_WORKER_NAME", "fakeadapter")), Version: "0.0.0-fake"})
-	if env("FAKE_ROLE", "adapter") == "worker" {
+	switch env("FAKE_ROLE", "adapter") {
+	case "worker":
 		registerWorker(w)
-	} else {
+	case "provider":
+		registerProvider(w)
+	case "subscriber":
+		registerSubscriber(w)
+	default:
 		registerAdapter(w)
 	}
 	if err := w.Start(ctx); err != nil {
@@ -183,6 +193,7 @@ func registerWorker(w *protocol.Worker) {
 			Function  string          `json:"function"`
 			Namespace string          `json:"namespace"`
 			Payload   json.RawMessage `json:"payload"`
+			Enqueue   string          `json:"enqueue"` // a queue: call with action enqueue
 		}
 		if err := json.Unmarshal(in, &req); err != nil {
 			return nil, err
@@ -191,10 +202,138 @@ func registerWorker(w *protocol.Worker) {
 		if req.Namespace != "" {
 			opts = append(opts, protocol.InNamespace(req.Namespace))
 		}
+		if req.Enqueue != "" {
+			opts = append(opts, protocol.Enqueue(req.Enqueue))
+		}
 		out, err := w.Call(ctx, req.Function, req.Payload, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return map[string]any{"via": "go", "result": out}, nil
 	})
+}
+
+// fakeTriggers is the provider side of trigger type "fake": it refuses a config with
+// "refuse": true (code FAKE_REFUSED) and keeps the others until they are unregistered.
+type fakeTriggers struct {
+	mu     sync.Mutex
+	active map[string]protocol.Trigger
+}
+
+func (f *fakeTriggers) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	var cfg struct {
+		Refuse bool `json:"refuse"`
+	}
+	_ = json.Unmarshal(t.Config, &cfg)
+	if cfg.Refuse {
+		return protocol.NewError("FAKE_REFUSED", "the fake provider refuses this config on purpose")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.active[t.ID] = t
+	return nil
+}
+
+func (f *fakeTriggers) UnregisterTrigger(_ context.Context, t protocol.Trigger) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.active, t.ID)
+	return nil
+}
+
+// registerProvider serves trigger type "fake", fake::active ({count, ids}) and fake::fire,
+// which calls the function of every active trigger with {trigger_id, config} (and the
+// trigger's metadata) and answers {results: [{trigger_id, function_id, result|error}]}.
+func registerProvider(w *protocol.Worker) {
+	f := &fakeTriggers{active: map[string]protocol.Trigger{}}
+	_ = w.RegisterTriggerType("fake", "Fires when fake::fire is called", f)
+	list := func() []protocol.Trigger {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		out := make([]protocol.Trigger, 0, len(f.active))
+		for _, t := range f.active {
+			out = append(out, t)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+		return out
+	}
+	_ = w.Register("fake::active", func(context.Context, json.RawMessage) (any, error) {
+		ts := list()
+		ids := make([]string, 0, len(ts))
+		for _, t := range ts {
+			ids = append(ids, t.ID)
+		}
+		return map[string]any{"count": len(ts), "ids": ids}, nil
+	})
+	_ = w.Register("fake::fire", func(ctx context.Context, _ json.RawMessage) (any, error) {
+		results := []map[string]any{}
+		for _, t := range list() {
+			r := map[string]any{"trigger_id": t.ID, "function_id": t.FunctionID}
+			out, err := w.Call(ctx, t.FunctionID, map[string]any{"trigger_id": t.ID, "config": t.Config}, t.CallOptions()...)
+			if err != nil {
+				r["error"] = protocol.AsError(err)
+			} else {
+				r["result"] = out
+			}
+			results = append(results, r)
+		}
+		return map[string]any{"results": results}, nil
+	})
+}
+
+// registerSubscriber serves sub::on-message (appends the message's "id" to $FAKE_SEEN_FILE,
+// after $FAKE_DELAY_MS), sub::on-tick (appends the tick's scheduled_time to $FAKE_TICK_FILE)
+// and sub::publish {topic, n} (publishes {id: "m<i>"} for i < n through queue::publish), and
+// registers a queue trigger {topic: $FAKE_TOPIC} and a cron trigger {expression: $FAKE_CRON}
+// for the ones that are set.
+func registerSubscriber(w *protocol.Worker) {
+	var mu sync.Mutex
+	appendLine := func(file, line string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = fmt.Fprintln(f, line)
+		return err
+	}
+	delay, _ := strconv.Atoi(os.Getenv("FAKE_DELAY_MS"))
+	_ = w.Register("sub::on-message", func(_ context.Context, in json.RawMessage) (any, error) {
+		var m struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(in, &m)
+		time.Sleep(time.Duration(delay) * time.Millisecond)
+		return nil, appendLine(os.Getenv("FAKE_SEEN_FILE"), m.ID)
+	})
+	_ = w.Register("sub::on-tick", func(_ context.Context, in json.RawMessage) (any, error) {
+		var t struct {
+			ScheduledTime string `json:"scheduled_time"`
+		}
+		_ = json.Unmarshal(in, &t)
+		return nil, appendLine(os.Getenv("FAKE_TICK_FILE"), t.ScheduledTime)
+	})
+	_ = w.Register("sub::publish", func(ctx context.Context, in json.RawMessage) (any, error) {
+		var req struct {
+			Topic string `json:"topic"`
+			N     int    `json:"n"`
+		}
+		if err := json.Unmarshal(in, &req); err != nil {
+			return nil, err
+		}
+		for i := range min(req.N, 10000) {
+			if _, err := w.Call(ctx, "queue::publish", map[string]any{"topic": req.Topic, "data": map[string]string{"id": fmt.Sprintf("m%d", i)}}); err != nil {
+				return nil, err
+			}
+		}
+		return map[string]int{"published": req.N}, nil
+	})
+	if t := os.Getenv("FAKE_TOPIC"); t != "" {
+		_, _ = w.RegisterTrigger("queue", "sub::on-message", map[string]any{"topic": t})
+	}
+	if c := os.Getenv("FAKE_CRON"); c != "" {
+		_, _ = w.RegisterTrigger("cron", "sub::on-tick", map[string]any{"expression": c})
+	}
 }

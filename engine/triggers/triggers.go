@@ -1,0 +1,391 @@
+// Package triggers is the engine's observer registry: trigger types offered by provider
+// workers and the triggers other workers bind to them (REFERENCE-events.md §3, §6).
+//
+// Today it speaks the 0.22 trigger frames exactly (the adapter of §6.2):
+//
+//   - registertriggertype from a worker makes it the provider of that type in its namespace; a
+//     later provider of the same type takes over, and the earlier one is told to drop its
+//     triggers (unregistertrigger), so no event fires twice.
+//   - registertrigger from any worker is stored and forwarded, frame for frame, to the
+//     provider of its trigger_type (looked up in the worker's namespace, then in default), with
+//     namespace set to where the bound function resolves. With no provider it is parked, with
+//     no answer, and sent once one registers.
+//   - triggerregistrationresult is accepted only from the provider the trigger was sent to.
+//     An error parks the trigger again and is relayed to the worker that registered it;
+//     success is not relayed (as the 0.23 engine).
+//   - unregistertrigger reaches the provider the same way.
+//   - When a provider disconnects (or unregisters its type) its triggers are parked, and sent
+//     again to the next provider of the type. When a worker disconnects its triggers go, and
+//     their providers get unregistertrigger.
+//
+// The registry knows nothing of sockets: a worker is a Peer. The 0.26 observe model (an
+// Observer whose source is a function, owner hooks, capture and filters) is meant to sit behind
+// the same Registry as a second adapter; until a real 0.26 SDK has been run against it the
+// engine advertises no features and answers observe frames UNSUPPORTED (see Unsupported).
+package triggers
+
+import (
+	"encoding/json"
+	"log/slog"
+	"sort"
+	"sync"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// Peer is one worker connection as the registry sees it.
+type Peer interface {
+	// ID is the engine's worker id of the connection.
+	ID() string
+	// WorkerName is the name the worker registered with ("" before it did).
+	WorkerName() string
+	// Send queues a frame for the worker without waiting.
+	Send(m *protocol.Message) error
+}
+
+// Status is where a trigger stands.
+type Status string
+
+// Trigger states.
+const (
+	// Parked: no provider serves the trigger's type; it is sent when one registers.
+	Parked Status = "parked"
+	// Pending: sent to the provider, which has not answered yet.
+	Pending Status = "pending"
+	// Active: the provider accepted it.
+	Active Status = "active"
+	// Failed: the provider refused it; it stays parked and is sent again to the next
+	// provider of its type.
+	Failed Status = "failed"
+)
+
+// typeEntry is one registered trigger type.
+type typeEntry struct {
+	ns       string
+	frame    *protocol.Message
+	provider Peer
+}
+
+// trigger is one registered trigger.
+type trigger struct {
+	ns       string // namespace of the worker that registered it: where function_id resolves
+	frame    *protocol.Message
+	owner    Peer
+	provider Peer // the provider it was sent to; nil while parked
+	status   Status
+	lastErr  *protocol.Error
+}
+
+type typeKey struct{ ns, id string }
+
+// Registry holds trigger types and triggers. It is safe for concurrent use. Frames are sent
+// outside its lock, in the order the registry decided them.
+type Registry struct {
+	log *slog.Logger
+
+	mu       sync.Mutex
+	types    map[typeKey]*typeEntry
+	triggers map[string]*trigger // by trigger id (client-chosen, a UUID)
+}
+
+// New returns an empty registry.
+func New(log *slog.Logger) *Registry {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Registry{log: log, types: map[typeKey]*typeEntry{}, triggers: map[string]*trigger{}}
+}
+
+// outbox collects frames to send once the lock is released.
+type outbox []struct {
+	to Peer
+	m  *protocol.Message
+}
+
+func (o *outbox) add(to Peer, m *protocol.Message) {
+	*o = append(*o, struct {
+		to Peer
+		m  *protocol.Message
+	}{to, m})
+}
+
+func (o outbox) flush() {
+	for _, f := range o {
+		_ = f.to.Send(f.m)
+	}
+}
+
+// Handle applies one trigger frame from peer, registered in namespace ns. It reports false for
+// frames that are not trigger frames.
+func (r *Registry) Handle(p Peer, ns string, m *protocol.Message) bool {
+	var out outbox
+	r.mu.Lock()
+	switch m.Type {
+	case protocol.TypeRegisterTriggerType:
+		r.registerType(&out, p, ns, m)
+	case protocol.TypeUnregisterTriggerType:
+		r.unregisterType(&out, p, ns, m.ID)
+	case protocol.TypeRegisterTrigger:
+		r.registerTrigger(&out, p, ns, m)
+	case protocol.TypeUnregisterTrigger:
+		r.unregisterTrigger(&out, p, m.ID)
+	case protocol.TypeTriggerRegistrationResult:
+		r.result(&out, p, m)
+	default:
+		r.mu.Unlock()
+		return false
+	}
+	r.mu.Unlock()
+	out.flush()
+	return true
+}
+
+func (r *Registry) registerType(out *outbox, p Peer, ns string, m *protocol.Message) {
+	if m.ID == "" {
+		r.log.Warn("ignoring a registertriggertype without id", "worker_id", p.ID())
+		return
+	}
+	k := typeKey{ns, m.ID}
+	if old := r.types[k]; old != nil && old.provider != p {
+		r.log.Info("trigger type changes provider", "trigger_type", m.ID, "namespace", ns, "from", old.provider.ID(), "to", p.ID())
+		r.withdraw(out, old.provider, ns, m.ID)
+	}
+	r.types[k] = &typeEntry{ns: ns, frame: m, provider: p}
+	for _, id := range r.sortedIDs() {
+		t := r.triggers[id]
+		if t.provider == nil && r.providerFor(t) == r.types[k] {
+			r.send(out, t, p)
+		}
+	}
+}
+
+// withdraw parks every trigger sent to provider for type id in ns, telling the provider.
+func (r *Registry) withdraw(out *outbox, provider Peer, ns, id string) {
+	for _, tid := range r.sortedIDs() {
+		t := r.triggers[tid]
+		if t.provider == provider && t.frame.TriggerType == id {
+			out.add(provider, unregisterFrame(t))
+			t.provider, t.status = nil, Parked
+		}
+	}
+}
+
+func (r *Registry) unregisterType(out *outbox, p Peer, ns, id string) {
+	k := typeKey{ns, id}
+	if te := r.types[k]; te != nil && te.provider == p {
+		delete(r.types, k)
+		r.withdraw(out, p, ns, id)
+	}
+}
+
+func (r *Registry) registerTrigger(out *outbox, p Peer, ns string, m *protocol.Message) {
+	if m.ID == "" || m.TriggerType == "" || m.FunctionID == "" {
+		out.add(p, resultFrame(m, protocol.NewError(errcode.TriggerRegistrationFailed,
+			"registertrigger needs id, trigger_type and function_id (got id %q, trigger_type %q, function_id %q)", m.ID, m.TriggerType, m.FunctionID)))
+		return
+	}
+	if old := r.triggers[m.ID]; old != nil {
+		if old.owner != p {
+			out.add(p, resultFrame(m, protocol.NewError(errcode.TriggerRegistrationFailed,
+				"trigger id %s is already registered by another worker; use a fresh id", m.ID)))
+			return
+		}
+		r.drop(out, old)
+	}
+	fwd := *m
+	fwd.Namespace = &ns
+	t := &trigger{ns: ns, frame: &fwd, owner: p, status: Parked}
+	r.triggers[m.ID] = t
+	if te := r.providerFor(t); te != nil {
+		r.send(out, t, te.provider)
+	}
+}
+
+// providerFor is the trigger type serving t: in t's namespace, else in default.
+func (r *Registry) providerFor(t *trigger) *typeEntry {
+	if te := r.types[typeKey{t.ns, t.frame.TriggerType}]; te != nil {
+		return te
+	}
+	return r.types[typeKey{protocol.DefaultNamespace, t.frame.TriggerType}]
+}
+
+func (r *Registry) send(out *outbox, t *trigger, provider Peer) {
+	t.provider, t.status = provider, Pending
+	out.add(provider, t.frame)
+}
+
+// drop forgets t, telling its provider.
+func (r *Registry) drop(out *outbox, t *trigger) {
+	delete(r.triggers, t.frame.ID)
+	if t.provider != nil {
+		out.add(t.provider, unregisterFrame(t))
+	}
+}
+
+func (r *Registry) unregisterTrigger(out *outbox, p Peer, id string) {
+	if t := r.triggers[id]; t != nil && t.owner == p {
+		r.drop(out, t)
+	}
+}
+
+func (r *Registry) result(out *outbox, p Peer, m *protocol.Message) {
+	t := r.triggers[m.ID]
+	if t == nil || t.provider != p {
+		r.log.Debug("ignoring a triggerregistrationresult not from the trigger's provider", "worker_id", p.ID(), "trigger_id", m.ID)
+		return
+	}
+	if m.Error == nil {
+		t.status, t.lastErr = Active, nil
+		return
+	}
+	t.provider, t.status, t.lastErr = nil, Failed, m.Error
+	r.log.Info("trigger refused by its provider", "trigger_id", m.ID, "trigger_type", t.frame.TriggerType, "function_id", t.frame.FunctionID, "code", m.Error.Code)
+	out.add(t.owner, resultFrame(t.frame, m.Error))
+}
+
+// PeerGone forgets what peer owned: its trigger types (their triggers are parked until another
+// provider registers) and its triggers (their providers are told).
+func (r *Registry) PeerGone(p Peer) {
+	var out outbox
+	r.mu.Lock()
+	for k, te := range r.types {
+		if te.provider == p {
+			delete(r.types, k)
+		}
+	}
+	for _, id := range r.sortedIDs() {
+		t := r.triggers[id]
+		switch {
+		case t.owner == p:
+			delete(r.triggers, id)
+			if t.provider != nil && t.provider != p {
+				out.add(t.provider, unregisterFrame(t))
+			}
+		case t.provider == p:
+			t.provider, t.status = nil, Parked
+		}
+	}
+	// A type another worker still provides takes the triggers p served.
+	for _, id := range r.sortedIDs() {
+		t := r.triggers[id]
+		if t.provider == nil && t.status == Parked {
+			if te := r.providerFor(t); te != nil {
+				r.send(&out, t, te.provider)
+			}
+		}
+	}
+	r.mu.Unlock()
+	out.flush()
+}
+
+func (r *Registry) sortedIDs() []string {
+	ids := make([]string, 0, len(r.triggers))
+	for id := range r.triggers {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func unregisterFrame(t *trigger) *protocol.Message {
+	return &protocol.Message{Type: protocol.TypeUnregisterTrigger, ID: t.frame.ID, TriggerType: t.frame.TriggerType,
+		FunctionID: t.frame.FunctionID, Config: t.frame.Config, Metadata: t.frame.Metadata, Namespace: t.frame.Namespace}
+}
+
+func resultFrame(m *protocol.Message, perr *protocol.Error) *protocol.Message {
+	return &protocol.Message{Type: protocol.TypeTriggerRegistrationResult, ID: m.ID, TriggerType: m.TriggerType,
+		FunctionID: m.FunctionID, Error: perr}
+}
+
+// TypeInfo is one row of engine::triggers::list.
+type TypeInfo struct {
+	ID                   string          `json:"id"`
+	Description          string          `json:"description"`
+	Namespace            string          `json:"namespace"`
+	WorkerID             string          `json:"worker_id"`
+	WorkerName           string          `json:"worker_name"`
+	TriggerRequestFormat json.RawMessage `json:"trigger_request_format,omitempty"`
+	CallRequestFormat    json.RawMessage `json:"call_request_format,omitempty"`
+	InstanceCount        int             `json:"instance_count"`
+}
+
+// TriggerInfo is one row of engine::registered-triggers::list.
+type TriggerInfo struct {
+	ID          string          `json:"id"`
+	TriggerType string          `json:"trigger_type"`
+	FunctionID  string          `json:"function_id"`
+	Namespace   string          `json:"namespace"`
+	WorkerID    string          `json:"worker_id"`
+	WorkerName  string          `json:"worker_name"`
+	Config      json.RawMessage `json:"config"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	Status      Status          `json:"status"`
+	ProviderID  string          `json:"provider_worker_id,omitempty"`
+	Error       *protocol.Error `json:"error,omitempty"`
+}
+
+// Types lists the registered trigger types, by namespace then id.
+func (r *Registry) Types() []TypeInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []TypeInfo{}
+	for k, te := range r.types {
+		n := 0
+		for _, t := range r.triggers {
+			if t.provider == te.provider && t.frame.TriggerType == k.id {
+				n++
+			}
+		}
+		out = append(out, TypeInfo{ID: k.id, Description: te.frame.Description, Namespace: k.ns, WorkerID: te.provider.ID(),
+			WorkerName: te.provider.WorkerName(), TriggerRequestFormat: te.frame.TriggerRequestFormat,
+			CallRequestFormat: te.frame.CallRequestFormat, InstanceCount: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Filter selects rows of Triggers; empty fields match everything.
+type Filter struct {
+	TriggerType string `json:"trigger_type"`
+	FunctionID  string `json:"function_id"`
+}
+
+// Triggers lists the registered triggers matching f, by id.
+func (r *Registry) Triggers(f Filter) []TriggerInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []TriggerInfo{}
+	for _, id := range r.sortedIDs() {
+		t := r.triggers[id]
+		if f.TriggerType != "" && f.TriggerType != t.frame.TriggerType || f.FunctionID != "" && f.FunctionID != t.frame.FunctionID {
+			continue
+		}
+		cfg := t.frame.Config
+		if len(cfg) == 0 {
+			cfg = json.RawMessage("null")
+		}
+		ti := TriggerInfo{ID: id, TriggerType: t.frame.TriggerType, FunctionID: t.frame.FunctionID, Namespace: t.ns,
+			WorkerID: t.owner.ID(), WorkerName: t.owner.WorkerName(), Config: cfg, Metadata: t.frame.Metadata,
+			Status: t.status, Error: t.lastErr}
+		if t.provider != nil {
+			ti.ProviderID = t.provider.ID()
+		}
+		out = append(out, ti)
+	}
+	return out
+}
+
+// Unsupported answers a 0.26 observe or unobserve frame: an observeresult with the frame's id
+// and an UNSUPPORTED error, the failure 0.25 SDKs report against an engine without the observe
+// feature (REFERENCE-events.md §2.1). The engine sends it rather than dropping the frame, so an
+// SDK never waits on an observer that will not come.
+func Unsupported(m *protocol.Message) *protocol.Message {
+	return &protocol.Message{Type: protocol.TypeObserveResult, ID: m.ID, Error: protocol.NewError(errcode.Unsupported,
+		"this engine does not support %s (it advertises no observe feature); register a trigger (registertrigger) instead", m.Type)}
+}

@@ -1,0 +1,60 @@
+// Command http is the iii http worker (package "http" in the worker registry): the "http"
+// trigger type served on one HTTP listener (see package httpworker).
+//
+// Configuration (YAML, --config or $III_CONFIG):
+//
+//	host: 127.0.0.1                   # listen address (a non-loopback one must be set explicitly)
+//	port: 3111
+//	default_timeout: 30000            # ms a function may take before 504
+//	max_body_bytes: 1048576           # larger bodies get 413
+//	concurrency_request_limit: 1024   # more requests at once get 503
+//	cors: {allowed_origins: [], allowed_methods: [GET, POST, PUT, DELETE, PATCH, OPTIONS]}
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/httpworker"
+	"github.com/iii-go/iii/workers/wmain"
+)
+
+var version = "0.0.0-dev"
+
+func main() {
+	cfg := httpworker.Defaults()
+	wmain.Main{Name: "http", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		call := func(ctx context.Context, t protocol.Trigger, fn string, payload any, timeout time.Duration) (json.RawMessage, error) {
+			return w.Call(ctx, fn, payload, append(t.CallOptions(), protocol.WithTimeout(timeout))...)
+		}
+		srv := httpworker.New(cfg, call, log)
+		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s (host, port): %w", addr, err)
+		}
+		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		go func() {
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("serving http", "err", err)
+			}
+		}()
+		log.Info("http routes listening", "addr", ln.Addr().String())
+		if err := w.RegisterTriggerType("http", "Serves an HTTP route: {api_path, http_method, condition_function_id?}", srv); err != nil {
+			return nil, err
+		}
+		return func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+		}, nil
+	}}.Run()
+}

@@ -1,0 +1,74 @@
+// Command queue is the iii queue worker (package "queue" in the worker registry): the engine's
+// action enqueue (queue::enqueue), queue::publish, queue::dlq::list and the "queue" trigger
+// type on NATS JetStream (see package queue).
+//
+// Configuration (YAML, --config or $III_CONFIG):
+//
+//	nats:             # see package jsstore: url, data_dir, listen, allow_remote, sync, creds_file
+//	defaults:         {max_retries: 3, backoff_ms: 1000, concurrency: 10, timeout_ms: 30000}
+//	queues:           {<name>: {max_retries, backoff_ms, concurrency, timeout_ms}}
+//	retention_hours:  168
+//	replicas:         1
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/jsstore"
+	"github.com/iii-go/iii/workers/queue"
+	"github.com/iii-go/iii/workers/wmain"
+)
+
+var version = "0.0.0-dev"
+
+type config struct {
+	NATS         jsstore.Config `yaml:"nats"`
+	queue.Config `yaml:",inline"`
+}
+
+func main() {
+	cfg := &config{}
+	wmain.Main{Name: "queue", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		dir, err := jsstore.DefaultDataDir("queue", w.Namespace())
+		if err != nil {
+			return nil, err
+		}
+		st, err := jsstore.Open(ctx, cfg.NATS, dir, "iii-queue")
+		if err != nil {
+			return nil, err
+		}
+		call := func(ctx context.Context, fn, ns string, data, meta json.RawMessage, timeout time.Duration) (json.RawMessage, error) {
+			opts := []protocol.CallOption{protocol.WithTimeout(timeout)}
+			if ns != "" {
+				opts = append(opts, protocol.InNamespace(ns))
+			}
+			if len(meta) > 0 {
+				opts = append(opts, protocol.WithMetadata(meta))
+			}
+			return w.Call(ctx, fn, data, opts...)
+		}
+		svc, err := queue.Open(ctx, st.JS, w.Namespace(), cfg.Config, call, log)
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		cleanup := func() { svc.Close(); st.Close() }
+		for id, h := range map[string]func(context.Context, json.RawMessage) (any, error){
+			"queue::enqueue": svc.Enqueue, "queue::publish": svc.Publish, "queue::dlq::list": svc.DLQ,
+		} {
+			if err := w.Register(id, h); err != nil {
+				cleanup()
+				return nil, err
+			}
+		}
+		if err := w.RegisterTriggerType("queue", "Delivers each message published to a topic: {topic, max_retries?, backoff_ms?, concurrency?}", svc); err != nil {
+			cleanup()
+			return nil, err
+		}
+		return cleanup, nil
+	}}.Run()
+}

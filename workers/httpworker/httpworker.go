@@ -1,0 +1,372 @@
+// Package httpworker is the http worker: the "http" trigger type, config {api_path,
+// http_method, condition_function_id?}, served on one listener (REFERENCE-events.md §2.6).
+//
+// A path template is a slash-separated path whose segments are literal or parameters (":id" or
+// "{id}"). A request is matched on its path, then its method:
+//
+//   - no route has the path: 404; routes of other methods only: 405 with Allow;
+//   - a route with condition_function_id: that function gets the request first, and a false
+//     (or null) answer is 422;
+//   - otherwise the bound function gets {method, path, path_params, query_params, headers, body,
+//     trigger: {type, method, path}} (body: the JSON value for a JSON request, else the text) and
+//     its {status_code, headers, body} is the response (body: a string as is, any other value as
+//     JSON). A function error is 500 {error}; no answer within timeout_ms is 504.
+//
+// Limits: request bodies over max_body_bytes get 413, more than concurrency_request_limit
+// requests at once get 503. CORS: a request whose Origin is in cors.allowed_origins ("*" for
+// any) gets Access-Control-Allow-Origin; OPTIONS preflights are answered by the worker.
+package httpworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// CodeRouteConflict refuses a trigger whose method and path shape another trigger already serves.
+const CodeRouteConflict = "HTTP_ROUTE_CONFLICT"
+
+// Config is the http worker's configuration.
+type Config struct {
+	Host                    string `yaml:"host" json:"host"`
+	Port                    int    `yaml:"port" json:"port"`
+	DefaultTimeoutMS        int    `yaml:"default_timeout" json:"default_timeout"`
+	MaxBodyBytes            int64  `yaml:"max_body_bytes" json:"max_body_bytes"`
+	ConcurrencyRequestLimit int    `yaml:"concurrency_request_limit" json:"concurrency_request_limit"`
+	CORS                    CORS   `yaml:"cors" json:"cors"`
+}
+
+// CORS says which browser origins may call the routes.
+type CORS struct {
+	AllowedOrigins []string `yaml:"allowed_origins" json:"allowed_origins"`
+	AllowedMethods []string `yaml:"allowed_methods" json:"allowed_methods"`
+}
+
+// Defaults are the configuration of a worker configured with nothing.
+func Defaults() Config {
+	return Config{Host: "127.0.0.1", Port: 3111, DefaultTimeoutMS: 30000, MaxBodyBytes: 1 << 20, ConcurrencyRequestLimit: 1024,
+		CORS: CORS{AllowedMethods: []string{"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}}}
+}
+
+// Caller runs a function through the engine.
+type Caller func(ctx context.Context, t protocol.Trigger, fn string, payload any, timeout time.Duration) (json.RawMessage, error)
+
+type route struct {
+	t         protocol.Trigger
+	method    string
+	template  string
+	segs      []string
+	condition string
+}
+
+// Server serves the registered routes.
+type Server struct {
+	cfg  Config
+	call Caller
+	log  *slog.Logger
+	sem  chan struct{}
+
+	mu     sync.RWMutex
+	routes map[string]*route // by trigger id
+}
+
+// New returns a server with no routes.
+func New(cfg Config, call Caller, log *slog.Logger) *Server {
+	return &Server{cfg: cfg, call: call, log: log, sem: make(chan struct{}, max(cfg.ConcurrencyRequestLimit, 1)), routes: map[string]*route{}}
+}
+
+func splitPath(p string) []string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
+
+func param(seg string) (string, bool) {
+	if strings.HasPrefix(seg, ":") && len(seg) > 1 {
+		return seg[1:], true
+	}
+	if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") && len(seg) > 2 {
+		return seg[1 : len(seg)-1], true
+	}
+	return "", false
+}
+
+// shape is the template with parameter names blanked: two routes of one shape conflict.
+func shape(segs []string) string {
+	out := make([]string, len(segs))
+	for i, s := range segs {
+		if _, ok := param(s); ok {
+			out[i] = ":"
+		} else {
+			out[i] = s
+		}
+	}
+	return "/" + strings.Join(out, "/")
+}
+
+// RegisterTrigger adds a route: config {api_path, http_method, condition_function_id?}.
+func (s *Server) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	var cfg struct {
+		APIPath     string `json:"api_path"`
+		HTTPMethod  string `json:"http_method"`
+		ConditionFn string `json:"condition_function_id"`
+	}
+	if err := json.Unmarshal(t.Config, &cfg); err != nil || cfg.APIPath == "" {
+		return protocol.NewError(errcode.InvalidArguments, "http trigger config must be {api_path, http_method?}")
+	}
+	method := strings.ToUpper(cfg.HTTPMethod)
+	if method == "" {
+		method = http.MethodGet
+	}
+	segs := splitPath(cfg.APIPath)
+	r := &route{t: t, method: method, template: "/" + strings.Join(segs, "/"), segs: segs, condition: cfg.ConditionFn}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, o := range s.routes {
+		if id != t.ID && o.method == method && shape(o.segs) == shape(segs) {
+			return protocol.NewError(CodeRouteConflict, "%s %s is already served (by %s through %s)", method, r.template, o.t.FunctionID, o.template)
+		}
+	}
+	s.routes[t.ID] = r
+	return nil
+}
+
+// UnregisterTrigger removes a route.
+func (s *Server) UnregisterTrigger(_ context.Context, t protocol.Trigger) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.routes, t.ID)
+	return nil
+}
+
+// match finds the route of path and method: literal segments beat parameters.
+func (s *Server) match(method string, segs []string) (r *route, params map[string]string, allow []string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	best := -1
+	methods := map[string]bool{}
+	for _, c := range s.routes {
+		if len(c.segs) != len(segs) {
+			continue
+		}
+		score, ok := 0, true
+		for i, seg := range c.segs {
+			if _, isParam := param(seg); isParam {
+				continue
+			}
+			if seg != segs[i] {
+				ok = false
+				break
+			}
+			score++
+		}
+		if !ok {
+			continue
+		}
+		methods[c.method] = true
+		if c.method == method && score > best {
+			best, r = score, c
+		}
+	}
+	if r == nil {
+		for m := range methods {
+			allow = append(allow, m)
+		}
+		sort.Strings(allow)
+		return nil, nil, allow
+	}
+	params = map[string]string{}
+	for i, seg := range r.segs {
+		if name, ok := param(seg); ok {
+			params[name] = segs[i]
+		}
+	}
+	return r, params, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func errorBody(code, msg string) map[string]any {
+	return map[string]any{"error": map[string]string{"code": code, "message": msg}}
+}
+
+func (s *Server) cors(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return
+	}
+	for _, o := range s.cfg.CORS.AllowedOrigins {
+		if o == "*" || o == origin {
+			w.Header().Set("Access-Control-Allow-Origin", origin)
+			w.Header().Add("Vary", "Origin")
+			return
+		}
+	}
+}
+
+// ServeHTTP routes one request to its function.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.cors(w, r)
+	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		w.Header().Set("Access-Control-Allow-Methods", strings.Join(s.cfg.CORS.AllowedMethods, ", "))
+		if h := r.Header.Get("Access-Control-Request-Headers"); h != "" {
+			w.Header().Set("Access-Control-Allow-Headers", h)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	select {
+	case s.sem <- struct{}{}:
+		defer func() { <-s.sem }()
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, errorBody("TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests"))
+		return
+	}
+	segs := splitPath(r.URL.Path)
+	rt, params, allow := s.match(r.Method, segs)
+	if rt == nil {
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeJSON(w, http.StatusMethodNotAllowed, errorBody("METHOD_NOT_ALLOWED", r.Method+" is not served on "+r.URL.Path))
+			return
+		}
+		writeJSON(w, http.StatusNotFound, errorBody("NOT_FOUND", "no route serves "+r.URL.Path))
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody("BODY_TOO_LARGE", "the request body is over the limit (max_body_bytes)"))
+			return
+		}
+		writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", err.Error()))
+		return
+	}
+	var body any
+	if len(raw) > 0 {
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" || strings.HasSuffix(mt, "+json") {
+			if err := json.Unmarshal(raw, &body); err != nil {
+				writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", "the body is not valid JSON: "+err.Error()))
+				return
+			}
+		} else {
+			body = string(raw)
+		}
+	}
+	query := map[string]any{}
+	for k, v := range r.URL.Query() {
+		if len(v) == 1 {
+			query[k] = v[0]
+		} else {
+			query[k] = v
+		}
+	}
+	headers := map[string]string{}
+	for k, v := range r.Header {
+		headers[strings.ToLower(k)] = strings.Join(v, ", ")
+	}
+	req := map[string]any{"method": r.Method, "path": r.URL.Path, "path_params": params, "query_params": query,
+		"headers": headers, "body": body, "trigger": map[string]string{"type": "http", "method": rt.method, "path": rt.template}}
+	timeout := time.Duration(s.cfg.DefaultTimeoutMS) * time.Millisecond
+	ctx := r.Context()
+	if rt.condition != "" {
+		out, err := s.call(ctx, rt.t, rt.condition, req, timeout)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if !truthy(out) {
+			writeJSON(w, http.StatusUnprocessableEntity, errorBody("CONDITION_FAILED", "the route's condition refused the request"))
+			return
+		}
+	}
+	out, err := s.call(ctx, rt.t, rt.t.FunctionID, req, timeout)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.respond(w, out)
+}
+
+func truthy(out json.RawMessage) bool {
+	var v any
+	if json.Unmarshal(out, &v) != nil {
+		return false
+	}
+	switch x := v.(type) {
+	case bool:
+		return x
+	case nil:
+		return false
+	case map[string]any:
+		if b, ok := x["result"].(bool); ok {
+			return b
+		}
+		return true
+	}
+	return true
+}
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	pe := protocol.AsError(err)
+	status := http.StatusInternalServerError
+	if pe.Code == errcode.Timeout || pe.Code == errcode.ClientTimeout {
+		status = http.StatusGatewayTimeout
+	} else if pe.Code == errcode.FunctionNotFound {
+		status = http.StatusBadGateway
+	}
+	writeJSON(w, status, map[string]any{"error": pe})
+}
+
+func (s *Server) respond(w http.ResponseWriter, out json.RawMessage) {
+	var res struct {
+		StatusCode int               `json:"status_code"`
+		Headers    map[string]string `json:"headers"`
+		Body       json.RawMessage   `json:"body"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		res.Body = out // not an object: the value is the body
+	}
+	if res.StatusCode == 0 {
+		res.StatusCode = http.StatusOK
+	}
+	for k, v := range res.Headers {
+		w.Header().Set(k, v)
+	}
+	var text string
+	switch {
+	case len(res.Body) == 0 || string(res.Body) == "null":
+		w.WriteHeader(res.StatusCode)
+		return
+	case json.Unmarshal(res.Body, &text) == nil:
+		if w.Header().Get("Content-Type") == "" {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		}
+		w.WriteHeader(res.StatusCode)
+		_, _ = io.WriteString(w, text)
+	default:
+		if w.Header().Get("Content-Type") == "" {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.WriteHeader(res.StatusCode)
+		_, _ = w.Write(res.Body)
+	}
+}

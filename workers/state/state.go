@@ -1,0 +1,370 @@
+// Package state is the state worker: a scoped key-value store on a JetStream key-value bucket,
+// and the "state" trigger type that reports every committed change (REFERENCE-events.md §2.6).
+//
+// Functions (payloads and results are JSON):
+//
+//	state::set         {scope, key, value}  -> {old_value, new_value}
+//	state::get         {scope, key}         -> the value, null when absent
+//	state::delete      {scope, key}         -> the deleted value, null when absent
+//	state::update      {scope, key, ops}    -> {old_value, new_value}
+//	state::list        {scope}              -> [values of the scope, by key]
+//	state::list_groups {}                   -> {groups: [scopes, sorted]}
+//
+// update applies ops in order to the current value (null when absent); each op is
+// {type: set|merge|increment|decrement|remove|append, path, value|by}, path being a dotted path
+// into objects ("" is the whole value). Every change is a compare-and-set on the key's revision,
+// so concurrent writers (also on other engines sharing the bucket) never lose an update.
+//
+// Trigger type "state", config {scope?, key?}: after each committed change the worker calls
+// the bound function with {event_type: state:created|state:updated|state:deleted, scope, key,
+// old_value, new_value}, for changes made through this worker. Errors carry INVALID_ARGUMENTS
+// or STATE_STORE_ERROR.
+package state
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// Codes of state errors.
+const (
+	CodeStoreError = "STATE_STORE_ERROR"
+)
+
+// Event is what a state trigger's function receives.
+type Event struct {
+	EventType string          `json:"event_type"`
+	Scope     string          `json:"scope"`
+	Key       string          `json:"key"`
+	OldValue  json.RawMessage `json:"old_value"`
+	NewValue  json.RawMessage `json:"new_value"`
+}
+
+// Event types.
+const (
+	Created = "state:created"
+	Updated = "state:updated"
+	Deleted = "state:deleted"
+)
+
+// Fire delivers an event to a trigger's function.
+type Fire func(t protocol.Trigger, ev Event)
+
+// Service is the state worker's logic over one bucket.
+type Service struct {
+	kv   jetstream.KeyValue
+	fire Fire
+
+	mu       sync.Mutex
+	triggers map[string]stateTrigger
+}
+
+type stateTrigger struct {
+	t          protocol.Trigger
+	scope, key string
+}
+
+// BucketName is the bucket of a namespace: iii-state-<namespace> with other characters than
+// letters, digits, '-' and '_' replaced.
+func BucketName(namespace string) string {
+	b := []byte(namespace)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return "iii-state-" + string(b)
+}
+
+// Open creates (or opens) the namespace's bucket.
+func Open(ctx context.Context, js jetstream.JetStream, namespace string, replicas int, fire Fire) (*Service, error) {
+	if replicas < 1 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: BucketName(namespace), History: 1,
+		Storage: jetstream.FileStorage, Replicas: replicas, Description: "iii state of namespace " + namespace})
+	if err != nil {
+		return nil, fmt.Errorf("opening the state bucket %s: %w", BucketName(namespace), err)
+	}
+	return &Service{kv: kv, fire: fire, triggers: map[string]stateTrigger{}}, nil
+}
+
+var enc = base64.RawURLEncoding
+
+func kvKey(scope, key string) string {
+	return enc.EncodeToString([]byte(scope)) + "." + enc.EncodeToString([]byte(key))
+}
+
+func splitKey(k string) (scope, key string, ok bool) {
+	a, b, found := strings.Cut(k, ".")
+	if !found {
+		return "", "", false
+	}
+	s, err1 := enc.DecodeString(a)
+	kk, err2 := enc.DecodeString(b)
+	return string(s), string(kk), err1 == nil && err2 == nil
+}
+
+type request struct {
+	Scope string          `json:"scope"`
+	Key   string          `json:"key"`
+	Value json.RawMessage `json:"value"`
+	Ops   []Op            `json:"ops"`
+}
+
+func parse(payload json.RawMessage, needKey bool) (request, error) {
+	var r request
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return r, protocol.NewError(errcode.InvalidArguments, "the payload must be an object {scope, key, ...}: %v", err)
+	}
+	if r.Scope == "" {
+		return r, protocol.NewError(errcode.InvalidArguments, "scope is required")
+	}
+	if needKey && r.Key == "" {
+		return r, protocol.NewError(errcode.InvalidArguments, "key is required")
+	}
+	return r, nil
+}
+
+func storeErr(op string, err error) error {
+	return protocol.NewError(CodeStoreError, "%s: %v", op, err)
+}
+
+func orNull(v json.RawMessage) json.RawMessage {
+	if len(v) == 0 {
+		return json.RawMessage("null")
+	}
+	return v
+}
+
+// mutate runs change on the current value of (scope, key) and commits the result with a
+// compare-and-set, retrying when another writer got there first. change returns the new value,
+// or nil to delete.
+func (s *Service) mutate(ctx context.Context, scope, key string, change func(old json.RawMessage) (json.RawMessage, error)) (old, nw json.RawMessage, err error) {
+	k := kvKey(scope, key)
+	for range 50 {
+		var rev uint64
+		old = nil
+		e, gerr := s.kv.Get(ctx, k)
+		switch {
+		case gerr == nil:
+			rev, old = e.Revision(), json.RawMessage(e.Value())
+		case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		default:
+			return nil, nil, storeErr("reading "+scope+"/"+key, gerr)
+		}
+		nw, err = change(old)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case nw == nil && old == nil:
+			return nil, nil, nil
+		case nw == nil:
+			err = s.kv.Delete(ctx, k, jetstream.LastRevision(rev))
+		case old == nil:
+			_, err = s.kv.Create(ctx, k, nw)
+		default:
+			_, err = s.kv.Update(ctx, k, nw, rev)
+		}
+		if err == nil {
+			s.changed(scope, key, old, nw)
+			return old, nw, nil
+		}
+		if !isConflict(err) {
+			return nil, nil, storeErr("writing "+scope+"/"+key, err)
+		}
+	}
+	return nil, nil, storeErr("writing "+scope+"/"+key, errors.New("too many concurrent writers; try again"))
+}
+
+func isConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return true
+	}
+	return errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// Set stores a value.
+func (s *Service) Set(ctx context.Context, payload json.RawMessage) (any, error) {
+	r, err := parse(payload, true)
+	if err != nil {
+		return nil, err
+	}
+	v := orNull(r.Value)
+	old, nw, err := s.mutate(ctx, r.Scope, r.Key, func(json.RawMessage) (json.RawMessage, error) { return v, nil })
+	if err != nil {
+		return nil, err
+	}
+	return map[string]json.RawMessage{"old_value": orNull(old), "new_value": orNull(nw)}, nil
+}
+
+// Get reads a value.
+func (s *Service) Get(ctx context.Context, payload json.RawMessage) (any, error) {
+	r, err := parse(payload, true)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.kv.Get(ctx, kvKey(r.Scope, r.Key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return json.RawMessage("null"), nil
+	}
+	if err != nil {
+		return nil, storeErr("reading "+r.Scope+"/"+r.Key, err)
+	}
+	return json.RawMessage(e.Value()), nil
+}
+
+// Delete removes a value.
+func (s *Service) Delete(ctx context.Context, payload json.RawMessage) (any, error) {
+	r, err := parse(payload, true)
+	if err != nil {
+		return nil, err
+	}
+	old, _, err := s.mutate(ctx, r.Scope, r.Key, func(json.RawMessage) (json.RawMessage, error) { return nil, nil })
+	if err != nil {
+		return nil, err
+	}
+	return orNull(old), nil
+}
+
+// Update applies ops to a value.
+func (s *Service) Update(ctx context.Context, payload json.RawMessage) (any, error) {
+	r, err := parse(payload, true)
+	if err != nil {
+		return nil, err
+	}
+	old, nw, err := s.mutate(ctx, r.Scope, r.Key, func(old json.RawMessage) (json.RawMessage, error) { return Apply(orNull(old), r.Ops) })
+	if err != nil {
+		return nil, err
+	}
+	return map[string]json.RawMessage{"old_value": orNull(old), "new_value": orNull(nw)}, nil
+}
+
+func (s *Service) keys(ctx context.Context) ([]string, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer lister.Stop()
+	var out []string
+	for k := range lister.Keys() {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// List returns the values of a scope, ordered by key.
+func (s *Service) List(ctx context.Context, payload json.RawMessage) (any, error) {
+	r, err := parse(payload, false)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := s.keys(ctx)
+	if err != nil {
+		return nil, storeErr("listing "+r.Scope, err)
+	}
+	type kv struct {
+		key string
+		val json.RawMessage
+	}
+	var rows []kv
+	for _, k := range ks {
+		sc, key, ok := splitKey(k)
+		if !ok || sc != r.Scope {
+			continue
+		}
+		e, err := s.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, storeErr("listing "+r.Scope, err)
+		}
+		rows = append(rows, kv{key, json.RawMessage(e.Value())})
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].key < rows[j].key })
+	out := make([]json.RawMessage, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, r.val)
+	}
+	return out, nil
+}
+
+// ListGroups returns every scope that holds a value.
+func (s *Service) ListGroups(ctx context.Context, _ json.RawMessage) (any, error) {
+	ks, err := s.keys(ctx)
+	if err != nil {
+		return nil, storeErr("listing groups", err)
+	}
+	seen := map[string]bool{}
+	groups := []string{}
+	for _, k := range ks {
+		if sc, _, ok := splitKey(k); ok && !seen[sc] {
+			seen[sc] = true
+			groups = append(groups, sc)
+		}
+	}
+	sort.Strings(groups)
+	return map[string]any{"groups": groups}, nil
+}
+
+// RegisterTrigger adds a state trigger: config {scope?, key?}.
+func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	var cfg struct {
+		Scope string `json:"scope"`
+		Key   string `json:"key"`
+	}
+	if len(t.Config) > 0 && string(t.Config) != "null" {
+		if err := json.Unmarshal(t.Config, &cfg); err != nil {
+			return protocol.NewError(errcode.InvalidArguments, "state trigger config must be {scope?, key?}: %v", err)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.triggers[t.ID] = stateTrigger{t: t, scope: cfg.Scope, key: cfg.Key}
+	return nil
+}
+
+// UnregisterTrigger removes a state trigger.
+func (s *Service) UnregisterTrigger(_ context.Context, t protocol.Trigger) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.triggers, t.ID)
+	return nil
+}
+
+func (s *Service) changed(scope, key string, old, nw json.RawMessage) {
+	ev := Event{Scope: scope, Key: key, OldValue: orNull(old), NewValue: orNull(nw)}
+	switch {
+	case old == nil:
+		ev.EventType = Created
+	case nw == nil:
+		ev.EventType = Deleted
+	default:
+		ev.EventType = Updated
+	}
+	s.mu.Lock()
+	var hit []protocol.Trigger
+	for _, st := range s.triggers {
+		if (st.scope == "" || st.scope == scope) && (st.key == "" || st.key == key) {
+			hit = append(hit, st.t)
+		}
+	}
+	s.mu.Unlock()
+	for _, t := range hit {
+		s.fire(t, ev)
+	}
+}

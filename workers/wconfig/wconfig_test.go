@@ -1,0 +1,32 @@
+package wconfig
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type cfg struct {
+	Port int    `yaml:"port"`
+	Host string `yaml:"host"`
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.yaml")
+	t.Setenv("WCONFIG_PORT", "4000")
+	_ = os.WriteFile(p, []byte("port: ${WCONFIG_PORT}\nhost: ${WCONFIG_UNSET:127.0.0.1}\n"), 0o600)
+	c := cfg{Port: 1}
+	if _, err := Load(p, &c); err != nil || c.Port != 4000 || c.Host != "127.0.0.1" {
+		t.Fatalf("%+v %v", c, err)
+	}
+	_ = os.WriteFile(p, []byte("prot: 1\n"), 0o600)
+	if _, err := Load(p, &c); err == nil || !strings.Contains(err.Error(), "prot") {
+		t.Errorf("unknown key: %v", err)
+	}
+	_ = os.WriteFile(p, []byte("port: ${WCONFIG_NOPE}\n"), 0o600)
+	if _, err := Load(p, &c); err == nil || !strings.Contains(err.Error(), "WCONFIG_NOPE") {
+		t.Errorf("unset variable: %v", err)
+	}
+}
