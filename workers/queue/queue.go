@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -119,6 +120,9 @@ type sub struct {
 	cc       jetstream.ConsumeContext
 	settings Settings
 	triggers int
+	// stopped is set before cc.Stop: messages the client had already pulled are handed back
+	// (Nak) instead of delivered to a subscriber that left.
+	stopped atomic.Bool
 }
 
 func token(s string) string {
@@ -310,12 +314,21 @@ func (s *Service) consume(name, subject string, set Settings, policy jetstream.D
 	}
 	sem := make(chan struct{}, set.Concurrency)
 	groups := &groupQueues{m: map[string]chan func(){}}
+	sb := &sub{settings: set}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if sb.stopped.Load() {
+			_ = m.Nak()
+			return
+		}
 		stop := s.keepAlive(m)
 		run := func(m jetstream.Msg) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			defer close(stop)
+			if sb.stopped.Load() {
+				_ = m.Nak()
+				return
+			}
 			s.deliver(m, set, tg)
 		}
 		if g := m.Headers().Get(hGroup); g != "" {
@@ -327,7 +340,8 @@ func (s *Service) consume(name, subject string, set Settings, policy jetstream.D
 	if err != nil {
 		return nil, err
 	}
-	return &sub{cc: cc, settings: set}, nil
+	sb.cc = cc
+	return sb, nil
 }
 
 // groupQueues runs the messages of each group one at a time, in arrival order.
@@ -561,6 +575,7 @@ func (s *Service) UnregisterTrigger(_ context.Context, t protocol.Trigger) error
 	if sb := s.subs[name]; sb != nil {
 		sb.triggers--
 		if sb.triggers <= 0 {
+			sb.stopped.Store(true)
 			sb.cc.Stop()
 			delete(s.subs, name)
 		}
@@ -573,6 +588,7 @@ func (s *Service) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, sb := range s.subs {
+		sb.stopped.Store(true)
 		sb.cc.Stop()
 	}
 }
