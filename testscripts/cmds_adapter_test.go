@@ -1,6 +1,8 @@
 package testscripts
 
 import (
+	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -253,7 +255,13 @@ func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 			last = strings.TrimSpace(ts.ReadFile("stderr"))
 			return false
 		}
-		last = ts.ReadFile("stdout")
+		// iii call indents its reply and prints nothing for null; keep it compact, as it came.
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, []byte(ts.ReadFile("stdout"))); err != nil || compact.Len() == 0 {
+			compact.Reset()
+			compact.WriteString("null")
+		}
+		last = compact.String()
 		ts.Check(os.WriteFile(file, []byte(last), 0o644))
 		v, found := readJSONPath(ts, file, path)
 		return found && jsonText(v) == want
