@@ -27,6 +27,7 @@ import (
 
 	"github.com/iii-go/iii/engine/hostreq"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
@@ -53,8 +54,8 @@ var NinePModules = []string{"9pnet_virtio", "9p"}
 
 // The file shares a firmware's guest can mount, as listed in Manifest.Shares.
 const (
-	ShareVirtiofs = "virtiofs"
-	Share9P       = "9p"
+	ShareVirtiofs = vm.ShareVirtiofs
+	Share9P       = vm.Share9P
 )
 
 // Manifest describes a firmware: what it was built from and the SHA-256 of its two files.

@@ -39,8 +39,8 @@ const commonCmdline = "cryptomgr.notests mitigations=off init_on_alloc=0 audit=0
 
 // The file shares a driver serves the image and the mounts with (Options.Share).
 const (
-	ShareVirtiofs = "virtiofs" // virtiofsd per share (Linux)
-	Share9P       = "9p"       // qemu's own virtio-9p server (macOS, where virtiofsd does not exist)
+	ShareVirtiofs = vm.ShareVirtiofs
+	Share9P       = vm.Share9P
 )
 
 // Options configure a Driver. Empty fields take the defaults below.
