@@ -75,13 +75,13 @@ func Run(c Config) []Problem {
 		if darwin {
 			where = q + " not found on PATH nor in /opt/homebrew/bin"
 		}
-		ps = append(ps, Problem{"qemu", fmt.Sprintf("qemu is not installed (%s; it runs the %s guests); install it with `%s`", where, c.Arch.Name, qemu.QemuInstall(c.Target.GOOS, c.Arch)), true})
+		ps = append(ps, Problem{"qemu", fmt.Sprintf("qemu is not installed (%s); install it with `%s`", where, qemu.QemuInstall(c.Target.GOOS, c.Arch)), true})
 	}
 	if c.Share == settings.ShareVirtiofs {
 		if darwin {
 			ps = append(ps, Problem{"virtiofsd", "virtiofsd does not exist on macOS; set `file_share: 9p` (the default there)", true})
 		} else if v := qemu.VirtiofsdPath(); !found(v) {
-			ps = append(ps, Problem{"virtiofsd", fmt.Sprintf("virtiofsd is not installed (%s not found); install it with `apt-get install qemu-system-common`, or share files over 9p (`file_share: 9p`)", v), true})
+			ps = append(ps, Problem{"virtiofsd", fmt.Sprintf("virtiofsd is not installed (%s not found); install it with `apt-get install qemu-system-common`", v), true})
 		}
 	}
 	env := hostreq.Env{}

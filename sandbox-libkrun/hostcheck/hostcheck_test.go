@@ -37,7 +37,7 @@ func TestMissingPieces(t *testing.T) {
 	t.Setenv("III_LIB_DIR", filepath.Join(dir, "lib"))
 	ps := Run(Config{Target: linux, Accel: settings.AccelKVM})
 	for check, want := range map[string]string{
-		"qemu":      "apt-get install qemu-system-x86",
+		"qemu":      "apt-get install " + guestarch.Host().QemuPackage,
 		"virtiofsd": "apt-get install qemu-system-common",
 		"kvm":       "does not exist",
 		"libcap-ng": "apt-get install libcap-ng0",
@@ -109,7 +109,7 @@ func TestDarwinMissingPieces(t *testing.T) {
 	t.Setenv("III_LIBCAPNG", filepath.Join(dir, "no-libcap-ng.so.0"))
 	ps := Run(Config{Target: darwin, Accel: settings.AccelHVF, Arch: guestarch.AArch64, HVF: func() bool { return false }})
 	for check, want := range map[string]string{
-		"qemu":     "not found on PATH nor in /opt/homebrew/bin; it runs the aarch64 guests); install it with `brew install qemu`",
+		"qemu":     "qemu-system-aarch64 not found on PATH nor in /opt/homebrew/bin); install it with `brew install qemu`",
 		"hvf":      "Hypervisor.framework is not available",
 		"firmware": "VM firmware missing: " + filepath.Join(dir, "lib", "iii-vm-vmlinux"),
 	} {
