@@ -49,11 +49,12 @@ func MissingArches(arches []string) []string {
 	return missing
 }
 
-// listsFor reports whether apt has package lists of Debian architecture arch ("" any).
+// listsFor reports whether apt has package lists of Debian architecture arch ("" any). apt may
+// keep them compressed (Acquire::GzipIndexes: _Packages.lz4 and the like).
 func listsFor(arch string) bool {
-	pattern := "/var/lib/apt/lists/*_Packages"
+	pattern := "/var/lib/apt/lists/*_Packages*"
 	if arch != "" {
-		pattern = "/var/lib/apt/lists/*_binary-" + arch + "_Packages"
+		pattern = "/var/lib/apt/lists/*_binary-" + arch + "_Packages*"
 	}
 	lists, _ := filepath.Glob(pattern)
 	return len(lists) > 0
