@@ -25,7 +25,7 @@ func Demo(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := setup(ctx, hostsetup.VM); err != nil {
+	if err := setupHost(ctx, hostsetup.VM); err != nil {
 		return err
 	}
 	fmt.Println("==> building bin/iii, bin/sandbox-libkrun and bin/" + demo.WorkerBinary)

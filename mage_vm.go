@@ -8,40 +8,76 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/iii-go/iii/engine/platform"
 	"github.com/iii-go/iii/internal/hostsetup"
+	"github.com/iii-go/iii/internal/release"
 	"github.com/magefile/mage/mg"
 )
 
-// Firmware builds the VM firmware of this host's target from Debian's linux-image-cloud package
-// (uncompressed kernel, virtio/virtiofs/overlay modules, guest agent initramfs) into
-// dist/firmware/<target>/: the adapter archive of that target carries it, and bin/firmware
-// points at it. Debian's .deb files are cached in the system temporary directory.
+// Firmware builds the VM firmware of every guest architecture the adapter ships for (x86_64
+// from Debian's linux-image-cloud-amd64, aarch64 from linux-image-arm64: uncompressed kernel,
+// virtio/virtiofs/9p/overlay modules, guest agent initramfs) into dist/firmware/<linux target>/:
+// the adapter archive of each target carries its own (Apple Silicon aarch64's), bin/firmware
+// points at this host's and bin/firmware-<arch> at the other's. Debian's .deb files are cached
+// in the system temporary directory.
 func Firmware(ctx context.Context) error {
-	dir, err := firmwareDir()
+	return buildFirmware(ctx, release.FirmwareTriples())
+}
+
+// buildFirmware builds the firmware of each Linux target triple into dist/firmware/<triple>/.
+func buildFirmware(ctx context.Context, triples []string) error {
+	_, dist, err := rootAndDist()
 	if err != nil {
 		return err
 	}
-	return vmBuild(ctx, "firmware", "-out", dir)
+	for _, triple := range triples {
+		arch, _, _ := strings.Cut(triple, "-")
+		if err := vmBuild(ctx, "firmware", "-arch", arch, "-out", filepath.Join(dist, "firmware", triple)); err != nil {
+			return fmt.Errorf("firmware %s: %w", triple, err)
+		}
+	}
+	return nil
 }
 
 // Images builds the preset sandbox images (python, node) offline from Debian packages and imports
-// them into the image cache ~/.iii/cache/; presets already there are kept.
+// them into the image cache ~/.iii/cache/, then those of the other guest architecture (run under
+// emulation) into ~/.iii/cache/<arch>/; presets already there are kept.
 func Images(ctx context.Context) error {
-	return vmBuild(ctx, "images")
+	if err := vmBuild(ctx, "images"); err != nil {
+		return err
+	}
+	for _, arch := range emulatedArches() {
+		if err := vmBuild(ctx, "images", "-arch", arch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// emulatedArches are the guest architectures the adapter ships for other than this host's.
+func emulatedArches() []string {
+	var out []string
+	for _, triple := range release.FirmwareTriples() {
+		if triple != platform.Host().Triple {
+			arch, _, _ := strings.Cut(triple, "-")
+			out = append(out, arch)
+		}
+	}
+	return out
 }
 
 // Setup prepares a Debian 12 host for the demo and the test suite: it installs the Debian
-// packages that are missing (as root; otherwise it stops with the command to run), builds the
-// VM firmware and the preset images that are missing. `demo` and `test` run it first.
+// packages that are missing (as root; otherwise it stops with the command to run), including
+// the qemu and the dpkg architecture of the other guest architecture, and builds the VM
+// firmware and the preset images (of both guest architectures) that are missing. `test` runs it
+// first.
 func Setup(ctx context.Context) error {
-	return setup(ctx, append(append([]string(nil), hostsetup.VM...), hostsetup.Test...))
-}
-
-// setup installs pkgs, then builds the firmware and the images.
-func setup(ctx context.Context, pkgs []string) error {
-	if err := hostsetup.Ensure(pkgs, os.Stdout); err != nil {
+	emuPkgs, emuArch := hostsetup.Emulated()
+	pkgs := slices.Concat(hostsetup.VM, hostsetup.Test, emuPkgs)
+	if err := hostsetup.Ensure(pkgs, []string{emuArch}, os.Stdout); err != nil {
 		return err
 	}
 	fmt.Println("==> VM firmware (go tool mage firmware)")
@@ -51,6 +87,20 @@ func setup(ctx context.Context, pkgs []string) error {
 	fmt.Println("==> preset images (go tool mage images)")
 	mg.CtxDeps(ctx, Images)
 	return nil
+}
+
+// setupHost is Setup for this host's guests only (the demo): pkgs, the firmware of this host's
+// target and its preset images.
+func setupHost(ctx context.Context, pkgs []string) error {
+	if err := hostsetup.Ensure(pkgs, nil, os.Stdout); err != nil {
+		return err
+	}
+	fmt.Println("==> VM firmware of " + platform.Host().Triple)
+	if err := buildFirmware(ctx, []string{platform.Host().Triple}); err != nil {
+		return fmt.Errorf("building the VM firmware: %w", err)
+	}
+	fmt.Println("==> preset images")
+	return vmBuild(ctx, "images")
 }
 
 // firmwareDir is dist/firmware/<host target> ($III_DIST_DIR honoured), as an absolute path.

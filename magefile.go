@@ -22,7 +22,8 @@ import (
 var modules = []string{".", "engine", "compose", "sandbox-libkrun", "updater", "workers"}
 
 // Build builds iii and sandbox-libkrun for this host into bin/, and points bin/firmware at the
-// VM firmware the adapter carries when `go tool mage firmware` has built it.
+// VM firmware the adapter carries (and bin/firmware-<arch> at the other guest architecture's)
+// when `go tool mage firmware` has built it.
 func Build(ctx context.Context) error {
 	root, err := os.Getwd()
 	if err != nil {
@@ -40,16 +41,32 @@ func Build(ctx context.Context) error {
 		}
 		fmt.Printf("built %s %s\n", out, v)
 	}
-	return linkFirmware(filepath.Join("bin", release.FirmwareDir))
+	return linkFirmware("bin")
 }
 
-// linkFirmware makes link a symbolic link to the host target's firmware build, or removes it
-// when there is none.
-func linkFirmware(link string) error {
-	dir, err := firmwareDir()
+// linkFirmware makes bin/firmware a symbolic link to the host target's firmware build and
+// bin/firmware-<arch> one to the firmware of each other guest architecture (which the adapter
+// installs for guest_arch under emulation), or removes a link whose build is missing.
+func linkFirmware(bin string) error {
+	_, dist, err := rootAndDist()
 	if err != nil {
 		return err
 	}
+	for _, triple := range release.FirmwareTriples() {
+		name := release.FirmwareDir
+		if triple != platform.Host().Triple {
+			arch, _, _ := strings.Cut(triple, "-")
+			name += "-" + arch
+		}
+		if err := link(filepath.Join(dist, "firmware", triple), filepath.Join(bin, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// link makes link a symbolic link to dir, or removes it when dir does not exist.
+func link(dir, link string) error {
 	if err := os.Remove(link); err != nil && !os.IsNotExist(err) {
 		return err
 	}
@@ -60,20 +77,21 @@ func linkFirmware(link string) error {
 }
 
 // Release cross-compiles every target into dist/iii/v<version>/ with checksums and a manifest,
-// then publishes the adapter into the worker registry dist/registry/. The adapter archive of
-// this host's target carries the VM firmware (built first).
+// then publishes the adapter into the worker registry dist/registry/. Each adapter archive
+// carries the VM firmware of its guest architecture (built first): x86_64 Linux the x86_64
+// firmware, aarch64 Linux and Apple Silicon the aarch64 one.
 func Release(ctx context.Context) error {
 	mg.CtxDeps(ctx, Firmware)
 	root, dist, err := rootAndDist()
 	if err != nil {
 		return err
 	}
-	fw, err := firmwareDir()
-	if err != nil {
-		return err
+	fw := map[string]string{}
+	for _, t := range release.Targets {
+		fw[t.Triple] = filepath.Join(dist, "firmware", t.FirmwareTriple())
 	}
 	m, err := release.Run(ctx, release.Options{Root: root, Dist: dist, Jobs: 2, Log: os.Stdout, Extra: []string{"updater/install.sh"},
-		Firmware: map[string]string{platform.Host().Triple: fw}})
+		Firmware: fw})
 	if err != nil {
 		return err
 	}

@@ -15,17 +15,21 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/platform"
 	"github.com/iii-go/iii/engine/procgroup"
 
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/sandbox-libkrun/adapter"
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/hostcheck"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
 	"github.com/iii-go/iii/sandbox-libkrun/scode"
@@ -83,14 +87,21 @@ replacement boots behind it; pooled machines are not listed, do not count toward
 max_concurrent_sandboxes and stop with the adapter. adapter::info shows warm_pool.<image>
 {size, ready, booting, served, error}.
 
-Settings key accelerator (default kvm on Linux): kvm needs read/write /dev/kvm; tcg runs every
-VM under qemu's software emulation on any host (slower; a warning at start says so); auto uses
-KVM when a probe boot under it works, else tcg. $III_SANDBOX_ACCELERATOR overrides the key.
+Settings key accelerator (default kvm on Linux, hvf on macOS): kvm needs read/write /dev/kvm;
+hvf is macOS's Hypervisor.framework; tcg runs every VM under qemu's software emulation on any
+host (slower; a warning at start says so); auto uses KVM (HVF) when usable, else tcg.
+$III_SANDBOX_ACCELERATOR overrides the key.
 
-At start the adapter installs the VM firmware it carries (firmware/ beside this binary) into
-~/.iii/lib when it is missing or older. Host checks (each missing piece is its own error):
-qemu, virtiofsd, read/write /dev/kvm (accelerator kvm), libcap-ng0, the VM firmware. Images are
-cached in ~/.iii/cache (pulled when auto_install is on), VM-worker state is kept in
+Settings key guest_arch (default: the host's; x86_64 or aarch64): another architecture than the
+host's runs only under tcg (auto means tcg then), from the firmware in ~/.iii/lib/<arch>/ and
+the images in ~/.iii/cache/<arch>/. Settings key file_share (default virtiofs on Linux, 9p on
+macOS): how the image and mounts reach the guest, virtiofsd or qemu's virtio-9p server.
+
+At start the adapter installs the VM firmware it carries (firmware/ beside this binary, or
+firmware-<arch>/ for an emulated guest_arch) into ~/.iii/lib when it is missing or older. Host
+checks (each missing piece is its own error): qemu, virtiofsd (file_share virtiofs), read/write
+/dev/kvm (accelerator kvm), Hypervisor.framework (hvf), libcap-ng0 (Linux), the VM firmware.
+Images are cached in ~/.iii/cache (pulled when auto_install is on), VM-worker state is kept in
 ~/.iii/sandbox/workers/<vm_id>/.
 
 Functions: <prefix>::create exec run list stop catalog::list adapter::info
@@ -203,10 +214,17 @@ func run(args []string) int {
 	if err != nil {
 		return fail("INVALID_SETTINGS", "%v", err)
 	}
-	if err := installFirmware(); err != nil {
+	arch, err := st.Guest(accel, runtime.GOOS, runtime.GOARCH)
+	if err != nil {
+		return fail("INVALID_SETTINGS", "%v", err)
+	}
+	if p := hostcheck.Platform(platform.Host()); p != nil {
+		return fail(errcode.UnsupportedPlatform, "%s", p.Message)
+	}
+	if err := installFirmware(arch); err != nil {
 		return fail("FIRMWARE_INSTALL_FAILED", "%v", err)
 	}
-	problems := hostcheck.Run(accel)
+	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare})
 	for _, p := range problems {
 		if !p.Fatal {
 			logf("warning: %s", p)
@@ -215,12 +233,14 @@ func run(args []string) int {
 	if err := hostcheck.Err(problems); err != nil {
 		return fail("HOST_CHECK_FAILED", "%v", err)
 	}
-	drv, err := qemu.New(qemu.Options{Accel: accel})
+	drv, err := qemu.New(qemu.Options{Accel: accel, Arch: arch, Share: st.FileShare})
 	if err != nil {
 		return fail("HOST_CHECK_FAILED", "%v", err)
 	}
 	inUse := drv.Accel()
 	switch {
+	case !arch.Native():
+		logf("warning: guest_arch %s: every VM is an emulated %s machine under software emulation (tcg), several times slower than a native guest", arch.Name, arch.Name)
 	case accel == settings.AccelTCG:
 		logf("warning: accelerator tcg: every VM runs under software emulation (no KVM), several times slower than under kvm")
 	case accel == settings.AccelAuto:
@@ -232,10 +252,11 @@ func run(args []string) int {
 	}
 
 	warnPoolMemory(st)
-	images := cacheImages{c: image.NewCache("")}
+	// Images of an emulated guest architecture live apart (image.DirFor).
+	images := cacheImages{c: image.NewCacheFor(image.DirFor(image.DefaultDir(), arch), arch)}
 	runDir := processDir("iii-sbx")
 	defer os.RemoveAll(runDir)
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Accelerator: inUse,
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Accelerator: inUse, GuestArch: arch.Name,
 		StateDir: filepath.Join(runDir, "s"), Logf: logf, Channels: w})
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
@@ -332,15 +353,16 @@ func accelerator(st settings.Settings) (string, error) {
 	return v, nil
 }
 
-// installFirmware installs the firmware this adapter carries into the firmware directory
-// (~/.iii/lib) when it is missing or older, and says what it did. An adapter that carries none
-// (a bare `go build`) relies on what is installed.
-func installFirmware() error {
-	src, ok := firmware.Bundled()
+// installFirmware installs the firmware of guest architecture arch this adapter carries into its
+// firmware directory (~/.iii/lib, or ~/.iii/lib/<arch> for an emulated one) when it is missing
+// or older, and says what it did. An adapter that carries none (a bare `go build`) relies on
+// what is installed.
+func installFirmware(arch guestarch.Arch) error {
+	src, ok := firmware.BundledFor(arch)
 	if !ok {
 		return nil
 	}
-	dst := firmware.At(firmware.Dir())
+	dst := firmware.At(firmware.DirFor(arch))
 	action, err := firmware.Install(src, dst, version)
 	if err != nil {
 		return err

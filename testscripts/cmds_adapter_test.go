@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/platform"
 	"github.com/iii-go/iii/internal/hostsetup"
 	"github.com/iii-go/iii/internal/release"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -22,20 +23,25 @@ import (
 // The adapter scenarios boot real microVMs: qemu and virtiofsd on the host, the VM firmware the
 // adapter under test carries (firmware/ beside it, from `go tool mage firmware`) and, for [vm],
 // the python/node presets in the real ~/.iii/cache (`go tool mage images`); `go tool mage test`
-// prepares all of it. `vmhome` links the presets into the scenario's fake HOME; the adapter
-// installs its firmware there itself. Every scenario gets III_SANDBOX_ACCELERATOR: tcg where
-// the KVM device is absent, auto where it exists (hostsetup.Accelerator). With CI=true a
-// missing prerequisite fails the scenario instead of skipping it.
+// prepares all of it. [vmaarch64] adds aarch64 guests: qemu-system-aarch64, the aarch64 firmware
+// the adapter carries (firmware-aarch64/ on an x86_64 host, where they run under emulation) and
+// the aarch64 presets (~/.iii/cache/aarch64/ there). `vmhome` links the presets of both
+// architectures into the scenario's fake HOME; the adapter installs its firmware there itself.
+// Every scenario gets III_SANDBOX_ACCELERATOR: tcg where the KVM device is absent, auto where it
+// exists (hostsetup.Accelerator). With CI=true a missing prerequisite fails the scenario instead
+// of skipping it.
 func init() {
 	registerBinary(binary{name: "iii-vmbuild", pkg: "./sandbox-libkrun/cmd/iii-vmbuild", version: "0.0.0-test"})
 	registerCond("vmhost", func() (bool, error) { return vmCond(vmHost()) })
 	registerCond("vm", func() (bool, error) { return vmCond(vmReason()) })
+	registerCond("vmaarch64", func() (bool, error) { return vmCond(aarch64Reason()) })
 	registerCmd("vmhome", cmdVMHome)
 	registerCmd("vmpids", cmdVMPids)
 	registerCmd("waitcall", cmdWaitCall)
 	registerCmd("unprivileged", cmdUnprivileged)
 	registerSetup(func(env *testscript.Env) error {
 		env.Setenv("VM_SKIP_REASON", vmReason())
+		env.Setenv("VM_AARCH64_SKIP_REASON", aarch64Reason())
 		accel, _ := hostsetup.Accelerator()
 		env.Setenv("III_SANDBOX_ACCELERATOR", accel)
 		env.Setenv("VM_ACCEL", accel)
@@ -57,10 +63,43 @@ func vmReason() string {
 	if r := vmHost(); r != "" {
 		return r
 	}
-	if len(presetImages()) == 0 {
+	if len(presetImages(hostArch())) == 0 {
 		return "the python/node presets are not in ~/.iii/cache (go tool mage images)"
 	}
 	return ""
+}
+
+// hostArch is this host's guest architecture (uname -m).
+func hostArch() string {
+	arch, _, _ := strings.Cut(platform.Host().Triple, "-")
+	return arch
+}
+
+// aarch64Reason is why [vmaarch64] is false, or "".
+func aarch64Reason() string {
+	if r := vmReason(); r != "" {
+		return r
+	}
+	if _, err := exec.LookPath("qemu-system-aarch64"); err != nil {
+		return "qemu-system-aarch64 is not installed (apt-get install qemu-system-arm; go tool mage setup)"
+	}
+	fw := filepath.Join(filepath.Dir(adapterFirmware()), carriedFirmware("aarch64"))
+	if _, err := os.Stat(filepath.Join(fw, "iii-vm-firmware.json")); err != nil {
+		return "the adapter under test carries no aarch64 VM firmware in " + fw + " (go tool mage firmware)"
+	}
+	if len(presetImages("aarch64")) == 0 {
+		return "the aarch64 python/node presets are not in ~/.iii/cache/aarch64 (go tool mage images)"
+	}
+	return ""
+}
+
+// carriedFirmware is the directory beside the adapter that carries the firmware of guest
+// architecture arch: firmware for this host's, firmware-<arch> for another.
+func carriedFirmware(arch string) string {
+	if arch == hostArch() {
+		return release.FirmwareDir
+	}
+	return release.FirmwareDir + "-" + arch
 }
 
 // realHome is the HOME of the test process, before scenarios get their fake one.
@@ -101,34 +140,54 @@ func adapterFirmware() string {
 	return filepath.Join(filepath.Dir(exe), release.FirmwareDir)
 }
 
-// presetImages lists the preset cache entries of the real ~/.iii/cache, as iii-vmbuild reports
-// them ("NAME PATH" lines).
-var presetImages = sync.OnceValue(func() map[string]string {
-	out, err := exec.Command(filepath.Join(binDir, "iii-vmbuild"), "presets", "-cache", filepath.Join(realHome(), ".iii", "cache")).Output()
-	if err != nil {
-		return nil
+// presetImages lists the preset cache entries of guest architecture arch in the real
+// ~/.iii/cache, as iii-vmbuild reports them ("NAME PATH" lines).
+func presetImages(arch string) map[string]string {
+	presetMu.Lock()
+	defer presetMu.Unlock()
+	if images, ok := presetCache[arch]; ok {
+		return images
 	}
 	images := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if name, path, ok := strings.Cut(line, " "); ok {
-			images[name] = path
+	out, err := exec.Command(filepath.Join(binDir, "iii-vmbuild"), "presets", "-arch", arch, "-cache", filepath.Join(realHome(), ".iii", "cache")).Output()
+	if err == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if name, path, ok := strings.Cut(line, " "); ok {
+				images[name] = path
+			}
 		}
 	}
+	presetCache[arch] = images
 	return images
-})
+}
+
+var (
+	presetMu    sync.Mutex
+	presetCache = map[string]map[string]string{}
+)
 
 // vmhome: link the cached preset images of the real ~/.iii/cache into the scenario's fake HOME,
-// so the adapter finds them where it looks (without pulling).
+// so the adapter finds them where it looks (without pulling): this host's architecture's in
+// ~/.iii/cache, the aarch64 ones of an x86_64 host in ~/.iii/cache/aarch64.
 func cmdVMHome(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 0 {
 		ts.Fatalf("usage: vmhome")
 	}
-	cache := filepath.Join(ts.Getenv("HOME"), ".iii", "cache")
-	ts.Check(os.MkdirAll(cache, 0o755))
-	for _, img := range presetImages() {
-		ts.Check(os.Symlink(img, filepath.Join(cache, filepath.Base(img))))
-		if _, err := os.Stat(img + ".json"); err == nil {
-			ts.Check(os.Symlink(img+".json", filepath.Join(cache, filepath.Base(img)+".json")))
+	for _, arch := range []string{"x86_64", "aarch64"} {
+		cache := filepath.Join(ts.Getenv("HOME"), ".iii", "cache")
+		if arch != hostArch() {
+			cache = filepath.Join(cache, arch)
+		}
+		images := presetImages(arch)
+		if len(images) == 0 {
+			continue
+		}
+		ts.Check(os.MkdirAll(cache, 0o755))
+		for _, img := range images {
+			ts.Check(os.Symlink(img, filepath.Join(cache, filepath.Base(img))))
+			if _, err := os.Stat(img + ".json"); err == nil {
+				ts.Check(os.Symlink(img+".json", filepath.Join(cache, filepath.Base(img)+".json")))
+			}
 		}
 	}
 }

@@ -84,7 +84,7 @@ func cmdOCIRegistry(ts *testscript.TestScript, neg bool, args []string) {
 // pythonLayer packs the python preset's root filesystem into a gzipped layer tar once per test
 // run (beside the binaries) and returns its path.
 var pythonLayer = sync.OnceValues(func() (string, error) {
-	root, ok := presetImages()["python"]
+	root, ok := presetImages(hostArch())["python"]
 	if !ok {
 		return "", fmt.Errorf("the python preset is not in ~/.iii/cache (go tool mage images)")
 	}
@@ -153,7 +153,7 @@ func cmdCache025(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 1 {
 		ts.Fatalf("usage: cache025 REF")
 	}
-	root, ok := presetImages()["python"]
+	root, ok := presetImages(hostArch())["python"]
 	if !ok {
 		ts.Fatalf("cache025: the python preset is not in ~/.iii/cache")
 	}

@@ -90,12 +90,20 @@ func testMain(m *testing.M) int {
 
 // buildBinaries builds every registered binary into dir, or links it from prebuilt when that
 // directory already holds a file of the same name. A built sandbox-libkrun carries the VM
-// firmware of dist/firmware/<host target> (a link in dir), as a released one does.
+// firmware of dist/firmware/<host target> (a link in dir), as a released one does, and that of
+// the other guest architecture in firmware-<arch> (for guest_arch under emulation).
 func buildBinaries(prebuilt, dir string) error {
-	fw := filepath.Join(repoRoot, "dist", "firmware", platform.Host().Triple)
-	if _, err := os.Stat(fw); err == nil {
-		if err := os.Symlink(fw, filepath.Join(dir, release.FirmwareDir)); err != nil {
-			return err
+	for _, triple := range release.FirmwareTriples() {
+		name := release.FirmwareDir
+		if triple != platform.Host().Triple {
+			arch, _, _ := strings.Cut(triple, "-")
+			name += "-" + arch
+		}
+		fw := filepath.Join(repoRoot, "dist", "firmware", triple)
+		if _, err := os.Stat(fw); err == nil {
+			if err := os.Symlink(fw, filepath.Join(dir, name)); err != nil {
+				return err
+			}
 		}
 	}
 	for _, b := range binaries {

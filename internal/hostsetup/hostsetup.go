@@ -10,16 +10,55 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 )
 
 // VM are the packages a sandbox microVM needs on the host, and what builds its firmware and
-// preset images: qemu and virtiofsd, libcap-ng0 for virtiofsd, busybox, cpio and lz4.
+// preset images: qemu and virtiofsd, libcap-ng0 for virtiofsd, busybox, cpio and lz4. The guests
+// of the other architecture need Emulated besides.
 var VM = []string{"qemu-system-x86", "qemu-system-common", "libcap-ng0", "busybox-static", "cpio", "lz4", "util-linux"}
 
 // Test are the packages the end-to-end suite needs besides VM: the release checks (file,
 // unzip), install.sh under dash with curl and wget, and shellcheck.
 var Test = []string{"file", "unzip", "ca-certificates", "shellcheck", "dash", "curl", "wget"}
+
+// Emulated returns what guests of the architecture this host does not have need (the adapter's
+// guest_arch under emulation, which the test suite runs): the qemu package that runs them and
+// Debian's name of their architecture, added to dpkg so that their firmware and preset images
+// can be built from its packages.
+func Emulated() (pkgs []string, debArch string) {
+	if runtime.GOARCH == "arm64" {
+		return []string{"qemu-system-x86"}, "amd64"
+	}
+	return []string{"qemu-system-arm"}, "arm64"
+}
+
+// MissingArches returns the Debian architectures of arches that dpkg does not list as foreign
+// architectures.
+func MissingArches(arches []string) []string {
+	out, _ := exec.Command("dpkg", "--print-foreign-architectures").Output()
+	have := strings.Fields(string(out))
+	var missing []string
+	for _, a := range arches {
+		if !slices.Contains(have, a) {
+			missing = append(missing, a)
+		}
+	}
+	return missing
+}
+
+// listsFor reports whether apt has package lists of Debian architecture arch ("" any). apt may
+// keep them compressed (Acquire::GzipIndexes: _Packages.lz4 and the like).
+func listsFor(arch string) bool {
+	pattern := "/var/lib/apt/lists/*_Packages*"
+	if arch != "" {
+		pattern = "/var/lib/apt/lists/*_binary-" + arch + "_Packages*"
+	}
+	lists, _ := filepath.Glob(pattern)
+	return len(lists) > 0
+}
 
 // Missing returns the packages of pkgs that dpkg does not list as installed.
 func Missing(pkgs []string) []string {
@@ -33,20 +72,31 @@ func Missing(pkgs []string) []string {
 	return missing
 }
 
-// Ensure installs the packages of pkgs that are missing, printing what it installs to log, and
-// makes sure apt's package lists exist (the firmware and image builds download .deb files). A
-// user other than root gets an error holding the one command to run instead.
-func Ensure(pkgs []string, log io.Writer) error {
+// Ensure adds the foreign Debian architectures of arches that dpkg lacks, installs the packages
+// of pkgs that are missing, printing what it does to log, and makes sure apt's package lists
+// exist for every architecture (the firmware and image builds download .deb files). A user
+// other than root gets an error holding the one command to run instead.
+func Ensure(pkgs, arches []string, log io.Writer) error {
 	if _, err := exec.LookPath("dpkg-query"); err != nil {
 		return fmt.Errorf("this host has no dpkg: install %s with your package manager, or use Debian 12", strings.Join(pkgs, " "))
 	}
 	missing := Missing(pkgs)
-	lists, _ := filepath.Glob("/var/lib/apt/lists/*_Packages*") // plain or compressed (.lz4, .gz)
-	if len(missing) == 0 && len(lists) > 0 {
+	newArches := MissingArches(arches)
+	lists := listsFor("")
+	for _, a := range arches {
+		lists = lists && listsFor(a)
+	}
+	if len(missing) == 0 && len(newArches) == 0 && lists {
 		return nil
 	}
 	if os.Geteuid() != 0 {
-		return notRoot(missing)
+		return notRoot(missing, newArches)
+	}
+	for _, a := range newArches {
+		fmt.Fprintf(log, "==> dpkg --add-architecture %s\n", a)
+		if err := run(log, "dpkg", "--add-architecture", a); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(log, "==> apt-get update")
 	if err := run(log, "apt-get", "update", "-qq"); err != nil {
@@ -60,12 +110,24 @@ func Ensure(pkgs []string, log io.Writer) error {
 }
 
 // notRoot is the error of a user who cannot install: the one command that does it.
-func notRoot(missing []string) error {
-	if len(missing) == 0 {
+func notRoot(missing, arches []string) error {
+	var cmds []string
+	for _, a := range arches {
+		cmds = append(cmds, "sudo dpkg --add-architecture "+a)
+	}
+	cmds = append(cmds, "sudo apt-get update")
+	if len(missing) == 0 && len(arches) == 0 {
 		return fmt.Errorf("apt has no package lists (the VM firmware and images are built from .deb files); run: sudo apt-get update")
 	}
-	return fmt.Errorf("missing Debian packages: %s; run: sudo apt-get update && sudo apt-get install -y --no-install-recommends %s",
-		strings.Join(missing, " "), strings.Join(missing, " "))
+	what := []string{}
+	if len(arches) > 0 {
+		what = append(what, "Debian architectures: "+strings.Join(arches, " ")+" (the firmware and images of emulated guests)")
+	}
+	if len(missing) > 0 {
+		what = append(what, "Debian packages: "+strings.Join(missing, " "))
+		cmds = append(cmds, "sudo apt-get install -y --no-install-recommends "+strings.Join(missing, " "))
+	}
+	return fmt.Errorf("missing %s; run: %s", strings.Join(what, "; missing "), strings.Join(cmds, " && "))
 }
 
 func run(log io.Writer, name string, args ...string) error {

@@ -90,3 +90,25 @@ func TestTargetTable(t *testing.T) {
 		}
 	}
 }
+
+// Each adapter target carries the firmware of its own guest architecture; Apple Silicon's guests
+// are aarch64 Linux.
+func TestFirmwarePerTarget(t *testing.T) {
+	got := map[string]string{}
+	for _, tg := range Targets {
+		if tg.Ships("sandbox-libkrun") {
+			got[tg.Triple] = tg.FirmwareTriple()
+		}
+	}
+	want := map[string]string{
+		"aarch64-apple-darwin":      "aarch64-unknown-linux-gnu",
+		"x86_64-unknown-linux-gnu":  "x86_64-unknown-linux-gnu",
+		"aarch64-unknown-linux-gnu": "aarch64-unknown-linux-gnu",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("firmware per target (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"aarch64-unknown-linux-gnu", "x86_64-unknown-linux-gnu"}, FirmwareTriples()); diff != "" {
+		t.Errorf("FirmwareTriples (-want +got):\n%s", diff)
+	}
+}

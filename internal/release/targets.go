@@ -3,6 +3,11 @@
 // mtimes, uid/gid 0, sorted entries, deterministic compression.
 package release
 
+import (
+	"slices"
+	"strings"
+)
+
 // Product is a binary that ships as release assets.
 type Product struct {
 	Name        string // binary and asset name prefix: iii, sandbox-libkrun
@@ -62,6 +67,31 @@ func (t Target) Exe(product string) string {
 // AssetName is the archive's file name: <product>-<triple>.<archive>.
 func (t Target) AssetName(product string) string {
 	return product + "-" + t.Triple + "." + t.Archive
+}
+
+// GuestArch is the guest architecture (uname -m) of the VMs an adapter of target t boots: its
+// own, since each target runs its guests natively (KVM on Linux, HVF on macOS).
+func (t Target) GuestArch() string {
+	arch, _, _ := strings.Cut(t.Triple, "-")
+	return arch
+}
+
+// FirmwareTriple names the firmware the adapter archive of t carries: the Linux target of its
+// guest architecture (dist/firmware/<triple>/), as a guest is Linux on every host; Apple Silicon
+// carries aarch64-unknown-linux-gnu's.
+func (t Target) FirmwareTriple() string { return t.GuestArch() + "-unknown-linux-gnu" }
+
+// FirmwareTriples lists, once each, the firmware every adapter archive carries.
+func FirmwareTriples() []string {
+	var out []string
+	for _, t := range Targets {
+		for _, p := range Products {
+			if p.Firmware && t.Ships(p.Name) && !slices.Contains(out, t.FirmwareTriple()) {
+				out = append(out, t.FirmwareTriple())
+			}
+		}
+	}
+	return out
 }
 
 // FindTarget returns the target with the given triple.

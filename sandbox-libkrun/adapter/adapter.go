@@ -76,10 +76,12 @@ type Options struct {
 	Version  string // adapter_version
 	// Accelerator is the accelerator VMs run under (kvm, tcg, hvf), reported by adapter::info.
 	Accelerator string
-	StateDir    string           // parent of each sandbox's machine state directory (sockets, console)
-	Now         func() time.Time // clock; time.Now when nil
-	Logf        func(format string, args ...any)
-	Channels    Channels // engine stream channels of fs::read and fs::write; without, channel content is S218
+	// GuestArch is the guest architecture (uname -m in a sandbox), reported by adapter::info.
+	GuestArch string
+	StateDir  string           // parent of each sandbox's machine state directory (sockets, console)
+	Now       func() time.Time // clock; time.Now when nil
+	Logf      func(format string, args ...any)
+	Channels  Channels // engine stream channels of fs::read and fs::write; without, channel content is S218
 }
 
 // Service holds the live sandboxes and serves every operation.
@@ -161,12 +163,15 @@ type InfoReply struct {
 	Contract       ContractVersion       `json:"contract"`
 	Driver         string                `json:"driver"`
 	Accelerator    string                `json:"accelerator"`
+	GuestArch      string                `json:"guest_arch,omitempty"`
+	FileShare      string                `json:"file_share,omitempty"`
 	WarmPool       map[string]PoolStatus `json:"warm_pool,omitempty"`
 }
 
 // Info answers adapter::info.
 func (s *Service) Info(context.Context, json.RawMessage) (any, error) {
-	r := InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract, Accelerator: s.opt.Accelerator}
+	r := InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract, Accelerator: s.opt.Accelerator,
+		GuestArch: s.opt.GuestArch, FileShare: s.opt.Settings.FileShare}
 	if s.opt.Driver != nil {
 		r.Driver = s.opt.Driver.Name()
 	}

@@ -1,10 +1,13 @@
-// Package firmware builds, carries and locates what the Linux VM driver boots: an uncompressed
-// kernel (vmlinux) taken from Debian's cloud kernel package and an initramfs holding the guest
-// agent as /init plus the kernel modules it loads.
+// Package firmware builds, carries and locates what the VM driver boots, per guest architecture:
+// an uncompressed kernel taken from a Debian kernel package (the ELF vmlinux inside x86_64's
+// bzImage, aarch64's Image) and an initramfs holding the guest agent as /init plus the kernel
+// modules it loads.
 //
-// mage builds the firmware into dist/firmware/<target>/; every adapter package carries it in
-// firmware/ beside the sandbox-libkrun binary, and the adapter installs it into ~/.iii/lib/ at
-// start (Install), where the driver loads it (req J3).
+// mage builds the firmware into dist/firmware/<target>/; every adapter package carries its
+// target's in firmware/ beside the sandbox-libkrun binary, and the adapter installs it into
+// ~/.iii/lib/ at start (Install), where the driver loads it (req J3). The firmware of a guest
+// architecture other than the host's (run under emulation) is carried in firmware-<arch>/ and
+// installed into ~/.iii/lib/<arch>/.
 package firmware
 
 import (
@@ -19,10 +22,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/iii-go/iii/engine/hostreq"
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
@@ -36,19 +41,29 @@ const (
 // BundleDir is the directory beside the adapter binary that holds the firmware it carries.
 const BundleDir = "firmware"
 
-// DefaultPackage is the Debian package whose kernel the firmware repackages.
-const DefaultPackage = "linux-image-cloud-amd64"
-
 // Modules are the kernel modules the guest loads at boot (their dependencies are added).
 var Modules = []string{"virtio_mmio", "virtio_console", "virtiofs", "overlay"}
 
 // NetModules are loaded only when a machine has networking.
 var NetModules = []string{"virtio_net"}
 
+// NinePModules are loaded only when a machine's files are shared over virtio-9p (macOS, and the
+// share_mode 9p on Linux). A kernel without them (Debian's cloud kernels) gives a firmware that
+// serves virtiofs only.
+var NinePModules = []string{"9pnet_virtio", "9p"}
+
+// The file shares a firmware's guest can mount, as listed in Manifest.Shares.
+const (
+	ShareVirtiofs = vm.ShareVirtiofs
+	Share9P       = vm.Share9P
+)
+
 // Manifest describes a firmware: what it was built from and the SHA-256 of its two files.
 // InstalledBy is set only in ~/.iii/lib, by the adapter version that installed it there.
 type Manifest struct {
 	KernelRelease string            `json:"kernel_release"`
+	Arch          string            `json:"arch,omitempty"` // guest architecture (uname -m); empty: x86_64
+	Shares        []string          `json:"shares,omitempty"`
 	Package       string            `json:"package"`
 	Agent         string            `json:"agent"`
 	Modules       []string          `json:"modules"`
@@ -76,6 +91,41 @@ func Dir() string {
 	return filepath.Join(home, ".iii", "lib")
 }
 
+// DirFor is the firmware directory of guest architecture a: Dir() for the host's, else its
+// subdirectory <arch>.
+func DirFor(a guestarch.Arch) string {
+	if a.Native() {
+		return Dir()
+	}
+	return filepath.Join(Dir(), a.Name)
+}
+
+// BundleDirFor is the directory beside the adapter binary that carries the firmware of guest
+// architecture a: firmware/ for the host's, firmware-<arch>/ for another.
+func BundleDirFor(a guestarch.Arch) string {
+	if a.Native() {
+		return BundleDir
+	}
+	return BundleDir + "-" + a.Name
+}
+
+// ArchOf is the guest architecture a manifest names (x86_64 when it names none: firmware built
+// before manifests carried one).
+func (m Manifest) ArchOf() string {
+	if m.Arch == "" {
+		return guestarch.X86_64.Name
+	}
+	return m.Arch
+}
+
+// Serves reports whether the firmware's guest can mount a share of the given kind.
+func (m Manifest) Serves(share string) bool {
+	if len(m.Shares) == 0 {
+		return share == ShareVirtiofs
+	}
+	return slices.Contains(m.Shares, share)
+}
+
 // At returns the firmware paths inside dir.
 func At(dir string) Paths {
 	return Paths{Dir: dir, Kernel: filepath.Join(dir, KernelFile), Initrd: filepath.Join(dir, InitrdFile), Manifest: filepath.Join(dir, ManifestFile)}
@@ -84,7 +134,12 @@ func At(dir string) Paths {
 // Locate returns the installed firmware, or the host check's error naming the missing file and
 // the fix.
 func Locate() (Paths, error) {
-	p := At(Dir())
+	return LocateFor(guestarch.Host())
+}
+
+// LocateFor returns the installed firmware of guest architecture a, or the host check's error.
+func LocateFor(a guestarch.Arch) (Paths, error) {
+	p := At(DirFor(a))
 	if pr := hostreq.Firmware(p.Dir); pr != nil {
 		return p, errors.New(pr.String())
 	}
@@ -106,12 +161,13 @@ func ReadManifest(p Paths) (Manifest, error) {
 
 // Options steer Build.
 type Options struct {
-	WorkDir   string    // scratch directory for the download and extraction (required)
-	OutDir    string    // where the firmware files go (required)
-	Package   string    // Debian kernel package (default DefaultPackage)
-	Agent     string    // path of a built guest agent; empty: build it from ModuleDir
-	ModuleDir string    // the sandbox-libkrun module directory, to build the agent
-	Log       io.Writer // progress lines; nil discards
+	WorkDir   string         // scratch directory for the download and extraction (required)
+	OutDir    string         // where the firmware files go (required)
+	Arch      guestarch.Arch // guest architecture (default: the host's)
+	Package   string         // Debian kernel package (default Arch.KernelPackage)
+	Agent     string         // path of a built guest agent; empty: build it from ModuleDir
+	ModuleDir string         // the sandbox-libkrun module directory, to build the agent
+	Log       io.Writer      // progress lines; nil discards
 }
 
 // Build downloads the kernel package with apt-get, extracts the uncompressed kernel and the
@@ -121,8 +177,11 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	if o.WorkDir == "" || o.OutDir == "" {
 		return Paths{}, errors.New("firmware: WorkDir and OutDir are required")
 	}
+	if o.Arch.Name == "" {
+		o.Arch = guestarch.Host()
+	}
 	if o.Package == "" {
-		o.Package = DefaultPackage
+		o.Package = o.Arch.KernelPackage
 	}
 	logf := func(format string, a ...any) {
 		if o.Log != nil {
@@ -132,7 +191,7 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return Paths{}, err
 	}
-	deb, err := downloadKernelDeb(ctx, o.WorkDir, o.Package)
+	deb, err := downloadKernelDeb(ctx, o.WorkDir, o.Package, o.Arch.Debian)
 	if err != nil {
 		return Paths{}, err
 	}
@@ -155,7 +214,7 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	if err != nil {
 		return Paths{}, err
 	}
-	vmlinux, err := ExtractVmlinux(bz)
+	vmlinux, err := kernelImage(o.Arch, bz)
 	if err != nil {
 		return Paths{}, err
 	}
@@ -172,20 +231,28 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 		return Paths{}, err
 	}
 	netMods = netMods[len(mods):]
+	shares := []string{ShareVirtiofs}
+	var ninePMods []Module
+	if all, err := LoadOrder(idx, append(append([]string(nil), Modules...), NinePModules...)); err == nil {
+		ninePMods = all[len(mods):]
+		shares = append(shares, Share9P)
+	} else {
+		logf("firmware: %s has no 9p (%v): this firmware serves virtiofs only", filepath.Base(deb), err)
+	}
 	agent := o.Agent
 	if agent == "" {
 		agent = filepath.Join(root, "init")
-		if err := BuildAgent(ctx, o.ModuleDir, agent); err != nil {
+		if err := BuildAgent(ctx, o.ModuleDir, o.Arch.GOARCH, agent); err != nil {
 			return Paths{}, err
 		}
 	}
-	initrd, err := Initramfs(agent, mods, netMods)
+	initrd, err := Initramfs(agent, mods, netMods, ninePMods)
 	if err != nil {
 		return Paths{}, err
 	}
-	man := Manifest{KernelRelease: release, Package: filepath.Base(deb), Agent: proto.AgentVersion,
+	man := Manifest{KernelRelease: release, Arch: o.Arch.Name, Shares: shares, Package: filepath.Base(deb), Agent: proto.AgentVersion,
 		SHA256: map[string]string{KernelFile: digest(vmlinux), InitrdFile: digest(initrd)}}
-	for _, m := range append(mods, netMods...) {
+	for _, m := range slices.Concat(mods, netMods, ninePMods) {
 		man.Modules = append(man.Modules, m.Name)
 	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
@@ -217,9 +284,10 @@ func writeManifest(p Paths, m Manifest) error {
 }
 
 // Initramfs builds the uncompressed cpio archive: /init (the agent), the module files under
-// /lib/modules with their load order in /lib/modules/order (at boot) and /lib/modules/order.net
-// (when networking is on), and /dev/console for init's stdio.
-func Initramfs(agent string, mods, netMods []Module) ([]byte, error) {
+// /lib/modules with their load order in /lib/modules/order (at boot), /lib/modules/order.net
+// (when networking is on) and /lib/modules/order.9p (when files are shared over 9p), and
+// /dev/console for init's stdio.
+func Initramfs(agent string, mods, netMods, ninePMods []Module) ([]byte, error) {
 	init, err := os.ReadFile(agent)
 	if err != nil {
 		return nil, err
@@ -234,7 +302,7 @@ func Initramfs(agent string, mods, netMods []Module) ([]byte, error) {
 	for _, set := range []struct {
 		order string
 		mods  []Module
-	}{{"order", mods}, {"order.net", netMods}} {
+	}{{"order", mods}, {"order.net", netMods}, {"order.9p", ninePMods}} {
 		var order strings.Builder
 		for _, m := range set.mods {
 			data, err := os.ReadFile(m.Path)
@@ -253,37 +321,42 @@ func Initramfs(agent string, mods, netMods []Module) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// BuildAgent compiles the static guest agent (package guest of moduleDir) for this host's
-// architecture.
-func BuildAgent(ctx context.Context, moduleDir, out string) error {
+// BuildAgent compiles the static guest agent (package guest of moduleDir) for Go architecture
+// goarch.
+func BuildAgent(ctx context.Context, moduleDir, goarch, out string) error {
 	if moduleDir == "" {
 		return errors.New("firmware: ModuleDir (the sandbox-libkrun module) is required to build the agent")
 	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./guest")
 	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build guest agent: %v\n%s", err, b)
 	}
 	return nil
 }
 
-// downloadKernelDeb fetches the real kernel package behind the meta package pkg.
-func downloadKernelDeb(ctx context.Context, dir, pkg string) (string, error) {
+// downloadKernelDeb fetches the real kernel package behind the meta package pkg, of Debian
+// architecture debArch.
+func downloadKernelDeb(ctx context.Context, dir, pkg, debArch string) (string, error) {
 	target := pkg
-	out, err := exec.CommandContext(ctx, "apt-cache", "depends", "--important", pkg).Output()
+	out, err := exec.CommandContext(ctx, "apt-cache", "depends", "--important", pkg+":"+debArch).Output()
 	if err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
 			if dep, ok := strings.CutPrefix(strings.TrimSpace(line), "Depends: "); ok && strings.HasPrefix(dep, "linux-image-") {
-				target = dep
+				target, _, _ = strings.Cut(dep, ":")
 				break
 			}
 		}
 	}
-	if err := run(ctx, dir, "apt-get", "download", "-q", target); err != nil {
-		return "", fmt.Errorf("%w (is the apt package list current? run apt-get update)", err)
+	if err := run(ctx, dir, "apt-get", "download", "-q", target+":"+debArch); err != nil {
+		hint := "is the apt package list current? run apt-get update"
+		if debArch != hostDebArch() {
+			hint = "is " + debArch + " a dpkg architecture here? run dpkg --add-architecture " + debArch + " && apt-get update"
+		}
+		return "", fmt.Errorf("%w (%s)", err, hint)
 	}
-	debs, _ := filepath.Glob(filepath.Join(dir, target+"_*.deb"))
+	debs, _ := filepath.Glob(filepath.Join(dir, target+"_*_"+debArch+".deb"))
 	if len(debs) == 0 {
 		return "", fmt.Errorf("firmware: apt-get download left no %s_*.deb in %s", target, dir)
 	}

@@ -2,12 +2,15 @@ package firmware
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 )
 
 // literalBlock encodes data as one LZ4 block made of literals only (a valid, uncompressed block).
@@ -128,7 +131,7 @@ func TestInitramfs(t *testing.T) {
 	if err := os.WriteFile(ko, []byte("module"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, err := Initramfs(agent, []Module{{Name: "m", Path: ko}}, nil)
+	data, err := Initramfs(agent, []Module{{Name: "m", Path: ko}}, nil, []Module{{Name: "m", Path: ko}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +141,7 @@ func TestInitramfs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cpio -t: %v", err)
 	}
-	for _, want := range []string{"crw-------", "dev/console", "-rwxr-xr-x", " init", "lib/modules/m.ko", "lib/modules/order", "lib/modules/order.net"} {
+	for _, want := range []string{"crw-------", "dev/console", "-rwxr-xr-x", " init", "lib/modules/m.ko", "lib/modules/order", "lib/modules/order.net", "lib/modules/order.9p"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("listing lacks %q:\n%s", want, out)
 		}
@@ -169,5 +172,51 @@ func TestStripSignature(t *testing.T) {
 	}
 	if got := StripSignature(body); !bytes.Equal(got, body) {
 		t.Fatalf("unsigned module changed to %q", got)
+	}
+}
+
+func TestExtractARM64Image(t *testing.T) {
+	img := make([]byte, 4096)
+	copy(img, "MZ")
+	binary.LittleEndian.PutUint32(img[0x38:], arm64Magic)
+	got, err := ExtractARM64Image(img)
+	if err != nil || !bytes.Equal(got, img) {
+		t.Fatalf("plain Image: %v", err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(img)
+	zw.Close()
+	if got, err := ExtractARM64Image(gz.Bytes()); err != nil || !bytes.Equal(got, img) {
+		t.Fatalf("gzip Image: %v", err)
+	}
+	if _, err := ExtractARM64Image(make([]byte, 4096)); err == nil || !strings.Contains(err.Error(), "not an arm64 Image") {
+		t.Fatalf("no magic: %v", err)
+	}
+}
+
+func TestDirsPerArch(t *testing.T) {
+	t.Setenv("III_LIB_DIR", "/lib-dir")
+	host := guestarch.Host()
+	other := guestarch.AArch64
+	if host.Name == other.Name {
+		other = guestarch.X86_64
+	}
+	if DirFor(host) != "/lib-dir" || BundleDirFor(host) != "firmware" {
+		t.Fatalf("host arch: %s %s", DirFor(host), BundleDirFor(host))
+	}
+	if DirFor(other) != "/lib-dir/"+other.Name || BundleDirFor(other) != "firmware-"+other.Name {
+		t.Fatalf("other arch: %s %s", DirFor(other), BundleDirFor(other))
+	}
+}
+
+func TestManifestShares(t *testing.T) {
+	old := Manifest{}
+	if !old.Serves(ShareVirtiofs) || old.Serves(Share9P) || old.ArchOf() != "x86_64" {
+		t.Fatalf("a manifest without arch and shares is an x86_64 virtiofs firmware")
+	}
+	arm := Manifest{Arch: "aarch64", Shares: []string{ShareVirtiofs, Share9P}}
+	if !arm.Serves(Share9P) || arm.ArchOf() != "aarch64" {
+		t.Fatalf("aarch64 manifest: %+v", arm)
 	}
 }

@@ -12,13 +12,18 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/internal/dirlock"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
 // Bundled returns the firmware the running adapter carries: the firmware/ directory beside its
 // executable (symbolic links resolved), and whether it holds a manifest.
-func Bundled() (Paths, bool) {
+func Bundled() (Paths, bool) { return BundledFor(guestarch.Host()) }
+
+// BundledFor returns the firmware of guest architecture a that the running adapter carries
+// (BundleDirFor beside its executable), and whether it holds a manifest.
+func BundledFor(a guestarch.Arch) (Paths, bool) {
 	exe, err := os.Executable()
 	if err != nil {
 		return Paths{}, false
@@ -26,7 +31,7 @@ func Bundled() (Paths, bool) {
 	if real, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = real
 	}
-	p := At(filepath.Join(filepath.Dir(exe), BundleDir))
+	p := At(filepath.Join(filepath.Dir(exe), BundleDirFor(a)))
 	_, err = os.Stat(p.Manifest)
 	return p, err == nil
 }

@@ -91,7 +91,15 @@ func (a *agent) serve() error {
 					continue
 				}
 			}
-			if err := setupRoot(in.RootTag, in.ScratchMB, in.Mounts); err != nil {
+			fsType := "virtiofs"
+			if in.Share == proto.Share9P {
+				if err := loadModules("/lib/modules/order.9p"); err != nil {
+					a.replyErr(f.ID, fmt.Errorf("9p: %w", err))
+					continue
+				}
+				fsType = "9p"
+			}
+			if err := setupRoot(fsType, in.RootTag, in.ScratchMB, in.Mounts); err != nil {
 				a.replyErr(f.ID, err)
 				continue
 			}

@@ -93,8 +93,23 @@ func openPort(name string, wait time.Duration) (*os.File, error) {
 	}
 }
 
-// setupRoot assembles the sandbox root at /newroot and chroots into it.
-func setupRoot(rootTag string, scratchMB int, mounts []mountReq) error {
+// shareOpts are the mount options of a share of fsType. 9p: the read-only root is cached in the
+// guest (it never changes under it); writable mounts cache only what mmap needs, so the host's
+// changes show at once. virtiofs needs none.
+func shareOpts(fsType string, readOnly bool) string {
+	if fsType != "9p" {
+		return ""
+	}
+	o := "trans=virtio,version=9p2000.L,msize=524288,cache=mmap"
+	if readOnly {
+		o = "trans=virtio,version=9p2000.L,msize=524288,cache=loose"
+	}
+	return o
+}
+
+// setupRoot assembles the sandbox root at /newroot from shares of fsType (virtiofs or 9p) and
+// chroots into it.
+func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
 	if scratchMB <= 0 {
 		scratchMB = 256
 	}
@@ -103,8 +118,8 @@ func setupRoot(rootTag string, scratchMB int, mounts []mountReq) error {
 			return err
 		}
 	}
-	if err := unix.Mount(rootTag, "/lower", "virtiofs", unix.MS_RDONLY|unix.MS_NODEV, ""); err != nil {
-		return fmt.Errorf("mount virtiofs root %q: %w", rootTag, err)
+	if err := unix.Mount(rootTag, "/lower", fsType, unix.MS_RDONLY|unix.MS_NODEV, shareOpts(fsType, true)); err != nil {
+		return fmt.Errorf("mount %s root %q: %w", fsType, rootTag, err)
 	}
 	if err := unix.Mount("scratch", "/scratch", "tmpfs", unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", scratchMB)); err != nil {
 		return fmt.Errorf("mount scratch tmpfs: %w", err)
@@ -145,8 +160,8 @@ func setupRoot(rootTag string, scratchMB int, mounts []mountReq) error {
 		if m.ReadOnly {
 			flags |= unix.MS_RDONLY
 		}
-		if err := unix.Mount(m.Tag, dst, "virtiofs", flags, ""); err != nil {
-			return fmt.Errorf("mount virtiofs %q at %s: %w", m.Tag, m.Path, err)
+		if err := unix.Mount(m.Tag, dst, fsType, flags, shareOpts(fsType, m.ReadOnly)); err != nil {
+			return fmt.Errorf("mount %s %q at %s: %w", fsType, m.Tag, m.Path, err)
 		}
 	}
 	// switch_root: move the new root over / so no path leads back to the initramfs.

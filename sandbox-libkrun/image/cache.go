@@ -28,6 +28,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 )
 
 // ErrNoBin marks an image whose root filesystem has no bin/ (usually: no linux/<arch> image).
@@ -51,17 +53,38 @@ func DefaultDir() string {
 // Cache is a rootfs cache directory. It is safe for concurrent use within a process; across
 // processes an install is atomic (extract to a temporary directory, then rename).
 type Cache struct {
-	Dir string
-	mu  sync.Mutex
-	ref map[string]*sync.Mutex
+	Dir    string
+	GOARCH string // the architecture of the images it holds and pulls (Go's name)
+	mu     sync.Mutex
+	ref    map[string]*sync.Mutex
 }
 
-// NewCache returns the cache at dir (DefaultDir when empty).
+// NewCache returns the cache at dir (DefaultDir when empty) of images of the host's
+// architecture.
 func NewCache(dir string) *Cache {
 	if dir == "" {
 		dir = DefaultDir()
 	}
-	return &Cache{Dir: dir, ref: map[string]*sync.Mutex{}}
+	return &Cache{Dir: dir, GOARCH: runtime.GOARCH, ref: map[string]*sync.Mutex{}}
+}
+
+// NewCacheFor returns the cache at dir of images of guest architecture a.
+func NewCacheFor(dir string, a guestarch.Arch) *Cache {
+	c := NewCache(dir)
+	c.GOARCH = a.GOARCH
+	return c
+}
+
+// DirFor is the cache directory of images of guest architecture a under the cache directory
+// dir: dir itself for the host's architecture, so the entries keep 0.25's names and 0.25's
+// entries are found (req J3); the subdirectory <arch> for another one. The 0.25 slug names no
+// architecture, so the images of a guest run under emulation live apart rather than under a
+// name 0.25 would read as its own.
+func DirFor(dir string, a guestarch.Arch) string {
+	if a.Native() {
+		return dir
+	}
+	return filepath.Join(dir, a.Name)
 }
 
 // Canonical returns the whole form of ref as 0.25 wrote it: registry, repository and tag (or
@@ -165,7 +188,7 @@ func (c *Cache) Pull(ctx context.Context, ref string, progress func(string)) (st
 	if err != nil {
 		return "", fmt.Errorf("invalid image reference %q: %w", ref, err)
 	}
-	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}))
+	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithPlatform(v1.Platform{OS: "linux", Architecture: c.GOARCH}))
 	if err != nil {
 		return "", fmt.Errorf("pull %s: %w", ref, err)
 	}

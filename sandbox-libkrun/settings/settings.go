@@ -17,6 +17,9 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
 // Presets are the built-in catalog images, by name, in their stable listing order.
@@ -54,6 +57,12 @@ type Settings struct {
 	WarmPool map[string]uint32 `json:"warm_pool"`
 	// Accelerator chooses how VMs run: AccelKVM, AccelTCG or AccelAuto (see DefaultAccelerator).
 	Accelerator string `json:"accelerator"`
+	// GuestArch is the guest architecture (x86_64, aarch64); empty: the host's. Another one than
+	// the host's runs only under software emulation (CheckGuest).
+	GuestArch string `json:"guest_arch,omitempty"`
+	// FileShare is how the image and mounts reach the guest: ShareVirtiofs or Share9P (see
+	// DefaultFileShare).
+	FileShare string `json:"file_share"`
 
 	warmRaw any // warm_pool as given, resolved once the allowlist and custom_images are known
 }
@@ -86,6 +95,48 @@ func DefaultAccelerator(goos string) string {
 	return AccelKVM
 }
 
+// The file shares the file_share key accepts: virtiofs (virtiofsd, Linux) or 9p (qemu's own
+// virtio-9p server: macOS, where virtiofsd does not exist, and Linux).
+const (
+	ShareVirtiofs = vm.ShareVirtiofs
+	Share9P       = vm.Share9P
+)
+
+// DefaultFileShare is the file share of a host when the key is not set: 9p on macOS, virtiofs
+// elsewhere.
+func DefaultFileShare(goos string) string {
+	if goos == "darwin" {
+		return Share9P
+	}
+	return ShareVirtiofs
+}
+
+// Guest resolves the guest architecture for a host of Go architecture goarch under accelerator
+// accel (the setting, or $III_SANDBOX_ACCELERATOR), failing closed: guest_arch other than the
+// host's runs only under software emulation (tcg, or auto, which then means tcg); virtiofs does
+// not exist on macOS; kvm is Linux's and hvf macOS's.
+func (s Settings) Guest(accel, goos, goarch string) (guestarch.Arch, error) {
+	host, known := guestarch.ForGOARCH(goarch)
+	arch := host
+	if s.GuestArch != "" {
+		a, err := guestarch.Parse(s.GuestArch)
+		if err != nil {
+			return a, bad("guest_arch", "must be one of %s, got %q", strings.Join(guestarch.Names(), ", "), s.GuestArch)
+		}
+		arch = a
+	}
+	if known && arch.GOARCH != host.GOARCH && accel != AccelTCG && accel != AccelAuto {
+		return arch, bad("guest_arch", "%s differs from this host's %s: such a guest runs only under software emulation; set `accelerator: tcg` (accelerator is %s)", arch.Name, host.Name, accel)
+	}
+	switch {
+	case goos == "darwin" && s.FileShare == ShareVirtiofs:
+		return arch, bad("file_share", "virtiofs needs virtiofsd, which does not exist on macOS; use 9p")
+	case goos == "darwin" && accel == AccelKVM:
+		return arch, bad("accelerator", "kvm is Linux's; on macOS use hvf (Hypervisor.framework), auto or tcg")
+	}
+	return arch, nil
+}
+
 // MaxWarmPool bounds warm_pool's count for one image.
 const MaxWarmPool = 8
 
@@ -105,6 +156,7 @@ func Defaults() Settings {
 		PerImageCaps:                map[string]ImageCaps{},
 		WarmPool:                    map[string]uint32{},
 		Accelerator:                 DefaultAccelerator(runtime.GOOS),
+		FileShare:                   DefaultFileShare(runtime.GOOS),
 	}
 }
 
@@ -256,6 +308,26 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 			return bad(k, "must be one of %s, got %s", strings.Join(Accelerators, ", "), describe(v))
 		}
 		s.Accelerator = a
+		return nil
+	},
+	"guest_arch": func(s *Settings, k string, v any) error {
+		a, ok := v.(string)
+		if !ok {
+			return bad(k, "must be one of %s, got %s", strings.Join(guestarch.Names(), ", "), describe(v))
+		}
+		arch, err := guestarch.Parse(a)
+		if err != nil || arch.Name != a {
+			return bad(k, "must be one of %s, got %s", strings.Join(guestarch.Names(), ", "), describe(v))
+		}
+		s.GuestArch = a
+		return nil
+	},
+	"file_share": func(s *Settings, k string, v any) error {
+		f, ok := v.(string)
+		if !ok || (f != ShareVirtiofs && f != Share9P) {
+			return bad(k, "must be one of %s, %s, got %s", ShareVirtiofs, Share9P, describe(v))
+		}
+		s.FileShare = f
 		return nil
 	},
 	"warm_pool": func(s *Settings, k string, v any) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -123,5 +124,47 @@ func TestLoadFile(t *testing.T) {
 	}
 	if _, _, err := LoadFile(p); err == nil || !strings.Contains(err.Error(), "YAML") {
 		t.Fatalf("malformed YAML: %v", err)
+	}
+}
+
+func TestGuestArchAndFileShareKeys(t *testing.T) {
+	s, _, err := Parse(map[string]any{"guest_arch": "aarch64", "file_share": "9p"})
+	if err != nil || s.GuestArch != "aarch64" || s.FileShare != Share9P {
+		t.Fatalf("got %+v, %v", s, err)
+	}
+	for _, doc := range []map[string]any{{"guest_arch": "arm64"}, {"guest_arch": 1}, {"file_share": "nfs"}, {"file_share": true}} {
+		if _, _, err := Parse(doc); err == nil {
+			t.Errorf("%v accepted", doc)
+		}
+	}
+	if d := Defaults(); d.GuestArch != "" || d.FileShare != DefaultFileShare(runtime.GOOS) {
+		t.Fatalf("defaults: %+v", d)
+	}
+}
+
+func TestGuest(t *testing.T) {
+	for _, c := range []struct {
+		guestArch, share, accel, goos, goarch string
+		want, err                             string
+	}{
+		{"", ShareVirtiofs, AccelKVM, "linux", "amd64", "x86_64", ""},
+		{"", ShareVirtiofs, AccelKVM, "linux", "arm64", "aarch64", ""},
+		{"aarch64", ShareVirtiofs, AccelTCG, "linux", "amd64", "aarch64", ""},
+		{"aarch64", Share9P, AccelAuto, "linux", "amd64", "aarch64", ""},
+		{"aarch64", ShareVirtiofs, AccelKVM, "linux", "amd64", "", "`guest_arch`: aarch64 differs from this host's x86_64: such a guest runs only under software emulation; set `accelerator: tcg` (accelerator is kvm)"},
+		{"x86_64", Share9P, AccelHVF, "darwin", "arm64", "", "runs only under software emulation"},
+		{"", Share9P, AccelHVF, "darwin", "arm64", "aarch64", ""},
+		{"", ShareVirtiofs, AccelHVF, "darwin", "arm64", "", "`file_share`: virtiofs needs virtiofsd, which does not exist on macOS; use 9p"},
+		{"", Share9P, AccelKVM, "darwin", "arm64", "", "`accelerator`: kvm is Linux's"},
+	} {
+		s := Defaults()
+		s.GuestArch, s.FileShare = c.guestArch, c.share
+		a, err := s.Guest(c.accel, c.goos, c.goarch)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%+v: error %v, want %q", c, err, c.err)
+		case c.err == "" && (err != nil || a.Name != c.want):
+			t.Errorf("%+v: got %s, %v", c, a.Name, err)
+		}
 	}
 }

@@ -19,6 +19,12 @@ type Driver interface {
 	Boot(ctx context.Context, spec Spec) (Machine, error)
 }
 
+// The file shares that serve a machine's image and mounts.
+const (
+	ShareVirtiofs = "virtiofs" // one virtiofsd per share (Linux)
+	Share9P       = "9p"       // qemu's own virtio-9p server (macOS, where virtiofsd does not exist; Linux too)
+)
+
 // Spec describes one machine.
 type Spec struct {
 	RootFS   string        // host directory served read-only as the root filesystem

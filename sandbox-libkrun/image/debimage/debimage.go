@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
 	"github.com/iii-go/iii/sandbox-libkrun/internal/dirlock"
 )
@@ -30,17 +31,17 @@ type Preset struct {
 	Name     string
 	Ref      string
 	Packages []string
-	// Setup runs inside the unpacked root (with chroot) after the packages, in place of the
-	// maintainer scripts that would have run on a real install.
-	Setup [][]string
+	// Bytecode lists the Python library directories compiled to bytecode after the packages
+	// are unpacked, in place of the maintainer scripts that would have done it on a real install.
+	Bytecode []string
 }
 
 // Presets are the two images of the catalog.
 var Presets = []Preset{
+	// Debian generates bytecode at install time; without it every sandbox recompiles the
+	// modules it imports.
 	{Name: "python", Ref: "docker.io/iiidev/python:latest", Packages: []string{"python3"},
-		// Debian generates bytecode at install time; without it every sandbox recompiles the
-		// modules it imports. unchecked-hash pycs stay valid whatever the files' timestamps.
-		Setup: [][]string{{"/usr/bin/python3", "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", "/usr/lib/python3.11", "/usr/lib/python3/dist-packages"}}},
+		Bytecode: []string{"/usr/lib/python3.11", "/usr/lib/python3/dist-packages"}},
 	{Name: "node", Ref: "docker.io/iiidev/node:latest", Packages: []string{"nodejs"}},
 }
 
@@ -49,10 +50,12 @@ var basePackages = []string{"busybox-static", "ca-certificates"}
 
 const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Build makes the image of p in workDir (downloads, root filesystem, OCI layout) and returns the
-// layout directory, a new directory under workDir that the caller removes when done.
-func Build(ctx context.Context, p Preset, workDir string, log io.Writer) (string, error) {
-	debs, err := download(ctx, filepath.Join(workDir, "debs"), append(append([]string(nil), basePackages...), p.Packages...))
+// Build makes the image of p for guest architecture a in workDir (downloads, root filesystem,
+// OCI layout) and returns the layout directory, a new directory under workDir that the caller
+// removes when done. Packages of another architecture than the host's come from apt's lists of
+// that architecture (`dpkg --add-architecture`); nothing of them runs on the host.
+func Build(ctx context.Context, p Preset, a guestarch.Arch, workDir string, log io.Writer) (string, error) {
+	debs, err := download(ctx, filepath.Join(workDir, "debs-"+a.Debian), a.Debian, append(append([]string(nil), basePackages...), p.Packages...))
 	if err != nil {
 		return "", err
 	}
@@ -70,16 +73,16 @@ func Build(ctx context.Context, p Preset, workDir string, log io.Writer) (string
 			return "", err
 		}
 	}
-	if err := finishRoot(ctx, rootfs); err != nil {
+	if err := finishRoot(ctx, rootfs, a); err != nil {
 		return "", err
 	}
-	for _, argv := range p.Setup {
-		if err := run(ctx, sbin("chroot"), append([]string{rootfs}, argv...)...); err != nil {
+	if len(p.Bytecode) > 0 {
+		if err := compileBytecode(ctx, rootfs, a, p.Bytecode, log); err != nil {
 			return "", err
 		}
 	}
-	fmt.Fprintf(log, "image %s: %d packages unpacked\n", p.Name, len(debs))
-	img, err := imageOf(rootfs)
+	fmt.Fprintf(log, "image %s (%s): %d packages unpacked\n", p.Name, a.Name, len(debs))
+	img, err := imageOf(rootfs, a)
 	if err != nil {
 		return "", err
 	}
@@ -97,8 +100,37 @@ func Build(ctx context.Context, p Preset, workDir string, log io.Writer) (string
 	return dir, nil
 }
 
-// download fetches the closure of pkgs into dir and returns the .deb paths.
-func download(ctx context.Context, dir string, pkgs []string) ([]string, error) {
+// compileBytecode writes unchecked-hash .pyc files (valid whatever the files' timestamps) for
+// dirs of the image. A native image compiles with its own python3 (in a chroot). Bytecode does
+// not depend on the machine, so for another architecture the host's python3 compiles the image's
+// sources when it is the same version (the path prefix stripped, so the files name the guest's
+// paths); otherwise the image goes without and says so.
+func compileBytecode(ctx context.Context, root string, a guestarch.Arch, dirs []string, log io.Writer) error {
+	args := []string{"-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash"}
+	if a.Native() {
+		return run(ctx, sbin("chroot"), append(append([]string{root, "/usr/bin/python3"}, args...), dirs...)...)
+	}
+	host := "/usr/bin/python3"
+	hostVer, err := exec.CommandContext(ctx, host, "-c", "import sys; print('python%d.%d' % sys.version_info[:2])").Output()
+	if err != nil {
+		fmt.Fprintf(log, "image: no bytecode for %s (no host %s to compile it: %v); interpreters compile at each start\n", a.Name, host, err)
+		return nil
+	}
+	ver := strings.TrimSpace(string(hostVer))
+	if _, err := os.Stat(filepath.Join(root, "usr", "lib", ver)); err != nil {
+		fmt.Fprintf(log, "image: no bytecode for %s (the host's %s is %s, the image has another); interpreters compile at each start\n", a.Name, host, ver)
+		return nil
+	}
+	args = append(args, "-s", root, "-p", "/")
+	for _, d := range dirs {
+		args = append(args, filepath.Join(root, d))
+	}
+	return run(ctx, host, args...)
+}
+
+// download fetches the closure of pkgs for Debian architecture debArch into dir and returns the
+// .deb paths.
+func download(ctx context.Context, dir, debArch string, pkgs []string) ([]string, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "partial"), 0o755); err != nil {
 		return nil, err
 	}
@@ -114,13 +146,13 @@ func download(ctx context.Context, dir string, pkgs []string) ([]string, error) 
 	}
 	args := []string{"install", "-y", "-q", "--download-only", "--no-install-recommends",
 		"-o", "Dir::State::status=" + status, "-o", "Dir::Cache::archives=" + dir, "-o", "Debug::NoLocking=1",
-		"-o", "APT::Sandbox::User=root"}
+		"-o", "APT::Sandbox::User=root", "-o", "APT::Architecture=" + debArch}
 	if err := run(ctx, "apt-get", append(args, pkgs...)...); err != nil {
 		return nil, fmt.Errorf("%w (run apt-get update first if the package lists are missing)", err)
 	}
 	// The archive directory may hold packages of other images: unpack only this closure.
 	out, err := exec.CommandContext(ctx, "apt-get", append([]string{"install", "-s", "--no-install-recommends",
-		"-o", "Dir::State::status=" + status, "-o", "Debug::NoLocking=1"}, pkgs...)...).Output()
+		"-o", "Dir::State::status=" + status, "-o", "Debug::NoLocking=1", "-o", "APT::Architecture=" + debArch}, pkgs...)...).Output()
 	if err != nil {
 		return nil, fmt.Errorf("apt-get install -s: %w", err)
 	}
@@ -134,7 +166,8 @@ func download(ctx context.Context, dir string, pkgs []string) ([]string, error) 
 		matches, _ := filepath.Glob(filepath.Join(dir, f[1]+"_*.deb"))
 		found := ""
 		for _, m := range matches {
-			if strings.Contains(strings.ReplaceAll(filepath.Base(m), "%3a", ":"), "_"+ver+"_") {
+			base := strings.ReplaceAll(filepath.Base(m), "%3a", ":")
+			if strings.Contains(base, "_"+ver+"_") && (strings.HasSuffix(base, "_"+debArch+".deb") || strings.HasSuffix(base, "_all.deb")) {
 				found = m
 			}
 		}
@@ -150,8 +183,10 @@ func download(ctx context.Context, dir string, pkgs []string) ([]string, error) 
 }
 
 // finishRoot adds what maintainer scripts and an installer would: busybox applets for the tools
-// no package supplied, the usual directories, and a root user.
-func finishRoot(ctx context.Context, root string) error {
+// no package supplied, the usual directories, and a root user. The applet list comes from the
+// image's busybox, or for another architecture from the host's busybox-static (the same Debian
+// package, so the same applets).
+func finishRoot(ctx context.Context, root string, a guestarch.Arch) error {
 	for _, d := range []string{"bin", "sbin", "usr/bin", "usr/sbin", "etc", "root", "proc", "sys", "dev", "run", "var/tmp"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return err
@@ -164,6 +199,9 @@ func finishRoot(ctx context.Context, root string) error {
 		return err
 	}
 	bb := filepath.Join(root, "bin", "busybox")
+	if !a.Native() {
+		bb = "busybox"
+	}
 	out, err := exec.CommandContext(ctx, bb, "--list-full").Output()
 	if err != nil {
 		return fmt.Errorf("busybox --list-full: %w", err)
@@ -198,8 +236,8 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// imageOf makes a one-layer linux/amd64 image of the directory root.
-func imageOf(root string) (v1.Image, error) {
+// imageOf makes a one-layer linux/<arch> image of the directory root.
+func imageOf(root string, a guestarch.Arch) (v1.Image, error) {
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		pr, pw := io.Pipe()
 		go func() { pw.CloseWithError(tarDir(root, pw)) }()
@@ -217,7 +255,7 @@ func imageOf(root string) (v1.Image, error) {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.OS, cf.Architecture = "linux", a.GOARCH
 	cf.Config.Env = []string{pathEnv}
 	cf.Config.Cmd = []string{"/bin/sh"}
 	cf.Config.WorkingDir = "/"

@@ -1,6 +1,8 @@
 // Command bench measures the sandbox adapter's costs on this host: the floor is a bare qemu boot
 // of the firmware's kernel and initramfs running nothing but `true`; sandbox::run is timed end to
 // end through an in-process engine, its sandbox router and the adapter, cold and with a warm pool.
+// A last section does the same cold for the other guest architecture (aarch64 on an x86_64 host,
+// under TCG emulation), over virtiofs and over 9p (the share of macOS).
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"github.com/iii-go/iii/engine/platform"
 
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
 	"github.com/iii-go/iii/sandbox-libkrun/image/debimage"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
@@ -23,6 +26,9 @@ func main() {
 	n := flag.Int("n", 10, "runs per measurement")
 	accel := flag.String("accel", defaultAccel(), "accelerator of the floor and of every sandbox: kvm, tcg or auto")
 	fw := flag.String("firmware", defaultFirmware(), "VM firmware directory")
+	other := otherArch()
+	guestArch := flag.String("guest-arch", other.Name, "architecture of the last section's guests (empty: no such section)")
+	guestFW := flag.String("guest-firmware", "", "VM firmware directory of -guest-arch (default dist/firmware/<its linux target>, else the installed one)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -63,7 +69,7 @@ func main() {
 		label string
 		pool  int
 	}{{"cold", 0}, {"warm", 1}} {
-		stats, err := measureRuns(ctx, d, *n, mode.pool)
+		stats, err := measureRuns(ctx, d, *n, mode.pool, image.NewCache(""))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench: sandbox::run:", err)
 			os.Exit(1)
@@ -76,6 +82,69 @@ func main() {
 			fmt.Printf("%s %s  %s\n", pad(name, 44), stats[i], verdict(stats[i], floor))
 		}
 	}
+	if *guestArch != "" {
+		if err := guestSection(ctx, *guestArch, *guestFW, *accel, *n); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: guest arch:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// guestSection measures guests of architecture name: the floor and cold sandbox::run over
+// virtiofs and 9p. A guest of another architecture than the host's runs under tcg whatever
+// accel says (as the adapter does).
+func guestSection(ctx context.Context, name, fw, accel string, n int) error {
+	a, err := guestarch.Parse(name)
+	if err != nil {
+		return err
+	}
+	if fw == "" {
+		fw = filepath.Join("dist", "firmware", a.Triple)
+		if _, err := os.Stat(filepath.Join(fw, firmware.ManifestFile)); err != nil {
+			fw = firmware.DirFor(a)
+		}
+	}
+	if !a.Native() {
+		accel = "tcg"
+	}
+	p := firmware.At(fw)
+	cache := image.NewCacheFor(image.DirFor(image.DefaultDir(), a), a)
+	fmt.Printf("%s guests: accelerator %s; firmware %s\n", a.Name, accel, fw)
+	for _, share := range []string{qemu.ShareVirtiofs, qemu.Share9P} {
+		d, err := qemu.New(qemu.Options{Arch: a, Share: share, Accel: accel, Kernel: p.Kernel, Initrd: p.Initrd})
+		if err != nil {
+			fmt.Printf("%s guests: skipped: %v\n", a.Name, err)
+			return nil
+		}
+		if share == qemu.ShareVirtiofs {
+			floor, err := measureFloor(ctx, d, n)
+			if err != nil {
+				fmt.Printf("%s guests: skipped: the floor boot fails: %v\n", a.Name, err)
+				return nil
+			}
+			fmt.Printf("%-44s %s\n", "VM floor ("+d.Name()+", true):", floor)
+			if _, ok := cache.RootFS(debimage.Presets[0].Ref); !ok {
+				fmt.Printf("%s sandbox::run: skipped, image %s not in %s (go tool mage images)\n", a.Name, debimage.Presets[0].Ref, cache.Dir)
+				return nil
+			}
+		}
+		stats, err := measureRuns(ctx, d, n, 0, cache)
+		if err != nil {
+			return err
+		}
+		for i, c := range runCases {
+			fmt.Printf("%s %s\n", pad(fmt.Sprintf("run %s, cold, %s:", c.Label, d.Name()), 44), stats[i])
+		}
+	}
+	return nil
+}
+
+// otherArch is the guest architecture the adapter ships for besides this host's.
+func otherArch() guestarch.Arch {
+	if guestarch.Host().Name == guestarch.AArch64.Name {
+		return guestarch.X86_64
+	}
+	return guestarch.AArch64
 }
 
 // defaultAccel is tcg where /dev/kvm is absent, auto elsewhere (as the demo and the suite pick).

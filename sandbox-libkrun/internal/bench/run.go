@@ -41,7 +41,7 @@ type stack struct {
 	close  func()
 }
 
-func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings) (*stack, error) {
+func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings, cache *image.Cache) (*stack, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,7 +60,7 @@ func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings) (*sta
 		return nil, err
 	}
 	drv := &countingDriver{Driver: d}
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{image.NewCache("")}, Version: "bench", StateDir: state, Accelerator: d.Accel()})
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{cache}, Version: "bench", StateDir: state, Accelerator: d.Accel()})
 	aw := protocol.NewWorker(protocol.Config{URL: url, Name: adapter.Name, Logger: quiet})
 	for op, h := range svc.Handlers() {
 		if err := aw.Register(adapter.Name+"::"+op, wrap(h)); err != nil {
@@ -138,15 +138,15 @@ func (s *stack) settle(ctx context.Context, pool int) error {
 }
 
 // measureRuns times n sandbox::run calls of each case end to end from the client, with a warm
-// pool of pool python machines (0: every run boots its own).
-func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int) ([]Stats, error) {
+// pool of pool python machines (0: every run boots its own), images from cache.
+func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int, cache *image.Cache) ([]Stats, error) {
 	st := settings.Defaults()
 	st.AutoInstall = false
 	st.ImageAllowlist = []string{"python"}
 	if pool > 0 {
 		st.WarmPool = map[string]uint32{"python": uint32(pool)}
 	}
-	s, err := startStack(ctx, d, st)
+	s, err := startStack(ctx, d, st, cache)
 	if err != nil {
 		return nil, err
 	}

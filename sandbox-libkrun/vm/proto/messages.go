@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/3"
+const AgentVersion = "iii-guest/4"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -14,10 +14,12 @@ type Hello struct {
 	ModulesMS     int64  `json:"modules_ms,omitempty"` // time the agent spent loading modules
 }
 
-// Init asks the guest to assemble its root: the virtiofs tag RootTag mounted read-only under a
-// tmpfs upper layer of ScratchMB MiB, plus extra virtiofs mounts, then chroot into it.
+// Init asks the guest to assemble its root: the share RootTag mounted read-only under a tmpfs
+// upper layer of ScratchMB MiB, plus extra shares, then chroot into it. Every share is virtiofs,
+// or virtio-9p when Share is Share9P (revision 4).
 type Init struct {
 	RootTag   string       `json:"root_tag"`
+	Share     string       `json:"share,omitempty"` // "" (virtiofs) or Share9P
 	ScratchMB int          `json:"scratch_mb"`
 	Mounts    []GuestMount `json:"mounts,omitempty"`
 	// Network configures the guest for qemu's user-mode network (10.0.2.15, gateway 10.0.2.2).
@@ -25,6 +27,9 @@ type Init struct {
 	// Entropy is random data from the host credited to the guest kernel's pool.
 	Entropy []byte `json:"entropy,omitempty"`
 }
+
+// Share9P is Init.Share for shares served over virtio-9p.
+const Share9P = "9p"
 
 // GuestMount is a virtiofs tag mounted at Path inside the guest root.
 type GuestMount struct {

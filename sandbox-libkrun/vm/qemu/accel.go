@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"time"
 
@@ -32,9 +33,20 @@ func NestedPVM() bool {
 	return exists("/sys/module/kvm_pvm") && !exists("/sys/module/kvm_intel") && !exists("/sys/module/kvm_amd")
 }
 
-// detectAccel resolves AccelAuto: KVM only when a short probe boot under it really reaches the
-// guest agent; a nested PVM KVM goes straight to TCG.
+// detectAccel resolves AccelAuto: a guest of another architecture than the host's runs under
+// TCG; on macOS HVF when the kernel offers it (sysctl kern.hv_support); on Linux KVM only when a
+// short probe boot under it really reaches the guest agent, and a nested PVM KVM goes straight
+// to TCG.
 func (d *Driver) detectAccel() string {
+	if !d.opt.Arch.Native() {
+		return "tcg"
+	}
+	if runtime.GOOS == "darwin" {
+		if HVFSupported() {
+			return "hvf"
+		}
+		return "tcg"
+	}
 	f, err := os.OpenFile(KVMDevice(), os.O_RDWR, 0)
 	if err != nil {
 		return "tcg"
@@ -49,6 +61,13 @@ func (d *Driver) detectAccel() string {
 		return "tcg"
 	}
 	return "kvm"
+}
+
+// HVFSupported reports whether macOS offers Hypervisor.framework to this process's hardware
+// (`sysctl -n kern.hv_support` prints 1).
+func HVFSupported() bool {
+	out, err := exec.Command("sysctl", "-n", "kern.hv_support").Output()
+	return err == nil && strings.TrimSpace(string(out)) == "1"
 }
 
 func exists(p string) bool {

@@ -1,6 +1,8 @@
-// Package qemu is the Linux VM driver: qemu's microvm machine (KVM when a probe boot works, TCG
-// otherwise) booting the firmware's uncompressed kernel and agent initramfs, the image root
-// served read-only by virtiofsd, and the guest agent reached over a virtio-serial port.
+// Package qemu is the VM driver: qemu's microvm machine for x86_64 guests and its virt machine
+// (GICv3, virtio-mmio devices) for aarch64 guests, under KVM (Linux), HVF (macOS) or TCG,
+// booting the firmware's uncompressed kernel and agent initramfs. The image root is served
+// read-only by virtiofsd, or by qemu's own virtio-9p server where virtiofsd does not exist
+// (macOS); the guest agent is reached over a virtio-serial port.
 package qemu
 
 import (
@@ -8,51 +10,86 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
-// KernelCmdline is the guest kernel command line (see REFERENCE-vm.md for why each word is there).
-// The initcall blacklist skips two slow initcalls a sandbox does not use (kprobe tracing and a KDF
-// self-test, ~125 ms under TCG by initcall_debug). The keyring initcalls cannot go: later ones
-// dereference the system keyring.
+// KernelCmdline is the x86_64 guest kernel command line (see REFERENCE-vm.md for why each word is
+// there). The initcall blacklist skips two slow initcalls a sandbox does not use (kprobe tracing
+// and a KDF self-test, ~125 ms under TCG by initcall_debug). The keyring initcalls cannot go:
+// later ones dereference the system keyring.
 const KernelCmdline = "console=ttyS0 panic=-1 reboot=t quiet tsc_early_khz=2600000 tsc=reliable no_timer_check " +
-	"cryptomgr.notests mitigations=off init_on_alloc=0 audit=0 apparmor=0 security=none " +
-	"random.trust_cpu=on 8250.nr_uarts=1 nokaslr " +
-	"initcall_blacklist=init_kprobe_trace,crypto_kdf108_init"
+	commonCmdline + " 8250.nr_uarts=1"
+
+// KernelCmdlineAArch64 is the aarch64 guest kernel command line: the PL011 console of qemu's virt
+// machine and the same trimmings as x86_64 (PSCI ends the machine on reboot, -no-reboot makes
+// qemu exit).
+const KernelCmdlineAArch64 = "console=ttyAMA0 panic=-1 quiet " + commonCmdline
+
+const commonCmdline = "cryptomgr.notests mitigations=off init_on_alloc=0 audit=0 apparmor=0 security=none " +
+	"random.trust_cpu=on nokaslr initcall_blacklist=init_kprobe_trace,crypto_kdf108_init"
+
+// The file shares a driver serves the image and the mounts with (Options.Share).
+const (
+	ShareVirtiofs = vm.ShareVirtiofs
+	Share9P       = vm.Share9P
+)
 
 // Options configure a Driver. Empty fields take the defaults below.
 type Options struct {
-	Qemu        string        // qemu-system binary: $III_QEMU, else qemu-system-x86_64 on PATH
-	Virtiofsd   string        // $III_VIRTIOFSD, else /usr/lib/qemu/virtiofsd
-	Kernel      string        // uncompressed kernel; default from firmware.Locate
-	Initrd      string        // agent initramfs; default from firmware.Locate
-	Accel       string        // "kvm", "tcg" or "auto" (the default: KVM when a probe boot works, else TCG)
-	BootTimeout time.Duration // bound on boot until the agent answers; default 30 s
+	Arch        guestarch.Arch // guest architecture; default the host's
+	Share       string         // ShareVirtiofs (default on Linux) or Share9P (default on macOS)
+	Qemu        string         // qemu-system binary: $III_QEMU, else QemuPathFor(Arch)
+	Virtiofsd   string         // $III_VIRTIOFSD, else /usr/lib/qemu/virtiofsd
+	Kernel      string         // uncompressed kernel; default from firmware.LocateFor(Arch)
+	Initrd      string         // agent initramfs; default from firmware.LocateFor(Arch)
+	Accel       string         // "kvm", "hvf", "tcg" or "auto" (the default: KVM/HVF when usable, else TCG)
+	BootTimeout time.Duration  // bound on boot until the agent answers; default 30 s
 }
 
-// Driver boots qemu microvm machines. It is safe for concurrent use.
+// Driver boots qemu machines: microvm for x86_64 guests, virt for aarch64. It is safe for
+// concurrent use.
 type Driver struct {
 	opt       Options
 	accelOnce sync.Once
 	accel     string
 }
 
+// DefaultShare is the file share of goos: 9p on macOS, virtiofs elsewhere.
+func DefaultShare(goos string) string {
+	if goos == "darwin" {
+		return Share9P
+	}
+	return ShareVirtiofs
+}
+
 // New returns a driver; it fails when the firmware or binaries cannot be found.
 func New(opt Options) (*Driver, error) {
+	if opt.Arch.Name == "" {
+		opt.Arch = guestarch.Host()
+	}
+	if opt.Share == "" {
+		opt.Share = DefaultShare(runtime.GOOS)
+	}
+	if opt.Share != ShareVirtiofs && opt.Share != Share9P {
+		return nil, fmt.Errorf("unknown file share %q (virtiofs or 9p)", opt.Share)
+	}
 	if opt.Qemu == "" {
-		opt.Qemu = QemuPath()
+		opt.Qemu = QemuPathFor(opt.Arch)
 	}
 	if opt.Virtiofsd == "" {
 		opt.Virtiofsd = VirtiofsdPath()
 	}
 	if opt.Kernel == "" || opt.Initrd == "" {
-		p, err := firmware.Locate()
+		p, err := firmware.LocateFor(opt.Arch)
 		if err != nil {
 			return nil, err
 		}
@@ -64,10 +101,12 @@ func New(opt Options) (*Driver, error) {
 		}
 	}
 	if _, err := exec.LookPath(opt.Qemu); err != nil {
-		return nil, fmt.Errorf("qemu not found (%s): install it with `apt-get install qemu-system-x86`", opt.Qemu)
+		return nil, fmt.Errorf("qemu not found (%s): install it with `%s`", opt.Qemu, QemuInstall(runtime.GOOS, opt.Arch))
 	}
-	if _, err := os.Stat(opt.Virtiofsd); err != nil {
-		return nil, fmt.Errorf("virtiofsd not found (%s): install it with `apt-get install qemu-system-common`", opt.Virtiofsd)
+	if opt.Share == ShareVirtiofs {
+		if _, err := os.Stat(opt.Virtiofsd); err != nil {
+			return nil, fmt.Errorf("virtiofsd not found (%s): install it with `apt-get install qemu-system-common`", opt.Virtiofsd)
+		}
 	}
 	if opt.BootTimeout <= 0 {
 		opt.BootTimeout = 30 * time.Second
@@ -79,12 +118,42 @@ func New(opt Options) (*Driver, error) {
 	return &Driver{opt: opt, accel: accel}, nil
 }
 
-// QemuPath is the qemu binary the driver uses by default: $III_QEMU or qemu-system-x86_64.
-func QemuPath() string {
+// QemuInstall is the command that installs the qemu of guest architecture a on goos.
+func QemuInstall(goos string, a guestarch.Arch) string {
+	if goos == "darwin" {
+		return "brew install qemu"
+	}
+	return "apt-get install " + a.QemuPackage
+}
+
+// QemuPath is the qemu binary for guests of the host's architecture (QemuPathFor).
+func QemuPath() string { return QemuPathFor(guestarch.Host()) }
+
+// QemuPathFor is the qemu binary the driver uses by default for guests of a: $III_QEMU, else
+// a.Qemu on PATH; on macOS, where an adapter started by Compose may lack Homebrew's directory in
+// PATH, Homebrew's copy when PATH has none.
+func QemuPathFor(a guestarch.Arch) string {
 	if p := os.Getenv("III_QEMU"); p != "" {
 		return p
 	}
-	return "qemu-system-x86_64"
+	if runtime.GOOS == "darwin" {
+		if _, err := exec.LookPath(a.Qemu); err != nil {
+			for _, dir := range homebrewBins {
+				if p := filepath.Join(dir, a.Qemu); isFile(p) {
+					return p
+				}
+			}
+		}
+	}
+	return a.Qemu
+}
+
+// homebrewBins are Homebrew's binary directories (Apple Silicon, then Intel).
+var homebrewBins = []string{"/opt/homebrew/bin", "/usr/local/bin"}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }
 
 // VirtiofsdPath is the virtiofsd binary the driver uses by default: $III_VIRTIOFSD or Debian's.
@@ -95,8 +164,21 @@ func VirtiofsdPath() string {
 	return "/usr/lib/qemu/virtiofsd"
 }
 
-// Name reports the driver and its acceleration, e.g. "qemu-microvm/tcg".
-func (d *Driver) Name() string { return "qemu-microvm/" + d.Accel() }
+// Name reports the driver, its acceleration and, when it is not virtiofs, its file share, e.g.
+// "qemu-microvm/tcg" or "qemu-virt/hvf/9p".
+func (d *Driver) Name() string {
+	n := "qemu-" + d.opt.Arch.Machine + "/" + d.Accel()
+	if d.opt.Share != ShareVirtiofs {
+		n += "/" + d.opt.Share
+	}
+	return n
+}
+
+// Arch is the guest architecture the driver boots.
+func (d *Driver) Arch() guestarch.Arch { return d.opt.Arch }
+
+// Share is the file share the driver serves the image and mounts with.
+func (d *Driver) Share() string { return d.opt.Share }
 
 // Accel returns the acceleration in use, probing on first call.
 func (d *Driver) Accel() string {
@@ -115,44 +197,83 @@ func (d *Driver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	return d.boot(ctx, spec)
 }
 
+// qemuArgs is qemu's command line for spec under accel. consoleOnly boots the kernel with
+// nothing attached (the floor); otherwise the shares are served from vfsSocks (virtiofs) or by
+// qemu itself (9p: the image root read-only, then spec.Mounts), and the agent's port is the
+// socket ctrlSock.
 func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, vfsSocks []string, ctrlSock string, extraCmdline string) []string {
 	mem := strconv.Itoa(spec.MemoryMB) + "M"
+	aarch64 := d.opt.Arch.Machine == "virt"
 	a := []string{"-nodefaults", "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot"}
 	switch accel {
-	case "kvm":
-		a = append(a, "-accel", "kvm", "-cpu", "host")
+	case "kvm", "hvf":
+		a = append(a, "-accel", accel, "-cpu", "host")
 	default:
 		if spec.CPUs > 1 {
 			a = append(a, "-accel", "tcg,thread=multi")
 		} else {
 			a = append(a, "-accel", "tcg")
 		}
+		if aarch64 {
+			// cortex-a72 boots about 4x faster under TCG than -cpu max (no pointer
+			// authentication or SVE to emulate).
+			a = append(a, "-cpu", "cortex-a72")
+		}
 	}
 	cmdline := KernelCmdline
+	if aarch64 {
+		cmdline = KernelCmdlineAArch64
+	}
 	if extraCmdline != "" {
 		cmdline += " " + extraCmdline
 	}
 	a = append(a, "-smp", strconv.Itoa(spec.CPUs), "-m", mem,
 		"-kernel", d.opt.Kernel, "-initrd", d.opt.Initrd, "-append", cmdline)
-	if consoleOnly {
-		return append(a, "-M", "microvm")
+	machine := "microvm"
+	if aarch64 {
+		// A GICv3 in qemu (TCG, HVF) or the host's (KVM).
+		machine = "virt,gic-version=3"
+		if accel == "kvm" {
+			machine = "virt,gic-version=host"
+		}
 	}
-	a = append(a, "-M", "microvm,memory-backend=mem",
-		"-object", "memory-backend-memfd,id=mem,size="+mem+",share=on",
-		"-global", "virtio-mmio.force-legacy=false")
-	for i, s := range vfsSocks {
-		id := "vfs" + strconv.Itoa(i)
-		a = append(a, "-chardev", "socket,id="+id+",path="+s,
-			"-device", "vhost-user-fs-device,chardev="+id+",tag="+tagFor(i))
+	if consoleOnly {
+		return append(a, "-M", machine)
+	}
+	if d.opt.Share == Share9P {
+		a = append(a, "-M", machine)
+		shares := append([]vm.Mount{{Host: spec.RootFS, ReadOnly: true}}, spec.Mounts...)
+		for i, sh := range shares {
+			id := "fs" + strconv.Itoa(i)
+			// readonly=on: qemu's 9p server refuses every write, whatever the guest kernel does.
+			fsdev := "local,id=" + id + ",path=" + optEscape(sh.Host) + ",security_model=none"
+			if sh.ReadOnly {
+				fsdev += ",readonly=on"
+			}
+			a = append(a, "-fsdev", fsdev, "-device", "virtio-9p-device,fsdev="+id+",mount_tag="+tagFor(i))
+		}
+	} else {
+		// vhost-user needs modern virtio, which virtio-mmio does not offer by default.
+		a = append(a, "-M", machine+",memory-backend=mem",
+			"-object", "memory-backend-memfd,id=mem,size="+mem+",share=on",
+			"-global", "virtio-mmio.force-legacy=false")
+		for i, s := range vfsSocks {
+			id := "vfs" + strconv.Itoa(i)
+			a = append(a, "-chardev", "socket,id="+id+",path="+optEscape(s),
+				"-device", "vhost-user-fs-device,chardev="+id+",tag="+tagFor(i))
+		}
 	}
 	a = append(a, "-device", "virtio-serial-device",
-		"-chardev", "socket,id=ctrl,path="+ctrlSock+",server=on,wait=off",
+		"-chardev", "socket,id=ctrl,path="+optEscape(ctrlSock)+",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctrl,name=ctrl")
 	if spec.Network {
 		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
 	}
 	return a
 }
+
+// optEscape doubles the commas of a value inside a qemu option list.
+func optEscape(v string) string { return strings.ReplaceAll(v, ",", ",,") }
 
 // tagFor names the virtiofs tag of share i: "root" for the image, "m<i>" for extra mounts.
 func tagFor(i int) string {

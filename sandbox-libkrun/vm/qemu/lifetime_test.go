@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 func helper(root, state string) int {
-	d, err := New(Options{})
+	d, err := New(testFirmware(guestarch.Host()))
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1

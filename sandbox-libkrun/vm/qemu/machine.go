@@ -122,6 +122,9 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	defer log.Close()
 
 	shares := append([]vm.Mount{{Host: spec.RootFS, ReadOnly: true}}, spec.Mounts...)
+	if d.opt.Share == Share9P {
+		shares = nil // qemu serves them itself
+	}
 	var socks []string
 	for i, sh := range shares {
 		sock := filepath.Join(m.sockDir, fmt.Sprintf("vfs%d.sock", i))
@@ -169,6 +172,9 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
 	}
 	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
+	if d.opt.Share == Share9P {
+		init.Share = proto.Share9P
+	}
 	if _, err := rand.Read(init.Entropy); err != nil {
 		return fail(fmt.Errorf("entropy for the guest: %w", err))
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/sandbox-libkrun/firmware"
+	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 	"golang.org/x/sys/unix"
@@ -31,7 +33,7 @@ func newDriver(t *testing.T) *Driver {
 	if os.Geteuid() != 0 {
 		t.Skip("virtiofsd needs root")
 	}
-	d, err := New(Options{})
+	d, err := New(testFirmware(guestarch.Host()))
 	if err != nil {
 		t.Skipf("no VM driver on this host: %v", err)
 	}
@@ -39,6 +41,17 @@ func newDriver(t *testing.T) *Driver {
 		t.Skip("busybox (busybox-static) is needed for the test root filesystem")
 	}
 	return d
+}
+
+// testFirmware points the driver at the firmware of a that mage builds in this checkout
+// (dist/firmware/<linux target>/, from `go tool mage firmware`), so the tests boot the agent of
+// these sources; without it, at the installed one (~/.iii/lib).
+func testFirmware(a guestarch.Arch) Options {
+	fw := firmware.At(filepath.Join("..", "..", "..", "dist", "firmware", a.Triple))
+	if _, err := os.Stat(fw.Manifest); err != nil {
+		return Options{Arch: a}
+	}
+	return Options{Arch: a, Kernel: fw.Kernel, Initrd: fw.Initrd}
 }
 
 // busyboxRoot builds a tiny root filesystem with a static busybox as /bin/*.
