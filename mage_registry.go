@@ -18,9 +18,10 @@ var adapterDefaults = map[string]any{"auto_install": true, "image_allowlist": []
 	"custom_images": map[string]any{}, "default_cpus": 1, "default_memory_mb": 512,
 	"default_idle_timeout_secs": 300, "max_concurrent_sandboxes": 32}
 
-// Registry publishes the release's sandbox-libkrun archives (run `mage release` first) into
-// dist/registry/ ($III_DIST_DIR/registry), a worker registry tree Compose reads through
-// III_REGISTRY_URL=file://.../dist/registry.
+// Registry publishes the release's worker packages (run `mage release` first): sandbox-libkrun
+// and the event workers http, cron, queue and state, each with the archives of every target it
+// ships for, into dist/registry/ ($III_DIST_DIR/registry), a worker registry tree Compose reads
+// through III_REGISTRY_URL=file://.../dist/registry.
 func Registry() error {
 	root, dist, err := rootAndDist()
 	if err != nil {
@@ -39,28 +40,45 @@ func Registry() error {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return fmt.Errorf("%s/manifest.json: %w", dir, err)
 	}
+	out := filepath.Join(dist, "registry")
+	for _, p := range release.Products {
+		if !p.Worker {
+			continue
+		}
+		if err := publishProduct(out, dir, p.Name, m.Assets); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishProduct publishes every version of product found in assets into the registry out.
+func publishProduct(out, dir, product string, assets []release.Asset) error {
 	byVersion := map[string]map[string]string{}
-	var targets []string
-	for _, a := range m.Assets {
-		if a.Product != "sandbox-libkrun" {
+	targets := map[string][]string{}
+	for _, a := range assets {
+		if a.Product != product {
 			continue
 		}
 		if byVersion[a.Version] == nil {
 			byVersion[a.Version] = map[string]string{}
 		}
 		byVersion[a.Version][a.Target] = filepath.Join(dir, a.Name)
-		targets = append(targets, a.Target)
+		targets[a.Version] = append(targets[a.Version], a.Target)
 	}
 	if len(byVersion) == 0 {
-		return fmt.Errorf("%s/manifest.json lists no sandbox-libkrun asset", dir)
+		return fmt.Errorf("%s/manifest.json lists no %s asset", dir, product)
 	}
-	out := filepath.Join(dist, "registry")
+	var config map[string]any
+	if product == "sandbox-libkrun" {
+		config = adapterDefaults
+	}
 	for v, arts := range byVersion {
-		if err := registry.Publish(out, registry.Package{Name: "sandbox-libkrun", Version: v, Type: registry.TypeBinary,
-			Artifacts: arts, Targets: targets, Config: adapterDefaults}); err != nil {
+		if err := registry.Publish(out, registry.Package{Name: product, Version: v, Type: registry.TypeBinary,
+			Artifacts: arts, Targets: targets[v], Config: config}); err != nil {
 			return err
 		}
-		fmt.Printf("registry: sandbox-libkrun %s for %d targets in %s\n", v, len(arts), out)
+		fmt.Printf("registry: %s %s for %d targets in %s\n", product, v, len(arts), out)
 	}
 	return nil
 }

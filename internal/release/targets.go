@@ -16,6 +16,9 @@ type Product struct {
 	// Firmware marks the product whose archives carry the VM firmware of their target in
 	// firmware/ beside the binary (the sandbox adapter installs it at start).
 	Firmware bool
+	// Worker marks a product published into the worker registry as a binary package of the
+	// same name, which Compose installs from a project's package:// container.
+	Worker bool
 }
 
 // Target is one platform an asset is built for.
@@ -28,22 +31,30 @@ type Target struct {
 }
 
 // Products lists every product that ships. iii-worker and iii-init are gone in 0.26 (req A1).
+// The event workers (http, cron, queue, state) are project workers, as in iii 0.23+.
 var Products = []Product{
 	{Name: "iii", Package: ".", VersionFile: "VERSION"},
-	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION", Firmware: true},
+	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION", Firmware: true, Worker: true},
+	{Name: "http", Package: "./workers/cmd/http", VersionFile: "workers/VERSION", Worker: true},
+	{Name: "cron", Package: "./workers/cmd/cron", VersionFile: "workers/VERSION", Worker: true},
+	{Name: "queue", Package: "./workers/cmd/queue", VersionFile: "workers/VERSION", Worker: true},
+	{Name: "state", Package: "./workers/cmd/state", VersionFile: "workers/VERSION", Worker: true},
 }
 
-// Targets is the one table of release targets: iii ships for all of them; the sandbox adapter
-// only for Apple Silicon macOS and glibc Linux (req H1, H4).
+// eventWorkers ship for every target iii ships for.
+var eventWorkers = []string{"http", "cron", "queue", "state"}
+
+// Targets is the one table of release targets: iii and the event workers ship for all of them;
+// the sandbox adapter only for Apple Silicon macOS and glibc Linux (req H1, H4).
 var Targets = []Target{
-	{"aarch64-apple-darwin", "darwin", "arm64", "tar.gz", []string{"iii", "sandbox-libkrun"}},
-	{"x86_64-apple-darwin", "darwin", "amd64", "tar.gz", []string{"iii"}},
-	{"x86_64-unknown-linux-gnu", "linux", "amd64", "tar.gz", []string{"iii", "sandbox-libkrun"}},
-	{"x86_64-unknown-linux-musl", "linux", "amd64", "tar.gz", []string{"iii"}},
-	{"aarch64-unknown-linux-gnu", "linux", "arm64", "tar.gz", []string{"iii", "sandbox-libkrun"}},
-	{"aarch64-unknown-linux-musl", "linux", "arm64", "tar.gz", []string{"iii"}},
-	{"x86_64-pc-windows-msvc", "windows", "amd64", "zip", []string{"iii"}},
-	{"aarch64-pc-windows-msvc", "windows", "arm64", "zip", []string{"iii"}},
+	{"aarch64-apple-darwin", "darwin", "arm64", "tar.gz", append([]string{"iii", "sandbox-libkrun"}, eventWorkers...)},
+	{"x86_64-apple-darwin", "darwin", "amd64", "tar.gz", append([]string{"iii"}, eventWorkers...)},
+	{"x86_64-unknown-linux-gnu", "linux", "amd64", "tar.gz", append([]string{"iii", "sandbox-libkrun"}, eventWorkers...)},
+	{"x86_64-unknown-linux-musl", "linux", "amd64", "tar.gz", append([]string{"iii"}, eventWorkers...)},
+	{"aarch64-unknown-linux-gnu", "linux", "arm64", "tar.gz", append([]string{"iii", "sandbox-libkrun"}, eventWorkers...)},
+	{"aarch64-unknown-linux-musl", "linux", "arm64", "tar.gz", append([]string{"iii"}, eventWorkers...)},
+	{"x86_64-pc-windows-msvc", "windows", "amd64", "zip", append([]string{"iii"}, eventWorkers...)},
+	{"aarch64-pc-windows-msvc", "windows", "arm64", "zip", append([]string{"iii"}, eventWorkers...)},
 }
 
 // Ships reports whether product p is built for target t.
