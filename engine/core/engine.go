@@ -46,8 +46,8 @@
 //
 // Handshakes (engine and channel endpoints alike): a request with an Origin header (a browser
 // page) must be same-origin or match Options.AllowedOrigins, else HTTP 403 ORIGIN_FORBIDDEN; on
-// a loopback listener the Host must be a loopback name or an IP address, else 403 HOST_FORBIDDEN
-// (DNS rebinding). SDKs and workers send no Origin. A socket that has not sent its upgrade request
+// a loopback listener the Host must be a loopback name or address, else 403 HOST_FORBIDDEN (DNS
+// rebinding). SDKs and workers send no Origin. A socket that has not sent its upgrade request
 // within Options.HandshakeTimeout is closed.
 //
 // Limits (limits.go; README.md "Limits"): every connection has one writer goroutine draining a

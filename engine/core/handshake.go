@@ -18,16 +18,14 @@ type handshakeError struct{ code, msg string }
 func (h *handshakeError) Error() string { return h.msg }
 
 // checkHandshake admits an upgrade request to the worker listener (engine and channel endpoints
-// alike). On a loopback listener the Host must be a loopback name or an IP address, so that a page
-// on a domain rebound to 127.0.0.1 cannot reach the engine (DNS rebinding needs a name: a
-// literal address is never re-resolved, and one that reaches a loopback listener was routed there
-// by this machine, as qemu's user network does for a VM worker dialing its gateway 10.0.2.2). A request with an
+// alike). On a loopback listener the Host must be a loopback name or address, so that a page on
+// a domain rebound to 127.0.0.1 cannot reach the engine (DNS rebinding). A request with an
 // Origin header (a browser page) must be same-origin or match AllowedOrigins; one without
 // (SDKs, workers, iii call) is allowed.
 func (e *Engine) checkHandshake(r *http.Request) *handshakeError {
 	if e.loopback.Load() && !loopbackHost(r.Host) {
 		return &handshakeError{errcode.HostForbidden, fmt.Sprintf(
-			"this engine listens on a loopback address and takes only loopback names (localhost) or IP addresses in Host; got %q", r.Host)}
+			"this engine listens on a loopback address and takes only loopback names in Host (localhost, 127.0.0.1, [::1]); got %q", r.Host)}
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" || originAllowed(origin, r.Host, e.opts.AllowedOrigins) {
@@ -61,8 +59,7 @@ func originAllowed(origin, host string, patterns []string) bool {
 	return false
 }
 
-// loopbackHost reports whether a Host header is safe on a loopback listener: a loopback name
-// (localhost, *.localhost) or any IP address, which no DNS answer can rebind.
+// loopbackHost reports whether a Host header names this machine's loopback interface.
 func loopbackHost(hostport string) bool {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
@@ -72,7 +69,8 @@ func loopbackHost(hostport string) bool {
 	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
 		return true
 	}
-	return net.ParseIP(host) != nil
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // isLoopbackAddr reports whether a listener address is a loopback one (not a wildcard).

@@ -90,13 +90,12 @@ func TestHandshakeOriginAndHost(t *testing.T) {
 	}
 }
 
-// TestLoopbackNames: what Host a loopback listener takes (loopback names and IP literals, which
-// DNS rebinding cannot produce: a VM worker dials the host as 10.0.2.2), and which listeners check it (a wildcard
+// TestLoopbackNames: what counts as a loopback Host, and which listeners check it (a wildcard
 // listener serves other hosts' names, so it does not).
 func TestLoopbackNames(t *testing.T) {
 	for host, want := range map[string]bool{
 		"127.0.0.1:49134": true, "127.8.9.1": true, "localhost:1": true, "LOCALHOST": true, "app.localhost:2": true,
-		"[::1]:3": true, "localhost.:4": true, "evil.example:49134": false, "10.0.2.2:41234": true, "[::]:1": true,
+		"[::1]:3": true, "localhost.:4": true, "evil.example:49134": false, "10.0.0.1:1": false, "[::]:1": false,
 		"": false, "127.0.0.1.evil.example": false, "localhost.evil.example": false,
 	} {
 		if got := loopbackHost(host); got != want {
