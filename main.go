@@ -13,9 +13,6 @@ import (
 	updater "github.com/iii-go/iii/updater/cli"
 )
 
-// version is set at build time with -ldflags "-X main.version=..." from the VERSION file.
-var version = "0.0.0-dev"
-
 const usage = `iii: the iii engine, its function caller, Compose, the updater and the doctor.
 
 Usage:
@@ -34,6 +31,7 @@ func main() {
 }
 
 func run(args []string, stdout io.Writer) int {
+	version := currentVersion()
 	if len(args) == 0 {
 		return engine.RunEngine(version, args)
 	}

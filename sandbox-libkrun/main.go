@@ -39,9 +39,6 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/vmworker"
 )
 
-// version is set at build time with -ldflags "-X main.version=..." from sandbox-libkrun/VERSION.
-var version = "0.0.0-dev"
-
 // Environment variables the adapter reads (besides the SDK's III_URL, III_NAMESPACE,
 // III_WORKER_NAME and III_TOKEN_FILE).
 const (

@@ -50,7 +50,8 @@ var adapterArchive = sync.OnceValues(func() (string, error) {
 // sandbox-libkrun 0.2.2, 0.3.0 and 0.3.1 (the freshly built $BIN/sandbox-libkrun, for its three
 // targets and the host), hello 1.0.0 and 1.1.0 (a shell-script binary worker for every iii
 // target), vmbundle 0.1.0 (a bundle whose iii.worker.yaml sets runtime.base_image) and
-// iii-sandbox 0.26.0 (type engine, no artifact).
+// iii-sandbox 0.26.0 (type engine, no artifact). It sets TRIPLE to the host target, the suffix of
+// every installed package's directory.
 func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("registry", flag.ContinueOnError)
 	useHTTP := fs.Bool("http", false, "serve over http")
@@ -88,6 +89,7 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(registry.Publish(root, registry.Package{Name: "vmbundle", Version: "0.1.0", Type: registry.TypeBundle,
 		Artifacts: map[string]string{registry.BundleKey: bundleFile}}))
 	ts.Check(registry.Publish(root, registry.Package{Name: "iii-sandbox", Version: "0.26.0", Type: registry.TypeEngine}))
+	ts.Setenv("TRIPLE", platform.Host().Triple)
 	if !*useHTTP {
 		ts.Setenv("III_REGISTRY_URL", "file://"+root)
 		return

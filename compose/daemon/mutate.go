@@ -74,8 +74,9 @@ func (d *Daemon) mutate(ctx context.Context, update []string, edit func(path str
 
 // update implements compose::update. With worker=NAME[@VERSION] it re-resolves that package
 // within its range (or moves it to VERSION); a range such as '^0.2' is kept (req B7). Bare, it
-// moves the adapter to the engine's contract range (^0.3) and re-resolves every other package
-// worker (req B8). Either way the whole project restarts.
+// rewrites an adapter range that admits no 0.3.1 or later (such as '^0.2') to the engine's
+// contract range (^0.3), keeps one that does (such as a user's '~0.3.0'), and re-resolves every
+// package worker (req B8). Either way the whole project restarts.
 func (d *Daemon) update(ctx context.Context, r Request) (any, error) {
 	if d.Deps.SetVersion == nil || d.Deps.Install == nil {
 		return nil, notAvailable("compose::update")
@@ -91,7 +92,7 @@ func (d *Daemon) update(ctx context.Context, r Request) (any, error) {
 		update = []string{"*"}
 		ak := project.AdapterKey(old)
 		edit = func(path string) error {
-			if ak == "" || old.Containers[ak].Version == sandboxadapter.CurrentRange() {
+			if ak == "" || sandboxadapter.AdmitsCurrent(old.Containers[ak].Version) {
 				return nil
 			}
 			res.Ranges[ak] = sandboxadapter.CurrentRange()

@@ -6,8 +6,11 @@
 package engineconf
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 
 	"gopkg.in/yaml.v3"
@@ -142,4 +145,29 @@ func Render(in Input) ([]byte, error) {
 		return nil, err
 	}
 	return append([]byte("# Written by iii compose for this run; removed after a clean shutdown. Do not edit.\n"), b...), nil
+}
+
+// OwnerGrant is the namespaces: entry that lets the holder of ownerTokenFile (Compose) publish
+// configuration entries on an engine the user runs: the project namespace protected by the
+// project token with Compose's owner token beside it or, for a project in the default namespace
+// (which cannot be protected), an otherwise unused namespace named after the owner token file
+// (OwnerNamespace, a dash and 8 hex digits, so that several projects each get one) that holds the
+// owner token alone. It is config.yaml text, ready to paste.
+func OwnerGrant(namespace, tokenFile, ownerTokenFile string) string {
+	name, tok := namespace, tokenFile
+	if namespace == DefaultNamespace {
+		sum := sha256.Sum256([]byte(ownerTokenFile))
+		name, tok = OwnerNamespace+"-"+hex.EncodeToString(sum[:4]), ownerTokenFile
+	}
+	return fmt.Sprintf("namespaces:\n  - name: %s\n    token_file: %s\n    owner_token_file: %s\n", scalar(name), scalar(tok), scalar(ownerTokenFile))
+}
+
+var plainScalar = regexp.MustCompile(`^[A-Za-z0-9_./+-]+$`)
+
+// scalar writes s as a YAML scalar: plain when that is unambiguous, else double-quoted.
+func scalar(s string) string {
+	if plainScalar.MatchString(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }

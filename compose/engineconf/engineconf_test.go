@@ -95,3 +95,25 @@ func TestDefaultNamespaceTokenGoesToTheOwnerNamespace(t *testing.T) {
 		t.Errorf("sandbox namespace %q", c.Sandbox.Namespace)
 	}
 }
+
+// The grant Compose asks for on an attached engine is a valid engine config that gives the owner
+// token owner rights, for a project in its own namespace and for one in default.
+func TestOwnerGrantIsAValidEngineConfig(t *testing.T) {
+	proj, owner := tokenFile(t), tokenFile(t)
+	for _, tc := range []struct{ ns, name, token string }{{"shop", "shop", proj}, {"default", OwnerNamespace + "-", owner}} {
+		text := OwnerGrant(tc.ns, proj, owner)
+		c, err := config.Parse([]byte(text), os.LookupEnv, "/")
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.ns, err, text)
+		}
+		if len(c.Namespaces) != 1 || !strings.HasPrefix(c.Namespaces[0].Name, tc.name) || c.Namespaces[0].TokenFile != tc.token || c.Namespaces[0].OwnerTokenFile != owner {
+			t.Errorf("%s: namespaces = %+v", tc.ns, c.Namespaces)
+		}
+	}
+	if OwnerGrant("default", proj, owner) == OwnerGrant("default", proj, proj) {
+		t.Error("two projects in default get the same namespace name")
+	}
+	if got := OwnerGrant("shop", "/a b/token", "/a b/owner-token"); !strings.Contains(got, `token_file: "/a b/token"`) {
+		t.Errorf("a path with a space is not quoted:\n%s", got)
+	}
+}

@@ -127,18 +127,18 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 	return res, nil
 }
 
-// Down stops the project, or container and everything that depends on it, then deletes the
-// adapter-owned state of the VM containers it stopped (req J4, J5).
+// Down stops the project, or container and everything that depends on it. VM workers keep their
+// adapter-owned state, so the next boot reuses it (only compose::remove deletes it, req J4).
 func (p *Project) Down(ctx context.Context, container string) (Result, error) {
-	return p.down(ctx, container, true)
+	return p.down(ctx, container)
 }
 
 // StopAll stops every container when Compose exits; VM state is kept for the next run.
 func (p *Project) StopAll(ctx context.Context) {
-	_, _ = p.down(ctx, "", false)
+	_, _ = p.down(ctx, "")
 }
 
-func (p *Project) down(ctx context.Context, container string, cleanup bool) (Result, error) {
+func (p *Project) down(ctx context.Context, container string) (Result, error) {
 	if err := p.unknown(container); err != nil {
 		return Result{}, err
 	}
@@ -154,22 +154,15 @@ func (p *Project) down(ctx context.Context, container string, cleanup bool) (Res
 	}
 	ak := AdapterKey(f)
 	res := Result{Status: "ok"}
-	var vms []string
 	stopAdapter := false
 	for _, k := range keys {
 		if k == ak {
 			stopAdapter = true
 			continue
 		}
-		if p.IsVM(k) {
-			vms = append(vms, k)
-		}
 		changed := p.stop(ctx, f, k)
 		res.Changed = res.Changed || changed
 		res.Containers = append(res.Containers, Outcome{Container: k, State: StateStopped, Changed: changed})
-	}
-	if cleanup {
-		res.Warnings = p.cleanupVMs(ctx, f, vms)
 	}
 	if stopAdapter {
 		changed := p.stop(ctx, f, ak)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/compose/composefile"
-	"github.com/iii-go/iii/compose/vmstate"
 )
 
 const adapterAndVM = `containers:
@@ -33,7 +32,9 @@ func TestCleanupVMsWarnsWhenTheEngineHadStopped(t *testing.T) {
 	if d := time.Since(start); d > 3*engineProbe {
 		t.Fatalf("cleanupVMs took %v with the engine gone", d)
 	}
-	want := vmstate.Warning("api", "sandbox-libkrun", p.VMID("api"), p.opts.Home, "the engine had already stopped")
+	id := p.VMID("api")
+	want := "warning: could not delete the VM state of container 'api' through adapter 'sandbox-libkrun' (the engine had already stopped); " +
+		"vm_id " + id + ": its state stays in " + filepath.Join(p.opts.Home, ".iii", "sandbox", "workers", id) + ", delete it by hand"
 	if len(ws) != 1 || ws[0] != want {
 		t.Fatalf("warnings %q, want %q", ws, want)
 	}
@@ -50,13 +51,16 @@ func TestCleanupVMsWarnsWhenTheEngineHadStopped(t *testing.T) {
 	}
 }
 
-// Only a path:// VM worker whose directory contains the compose file can read the token (req B10).
+// Only a path:// VM worker whose directory contains the compose file (the compose directory itself
+// or an ancestor of it) can read the token; one below it or beside it cannot (req B10).
 func TestExposingWorkers(t *testing.T) {
 	root := t.TempDir()
 	for dir, manifest := range map[string]string{
 		".":          "runtime: {base_image: python}\n",
 		"sub":        "runtime: {base_image: python}\n",
 		"../outside": "scripts: {start: ./run}\n",
+		"..":         "runtime: {base_image: python}\n",
+		"../vmside":  "runtime: {base_image: python}\n",
 	} {
 		p := filepath.Join(root, "proj", dir)
 		if err := os.MkdirAll(p, 0o755); err != nil {
@@ -71,12 +75,14 @@ func TestExposingWorkers(t *testing.T) {
   whole: {worker: path://., scripts: {run: ./x}}
   sub: {worker: path://./sub, scripts: {run: ./x}}
   host: {worker: path://../outside, scripts: {run: ./x}}
+  parent: {worker: path://.., scripts: {run: ./x}}
+  beside: {worker: path://../vmside, scripts: {run: ./x}}
   adapter: {worker: package://sandbox-libkrun, version: '^0.3'}
 `), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(ExposingWorkers(f), ","); got != "whole" {
-		t.Fatalf("ExposingWorkers = %q, want whole", got)
+	if got := strings.Join(ExposingWorkers(f), ","); got != "whole,parent" {
+		t.Fatalf("ExposingWorkers = %q, want whole,parent", got)
 	}
 }

@@ -56,7 +56,10 @@ type Options struct {
 	State     state.Dir
 	EngineURL string // what workers get as III_URL
 	TokenFile string // what workers get as III_TOKEN_FILE
-	// Managed says Compose owns the engine (publishing configuration is then mandatory).
+	// OwnerTokenFile is the token Compose's own connection presents: it alone may publish
+	// configuration entries (on an attached engine once the engine's config grants it).
+	OwnerTokenFile string
+	// Managed says Compose started the engine itself.
 	Managed bool
 	Engine  Engine
 	Sup     *supervisor.Supervisor

@@ -41,7 +41,7 @@ func (p *Project) Restart(ctx context.Context, container string, reload Reloader
 		}
 		// VM workers that left the file lose their state; the others keep it across the restart.
 		warnings := p.cleanupVMs(ctx, old, removedVMs)
-		down, err := p.down(ctx, "", false)
+		down, err := p.down(ctx, "")
 		if err != nil {
 			return RestartResult{}, err
 		}

@@ -22,12 +22,14 @@ import (
 
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/configlayer"
+	"github.com/iii-go/iii/compose/engineconf"
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/sandboxadapter"
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
+	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -192,11 +194,10 @@ func (p *Project) layeredConfig(ctx context.Context, f *composefile.File, key st
 	value := configlayer.Layers(defaults, current, override)
 	if _, err := p.opts.Engine.Call(ctx, FnConfigPublish, map[string]any{"id": id, "value": value}); err != nil {
 		var pe *protocol.Error
-		if p.opts.Managed || !errors.As(err, &pe) || pe.Code != "FORBIDDEN" {
-			return "", "", errcode.New(errcode.ConfigPublishFailed, "container '%s': publishing configuration '%s': %v", key, id, err)
+		if !p.opts.Managed && errors.As(err, &pe) && pe.Code == engineerr.Forbidden {
+			return "", "", errcode.New(errcode.ConfigPublishFailed, "%s", p.grantHint(key, id, pe.Message))
 		}
-		p.Warn(fmt.Sprintf("container '%s': the attached engine refused to publish configuration '%s' (%v); the worker reads %s",
-			key, id, pe.Message, p.opts.State.ConfigPath(key)))
+		return "", "", errcode.New(errcode.ConfigPublishFailed, "container '%s': publishing configuration '%s': %v", key, id, err)
 	}
 	b, err := yaml.Marshal(value)
 	if err != nil {
@@ -207,6 +208,17 @@ func (p *Project) layeredConfig(ctx context.Context, f *composefile.File, key st
 		return "", "", errcode.New(errcode.IOError, "writing %s: %v", path, err)
 	}
 	return path, id, nil
+}
+
+// grantHint says how to let Compose hold key's entry on an engine it attaches to: that engine's
+// config must name Compose's owner token in its namespaces: list (req C6, D3, D4).
+func (p *Project) grantHint(key, id, refusal string) string {
+	ns := p.Namespace()
+	return fmt.Sprintf("container '%s': the engine at %s refused to let Compose publish configuration '%s' (%s). "+
+		"Compose holds every configuration entry it builds, on an engine you run as on one it starts, and only its owner token may publish: "+
+		"workers holding the project token may not. Grant it in that engine's config.yaml (the files are mode 0600; Compose keeps both):\n%s"+
+		"then restart the engine and run iii compose --up again",
+		key, p.opts.EngineURL, id, refusal, engineconf.OwnerGrant(ns, p.opts.TokenFile, p.opts.OwnerTokenFile))
 }
 
 // currentEntry returns the entry's stored value (template form), nil when there is none: an

@@ -3,7 +3,13 @@
 // contract major (REFERENCE-compose.md §10).
 package sandboxadapter
 
-import "fmt"
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+
+	"github.com/Masterminds/semver/v3"
+)
 
 const (
 	// Name is the adapter's registry package and default container key.
@@ -41,4 +47,35 @@ func Resolve(name string) (pkg, versionRange string, isAlias bool) {
 		return Name, CurrentRange(), true
 	}
 	return name, "", false
+}
+
+// firstSafe is the first adapter release that keeps the project token out of VM mounts (req B10).
+var firstSafe = semver.MustParse("0.3.1")
+
+// patchOf finds the patch numbers a range names for the current contract's minor line.
+var patchOf = regexp.MustCompile(`\b0\.3\.(\d+)`)
+
+// AdmitsCurrent reports whether the version range r already admits an adapter release of the
+// current contract range at or after 0.3.1 (such as '~0.3.0', '>=0.3.1' or '^0.3'): a bare
+// compose::update keeps such a range and rewrites any other (such as '^0.2' or '0.3.0') to
+// CurrentRange (req B8). A value that is not a range (a tag such as latest) is kept as well.
+func AdmitsCurrent(r string) bool {
+	c, err := semver.NewConstraint(r)
+	if err != nil {
+		return true
+	}
+	// The admitted 0.3.x form intervals whose ends are patch numbers r names, so probing each
+	// from 1 up to two past the largest one named finds any admitted release.
+	last := firstSafe.Patch()
+	for _, m := range patchOf.FindAllStringSubmatch(r, -1) {
+		if n, err := strconv.ParseUint(m[1], 10, 32); err == nil && n > last {
+			last = n
+		}
+	}
+	for p := firstSafe.Patch(); p <= last+2; p++ {
+		if c.Check(semver.New(0, 3, p, "", "")) {
+			return true
+		}
+	}
+	return false
 }

@@ -14,3 +14,16 @@ func TestAliasPinsContractRange(t *testing.T) {
 		t.Fatal("contract 2 has no adapter release yet")
 	}
 }
+
+// A bare compose::update rewrites only a range that admits no 0.3.1 or later (req B8).
+func TestAdmitsCurrent(t *testing.T) {
+	for r, want := range map[string]bool{
+		"^0.3": true, "~0.3.0": true, ">=0.3.1": true, "0.3.1": true, "^0.3.2": true, "0.3.7": true,
+		">=0.3.0 <0.3.20": true, "0.3.x": true, "*": true, "latest": true,
+		"^0.2": false, "~0.2.3": false, "0.2.2": false, "0.3.0": false, "<0.3.1": false, ">=0.4.0": false, "^1": false,
+	} {
+		if got := AdmitsCurrent(r); got != want {
+			t.Errorf("AdmitsCurrent(%q) = %v, want %v", r, got, want)
+		}
+	}
+}

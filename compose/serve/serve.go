@@ -30,6 +30,7 @@ import (
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/compose/token"
+	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/usertoken"
 )
@@ -105,15 +106,19 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return errcode.New(errcode.IOError, "project token in %s: %v", sd.Path, err)
 	}
-	// Compose's own connection holds the owner token on the engine it starts; workers never do.
-	daemonTok := tokPath
+	// Compose's own connection holds the owner token; workers never do. The engine Compose starts
+	// gets a fresh one each run; an engine the user runs names a lasting one in its config.
+	managed := f.Engine != nil && o.Up
 	var ownerPath string
-	if f.Engine != nil && o.Up {
-		if ownerPath, err = token.NewOwner(sd.Path); err != nil {
-			return errcode.New(errcode.IOError, "owner token in %s: %v", sd.Path, err)
-		}
-		daemonTok = ownerPath
+	if managed {
+		ownerPath, err = token.NewOwner(sd.Path)
+	} else {
+		ownerPath, err = token.EnsureOwner(sd.Path)
 	}
+	if err != nil {
+		return errcode.New(errcode.IOError, "owner token in %s: %v", sd.Path, err)
+	}
+	daemonTok := ownerPath
 	fmt.Fprintf(o.Out, "pid: %d\nowner: %s\nconfig: %s\nlogs: %s\n", os.Getpid(), f.Path, sd.Path, sd.Join(state.LogsDir))
 
 	var pkgs map[string]project.Package
@@ -153,7 +158,6 @@ func Run(ctx context.Context, o Options) error {
 		url = protocol.DefaultURL
 	}
 	var engineDone <-chan struct{}
-	managed := f.Engine != nil && o.Up
 	if managed {
 		url = f.Engine.URL
 		proc, err := startEngine(ctx, o, f, sd, tokPath, ownerPath, sup)
@@ -169,7 +173,7 @@ func Run(ctx context.Context, o Options) error {
 
 	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: f.Namespace, Name: "compose", Version: o.Version,
 		Description: "iii compose daemon", TokenFile: daemonTok})
-	p := project.New(project.Options{File: f, State: sd, EngineURL: url, TokenFile: tokPath, Managed: managed,
+	p := project.New(project.Options{File: f, State: sd, EngineURL: url, TokenFile: tokPath, OwnerTokenFile: ownerPath, Managed: managed,
 		Engine: w, Sup: sup, Packages: pkgs, PackageCache: o.PackageCache, Out: o.Out})
 	d := daemon.New(f.Namespace, p, o.Deps)
 	if err := d.Register(w); err != nil {
@@ -181,6 +185,12 @@ func Run(ctx context.Context, o Options) error {
 	err = w.Start(cctx)
 	ccancel()
 	if err != nil {
+		var pe *protocol.Error
+		if !managed && errors.As(err, &pe) && pe.Code == engineerr.TokenInvalid {
+			return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v. Compose presents its owner token %s on an engine it attaches to; "+
+				"where that engine protects namespace '%s', its config.yaml must name that file too:\n%sthen restart the engine",
+				url, err, ownerPath, f.Namespace, engineconf.OwnerGrant(f.Namespace, tokPath, ownerPath))
+		}
 		return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v", url, err)
 	}
 	defer w.Close()

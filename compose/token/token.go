@@ -51,7 +51,11 @@ func Ensure(dir string) (path string, created bool, err error) {
 // that held something; it never includes the token. A regular, owner-only, non-empty file is
 // kept as it is.
 func Check(dir string) (path string, created bool, warning string, err error) {
-	path = Path(dir)
+	return keep(Path(dir))
+}
+
+// keep implements Check for the token file at path.
+func keep(path string) (string, bool, string, error) {
 	why, err := untrusted(path)
 	if err != nil {
 		return "", false, "", err
@@ -62,6 +66,7 @@ func Check(dir string) (path string, created bool, warning string, err error) {
 	if err := write(path); err != nil {
 		return "", false, "", err
 	}
+	warning := ""
 	if why != "" {
 		warning = fmt.Sprintf("%s %s, so Compose replaced it with a new token (mode 0600); workers get the new one at their next start", path, why)
 	}
@@ -106,8 +111,24 @@ func untrusted(path string) (string, error) {
 // The managed engine grants the owner-only functions (configuration::publish,
 // engine::sandbox::bind) to this token alone; workers get the project token, never this one.
 func NewOwner(dir string) (string, error) {
-	path := filepath.Join(dir, OwnerFileName)
+	path := OwnerPath(dir)
 	return path, write(path)
+}
+
+// OwnerPath is where Compose keeps its owner token in the state directory dir.
+func OwnerPath(dir string) string { return filepath.Join(dir, OwnerFileName) }
+
+// EnsureOwner returns the owner token Compose presents to an engine it attaches to, creating it
+// (mode 0600) when missing and replacing it as Check does when it cannot be trusted. Unlike
+// NewOwner it survives across runs: the user's own engine config names the file in its
+// namespaces: list (owner_token_file), which grants Compose configuration::publish there. A
+// warning, if any, goes to stderr as "warning: ...".
+func EnsureOwner(dir string) (path string, err error) {
+	path, _, warning, err := keep(OwnerPath(dir))
+	if warning != "" {
+		fmt.Fprintln(os.Stderr, "warning: "+warning)
+	}
+	return path, err
 }
 
 // Replace writes a new token over the old one (atomically, mode 0600) and forgets any record

@@ -88,3 +88,33 @@ func TestWarningsCarryTheFixes(t *testing.T) {
 		t.Fatalf("exposed warning = %q", w[1])
 	}
 }
+
+// The owner token of an attached engine is named by the user's engine config, so it survives
+// across runs unless it cannot be trusted; it is never the project token.
+func TestEnsureOwnerKeepsATrustedFile(t *testing.T) {
+	dir := t.TempDir()
+	p, err := EnsureOwner(dir)
+	if err != nil || p != OwnerPath(dir) {
+		t.Fatalf("EnsureOwner = %q, %v", p, err)
+	}
+	first, _ := os.ReadFile(p)
+	if again, _ := EnsureOwner(dir); again != p {
+		t.Fatalf("second EnsureOwner = %q", again)
+	}
+	if b, _ := os.ReadFile(p); !bytes.Equal(first, b) {
+		t.Fatal("second EnsureOwner changed a trusted owner token")
+	}
+	if proj, _, _ := Ensure(dir); proj == p {
+		t.Fatal("the owner token is the project token file")
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureOwner(dir); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(p)
+	if b, _ := os.ReadFile(p); bytes.Equal(first, b) || st.Mode().Perm() != 0o600 {
+		t.Fatalf("a group-readable owner token was kept (mode %v)", st.Mode().Perm())
+	}
+}

@@ -4,8 +4,9 @@
 // directory and the container key, so a moved or renamed project, or a changed
 // III_COMPOSE_STATE_DIR, starts every VM fresh and leaves the old directories alone (req J6).
 // The adapter keeps the state in ~/.iii/sandbox/workers/<vm_id>/; Compose deletes it through
-// <prefix>::worker::delete when the container is removed and after compose::down (req J4), and
-// when it cannot, it warns with everything needed to delete it by hand (req J5). 0.25's
+// <prefix>::worker::delete when the container is removed (compose::remove, or dropped from the
+// file), also after compose::down, which keeps it, by starting the declared adapter for that call
+// (req J4); when it cannot, it warns with everything needed to delete it by hand (req J5). 0.25's
 // <state dir>/vm/ is never read (req J1).
 package vmstate
 

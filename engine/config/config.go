@@ -15,7 +15,8 @@
 //	sandbox:                     # binds the sandbox router; both keys optional
 //	  adapter: sandbox-libkrun
 //	  namespace: default
-//	namespaces:                  # token-protected namespaces (written by Compose)
+//	namespaces:                  # token-protected namespaces (Compose writes them for an engine
+//	                             # it starts and prints them for one you run)
 //	  - name: myproject
 //	    token_file: /path/to/token   # mode 0600; the token itself is never in this file
 //	    owner_token_file: /path/to/owner-token # optional, mode 0600: its holder (Compose) may also

@@ -421,8 +421,23 @@ func (e *Engine) notFound(ns, id string) *protocol.Error {
 	if len(elsewhere) > 0 {
 		sort.Strings(elsewhere)
 		msg += " It is registered in namespace(s): " + strings.Join(elsewhere, ", ") + "."
+	} else if strings.HasPrefix(id, "compose::") {
+		msg += composeHint(ns, id)
 	}
 	return &protocol.Error{Code: errcode.FunctionNotFound, Message: msg}
+}
+
+// composeHint explains a compose::* call that no Compose daemon serves. compose::add only edits
+// a compose file that exists, so with no project it has nothing to edit: the fix is a file that
+// declares the containers, started in that namespace (req E6).
+func composeHint(ns, id string) string {
+	hint := " No Compose project runs in namespace " + ns + " on this engine: start one with `iii compose --up -n " + ns + "` in its directory."
+	if id == "compose::add" {
+		hint += " compose::add has nothing to edit: it only edits a compose file that exists, and a file with no engine: section must declare at least one container." +
+			" Write a worker-compose.yaml that declares the containers instead, for the sandbox adapter:" +
+			" `containers: {sandbox-libkrun: {worker: package://sandbox-libkrun, version: '^0.3'}}`, then run `iii compose --up -n " + ns + "` beside it."
+	}
+	return hint
 }
 
 func stopped(id string) *protocol.Error {

@@ -276,3 +276,23 @@ func TestReservedAndConflictingRegistrations(t *testing.T) {
 		}
 	}
 }
+
+// A compose::* call no daemon serves says no project runs there; compose::add also says it has
+// nothing to edit and what to write instead (req E6).
+func TestComposeNotFoundExplains(t *testing.T) {
+	e := &Engine{funcs: map[fkey]*fnEntry{}}
+	add := e.notFound("default", "compose::add").Message
+	for _, want := range []string{"Function compose::add not found in namespace default.", "No Compose project runs in namespace default",
+		"compose::add has nothing to edit: it only edits a compose file that exists", "Write a worker-compose.yaml",
+		"package://sandbox-libkrun", "iii compose --up -n default"} {
+		if !strings.Contains(add, want) {
+			t.Errorf("compose::add: %q lacks %q", add, want)
+		}
+	}
+	if up := e.notFound("shop", "compose::up").Message; !strings.Contains(up, "No Compose project runs in namespace shop") || strings.Contains(up, "nothing to edit") {
+		t.Errorf("compose::up: %q", up)
+	}
+	if other := e.notFound("default", "demo::run").Message; other != "Function demo::run not found in namespace default." {
+		t.Errorf("demo::run: %q", other)
+	}
+}

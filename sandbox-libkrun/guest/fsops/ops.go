@@ -68,11 +68,7 @@ func stat(req json.RawMessage) (any, *Error) {
 }
 
 func mkdir(req json.RawMessage) (any, *Error) {
-	var r struct {
-		Path    string `json:"path"`
-		Mode    string `json:"mode"`
-		Parents bool   `json:"parents"`
-	}
+	var r mkdirReq
 	if e := decode(req, &r, need("path", &r.Path)); e != nil {
 		return nil, e
 	}
@@ -103,13 +99,7 @@ func mkdir(req json.RawMessage) (any, *Error) {
 }
 
 func write(req json.RawMessage) (any, *Error) {
-	var r struct {
-		Path       string          `json:"path"`
-		Mode       string          `json:"mode"`
-		Parents    bool            `json:"parents"`
-		Content    json.RawMessage `json:"content"`
-		ContentB64 *string         `json:"content_b64"`
-	}
+	var r writeReq
 	if e := decode(req, &r, need("path", &r.Path)); e != nil {
 		return nil, e
 	}
@@ -187,10 +177,7 @@ func read(req json.RawMessage) (any, *Error) {
 }
 
 func rm(req json.RawMessage) (any, *Error) {
-	var r struct {
-		Path      string `json:"path"`
-		Recursive bool   `json:"recursive"`
-	}
+	var r rmReq
 	if e := decode(req, &r, need("path", &r.Path)); e != nil {
 		return nil, e
 	}
@@ -213,13 +200,7 @@ func rm(req json.RawMessage) (any, *Error) {
 }
 
 func chmod(req json.RawMessage) (any, *Error) {
-	var r struct {
-		Path      string `json:"path"`
-		Mode      string `json:"mode"`
-		UID       *int   `json:"uid"`
-		GID       *int   `json:"gid"`
-		Recursive bool   `json:"recursive"`
-	}
+	var r chmodReq
 	if e := decode(req, &r, need("path", &r.Path), need("mode", &r.Mode)); e != nil {
 		return nil, e
 	}
@@ -281,11 +262,7 @@ func chmod(req json.RawMessage) (any, *Error) {
 }
 
 func mv(req json.RawMessage) (any, *Error) {
-	var r struct {
-		Src       string `json:"src"`
-		Dst       string `json:"dst"`
-		Overwrite bool   `json:"overwrite"`
-	}
+	var r mvReq
 	if e := decode(req, &r, need("src", &r.Src), need("dst", &r.Dst)); e != nil {
 		return nil, e
 	}
@@ -370,4 +347,42 @@ func globAny(globs []string, rel string) bool {
 		}
 	}
 	return false
+}
+
+// mkdirReq is the request of fs::mkdir.
+type mkdirReq struct {
+	Path    string `json:"path"`
+	Mode    string `json:"mode"`
+	Parents bool   `json:"parents"`
+}
+
+// writeReq is the request of fs::write.
+type writeReq struct {
+	Path       string          `json:"path"`
+	Mode       string          `json:"mode"`
+	Parents    bool            `json:"parents"`
+	Content    json.RawMessage `json:"content"`
+	ContentB64 *string         `json:"content_b64"`
+}
+
+// rmReq is the request of fs::rm.
+type rmReq struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive"`
+}
+
+// chmodReq is the request of fs::chmod.
+type chmodReq struct {
+	Path      string `json:"path"`
+	Mode      string `json:"mode"`
+	UID       *int   `json:"uid"`
+	GID       *int   `json:"gid"`
+	Recursive bool   `json:"recursive"`
+}
+
+// mvReq is the request of fs::mv.
+type mvReq struct {
+	Src       string `json:"src"`
+	Dst       string `json:"dst"`
+	Overwrite bool   `json:"overwrite"`
 }

@@ -32,16 +32,7 @@ type Match struct {
 }
 
 func grep(req json.RawMessage) (any, *Error) {
-	r := struct {
-		Path         string   `json:"path"`
-		Pattern      string   `json:"pattern"`
-		Recursive    *bool    `json:"recursive"`
-		IgnoreCase   bool     `json:"ignore_case"`
-		IncludeGlob  []string `json:"include_glob"`
-		ExcludeGlob  []string `json:"exclude_glob"`
-		MaxMatches   *int     `json:"max_matches"`
-		MaxLineBytes *int     `json:"max_line_bytes"`
-	}{}
+	var r grepReq
 	if e := decode(req, &r, need("path", &r.Path), need("pattern", &r.Pattern)); e != nil {
 		return nil, e
 	}
@@ -115,18 +106,7 @@ type SedResult struct {
 }
 
 func sed(req json.RawMessage) (any, *Error) {
-	r := struct {
-		Files       []string `json:"files"`
-		Path        string   `json:"path"`
-		Recursive   *bool    `json:"recursive"`
-		IncludeGlob []string `json:"include_glob"`
-		ExcludeGlob []string `json:"exclude_glob"`
-		Pattern     string   `json:"pattern"`
-		Replacement *string  `json:"replacement"`
-		Regex       *bool    `json:"regex"`
-		FirstOnly   bool     `json:"first_only"`
-		IgnoreCase  bool     `json:"ignore_case"`
-	}{}
+	var r sedReq
 	if e := decode(req, &r); e != nil {
 		return nil, e
 	}
@@ -199,4 +179,30 @@ func sedFile(path string, re *regexp.Regexp, repl string, firstOnly bool) (uint6
 		return 0, err
 	}
 	return uint64(len(locs)), nil
+}
+
+// grepReq is the request of fs::grep.
+type grepReq struct {
+	Path         string   `json:"path"`
+	Pattern      string   `json:"pattern"`
+	Recursive    *bool    `json:"recursive"`
+	IgnoreCase   bool     `json:"ignore_case"`
+	IncludeGlob  []string `json:"include_glob"`
+	ExcludeGlob  []string `json:"exclude_glob"`
+	MaxMatches   *int     `json:"max_matches"`
+	MaxLineBytes *int     `json:"max_line_bytes"`
+}
+
+// sedReq is the request of fs::sed.
+type sedReq struct {
+	Files       []string `json:"files"`
+	Path        string   `json:"path"`
+	Recursive   *bool    `json:"recursive"`
+	IncludeGlob []string `json:"include_glob"`
+	ExcludeGlob []string `json:"exclude_glob"`
+	Pattern     string   `json:"pattern"`
+	Replacement *string  `json:"replacement"`
+	Regex       *bool    `json:"regex"`
+	FirstOnly   bool     `json:"first_only"`
+	IgnoreCase  bool     `json:"ignore_case"`
 }

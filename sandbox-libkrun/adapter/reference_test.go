@@ -1,0 +1,61 @@
+package adapter
+
+import (
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// jsonFields lists the JSON names of t's fields, embedded structs flattened.
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous {
+			out = append(out, jsonFields(f.Type)...)
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// sortedNames returns a sorted copy of names.
+func sortedNames(names ...string) []string {
+	out := append([]string(nil), names...)
+	sort.Strings(out)
+	return out
+}
+
+// The request and reply fields of sandbox::create, exec, run, list, stop and fs::read are those of
+// the 0.25 in-engine daemon (REFERENCE-sandbox.md §4), plus only contract 1.1's two truncation
+// flags on the exec and run replies (req A4, A5). The fs::* requests are the guest agent's
+// (guest/fsops), checked there.
+func TestFieldsMatchTheReference(t *testing.T) {
+	exec10 := []string{"stdout", "stderr", "exit_code", "timed_out", "duration_ms", "success"}
+	exec11 := append(append([]string(nil), exec10...), "stdout_truncated", "stderr_truncated")
+	for name, c := range map[string]struct {
+		typ  reflect.Type
+		want []string
+	}{
+		"create request": {reflect.TypeOf(CreateRequest{}), sortedNames("image", "cpus", "memory_mb", "name", "network", "idle_timeout_secs", "env")},
+		"create reply":   {reflect.TypeOf(CreateReply{}), sortedNames("sandbox_id", "image")},
+		"exec request":   {reflect.TypeOf(ExecRequest{}), sortedNames("sandbox_id", "cmd", "args", "argv", "stdin", "env", "timeout_ms", "workdir")},
+		"exec reply":     {reflect.TypeOf(ExecReply{}), sortedNames(exec11...)},
+		"run request":    {reflect.TypeOf(RunRequest{}), sortedNames("image", "code", "lang", "files", "env", "stdin", "timeout_ms", "keep_sandbox")},
+		"run files[]":    {reflect.TypeOf(RunFile{}), sortedNames("path", "content")},
+		"run reply":      {reflect.TypeOf(RunReply{}), sortedNames(append(append([]string(nil), exec11...), "sandbox_id")...)},
+		"list sandboxes[]": {reflect.TypeOf(ListEntry{}), sortedNames("sandbox_id", "name", "image", "age_secs", "exec_in_progress",
+			"exec_in_flight", "exec_slots_free", "stopped")},
+		"stop request":   {reflect.TypeOf(StopRequest{}), sortedNames("sandbox_id", "wait")},
+		"stop reply":     {reflect.TypeOf(StopReply{}), sortedNames("sandbox_id", "stopped")},
+		"fs::read reply": {reflect.TypeOf(ReadReply{}), sortedNames("content", "body", "size", "mode", "mtime")},
+	} {
+		if got := jsonFields(c.typ); strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s fields differ from the 0.25 list\n0.25: %s\nnow:  %s", name, strings.Join(c.want, ", "), strings.Join(got, ", "))
+		}
+	}
+}
