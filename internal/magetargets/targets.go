@@ -1,7 +1,7 @@
-//go:build mage
-
-// Build, release, test and lint iii. Run `go tool mage -l` for the list of targets.
-package main
+// Package magetargets holds the mage targets of the repository (build, release, test, demo,
+// bench, lint): magefiles/magefile.go imports them with // mage:import, so `go tool mage -l`
+// lists them, and go vet and go test see them as an ordinary package.
+package magetargets
 
 import (
 	"context"
@@ -154,14 +154,14 @@ func Lint(ctx context.Context) error {
 	return Vet(ctx)
 }
 
-// Vet runs go vet in every module.
+// Vet runs go vet in every module (these targets included), and over magefiles/ with the mage tag.
 func Vet(ctx context.Context) error {
 	for _, m := range modules {
 		if err := inDir(m, "go", "vet", "./..."); err != nil {
 			return err
 		}
 	}
-	return nil
+	return inDir(".", "go", "vet", "-tags", "mage", "./magefiles")
 }
 
 // Bench runs every module's benchmark program (engine, router, adapter) and prints ratios
