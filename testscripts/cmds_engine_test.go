@@ -23,7 +23,6 @@ import (
 func init() {
 	registerBinary(binary{name: "fakeadapter", pkg: "./testscripts/internal/fakeadapter", version: "0.0.0-test"})
 	registerCmd("waitfn", cmdWaitFn)
-	registerCmd("stopwatch", cmdStopwatch)
 	registerCmd("wsprobe", cmdWSProbe)
 	registerCond("node", func() (bool, error) { return nodeModules() != "", nil })
 	registerSetup(func(env *testscript.Env) error {
@@ -86,40 +85,6 @@ func cmdWaitFn(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-var (
-	stopwatchMu sync.Mutex
-	stopwatches = map[*testscript.TestScript]map[string]time.Time{}
-)
-
-// stopwatch start NAME | stopwatch below NAME DURATION: fail unless less than DURATION passed
-// since start.
-func cmdStopwatch(ts *testscript.TestScript, neg bool, args []string) {
-	stopwatchMu.Lock()
-	defer stopwatchMu.Unlock()
-	if stopwatches[ts] == nil {
-		stopwatches[ts] = map[string]time.Time{}
-	}
-	switch {
-	case len(args) == 2 && args[0] == "start":
-		stopwatches[ts][args[1]] = time.Now()
-	case len(args) == 3 && args[0] == "below":
-		start, ok := stopwatches[ts][args[1]]
-		if !ok {
-			ts.Fatalf("stopwatch %s was not started", args[1])
-		}
-		limit, err := time.ParseDuration(args[2])
-		if err != nil {
-			ts.Fatalf("stopwatch: %v", err)
-		}
-		el := time.Since(start)
-		ts.Logf("stopwatch %s: %v", args[1], el)
-		if (el < limit) == neg {
-			ts.Fatalf("stopwatch %s: %v elapsed, limit %v", args[1], el, limit)
-		}
-	default:
-		ts.Fatalf("usage: stopwatch start NAME | stopwatch below NAME DURATION")
-	}
-}
 
 // wsprobe URL: open a raw WebSocket to the engine, send undecodable JSON, a frame of an unknown
 // type and a binary telemetry frame, then a ping; print each frame received until the pong
