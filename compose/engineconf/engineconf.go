@@ -151,15 +151,18 @@ func Render(in Input) ([]byte, error) {
 // configuration entries on an engine the user runs: the project namespace protected by the
 // project token with Compose's owner token beside it or, for a project in the default namespace
 // (which cannot be protected), an otherwise unused namespace named after the owner token file
-// (OwnerNamespace, a dash and 8 hex digits, so that several projects each get one) that holds the
-// owner token alone. It is config.yaml text, ready to paste.
+// (OwnerNamespace, a dash and 8 hex digits, so that several projects each get one) that holds
+// both tokens, so that the project's workers, the adapter among them, count as token holders of
+// that engine. It is config.yaml text, ready to paste.
 func OwnerGrant(namespace, tokenFile, ownerTokenFile string) string {
-	name, tok := namespace, tokenFile
+	name := namespace
 	if namespace == DefaultNamespace {
+		// default cannot be token-protected: a stand-in namespace carries the tokens, so that
+		// the project's workers (the adapter among them) are token holders of this engine.
 		sum := sha256.Sum256([]byte(ownerTokenFile))
-		name, tok = OwnerNamespace+"-"+hex.EncodeToString(sum[:4]), ownerTokenFile
+		name = OwnerNamespace + "-" + hex.EncodeToString(sum[:4])
 	}
-	return fmt.Sprintf("namespaces:\n  - name: %s\n    token_file: %s\n    owner_token_file: %s\n", scalar(name), scalar(tok), scalar(ownerTokenFile))
+	return fmt.Sprintf("namespaces:\n  - name: %s\n    token_file: %s\n    owner_token_file: %s\n", scalar(name), scalar(tokenFile), scalar(ownerTokenFile))
 }
 
 var plainScalar = regexp.MustCompile(`^[A-Za-z0-9_./+-]+$`)

@@ -100,7 +100,7 @@ func TestDefaultNamespaceTokenGoesToTheOwnerNamespace(t *testing.T) {
 // token owner rights, for a project in its own namespace and for one in default.
 func TestOwnerGrantIsAValidEngineConfig(t *testing.T) {
 	proj, owner := tokenFile(t), tokenFile(t)
-	for _, tc := range []struct{ ns, name, token string }{{"shop", "shop", proj}, {"default", OwnerNamespace + "-", owner}} {
+	for _, tc := range []struct{ ns, name, token string }{{"shop", "shop", proj}, {"default", OwnerNamespace + "-", proj}} {
 		text := OwnerGrant(tc.ns, proj, owner)
 		c, err := config.Parse([]byte(text), os.LookupEnv, "/")
 		if err != nil {

@@ -197,11 +197,18 @@ func Run(ctx context.Context, o Options) error {
 	if err := checkServing(ctx, w, f.Namespace); err != nil {
 		return err
 	}
-	// The user's `iii call compose::*`, from any directory, finds the project token through this
-	// user-only record (removed when Compose stops; a killed Compose's is swept later).
-	if _, remove, err := usertoken.Publish(url, f.Namespace, tokPath); err != nil {
+	// The user's `iii call compose::*`, from any directory, finds a token through this user-only
+	// record (removed when Compose stops; a killed Compose's is swept later): the project token
+	// on an engine Compose starts, whose config lets it call what the owner token registered;
+	// on an engine the user runs, which may accept nothing but the token that registered
+	// compose::*, the daemon's own (owner) token.
+	userTok := tokPath
+	if !managed {
+		userTok = daemonTok
+	}
+	if _, remove, err := usertoken.Publish(url, f.Namespace, userTok); err != nil {
 		fmt.Fprintf(o.Err, "warning: cannot record the project token for iii call in ~/%s: %v; "+
-			"run iii call compose::* with III_TOKEN_FILE=%s\n", usertoken.Dir, err, tokPath)
+			"run iii call compose::* with III_TOKEN_FILE=%s\n", usertoken.Dir, err, userTok)
 	} else {
 		defer func() { _ = remove() }()
 	}
