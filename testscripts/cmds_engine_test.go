@@ -85,7 +85,6 @@ func cmdWaitFn(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-
 // wsprobe URL: open a raw WebSocket to the engine, send undecodable JSON, a frame of an unknown
 // type and a binary telemetry frame, then a ping; print each frame received until the pong
 // ("pong" on stdout proves the connection survived).
