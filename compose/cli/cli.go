@@ -61,22 +61,7 @@ func parse(args []string) (options, error) {
 	if len(args) > 0 && args[0] == "build" {
 		o.build, args = true, args[1:]
 	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, inline, hasInline := strings.Cut(a, "=")
-		if !strings.HasPrefix(name, "--") {
-			name, hasInline = a, false
-		}
-		value := func() (string, error) {
-			if hasInline {
-				return inline, nil
-			}
-			if i+1 >= len(args) {
-				return "", errcode.New(errcode.UsageError, "%s needs a value; run 'iii compose --help'", name)
-			}
-			i++
-			return args[i], nil
-		}
+	err := scanArgs(args, "iii compose", func(name, word string, value func() (string, error)) error {
 		var err error
 		switch name {
 		case "-h", "--help", "help":
@@ -95,13 +80,42 @@ func parse(args []string) (options, error) {
 			o.engine, err = value()
 			o.engineSet = true
 		default:
-			return o, errcode.New(errcode.UsageError, "unknown argument %q; run 'iii compose --help'", a)
+			return errcode.New(errcode.UsageError, "unknown argument %q; run 'iii compose --help'", word)
 		}
-		if err != nil {
-			return o, err
-		}
+		return err
+	})
+	if err != nil {
+		return o, err
 	}
 	return o, nil
+}
+
+// scanArgs walks command-line words the way iii compose takes them: "--name=value", "--name
+// value" or a bare word. fn gets the flag name (the whole word unless it is "--name=…"), the word
+// itself, and value, which reads the flag's value from the word or takes the next one; cmd is the
+// command whose --help a missing value points at.
+func scanArgs(args []string, cmd string, fn func(name, word string, value func() (string, error)) error) error {
+	for i := 0; i < len(args); i++ {
+		word := args[i]
+		name, inline, hasInline := strings.Cut(word, "=")
+		if !strings.HasPrefix(name, "--") {
+			name, hasInline = word, false
+		}
+		value := func() (string, error) {
+			if hasInline {
+				return inline, nil
+			}
+			if i+1 >= len(args) {
+				return "", errcode.New(errcode.UsageError, "%s needs a value; run '%s --help'", name, cmd)
+			}
+			i++
+			return args[i], nil
+		}
+		if err := fn(name, word, value); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // check applies the flag-combination rules.

@@ -48,22 +48,7 @@ type logsOptions struct {
 
 func parseLogs(args []string) (logsOptions, error) {
 	o := logsOptions{file: DefaultFile}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, inline, hasInline := strings.Cut(a, "=")
-		if !strings.HasPrefix(name, "--") {
-			name, hasInline = a, false
-		}
-		value := func() (string, error) {
-			if hasInline {
-				return inline, nil
-			}
-			if i+1 >= len(args) {
-				return "", errcode.New(errcode.UsageError, "%s needs a value; run 'iii compose logs --help'", name)
-			}
-			i++
-			return args[i], nil
-		}
+	err := scanArgs(args, "iii compose logs", func(name, word string, value func() (string, error)) error {
 		var err error
 		switch name {
 		case "-h", "--help", "help":
@@ -75,13 +60,13 @@ func parseLogs(args []string) (logsOptions, error) {
 			if v, err = value(); err == nil {
 				n, perr := strconv.Atoi(v)
 				if perr != nil || n < 0 || n > daemon.LogsMaxTail {
-					return o, errcode.New(errcode.UsageError, "--tail %s: write a number from 0 to %d", v, daemon.LogsMaxTail)
+					return errcode.New(errcode.UsageError, "--tail %s: write a number from 0 to %d", v, daemon.LogsMaxTail)
 				}
 				o.tail = &n
 			}
 		case "--stream":
 			if o.stream, err = value(); err == nil && o.stream != supervisor.StreamStdout && o.stream != supervisor.StreamStderr {
-				return o, errcode.New(errcode.UsageError, "--stream %s: write --stream stdout or --stream stderr", o.stream)
+				return errcode.New(errcode.UsageError, "--stream %s: write --stream stdout or --stream stderr", o.stream)
 			}
 		case "-f", "--file":
 			o.file, err = value()
@@ -91,14 +76,15 @@ func parseLogs(args []string) (logsOptions, error) {
 		case "--engine":
 			o.engine, err = value()
 		default:
-			if strings.HasPrefix(a, "-") || o.worker != "" {
-				return o, errcode.New(errcode.UsageError, "unknown argument %q; run 'iii compose logs --help'", a)
+			if strings.HasPrefix(word, "-") || o.worker != "" {
+				return errcode.New(errcode.UsageError, "unknown argument %q; run 'iii compose logs --help'", word)
 			}
-			o.worker = a
+			o.worker = word
 		}
-		if err != nil {
-			return o, err
-		}
+		return err
+	})
+	if err != nil {
+		return o, err
 	}
 	if o.namespace != "" && !composefile.ValidNamespace(o.namespace) {
 		return o, errcode.New(errcode.InvalidNamespace, "--namespace %q is not a namespace: use lowercase letters, digits, _ and -", o.namespace)
