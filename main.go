@@ -10,6 +10,7 @@ import (
 	compose "github.com/iii-go/iii/compose/cli"
 	"github.com/iii-go/iii/doctor"
 	engine "github.com/iii-go/iii/engine/cli"
+	"github.com/iii-go/iii/engine/errcode"
 	updater "github.com/iii-go/iii/updater/cli"
 )
 
@@ -56,6 +57,5 @@ func run(args []string, stdout io.Writer) int {
 	if args[0] != "" && args[0][0] == '-' {
 		return engine.RunEngine(version, args)
 	}
-	fmt.Fprintf(os.Stderr, "error[UNKNOWN_COMMAND]: unknown command %q. Run 'iii --help' to see available commands.\n", args[0])
-	return 2
+	return errcode.Exit(os.Stderr, errcode.Usagef(errcode.UnknownCommand, "unknown command %q. Run 'iii --help' to see available commands.", args[0]), errcode.UnknownCommand)
 }

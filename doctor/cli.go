@@ -11,6 +11,7 @@ import (
 	"time"
 
 	composeerr "github.com/iii-go/iii/compose/errcode"
+	"github.com/iii-go/iii/engine/errcode"
 )
 
 const usage = `Usage: iii doctor [-f worker-compose.yaml] [--config config.yaml] [--json] [--fix] [--host]
@@ -114,8 +115,7 @@ func Run(args []string) int {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options, now func() time.Time) int {
 	co, err := parse(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "error[%s]: %v\n", Usage, err)
-		return 2
+		return errcode.Exit(stderr, errcode.Usagef(Usage, "%w", err), Usage)
 	}
 	if co.help {
 		fmt.Fprint(stdout, usage)
@@ -125,14 +125,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options
 		o.ConfigFile, err = fileArg(co.config, "--config", DefaultConfigFile)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "error[%s]: %v\n", Usage, err)
-		return 2
+		return errcode.Exit(stderr, errcode.Usagef(Usage, "%w", err), Usage)
 	}
 	o.Host = co.host
 	r, err := Check(ctx, o)
 	if err != nil {
-		fmt.Fprintf(stderr, "error[%s]: %v\n", composeerr.IOError, err)
-		return 1
+		return errcode.Exit(stderr, errcode.New(composeerr.IOError, "%w", err), composeerr.IOError)
 	}
 	var fixed *FixResult
 	if co.fix {
@@ -140,8 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options
 			r, err = Check(ctx, o)
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "error[%s]: %v\n", composeerr.IOError, err)
-			return 1
+			return errcode.Exit(stderr, errcode.New(composeerr.IOError, "%w", err), composeerr.IOError)
 		}
 		if !canScan() && len(fixed.Actions) > 0 {
 			r.note("this OS has no /proc, so --fix could not check whether a running process holds what it moved")

@@ -19,6 +19,7 @@ import (
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/engine/config"
+	"github.com/iii-go/iii/engine/errcode"
 )
 
 // projectInfo is what the project checks learned, for the host and engine checks.
@@ -246,7 +247,7 @@ func checkConfig(r *Report, o Options) *config.Config {
 	if err == nil {
 		return c
 	}
-	var ce *config.Error
+	var ce *errcode.Error
 	if errors.As(err, &ce) {
 		r.add(Finding{Code: ce.Code, Severity: Error, Path: o.ConfigFile, Message: ce.Message,
 			Fix: "edit " + o.ConfigFile + " as the message says; the engine refuses to start with it until then"})

@@ -129,18 +129,12 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
-// fail prints error[CODE]: message and returns the exit status.
-func fail(code, format string, a ...any) int {
-	fmt.Fprintf(os.Stderr, "error[%s]: %s\n", code, fmt.Sprintf(format, a...))
-	return 1
-}
-
 func logf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "sandbox-libkrun: "+format+"\n", a...)
 }
 
-func parseFlags(args []string) (options, int, bool) {
-	var o options
+// parseFlags reads the command line; help is true when it printed the usage.
+func parseFlags(args []string) (o options, help bool, err error) {
 	var roots multiFlag
 	fs := flag.NewFlagSet("sandbox-libkrun", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -153,15 +147,15 @@ func parseFlags(args []string) (options, int, bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Printf(usage, adapter.Contract.Major, adapter.Contract.Minor, string(os.PathListSeparator))
-			return o, 0, true
+			return o, true, nil
 		}
-		return o, fail("USAGE", "%v (see sandbox-libkrun --help)", err), true
+		return o, false, errcode.Usagef(errcode.Usage, "%v (see sandbox-libkrun --help)", err)
 	}
 	if fs.NArg() > 0 {
-		return o, fail("USAGE", "unexpected argument %q (see sandbox-libkrun --help)", fs.Arg(0)), true
+		return o, false, errcode.Usagef(errcode.Usage, "unexpected argument %q (see sandbox-libkrun --help)", fs.Arg(0))
 	}
 	if o.prefix == "" || strings.ContainsAny(o.prefix, " \t:") {
-		return o, fail("USAGE", "--prefix must be a non-empty name without spaces or colons, got %q", o.prefix), true
+		return o, false, errcode.Usagef(errcode.Usage, "--prefix must be a non-empty name without spaces or colons, got %q", o.prefix)
 	}
 	o.hostRoots = roots
 	for _, r := range filepath.SplitList(os.Getenv(envHostRoots)) {
@@ -169,7 +163,7 @@ func parseFlags(args []string) (options, int, bool) {
 			o.hostRoots = append(o.hostRoots, r)
 		}
 	}
-	return o, 0, false
+	return o, false, nil
 }
 
 func envOr(k, def string) string {
@@ -179,10 +173,20 @@ func envOr(k, def string) string {
 	return def
 }
 
+// run is the adapter process: it returns the exit status, printing error[CODE]: message first
+// when it could not start.
 func run(args []string) int {
-	o, code, done := parseFlags(args)
-	if done {
-		return code
+	status, err := serve(args)
+	if err != nil {
+		return errcode.Exit(os.Stderr, err, errcode.Unknown)
+	}
+	return status
+}
+
+func serve(args []string) (int, error) {
+	o, help, err := parseFlags(args)
+	if help || err != nil {
+		return 0, err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -200,26 +204,25 @@ func run(args []string) int {
 
 	st, err := loadSettings(ctx, w, o)
 	if err != nil {
-		var unreachable *engineError
-		if errors.As(err, &unreachable) {
-			return fail("ENGINE_UNREACHABLE", "%v", err)
+		if errcode.CodeOf(err) == errcode.EngineUnreachable {
+			return 0, err
 		}
-		return fail("INVALID_SETTINGS", "%v; the adapter does not start with a bad value (fix it in the adapter's config_override, then run `iii call compose::restart`)", err)
+		return 0, errcode.New(errcode.InvalidSettings, "%v; the adapter does not start with a bad value (fix it in the adapter's config_override, then run `iii call compose::restart`)", err)
 	}
 
 	accel, err := accelerator(st)
 	if err != nil {
-		return fail("INVALID_SETTINGS", "%v", err)
+		return 0, errcode.New(errcode.InvalidSettings, "%v", err)
 	}
 	arch, err := st.Guest(accel, runtime.GOOS, runtime.GOARCH)
 	if err != nil {
-		return fail("INVALID_SETTINGS", "%v", err)
+		return 0, errcode.New(errcode.InvalidSettings, "%v", err)
 	}
 	if p := hostcheck.Platform(platform.Host()); p != nil {
-		return fail(errcode.UnsupportedPlatform, "%s", p.Message)
+		return 0, errcode.New(errcode.UnsupportedPlatform, "%s", p.Message)
 	}
 	if err := installFirmware(arch); err != nil {
-		return fail("FIRMWARE_INSTALL_FAILED", "%v", err)
+		return 0, errcode.New(errcode.FirmwareInstallFailed, "%v", err)
 	}
 	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare})
 	for _, p := range problems {
@@ -228,11 +231,11 @@ func run(args []string) int {
 		}
 	}
 	if err := hostcheck.Err(problems); err != nil {
-		return fail("HOST_CHECK_FAILED", "%v", err)
+		return 0, errcode.New(errcode.HostCheckFailed, "%v", err)
 	}
 	drv, err := qemu.New(qemu.Options{Accel: accel, Arch: arch, Share: st.FileShare})
 	if err != nil {
-		return fail("HOST_CHECK_FAILED", "%v", err)
+		return 0, errcode.New(errcode.HostCheckFailed, "%v", err)
 	}
 	inUse := drv.Accel()
 	switch {
@@ -245,7 +248,7 @@ func run(args []string) int {
 	}
 	if o.check {
 		fmt.Printf("settings ok; VM driver %s; host roots %s\n", drv.Name(), strings.Join(hostRoots(o).List(), ", "))
-		return 0
+		return 0, nil
 	}
 
 	warnPoolMemory(st)
@@ -268,14 +271,14 @@ func run(args []string) int {
 	}
 	for op, h := range handlers {
 		if err := w.Register(o.prefix+"::"+op, wrap(h), protocol.WithDescription(describe(op))); err != nil {
-			return fail("REGISTER_FAILED", "%s::%s: %v", o.prefix, op, err)
+			return 0, errcode.New(errcode.RegisterFailed, "%s::%s: %v", o.prefix, op, err)
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = w.Start(cctx)
 	cancel()
 	if err != nil {
-		return fail("ENGINE_UNREACHABLE", "cannot register with the engine at %s: %v", w.URL(), err)
+		return 0, errcode.New(errcode.EngineUnreachable, "cannot register with the engine at %s: %v", w.URL(), err)
 	}
 	logf("serving %s::* in namespace %s (version %s, driver %s, host roots: %s)",
 		o.prefix, w.Namespace(), version, drv.Name(), strings.Join(roots.List(), ", "))
@@ -298,7 +301,7 @@ func run(args []string) int {
 	defer cancel()
 	workers.Shutdown(sctx)
 	svc.Shutdown(sctx)
-	return status
+	return status, nil
 }
 
 var descriptions = map[string]string{
@@ -405,11 +408,6 @@ func hostRoots(o options) vmworker.Roots {
 	return vmworker.NewRoots(dirs)
 }
 
-// engineError is a settings read that could not reach the engine.
-type engineError struct{ err error }
-
-func (e *engineError) Error() string { return e.err.Error() }
-
 // loadSettings reads the settings from --config, else from the configuration worker's entry
 // <namespace>-sandbox-libkrun over a short connection of its own (named after w, with
 // "/settings"); an iii-sandbox entry is never read (req C4). A missing entry means the package
@@ -433,7 +431,7 @@ func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.
 			Logger: slog.New(slog.DiscardHandler)})
 		cancel()
 		if cerr != nil {
-			return settings.Defaults(), &engineError{fmt.Errorf("cannot reach the engine at %s to read the settings entry %q: %v", w.URL(), id, cerr)}
+			return settings.Defaults(), errcode.New(errcode.EngineUnreachable, "cannot reach the engine at %s to read the settings entry %q: %v", w.URL(), id, cerr)
 		}
 		st, warnings, err = fetchSettings(ctx, conn, id)
 		conn.Close()

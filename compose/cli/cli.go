@@ -80,7 +80,7 @@ func parse(args []string) (options, error) {
 			o.engine, err = value()
 			o.engineSet = true
 		default:
-			return errcode.New(errcode.UsageError, "unknown argument %q; run 'iii compose --help'", word)
+			return errcode.Usagef(errcode.UsageError, "unknown argument %q; run 'iii compose --help'", word)
 		}
 		return err
 	})
@@ -106,7 +106,7 @@ func scanArgs(args []string, cmd string, fn func(name, word string, value func()
 				return inline, nil
 			}
 			if i+1 >= len(args) {
-				return "", errcode.New(errcode.UsageError, "%s needs a value; run '%s --help'", name, cmd)
+				return "", errcode.Usagef(errcode.UsageError, "%s needs a value; run '%s --help'", name, cmd)
 			}
 			i++
 			return args[i], nil
@@ -132,18 +132,18 @@ func (o options) check() error {
 			bad = append(bad, "--namespace")
 		}
 		if len(bad) > 0 {
-			return errcode.New(errcode.BuildConflictsWithServeOptions, "iii compose build takes only -f and --frozen; %s belong(s) to the daemon (iii compose [--engine URL] [-n NS] [--up])", strings.Join(bad, ", "))
+			return errcode.Usagef(errcode.BuildConflictsWithServeOptions, "iii compose build takes only -f and --frozen; %s belong(s) to the daemon (iii compose [--engine URL] [-n NS] [--up])", strings.Join(bad, ", "))
 		}
 		return nil
 	}
 	if o.fileSet && !o.up {
-		return errcode.New(errcode.FileRequiresUp, "-f/--file %s works only with --up (iii compose --up -f %s)", o.file, o.file)
+		return errcode.Usagef(errcode.FileRequiresUp, "-f/--file %s works only with --up (iii compose --up -f %s)", o.file, o.file)
 	}
 	if o.frozen && !o.up {
-		return errcode.New(errcode.FrozenRequiresUp, "--frozen works only with --up (iii compose --up --frozen) or with build (iii compose build --frozen)")
+		return errcode.Usagef(errcode.FrozenRequiresUp, "--frozen works only with --up (iii compose --up --frozen) or with build (iii compose build --frozen)")
 	}
 	if o.nsSet && !composefile.ValidNamespace(o.namespace) {
-		return errcode.New(errcode.InvalidNamespace, "--namespace %q is not a namespace: use lowercase letters, digits, _ and -", o.namespace)
+		return errcode.Usagef(errcode.InvalidNamespace, "--namespace %q is not a namespace: use lowercase letters, digits, _ and -", o.namespace)
 	}
 	return nil
 }
@@ -162,24 +162,24 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	}
 	o, err := parse(args)
 	if err != nil {
-		return fail(stderr, err, 2)
+		return errcode.Exit(stderr, err)
 	}
 	if o.help {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	if err := o.check(); err != nil {
-		return fail(stderr, err, 2)
+		return errcode.Exit(stderr, err)
 	}
 	cache, err := registry.CacheDir()
 	if err != nil {
-		return fail(stderr, err, 1)
+		return errcode.Exit(stderr, err)
 	}
 	popts := prepare.Options{Frozen: o.frozen, Build: o.build, Namespace: o.namespace, EngineURL: o.engine, CacheDir: cache, Out: stdout}
 	if o.build {
 		res, err := prepare.Run(ctx, o.file, popts)
 		if err != nil {
-			return fail(stderr, err, 1)
+			return errcode.Exit(stderr, err)
 		}
 		fmt.Fprintf(stdout, "✓ built %s: %d package(s) in %s\n", res.File.Path, len(res.Packages), cache)
 		return 0
@@ -188,7 +188,7 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	if o.up {
 		// Every check that needs no engine runs before anything starts.
 		if first, err = prepare.Run(ctx, o.file, popts); err != nil {
-			return fail(stderr, err, 1)
+			return errcode.Exit(stderr, err)
 		}
 	}
 	install := func(ctx context.Context, f *composefile.File, update []string) (map[string]project.Package, error) {
@@ -214,7 +214,7 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 			RemoveContainer: fileedit.RemoveContainer,
 		}}
 	if err := serve.Run(ctx, sopts); err != nil {
-		return fail(stderr, err, 1)
+		return errcode.Exit(stderr, err)
 	}
 	return 0
 }
@@ -230,10 +230,4 @@ func packages(res *prepare.Result) map[string]project.Package {
 		out[k] = project.Package{Name: p.Name, Version: p.Version, Kind: p.Type, Exec: p.Exec, Dir: p.Dir, DefaultConfig: def}
 	}
 	return out
-}
-
-func fail(w io.Writer, err error, code int) int {
-	e := errcode.As(err, errcode.IOError)
-	fmt.Fprintf(w, "error[%s]: %s\n", e.Code, e.Message)
-	return code
 }

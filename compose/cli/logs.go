@@ -60,13 +60,13 @@ func parseLogs(args []string) (logsOptions, error) {
 			if v, err = value(); err == nil {
 				n, perr := strconv.Atoi(v)
 				if perr != nil || n < 0 || n > daemon.LogsMaxTail {
-					return errcode.New(errcode.UsageError, "--tail %s: write a number from 0 to %d", v, daemon.LogsMaxTail)
+					return errcode.Usagef(errcode.UsageError, "--tail %s: write a number from 0 to %d", v, daemon.LogsMaxTail)
 				}
 				o.tail = &n
 			}
 		case "--stream":
 			if o.stream, err = value(); err == nil && o.stream != supervisor.StreamStdout && o.stream != supervisor.StreamStderr {
-				return errcode.New(errcode.UsageError, "--stream %s: write --stream stdout or --stream stderr", o.stream)
+				return errcode.Usagef(errcode.UsageError, "--stream %s: write --stream stdout or --stream stderr", o.stream)
 			}
 		case "-f", "--file":
 			o.file, err = value()
@@ -77,7 +77,7 @@ func parseLogs(args []string) (logsOptions, error) {
 			o.engine, err = value()
 		default:
 			if strings.HasPrefix(word, "-") || o.worker != "" {
-				return errcode.New(errcode.UsageError, "unknown argument %q; run 'iii compose logs --help'", word)
+				return errcode.Usagef(errcode.UsageError, "unknown argument %q; run 'iii compose logs --help'", word)
 			}
 			o.worker = word
 		}
@@ -87,7 +87,7 @@ func parseLogs(args []string) (logsOptions, error) {
 		return o, err
 	}
 	if o.namespace != "" && !composefile.ValidNamespace(o.namespace) {
-		return o, errcode.New(errcode.InvalidNamespace, "--namespace %q is not a namespace: use lowercase letters, digits, _ and -", o.namespace)
+		return o, errcode.Usagef(errcode.InvalidNamespace, "--namespace %q is not a namespace: use lowercase letters, digits, _ and -", o.namespace)
 	}
 	return o, nil
 }
@@ -123,7 +123,7 @@ func (o logsOptions) target() (string, string, error) {
 func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseLogs(args)
 	if err != nil {
-		return fail(stderr, err, 2)
+		return errcode.Exit(stderr, err)
 	}
 	if o.help {
 		fmt.Fprint(stdout, logsUsage)
@@ -131,7 +131,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	url, ns, err := o.target()
 	if err != nil {
-		return fail(stderr, err, 1)
+		return errcode.Exit(stderr, err)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -143,7 +143,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			return 0
 		}
-		return fail(stderr, errcode.New(errcode.EngineCallFailed, "no engine answered at %s (%v); is Compose running? (iii compose --up)", url, err), 1)
+		return errcode.Exit(stderr, errcode.New(errcode.EngineCallFailed, "no engine answered at %s (%v); is Compose running? (iii compose --up)", url, err))
 	}
 	defer w.Close()
 	req := map[string]any{}
@@ -173,7 +173,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			return 0
 		}
-		return fail(stderr, callError(err, ns), 1)
+		return errcode.Exit(stderr, callError(err, ns))
 	}
 	p.print(reply)
 	if !o.follow {
@@ -195,7 +195,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stderr, "compose in namespace %s stopped\n", ns)
 				return 0
 			}
-			return fail(stderr, callError(err, ns), 1)
+			return errcode.Exit(stderr, callError(err, ns))
 		}
 		p.print(reply)
 	}

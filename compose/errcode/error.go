@@ -1,39 +1,27 @@
 package errcode
 
 import (
-	"errors"
-	"fmt"
+	"io"
+
+	"github.com/iii-go/iii/engine/errcode"
 )
 
-// Error is a Compose failure with its documented code. The CLI prints it as
+// Error is the coded error every module shares (engine/errcode.Error). The CLI prints it as
 // error[CODE]: message; compose::* callers receive {code, message}.
-type Error struct {
-	Code    string
-	Message string
-}
+type Error = errcode.Error
 
-// Error returns "CODE: message".
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// New returns an *Error with a formatted message.
-func New(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
+// New returns an *Error with code and a message built like fmt.Errorf (%w keeps the cause).
+func New(code, format string, args ...any) *Error { return errcode.New(code, format, args...) }
 
 // Code returns the code of the first *Error in err's chain, or "" when there is none.
-func Code(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
+func Code(err error) string { return errcode.CodeOf(err) }
 
-// As returns err as an *Error, wrapping an uncoded error under fallback.
-func As(err error, fallback string) *Error {
-	var e *Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return &Error{Code: fallback, Message: err.Error()}
-}
+// As returns the first *Error in err's chain, or err under the fallback code.
+func As(err error, fallback string) *Error { return errcode.As(err, fallback) }
+
+// Usagef is New for a mistake in the command line: Exit returns 2 for it.
+func Usagef(code, format string, args ...any) *Error { return errcode.Usagef(code, format, args...) }
+
+// Exit prints err as error[CODE]: message (IO_ERROR when it has no code) and returns the exit
+// status of iii compose: 0 for nil, 2 for a usage error, 1 otherwise.
+func Exit(w io.Writer, err error) int { return errcode.Exit(w, err, IOError) }

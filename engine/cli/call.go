@@ -178,7 +178,7 @@ func orderedObject(keys []string, kv map[string]json.RawMessage) json.RawMessage
 func RunCall(args []string) int {
 	a, err := parseCall(args)
 	if err != nil {
-		return fail(errcode.Usage, "%v", err)
+		return errcode.Exit(os.Stderr, errcode.Usagef(errcode.Usage, "%v", err), errcode.Usage)
 	}
 	if a.help {
 		fmt.Print(callUsage)
@@ -194,7 +194,7 @@ func RunCall(args []string) int {
 	w, err := protocol.Connect(dctx, protocol.Config{URL: a.url, Name: "iii-cli:call", Namespace: protocol.DefaultNamespace,
 		Token: userToken(a), NoReconnect: true})
 	if err != nil {
-		return fail(errcode.EngineUnreachable, "no engine answered at %s (%v). Is the engine running at that address and port?", a.url, err)
+		return errcode.Exit(os.Stderr, errcode.New(errcode.EngineUnreachable, "no engine answered at %s (%v). Is the engine running at that address and port?", a.url, err), errcode.Unknown)
 	}
 	defer w.Close()
 	var opts []protocol.CallOption
@@ -206,7 +206,7 @@ func RunCall(args []string) int {
 	if err != nil {
 		var perr *protocol.Error
 		if !errors.As(err, &perr) {
-			return fail(errcode.CallFailed, "%v", err)
+			return errcode.Exit(os.Stderr, errcode.New(errcode.CallFailed, "%w", err), errcode.CallFailed)
 		}
 		var buf bytes.Buffer
 		if json.Indent(&buf, perr.Raw(), "", "  ") != nil {

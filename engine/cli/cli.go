@@ -35,13 +35,12 @@ Flags:
   -h, --help            show this help
 `
 
-func fail(code, format string, args ...any) int {
-	fmt.Fprintf(os.Stderr, "error[%s]: %s\n", code, fmt.Sprintf(format, args...))
-	return 1
-}
-
 // RunEngine runs the engine with the given arguments and returns the process exit code.
 func RunEngine(version string, args []string) int {
+	return errcode.Exit(os.Stderr, runEngine(version, args), errcode.Unknown)
+}
+
+func runEngine(version string, args []string) error {
 	fs := flag.NewFlagSet("iii", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var path string
@@ -51,16 +50,16 @@ func RunEngine(version string, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Print(engineUsage)
-			return 0
+			return nil
 		}
-		return fail(errcode.Usage, "%v\n%s", err, engineUsage)
+		return errcode.Usagef(errcode.Usage, "%v\n%s", err, engineUsage)
 	}
 	if fs.NArg() > 0 {
-		return fail(errcode.Usage, "unexpected argument %q. Run 'iii --help' to see available commands.", fs.Arg(0))
+		return errcode.Usagef(errcode.Usage, "unexpected argument %q. Run 'iii --help' to see available commands.", fs.Arg(0))
 	}
-	cfg, code := loadConfig(path)
-	if cfg == nil {
-		return code
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -68,7 +67,7 @@ func RunEngine(version string, args []string) int {
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fail(errcode.ListenFailed, "cannot listen on %s: %v", addr, err)
+		return errcode.New(errcode.ListenFailed, "cannot listen on %s: %v", addr, err)
 	}
 	policies := map[string]core.NamespacePolicy{}
 	for _, n := range cfg.Namespaces {
@@ -79,7 +78,7 @@ func RunEngine(version string, args []string) int {
 	store, err := configuration.New(cfg.ConfigDir, log)
 	if err != nil {
 		ln.Close()
-		return fail(errcode.AdapterError, "loading configuration entries from %s: %v", cfg.ConfigDir, err)
+		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %v", cfg.ConfigDir, err)
 	}
 	store.Install(eng)
 	var bind *sandbox.Binding
@@ -102,34 +101,30 @@ func RunEngine(version string, args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, "iii engine %s listening on ws://%s\n", version, ln.Addr())
 	if err := eng.Serve(ctx, ln); err != nil && ctx.Err() == nil {
-		return fail(errcode.ListenFailed, "%v", err)
+		return errcode.New(errcode.ListenFailed, "%v", err)
 	}
 	fmt.Fprintln(os.Stderr, "iii engine stopped")
-	return 0
+	return nil
 }
 
-// loadConfig reads the config file; a missing default file means defaults. It returns nil and
-// the exit code on failure.
-func loadConfig(path string) (*config.Config, int) {
+// loadConfig reads the config file; a missing default file means defaults.
+func loadConfig(path string) (*config.Config, error) {
 	explicit := path != ""
 	if !explicit {
 		path = "config.yaml"
 	}
 	cfg, err := config.Load(path)
 	if err == nil {
-		return cfg, 0
+		return cfg, nil
 	}
 	if errors.Is(err, os.ErrNotExist) {
 		if explicit {
-			return nil, fail(errcode.ConfigNotFound, "config file %s does not exist", path)
+			return nil, errcode.New(errcode.ConfigNotFound, "config file %s does not exist", path)
 		}
 		abs, _ := filepath.Abs(".")
 		fmt.Fprintf(os.Stderr, "no config.yaml found in %s; starting with defaults\n", abs)
-		return config.Default(), 0
+		return config.Default(), nil
 	}
-	var ce *config.Error
-	if errors.As(err, &ce) {
-		return nil, fail(ce.Code, "%s: %s", path, ce.Message)
-	}
-	return nil, fail(errcode.ConfigInvalid, "%s: %v", path, err)
+	ce := errcode.As(err, errcode.ConfigInvalid)
+	return nil, &errcode.Error{Code: ce.Code, Message: path + ": " + ce.Message, Err: err}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/usertoken"
 )
 
@@ -72,18 +73,18 @@ func TestNoConfigFileMeansDefaults(t *testing.T) {
 	r, w, _ := os.Pipe()
 	stderr := os.Stderr
 	os.Stderr = w
-	cfg, code := loadConfig("")
+	cfg, err := loadConfig("")
 	w.Close()
 	os.Stderr = stderr
 	out, _ := readAll(r)
-	if cfg == nil || code != 0 || cfg.Port != 49134 || cfg.Sandbox != nil {
-		t.Fatalf("defaults: %+v %d", cfg, code)
+	if cfg == nil || err != nil || cfg.Port != 49134 || cfg.Sandbox != nil {
+		t.Fatalf("defaults: %+v %v", cfg, err)
 	}
 	if !strings.Contains(out, "no config.yaml found in") || !strings.Contains(out, "starting with defaults") {
 		t.Errorf("message: %q", out)
 	}
-	if cfg, code := loadConfig(filepath.Join(dir, "missing.yaml")); cfg != nil || code == 0 {
-		t.Error("an explicit missing file must fail")
+	if cfg, err := loadConfig(filepath.Join(dir, "missing.yaml")); cfg != nil || errcode.CodeOf(err) != errcode.ConfigNotFound {
+		t.Errorf("an explicit missing file must fail with %s, got %v", errcode.ConfigNotFound, err)
 	}
 }
 

@@ -85,26 +85,17 @@ type Namespace struct {
 	OwnerTokenFile string // absolute; empty when no one holds owner rights through this namespace
 }
 
-// Error is a config error with its code.
-type Error struct {
-	Code    string
-	Message string
-}
-
-// Error implements error.
-func (e *Error) Error() string { return e.Message }
-
-func invalid(line int, format string, args ...any) *Error {
+func invalid(line int, format string, args ...any) *errcode.Error {
 	msg := fmt.Sprintf(format, args...)
 	if line > 0 {
 		msg = fmt.Sprintf("line %d: %s", line, msg)
 	}
-	return &Error{Code: errcode.ConfigInvalid, Message: msg}
+	return &errcode.Error{Code: errcode.ConfigInvalid, Message: msg}
 }
 
 // refuseKey refuses a key this engine parses but does not implement, so that nothing a user
 // configures (access control above all) is accepted and ignored.
-func refuseKey(line int, format string, args ...any) *Error {
+func refuseKey(line int, format string, args ...any) *errcode.Error {
 	e := invalid(line, format, args...)
 	e.Code = errcode.ConfigUnsupported
 	e.Message += "; this engine does not implement it and refuses to start rather than ignore it"
@@ -150,7 +141,7 @@ func Expand(text []byte, lookup func(string) (string, bool)) ([]byte, error) {
 		})
 	}
 	if len(missing) > 0 {
-		return nil, &Error{Code: errcode.ConfigInvalid, Message: "environment variable(s) not set and no default given: " + strings.Join(missing, ", ")}
+		return nil, &errcode.Error{Code: errcode.ConfigInvalid, Message: "environment variable(s) not set and no default given: " + strings.Join(missing, ", ")}
 	}
 	return bytes.Join(lines, []byte("\n")), nil
 }
@@ -163,7 +154,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(text, &doc); err != nil {
-		return nil, &Error{Code: errcode.ConfigInvalid, Message: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, &errcode.Error{Code: errcode.ConfigInvalid, Message: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
 	}
 	c := Default()
 	if len(doc.Content) == 0 {
@@ -205,7 +196,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 		}
 	}
 	if len(unsupported) > 0 {
-		return nil, &Error{Code: errcode.UnsupportedConfigWorkers, Message: "Workers in config.yaml are no longer supported:\n" +
+		return nil, &errcode.Error{Code: errcode.UnsupportedConfigWorkers, Message: "Workers in config.yaml are no longer supported:\n" +
 			strings.Join(unsupported, "\n") + "\n\nSee: " + MigrationDocs}
 	}
 	return c, nil

@@ -97,7 +97,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.in), env(nil), dir)
-		var ce *Error
+		var ce *errcode.Error
 		if !errors.As(err, &ce) {
 			t.Errorf("%q: got %v, want a config error", c.in, err)
 			continue
@@ -128,7 +128,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := Parse(b, env(map[string]string{"P": "7"}), dir)
 		if err != nil {
-			var ce *Error
+			var ce *errcode.Error
 			if !errors.As(err, &ce) || ce.Code == "" || ce.Message == "" {
 				t.Fatalf("error without code: %v", err)
 			}

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -11,30 +10,24 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 )
 
-// handshakeError is why a WebSocket upgrade was refused: its code and a message naming what to
-// change.
-type handshakeError struct{ code, msg string }
-
-func (h *handshakeError) Error() string { return h.msg }
-
 // checkHandshake admits an upgrade request to the worker listener (engine and channel endpoints
 // alike). On a loopback listener the Host must be a loopback name or an IP address, so that a
 // page on a domain rebound to 127.0.0.1 cannot reach the engine (DNS rebinding needs a name; an
 // address is what a VM worker uses: qemu's user network forwards its 10.0.2.2 to loopback). A request with an
 // Origin header (a browser page) must be same-origin or match AllowedOrigins; one without
 // (SDKs, workers, iii call) is allowed.
-func (e *Engine) checkHandshake(r *http.Request) *handshakeError {
+func (e *Engine) checkHandshake(r *http.Request) *errcode.Error {
 	if e.loopback.Load() && !rebindSafeHost(r.Host) {
-		return &handshakeError{errcode.HostForbidden, fmt.Sprintf(
-			"this engine listens on a loopback address and takes only loopback names or IP addresses in Host (localhost, 127.0.0.1, [::1]); got %q", r.Host)}
+		return errcode.New(errcode.HostForbidden,
+			"this engine listens on a loopback address and takes only loopback names or IP addresses in Host (localhost, 127.0.0.1, [::1]); got %q", r.Host)
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" || originAllowed(origin, r.Host, e.opts.AllowedOrigins) {
 		return nil
 	}
-	return &handshakeError{errcode.OriginForbidden, fmt.Sprintf(
+	return errcode.New(errcode.OriginForbidden,
 		"WebSocket handshake from origin %q refused: browser pages of other origins may not drive the engine; "+
-			"list the origin under allowed_origins of iii-worker-manager in config.yaml to allow it", origin)}
+			"list the origin under allowed_origins of iii-worker-manager in config.yaml to allow it", origin)
 }
 
 // originAllowed reports whether a browser origin may connect to host: same host, or a match of
@@ -81,7 +74,7 @@ func isLoopbackAddr(a net.Addr) bool {
 }
 
 // refuse answers a refused handshake with 403 and the coded message, and logs it.
-func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, h *handshakeError) {
-	e.log.Warn("WebSocket handshake refused", "code", h.code, "path", r.URL.Path, "origin", r.Header.Get("Origin"), "host", r.Host)
-	http.Error(w, "error["+h.code+"]: "+h.msg, http.StatusForbidden)
+func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, h *errcode.Error) {
+	e.log.Warn("WebSocket handshake refused", "code", h.Code, "path", r.URL.Path, "origin", r.Header.Get("Origin"), "host", r.Host)
+	http.Error(w, "error["+h.Code+"]: "+h.Message, http.StatusForbidden)
 }

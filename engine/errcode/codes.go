@@ -101,7 +101,9 @@ const (
 	ListenFailed = "LISTEN_FAILED"
 	// Usage: bad command-line arguments.
 	Usage = "USAGE"
-	// EngineUnreachable: iii call found no engine at the address.
+	// UnknownCommand: `iii WORD` names no command of iii.
+	UnknownCommand = "UNKNOWN_COMMAND"
+	// EngineUnreachable: iii call, or the sandbox adapter at start, found no engine at the address.
 	EngineUnreachable = "ENGINE_UNREACHABLE"
 	// CallFailed: iii call got an error that is not a function error.
 	CallFailed = "CALL_FAILED"
@@ -115,6 +117,19 @@ const (
 	S302 = "S302"
 	// S303: no adapter is bound to the router.
 	S303 = "S303"
+)
+
+// Start-up codes of the sandbox adapter process (sandbox-libkrun), printed before it exits 1.
+const (
+	// InvalidSettings: the adapter's settings (its configuration entry or --config file) are not
+	// valid; it does not start with a bad value.
+	InvalidSettings = "INVALID_SETTINGS"
+	// FirmwareInstallFailed: the VM firmware the adapter carries could not be installed.
+	FirmwareInstallFailed = "FIRMWARE_INSTALL_FAILED"
+	// HostCheckFailed: the host cannot run sandbox VMs (the message lists each problem).
+	HostCheckFailed = "HOST_CHECK_FAILED"
+	// RegisterFailed: a function of the adapter could not be registered with the worker.
+	RegisterFailed = "REGISTER_FAILED"
 )
 
 // Host requirements of the sandbox adapter (req H2, H3), checked by engine/hostreq.

@@ -52,14 +52,14 @@ func parse(args []string) (options, error) {
 		case a == "-h" || a == "--help":
 			o.help = true
 		case len(a) > 0 && a[0] == '-':
-			return o, errcode.Errorf(errcode.InvalidArguments, "unknown flag %s. Run 'iii update --help' for usage.", a)
+			return o, errcode.Usagef(errcode.InvalidArguments, "unknown flag %s. Run 'iii update --help' for usage.", a)
 		default:
 			o.target = a
 			o.positions++
 		}
 	}
 	if o.positions > 1 {
-		return o, errcode.Errorf(errcode.InvalidArguments, "iii update takes at most one TARGET. Run 'iii update --help' for usage.")
+		return o, errcode.Usagef(errcode.InvalidArguments, "iii update takes at most one TARGET. Run 'iii update --help' for usage.")
 	}
 	return o, nil
 }
@@ -67,7 +67,7 @@ func parse(args []string) (options, error) {
 func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
 	o, err := parse(args)
 	if err != nil {
-		return fail(stderr, err)
+		return errcode.Exit(stderr, err)
 	}
 	gen := GenerationOf(version)
 	if o.help {
@@ -80,11 +80,11 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	}
 	names, err := gen.Select(o.target)
 	if err != nil {
-		return fail(stderr, err)
+		return errcode.Exit(stderr, err)
 	}
 	binDir, err := install.Dir()
 	if err != nil {
-		return fail(stderr, err)
+		return errcode.Exit(stderr, err)
 	}
 	u := &updater{
 		stderr: stderr,
@@ -110,7 +110,7 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 			current = shadow.Version(ctx, filepath.Join(binDir, u.exe(name)))
 		}
 		if err := u.update(ctx, name, current); err != nil {
-			fmt.Fprintf(stderr, "  %s: %v\n", label(err), err)
+			fmt.Fprintf(stderr, "  %s\n", errcode.Line(err))
 			failed = true
 		}
 	}
@@ -125,24 +125,6 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 		return 1
 	}
 	return 0
-}
-
-// label is "error" or "error[CODE]" for a failure line.
-func label(err error) string {
-	if c := errcode.Of(err); c != "" {
-		return "error[" + c + "]"
-	}
-	return "error"
-}
-
-// fail prints a command-level failure and returns exit code 2.
-func fail(stderr io.Writer, err error) int {
-	code := errcode.Of(err)
-	if code == "" {
-		code = errcode.InvalidArguments
-	}
-	fmt.Fprintf(stderr, "error[%s]: %v\n", code, err)
-	return 2
 }
 
 func listTargets(w io.Writer, gen Generation) {

@@ -77,11 +77,11 @@ func (g Generation) Select(target string) ([]string, error) {
 	}
 	for _, b := range leftover.Binaries {
 		if target == b || target == strings.TrimPrefix(b, "iii-") {
-			return nil, errcode.Errorf(errcode.TargetRemoved,
+			return nil, errcode.Usagef(errcode.TargetRemoved,
 				"%s is not part of iii since 0.26: the sandbox-libkrun worker runs VMs now, and Compose installs it when a project needs it. Remove the old binary yourself.", b)
 		}
 	}
-	return nil, errcode.Errorf(errcode.UnknownTarget,
+	return nil, errcode.Usagef(errcode.UnknownTarget,
 		"unknown target '%s'. Run 'iii update --list-targets' to see the available targets.", target)
 }
 

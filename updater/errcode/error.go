@@ -1,29 +1,26 @@
 package errcode
 
 import (
-	"errors"
-	"fmt"
+	"io"
+
+	"github.com/iii-go/iii/engine/errcode"
 )
 
-// Error is an error that carries one of this package's codes.
-type Error struct {
-	Code    string
-	Message string
-}
+// Error is the coded error every module shares (engine/errcode.Error).
+type Error = errcode.Error
 
-// Error returns the message without the code; the CLI adds the code when it prints.
-func (e *Error) Error() string { return e.Message }
+// Errorf returns an *Error with code and a message built like fmt.Errorf (%w keeps the cause).
+func Errorf(code, format string, args ...any) error { return errcode.New(code, format, args...) }
 
-// Errorf returns an *Error with code and a formatted message.
-func Errorf(code, format string, args ...any) error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
+// Usagef is Errorf for a mistake in the command line: Exit returns 2 for it.
+func Usagef(code, format string, args ...any) error { return errcode.Usagef(code, format, args...) }
 
 // Of returns the code carried by err, or "" when it has none.
-func Of(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return ""
-}
+func Of(err error) string { return errcode.CodeOf(err) }
+
+// Exit prints err as error[CODE]: message (INVALID_ARGUMENTS when it has no code) and returns
+// the exit status of `iii update`: 0 for nil, 2 for a usage error, 1 otherwise.
+func Exit(w io.Writer, err error) int { return errcode.Exit(w, err, InvalidArguments) }
+
+// Line is the failure line of err: error[CODE]: message, or error: text without a code.
+func Line(err error) string { return errcode.Line(err) }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/wconfig"
 )
@@ -81,11 +82,12 @@ func (m Main) Run() {
 	_ = w.Close()
 }
 
+// fail prints err as error[CODE]: message (the engine's code for an engine error, else code)
+// and exits 1.
 func fail(code string, err error) {
 	var pe *protocol.Error
 	if errors.As(err, &pe) {
-		code = pe.Code
+		err = errcode.New(pe.Code, "%s", pe.Message)
 	}
-	fmt.Fprintf(os.Stderr, "error[%s]: %v\n", code, err)
-	os.Exit(1)
+	os.Exit(errcode.Exit(os.Stderr, err, code))
 }
