@@ -27,12 +27,12 @@ import (
 	"github.com/iii-go/iii/engine/procgroup"
 
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/adapter"
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/hostcheck"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"

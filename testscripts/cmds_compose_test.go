@@ -12,24 +12,24 @@ import (
 
 	"github.com/iii-go/iii/compose/registry"
 	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/release"
 )
 
 func init() {
 	registerCmd("registry", cmdRegistry)
 }
 
-// adapterTargets are the targets sandbox-libkrun ships for (req H1).
-var adapterTargets = []string{"aarch64-apple-darwin", "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"}
+// adapterTargets are the targets sandbox-libkrun ships for (req H1), from the release table.
+var adapterTargets = release.TriplesOf("sandbox-libkrun")
 
-// allTargets are the targets iii itself ships for.
-var allTargets = []string{"aarch64-apple-darwin", "x86_64-apple-darwin", "x86_64-unknown-linux-gnu",
-	"x86_64-unknown-linux-musl", "aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl",
-	"x86_64-pc-windows-msvc", "aarch64-pc-windows-msvc"}
+// allTargets are the targets iii itself ships for, from the release table.
+var allTargets = release.TriplesOf("iii")
 
-// adapterDefaults is the default configuration the registry publishes for sandbox-libkrun.
-var adapterDefaults = map[string]any{"auto_install": true, "image_allowlist": []any{"python", "node"},
-	"custom_images": map[string]any{}, "default_cpus": 1, "default_memory_mb": 512,
-	"default_idle_timeout_secs": 300, "max_concurrent_sandboxes": 32}
+// adapterDefaults reads the default configuration the release publishes for sandbox-libkrun.
+func adapterDefaults() (map[string]any, error) {
+	p, _ := release.ProductNamed("sandbox-libkrun")
+	return release.ReadDefaultConfig(repoRoot, p)
+}
 
 // adapterArchive packs $BIN/sandbox-libkrun once per test run.
 var adapterArchive = sync.OnceValues(func() (string, error) {
@@ -65,9 +65,11 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	for _, t := range adapterTargets {
 		targets[t] = adapter
 	}
+	config, err := adapterDefaults()
+	ts.Check(err)
 	for _, v := range []string{"0.2.2", "0.3.0", "0.3.1"} {
 		ts.Check(registry.Publish(root, registry.Package{Name: "sandbox-libkrun", Version: v, Type: registry.TypeBinary,
-			Artifacts: targets, Targets: adapterTargets, Config: adapterDefaults}))
+			Artifacts: targets, Targets: adapterTargets, Config: config}))
 	}
 	hello := filepath.Join(ts.MkAbs(""), ".hello-worker")
 	ts.Check(os.WriteFile(hello, []byte("#!/bin/sh\necho hello from $III_WORKER_NAME\n"), 0o755))

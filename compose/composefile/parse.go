@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -128,7 +129,7 @@ func (p *parser) pairs(n *yaml.Node, where string, allowed []string) ([]pair, er
 			return nil, p.invalid(k, "duplicate key %q in %s (first on line %d)", k.Value, whereOrTop(where), first)
 		}
 		seen[k.Value] = k.Line
-		if allowed != nil && !contains(allowed, k.Value) {
+		if allowed != nil && !slices.Contains(allowed, k.Value) {
 			return nil, p.invalid(k, "unknown key %q in %s (allowed: %s)", k.Value, whereOrTop(where), strings.Join(allowed, ", "))
 		}
 		if v.Kind == yaml.AliasNode {
@@ -144,15 +145,6 @@ func whereOrTop(where string) string {
 		return "the top level"
 	}
 	return where
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // scalar returns the text of a non-null scalar value.
@@ -335,9 +327,9 @@ func (p *parser) engineWorkers(e *Engine, k pair) error {
 	for _, w := range ws {
 		base, _, _ := strings.Cut(w.key, "#")
 		switch {
-		case contains(injectedWorkers, base):
+		case slices.Contains(injectedWorkers, base):
 			return p.at(errcode.EngineWorkerIsInjected, w.knode, w.where, "the engine injects %s itself; remove it from engine.workers", base)
-		case !contains(engineWorkers, base):
+		case !slices.Contains(engineWorkers, base):
 			return p.at(errcode.UnsupportedEngineWorker, w.knode, w.where, "%q is not an engine-owned worker (engine.workers takes %s, optionally with a #instance suffix); declare project workers under containers", w.key, strings.Join(engineWorkers, ", "))
 		case w.val.Kind != yaml.MappingNode:
 			return p.at(errcode.InvalidEngineWorkerConfig, w.val, w.where, "must be a mapping of the worker's settings ({} keeps its defaults)")
@@ -554,7 +546,7 @@ func (p *parser) stringList(k pair, expand bool) ([]string, error) {
 				return nil, err
 			}
 		}
-		if contains(out, v) {
+		if slices.Contains(out, v) {
 			return nil, p.invalid(item, "%s lists %q twice", k.where, v)
 		}
 		out = append(out, v)
@@ -569,7 +561,7 @@ func (p *parser) environment(ct *Container, k pair) error {
 	}
 	ct.Environment = map[string]string{}
 	for _, v := range vars {
-		if contains(Reserved, v.key) {
+		if slices.Contains(Reserved, v.key) {
 			return p.at(errcode.ReservedEnvOverride, v.knode, v.where, "Compose sets %s for every worker; remove it from environment", v.key)
 		}
 		if v.val.Kind != yaml.ScalarNode {

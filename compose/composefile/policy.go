@@ -1,6 +1,10 @@
 package composefile
 
-import "gopkg.in/yaml.v3"
+import (
+	"slices"
+
+	"gopkg.in/yaml.v3"
+)
 
 // Restart policies of a container (restart:).
 const (
@@ -27,7 +31,7 @@ func (p *parser) policy(ct *Container, k pair) error {
 			ct.Restart = RestartNo
 			return nil
 		}
-		if !contains(RestartPolicies, v.Value) {
+		if !slices.Contains(RestartPolicies, v.Value) {
 			return p.invalid(v, "%s: %q is not a restart policy; write no, on-failure or always", k.where, v.Value)
 		}
 		ct.Restart = v.Value

@@ -7,6 +7,7 @@ package composefile
 import (
 	"time"
 
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"gopkg.in/yaml.v3"
 )
 
@@ -18,7 +19,7 @@ const (
 	DefaultStopTimeout    = 10 * time.Second
 	DefaultPreRunTimeout  = 60 * time.Second
 	// DefaultSandboxAdapter is engine.sandbox.adapter when unset: the adapter's function prefix.
-	DefaultSandboxAdapter = "sandbox-libkrun"
+	DefaultSandboxAdapter = scode.AdapterName
 	// ManifestName is the manifest a path:// worker keeps in its directory.
 	ManifestName = "iii.worker.yaml"
 )

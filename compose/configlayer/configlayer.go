@@ -11,6 +11,8 @@ package configlayer
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/iii-go/iii/compose/sandboxadapter"
 )
 
 // Merge returns over laid on base by the rules of the package: maps merge key by key, lists and
@@ -142,4 +144,4 @@ func stringKeys(v any) (any, error) {
 
 // AdapterEntryID is the configuration id of the adapter's settings for a project namespace:
 // <namespace>-sandbox-libkrun (req C6).
-func AdapterEntryID(namespace string) string { return namespace + "-sandbox-libkrun" }
+func AdapterEntryID(namespace string) string { return namespace + "-" + sandboxadapter.Name }

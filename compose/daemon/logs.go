@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/iii-go/iii/compose/errcode"
@@ -55,7 +56,7 @@ func (d *Daemon) logs(ctx context.Context, r Request) (any, error) {
 		return nil, errcode.New(errcode.InvalidRequest, "wait_ms=%d: write a number of milliseconds from 0 to %d", r.WaitMS, LogsMaxWait.Milliseconds())
 	}
 	for k := range r.Cursors {
-		if !contains(keys, k) {
+		if !slices.Contains(keys, k) {
 			return nil, errcode.New(errcode.UnknownContainer, "cursors names '%s', which is not a container of %s", k, d.Project.File().Path)
 		}
 	}
@@ -126,13 +127,4 @@ func (d *Daemon) readLogs(keys []string, r Request) (LogsReply, bool, error) {
 		reply.Workers = append(reply.Workers, LogsWorker{Container: k, Entries: page.Entries, Cursor: page.Cursor, Truncated: page.Truncated, More: page.More})
 	}
 	return reply, found, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

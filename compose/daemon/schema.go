@@ -3,8 +3,9 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -114,11 +115,7 @@ func (d *Daemon) schema(_ context.Context, r Request) (any, error) {
 			Schema: composefile.Schema(), Example: composefile.Example}}}, nil
 	}
 	fns := functions()
-	ids := make([]string, 0, len(fns))
-	for id := range fns {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(fns))
 	if r.FunctionID != "" {
 		if _, ok := fns[r.FunctionID]; !ok {
 			return nil, errcode.New(errcode.UnknownFunction, "compose::schema knows %s and %s, not '%s'", strings.Join(ids, ", "), ComposeFileSchemaID, r.FunctionID)

@@ -13,11 +13,12 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"gopkg.in/yaml.v3"
 )
 
 // DefaultAdapter is the sandbox router's adapter prefix when engine.sandbox names none.
-const DefaultAdapter = "sandbox-libkrun"
+const DefaultAdapter = scode.AdapterName
 
 // DefaultNamespace is the namespace the engine never token-protects (every caller uses it).
 const DefaultNamespace = "default"

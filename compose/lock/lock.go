@@ -10,9 +10,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/iii-go/iii/compose/errcode"
@@ -112,7 +113,7 @@ func (l *Lock) Validate(path string) error {
 	if l.Containers == nil {
 		l.Containers = map[string]*Entry{}
 	}
-	for _, key := range sortedKeys(l.Containers) {
+	for _, key := range slices.Sorted(maps.Keys(l.Containers)) {
 		e := l.Containers[key]
 		if e == nil {
 			return bad("container '%s' has no entry", key)
@@ -200,19 +201,10 @@ func (l *Lock) Check(path string, wants []Want) error {
 			return out("container '%s' changed from %s@%s to %s@%s", w.Key, e.Worker, e.Requested, w.Worker, w.Requested)
 		}
 	}
-	for _, k := range sortedKeys(l.Containers) {
+	for _, k := range slices.Sorted(maps.Keys(l.Containers)) {
 		if !seen[k] {
 			return out("container '%s' exists only in the lock", k)
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/errcode"
+	"github.com/iii-go/iii/compose/sandboxadapter"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
 	engineerr "github.com/iii-go/iii/engine/errcode"
@@ -346,7 +347,7 @@ func adapterContainer(f *composefile.File) string {
 	if k := AdapterKey(f); k != "" {
 		return k
 	}
-	return "sandbox-libkrun"
+	return sandboxadapter.Name
 }
 
 // adapterWarnings prints the token warnings for the adapter version that just started.

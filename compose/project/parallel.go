@@ -3,6 +3,7 @@ package project
 import (
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -40,7 +41,7 @@ func (p *Project) startDeps(f *composefile.File, keys []string) map[string][]str
 				deps[k] = append(deps[k], d)
 			}
 		}
-		if ak != "" && k != ak && in[ak] && p.IsVM(k) && !contains(deps[k], ak) {
+		if ak != "" && k != ak && in[ak] && p.IsVM(k) && !slices.Contains(deps[k], ak) {
 			deps[k] = append(deps[k], ak)
 		}
 	}

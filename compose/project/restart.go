@@ -2,6 +2,7 @@ package project
 
 import (
 	"context"
+	"slices"
 
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/errcode"
@@ -66,7 +67,7 @@ func (p *Project) Restart(ctx context.Context, container string, reload Reloader
 		}
 	}
 	for _, d := range Dependents(f, container) {
-		if p.running(d) && !contains(keys, d) {
+		if p.running(d) && !slices.Contains(keys, d) {
 			keys = append(keys, d)
 		}
 	}
@@ -85,20 +86,11 @@ func (p *Project) Restart(ctx context.Context, container string, reload Reloader
 	return res, nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // orderOf returns keys in the file's start order.
 func orderOf(f *composefile.File, keys []string) []string {
 	var out []string
 	for _, k := range f.StartOrder() {
-		if contains(keys, k) {
+		if slices.Contains(keys, k) {
 			out = append(out, k)
 		}
 	}

@@ -34,7 +34,9 @@ package registry
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -81,12 +83,7 @@ func (v *Version) Shipped() []string {
 	if len(v.Targets) > 0 {
 		return v.Targets
 	}
-	var out []string
-	for t := range v.Artifacts {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(v.Artifacts))
 }
 
 var safeName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
@@ -135,11 +132,7 @@ func (ix *Index) Select(selector string) (*Version, error) {
 }
 
 func (ix *Index) tagNames() []string {
-	var out []string
-	for t := range ix.Tags {
-		out = append(out, t)
-	}
-	sort.Strings(out)
+	out := slices.Sorted(maps.Keys(ix.Tags))
 	if len(out) == 0 {
 		return []string{"none"}
 	}

@@ -9,9 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
@@ -58,11 +59,7 @@ func Publish(root string, p Package) error {
 	}
 	v := Version{Version: p.Version, Type: p.Type, Config: p.Config, Dependencies: p.Dependencies,
 		Artifacts: map[string]Artifact{}, Targets: p.Targets}
-	keys := make([]string, 0, len(p.Artifacts))
-	for t := range p.Artifacts {
-		keys = append(keys, t)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(p.Artifacts))
 	for _, t := range keys {
 		data, err := artifactBytes(p.Name, t, p.Artifacts[t])
 		if err != nil {
@@ -150,11 +147,7 @@ func TarGz(files map[string][]byte) ([]byte, error) {
 		return nil, err
 	}
 	tw := tar.NewWriter(gz)
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(files))
 	for _, n := range names {
 		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o755, Size: int64(len(files[n])), Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
 			return nil, err

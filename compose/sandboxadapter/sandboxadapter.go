@@ -9,17 +9,18 @@ import (
 	"strconv"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 const (
 	// Name is the adapter's registry package and default container key.
-	Name = "sandbox-libkrun"
+	Name = scode.AdapterName
 	// Alias is the name compose::add accepts for the adapter (worker=iii-sandbox).
 	Alias = "iii-sandbox"
 	// Worker is the worker: value Compose writes for the adapter container.
 	Worker = "package://api.workers.iii.dev/" + Name
 	// ContractMajor is the sandbox contract major this engine's router speaks.
-	ContractMajor = 1
+	ContractMajor = scode.ContractMajor
 )
 
 // ranges maps a sandbox contract major to the adapter versions implementing it in this release.

@@ -44,6 +44,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 // Defaults.
@@ -52,7 +53,7 @@ const (
 	DefaultPort             = 49134
 	DefaultGraceMS          = 1000
 	DefaultConfigDir        = "./config"
-	DefaultSandboxAdapter   = "sandbox-libkrun"
+	DefaultSandboxAdapter   = scode.AdapterName
 	DefaultSandboxNamespace = "default"
 	// MigrationDocs is where UNSUPPORTED_CONFIG_WORKERS points.
 	MigrationDocs = "https://iii.dev/docs/upgrading/workers-to-compose"

@@ -1,9 +1,10 @@
 package configuration
 
 import (
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 )
 
@@ -19,12 +20,7 @@ type expander struct {
 func newExpander() *expander { return &expander{lookup: os.LookupEnv, missing: map[string]bool{}} }
 
 func (x *expander) missingVars() []string {
-	var out []string
-	for k := range x.missing {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(x.missing))
 }
 
 func (x *expander) value(v any, schema any) any {

@@ -15,8 +15,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -343,11 +344,7 @@ func (w *Worker) list(context.Context, core.Caller, json.RawMessage) (any, error
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	out := make([]map[string]any, 0, len(w.registered))
-	ids := make([]string, 0, len(w.registered))
-	for id := range w.registered {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(w.registered))
 	for _, id := range ids {
 		out = append(out, w.registered[id].public())
 	}

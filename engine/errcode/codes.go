@@ -109,16 +109,6 @@ const (
 	CallFailed = "CALL_FAILED"
 )
 
-// Sandbox router codes (REFERENCE-sandbox.md §6); router errors use the S-code envelope.
-const (
-	// S301: an adapter is bound but no live worker serves it in its namespace.
-	S301 = "S301"
-	// S302: the bound adapter speaks a different contract major than the engine.
-	S302 = "S302"
-	// S303: no adapter is bound to the router.
-	S303 = "S303"
-)
-
 // Start-up codes of the sandbox adapter process (sandbox-libkrun), printed before it exits 1.
 const (
 	// InvalidSettings: the adapter's settings (its configuration entry or --config file) are not

@@ -6,7 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/coder/websocket"
 
@@ -88,11 +89,7 @@ func (s *triggerState) init() {
 }
 
 func (s *triggerState) typeFrames() []*Message {
-	ids := make([]string, 0, len(s.types))
-	for id := range s.types {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := slices.Sorted(maps.Keys(s.types))
 	out := make([]*Message, 0, len(ids))
 	for _, id := range ids {
 		out = append(out, s.types[id].frame)

@@ -34,26 +34,23 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
-// The contract version this engine speaks.
+// The contract version this engine speaks (scode holds it for the adapter too).
 const (
-	ContractMajor = 1
-	ContractMinor = 1
+	ContractMajor = scode.ContractMajor
+	ContractMinor = scode.ContractMinor
 )
 
 // DefaultAdapter is the adapter function prefix when a binding names none.
-const DefaultAdapter = "sandbox-libkrun"
-
-// DocsBase is the Sandboxes page; each S-code links its entry as DocsBase#s301.
-const DocsBase = "https://iii.dev/docs/using-iii/sandboxes"
+const DefaultAdapter = scode.AdapterName
 
 // InfoTimeout bounds the router's question to the adapter's adapter::info.
 const InfoTimeout = 2 * time.Second
@@ -119,30 +116,12 @@ func (r *Router) Bound() *Binding {
 	return &b
 }
 
-type envelope struct {
-	Type      string `json:"type"`
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	DocsURL   string `json:"docs_url"`
-	Retryable bool   `json:"retryable"`
-	Fix       any    `json:"fix"`
-	FixNote   string `json:"fix_note"`
-}
-
-// DocsURL is the Sandboxes page entry of an S-code (req I5).
-func DocsURL(code string) string { return DocsBase + "#" + strings.ToLower(code) }
-
-func sErr(code, typ, msg, note string) *protocol.Error {
-	raw, _ := json.Marshal(envelope{Type: typ, Code: code, Message: msg, DocsURL: DocsURL(code), FixNote: note})
-	return protocol.RawError(raw)
-}
+// sErr is the S-code envelope of e as the function error a caller receives.
+func sErr(e *scode.Error) *protocol.Error { return protocol.RawError(e.JSON()) }
 
 // unbound is S303: no adapter is bound, so every sandbox::* call fails (req E2).
 func unbound(op string) *protocol.Error {
-	return sErr(errcode.S303, "config",
-		"no sandbox adapter is bound to this engine, so sandbox::"+op+" has nowhere to go",
-		"Add a top-level sandbox: section to this engine's config.yaml (adapter: sandbox-libkrun, namespace: default) "+
-			"and start the adapter in that namespace, or run the engine from a Compose file that sets engine.sandbox.")
+	return sErr(scode.New(scode.S303, "no sandbox adapter is bound to this engine, so sandbox::"+op+" has nowhere to go"))
 }
 
 func howToStart(b *Binding) string {
@@ -154,23 +133,22 @@ func howToStart(b *Binding) string {
 // notConnected is S301: no adapter serves the call in the bound namespace; the message names
 // the namespace and how to start or install the adapter (req E4).
 func notConnected(b *Binding, op string) *protocol.Error {
-	return sErr(errcode.S301, "platform",
+	return sErr(scode.New(scode.S301,
 		"the sandbox adapter '"+b.Adapter+"' bound to this engine is not connected in namespace '"+b.Namespace+
-			"': no live worker serves "+b.Adapter+"::"+op+". "+howToStart(b), howToStart(b))
+			"': no live worker serves "+b.Adapter+"::"+op+". "+howToStart(b)).WithNote(howToStart(b)))
 }
 
 func leftMidCall(b *Binding, op string) *protocol.Error {
-	return sErr(errcode.S301, "platform",
+	return sErr(scode.New(scode.S301,
 		"the sandbox adapter '"+b.Adapter+"' in namespace '"+b.Namespace+"' disconnected while serving sandbox::"+op+
-			"; the call did not complete. "+howToStart(b), howToStart(b))
+			"; the call did not complete. "+howToStart(b)).WithNote(howToStart(b)))
 }
 
 func incompatible(b *Binding, c Contract) *protocol.Error {
-	return sErr(errcode.S302, "config",
+	return sErr(scode.New(scode.S302,
 		"the sandbox adapter '"+b.Adapter+"' in namespace '"+b.Namespace+"' implements sandbox contract "+
 			itoa(c.Major)+"."+itoa(c.Minor)+", but this engine speaks contract "+itoa(ContractMajor)+"."+itoa(ContractMinor)+
-			" and needs major "+itoa(ContractMajor),
-		"Install an adapter of contract major "+itoa(ContractMajor)+": `iii call compose::add worker=iii-sandbox` pins the range.")
+			" and needs major "+itoa(ContractMajor)))
 }
 
 func itoa(n uint32) string {

@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/iii-go/iii/engine/core"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 func TestFillTruncation(t *testing.T) {
@@ -123,7 +123,7 @@ func TestRouterKeepsBoundPrefixToOneWorker(t *testing.T) {
 	if who, err := call(t, url, "sandbox::run"); err != nil || who != "real" {
 		t.Fatalf("sandbox::run went to %q (%v), want real", who, err)
 	}
-	if _, err := call(t, url, "sandbox::fs::write"); errCode(err) != errcode.S301 {
+	if _, err := call(t, url, "sandbox::fs::write"); errCode(err) != scode.S301 {
 		t.Fatalf("sandbox::fs::write: %v, want S301", err)
 	}
 	if _, ok := e.Lookup("default", DefaultAdapter+"::fs::write"); ok {

@@ -27,6 +27,8 @@ package triggers
 import (
 	"encoding/json"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 
@@ -280,12 +282,7 @@ func (r *Registry) PeerGone(p Peer) {
 }
 
 func (r *Registry) sortedIDs() []string {
-	ids := make([]string, 0, len(r.triggers))
-	for id := range r.triggers {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	return slices.Sorted(maps.Keys(r.triggers))
 }
 
 func unregisterFrame(t *trigger) *protocol.Message {

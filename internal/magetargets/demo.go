@@ -8,6 +8,7 @@ import (
 
 	"github.com/iii-go/iii/internal/demo"
 	"github.com/iii-go/iii/internal/hostsetup"
+	"github.com/iii-go/iii/internal/release"
 	"github.com/magefile/mage/mg"
 )
 
@@ -39,7 +40,12 @@ func Demo(ctx context.Context) error {
 	}
 	accel, why := hostsetup.Accelerator()
 	fmt.Printf("==> accelerator %s: %s\n", accel, why)
-	err = demo.Run(ctx, demo.Options{Root: root, Out: os.Stdout, AdapterConfig: adapterDefaults, Firmware: fw, Accelerator: accel})
+	adapter, _ := release.ProductNamed("sandbox-libkrun")
+	config, err := release.ReadDefaultConfig(root, adapter)
+	if err != nil {
+		return err
+	}
+	err = demo.Run(ctx, demo.Options{Root: root, Out: os.Stdout, AdapterConfig: config, Firmware: fw, Accelerator: accel})
 	if err != nil {
 		return fmt.Errorf("demo failed after %v: %w", time.Since(start).Round(time.Second), err)
 	}

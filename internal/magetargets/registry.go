@@ -10,12 +10,6 @@ import (
 	"github.com/iii-go/iii/internal/release"
 )
 
-// adapterDefaults is the default configuration published with sandbox-libkrun (the registry's
-// sample for 0.2.2, REFERENCE-sandbox.md §7).
-var adapterDefaults = map[string]any{"auto_install": true, "image_allowlist": []any{"python", "node"},
-	"custom_images": map[string]any{}, "default_cpus": 1, "default_memory_mb": 512,
-	"default_idle_timeout_secs": 300, "max_concurrent_sandboxes": 32}
-
 // Registry publishes the release's worker packages (run `mage release` first): sandbox-libkrun
 // and the event workers http, cron, queue and state, each with the archives of every target it
 // ships for, into dist/registry/ ($III_DIST_DIR/registry), a worker registry tree Compose reads
@@ -43,15 +37,20 @@ func Registry() error {
 		if !p.Worker {
 			continue
 		}
-		if err := publishProduct(out, dir, p.Name, m.Assets); err != nil {
+		config, err := release.ReadDefaultConfig(root, p)
+		if err != nil {
+			return err
+		}
+		if err := publishProduct(out, dir, p.Name, m.Assets, config); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// publishProduct publishes every version of product found in assets into the registry out.
-func publishProduct(out, dir, product string, assets []release.Asset) error {
+// publishProduct publishes every version of product found in assets into the registry out, with
+// config as the package's default configuration.
+func publishProduct(out, dir, product string, assets []release.Asset, config map[string]any) error {
 	byVersion := map[string]map[string]string{}
 	targets := map[string][]string{}
 	for _, a := range assets {
@@ -66,10 +65,6 @@ func publishProduct(out, dir, product string, assets []release.Asset) error {
 	}
 	if len(byVersion) == 0 {
 		return fmt.Errorf("%s/manifest.json lists no %s asset", dir, product)
-	}
-	var config map[string]any
-	if product == "sandbox-libkrun" {
-		config = adapterDefaults
 	}
 	for v, arts := range byVersion {
 		if err := registry.Publish(out, registry.Package{Name: product, Version: v, Type: registry.TypeBinary,

@@ -55,6 +55,23 @@ func ReadVersion(root string, p Product) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// ReadDefaultConfig returns the configuration published with p's worker package (its
+// DefaultConfig file under root), or nil when p has none.
+func ReadDefaultConfig(root string, p Product) (map[string]any, error) {
+	if p.DefaultConfig == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(filepath.Join(root, p.DefaultConfig))
+	if err != nil {
+		return nil, err
+	}
+	var config map[string]any
+	if err := json.Unmarshal(b, &config); err != nil {
+		return nil, fmt.Errorf("%s: %w", p.DefaultConfig, err)
+	}
+	return config, nil
+}
+
 // Dir is the directory that holds the assets of iii version v under dist.
 func Dir(dist, v string) string { return filepath.Join(dist, "iii", "v"+v) }
 

@@ -112,3 +112,23 @@ func TestFirmwarePerTarget(t *testing.T) {
 		t.Errorf("FirmwareTriples (-want +got):\n%s", diff)
 	}
 }
+
+// The adapter's published configuration is read from its file beside the adapter; products
+// without one publish none.
+func TestReadDefaultConfig(t *testing.T) {
+	adapter, ok := ProductNamed("sandbox-libkrun")
+	if !ok {
+		t.Fatal("no sandbox-libkrun product")
+	}
+	config, err := ReadDefaultConfig("../..", adapter)
+	if err != nil || config["auto_install"] != true || config["default_memory_mb"] != float64(512) {
+		t.Fatalf("sandbox-libkrun config = %v, %v", config, err)
+	}
+	iii, _ := ProductNamed("iii")
+	if config, err := ReadDefaultConfig("../..", iii); config != nil || err != nil {
+		t.Fatalf("iii config = %v, %v; want none", config, err)
+	}
+	if got := TriplesOf("sandbox-libkrun"); len(got) != 3 || got[0] != "aarch64-apple-darwin" {
+		t.Fatalf("TriplesOf(sandbox-libkrun) = %q", got)
+	}
+}

@@ -19,6 +19,9 @@ type Product struct {
 	// Worker marks a product published into the worker registry as a binary package of the
 	// same name, which Compose installs from a project's package:// container.
 	Worker bool
+	// DefaultConfig is the JSON file, relative to the repository root, of the configuration the
+	// registry publishes with the worker package; "" for none. It lives beside the product's code.
+	DefaultConfig string
 }
 
 // Target is one platform an asset is built for.
@@ -34,7 +37,8 @@ type Target struct {
 // The event workers (http, cron, queue, state) are project workers, as in iii 0.23+.
 var Products = []Product{
 	{Name: "iii", Package: ".", VersionFile: "VERSION"},
-	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION", Firmware: true, Worker: true},
+	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION", Firmware: true, Worker: true,
+		DefaultConfig: "sandbox-libkrun/settings/published-defaults.json"},
 	{Name: "http", Package: "./workers/cmd/http", VersionFile: "workers/VERSION", Worker: true},
 	{Name: "cron", Package: "./workers/cmd/cron", VersionFile: "workers/VERSION", Worker: true},
 	{Name: "queue", Package: "./workers/cmd/queue", VersionFile: "workers/VERSION", Worker: true},
@@ -58,13 +62,26 @@ var Targets = []Target{
 }
 
 // Ships reports whether product p is built for target t.
-func (t Target) Ships(p string) bool {
-	for _, s := range t.Products {
-		if s == p {
-			return true
+func (t Target) Ships(p string) bool { return slices.Contains(t.Products, p) }
+
+// TriplesOf lists the triples of the targets product p is built for, in table order.
+func TriplesOf(p string) []string {
+	var out []string
+	for _, t := range Targets {
+		if t.Ships(p) {
+			out = append(out, t.Triple)
 		}
 	}
-	return false
+	return out
+}
+
+// ProductNamed returns the product called name from Products.
+func ProductNamed(name string) (Product, bool) {
+	i := slices.IndexFunc(Products, func(p Product) bool { return p.Name == name })
+	if i < 0 {
+		return Product{}, false
+	}
+	return Products[i], true
 }
 
 // Exe is the binary's file name inside the archive.

@@ -18,17 +18,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/catalog"
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
 // Name is the adapter's name in adapter::info.
-const Name = "sandbox-libkrun"
+const Name = scode.AdapterName
 
 // Contract is the sandbox contract version this adapter implements.
-var Contract = ContractVersion{Major: 1, Minor: 1}
+var Contract = ContractVersion{Major: scode.ContractMajor, Minor: scode.ContractMinor}
 
 // ContractVersion is {major, minor}.
 type ContractVersion struct {

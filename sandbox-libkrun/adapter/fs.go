@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/protocol"
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )

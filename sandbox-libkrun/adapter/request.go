@@ -6,11 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 // decode reads a request object into v, ignoring unknown fields. A literal null, a non-object
@@ -98,11 +99,7 @@ func parseEnv(raw json.RawMessage) ([]string, error) {
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return nil, scode.Invalid("env must be a list of \"K=V\" strings or a map of names to string values")
 		}
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(m))
 		for _, k := range keys {
 			if !envNameRe.MatchString(k) {
 				bad = append(bad, k)

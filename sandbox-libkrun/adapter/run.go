@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 // RunFile is one sibling file written before the code.

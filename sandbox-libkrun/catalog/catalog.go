@@ -5,7 +5,7 @@ package catalog
 import (
 	"sort"
 
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 )
 

@@ -3,7 +3,7 @@ package catalog
 import (
 	"testing"
 
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 )
 

@@ -6,13 +6,14 @@ package settings
 
 import (
 	"bytes"
+	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -140,6 +141,13 @@ func (s Settings) Guest(accel, goos, goarch string) (guestarch.Arch, error) {
 // MaxWarmPool bounds warm_pool's count for one image.
 const MaxWarmPool = 8
 
+// PublishedDefaults is the configuration the worker registry publishes with the adapter package
+// (published-defaults.json: the presets allowlisted, unlike Defaults). The release's registry
+// step and the test registry read that file; Compose layers a project's config_override on it.
+//
+//go:embed published-defaults.json
+var PublishedDefaults []byte
+
 // Defaults are the package defaults: everything off or conservative; the allowlist is empty, so
 // every create is denied until it is set.
 func Defaults() Settings {
@@ -162,12 +170,7 @@ func Defaults() Settings {
 
 // Keys lists every accepted top-level key, sorted.
 func Keys() []string {
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return slices.Sorted(maps.Keys(fields))
 }
 
 // Error is a validation failure; Key names the offending key (dotted for nested ones).
@@ -209,7 +212,7 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 			return bad(k, "must be a map of image name to OCI reference, got %s", describe(v))
 		}
 		out := map[string]string{}
-		for _, name := range sortedKeys(m) {
+		for _, name := range slices.Sorted(maps.Keys(m)) {
 			if strings.TrimSpace(name) == "" {
 				return bad(k, "custom_images key must not be empty")
 			}
@@ -273,7 +276,7 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 			return bad(k, "must be a map of image name to {max_cpus, max_memory_mb}, got %s", describe(v))
 		}
 		out := map[string]ImageCaps{}
-		for _, name := range sortedKeys(m) {
+		for _, name := range slices.Sorted(maps.Keys(m)) {
 			key := k + "." + name
 			if strings.TrimSpace(name) == "" {
 				return bad(k, "image name must not be empty")
@@ -283,7 +286,7 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 				return bad(key, "must be a map with max_cpus and/or max_memory_mb, got %s", describe(m[name]))
 			}
 			var c ImageCaps
-			for _, ck := range sortedKeys(caps) {
+			for _, ck := range slices.Sorted(maps.Keys(caps)) {
 				n, err := uintValue(key+"."+ck, caps[ck], math.MaxUint32)
 				if err != nil {
 					return err
@@ -332,7 +335,7 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 	},
 	"warm_pool": func(s *Settings, k string, v any) error {
 		if m, ok := v.(map[string]any); ok {
-			for _, name := range sortedKeys(m) {
+			for _, name := range slices.Sorted(maps.Keys(m)) {
 				if strings.TrimSpace(name) == "" {
 					return bad(k, "image name must not be empty")
 				}
@@ -369,7 +372,7 @@ func resolveWarmPool(s *Settings) error {
 	switch v := s.warmRaw.(type) {
 	case nil:
 	case map[string]any:
-		for _, name := range sortedKeys(v) {
+		for _, name := range slices.Sorted(maps.Keys(v)) {
 			n, _ := uintValue(k+"."+name, v[name], MaxWarmPool)
 			switch {
 			case !allowed[name]:
@@ -433,7 +436,7 @@ func Parse(doc any) (Settings, []string, error) {
 	if _, legacy := m["sandbox"]; legacy {
 		return s, nil, bad("sandbox", "legacy wrapped shape detected: move fields from `sandbox:` to the top level.")
 	}
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		apply, ok := fields[k]
 		if !ok {
 			return s, nil, bad(k, "unknown key (accepted: %s)", strings.Join(Keys(), ", "))
@@ -550,15 +553,6 @@ func stringList(key string, v any) ([]string, error) {
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // describe names the JSON type of v for messages.

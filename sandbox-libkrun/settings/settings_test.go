@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -166,5 +167,16 @@ func TestGuest(t *testing.T) {
 		case c.err == "" && (err != nil || a.Name != c.want):
 			t.Errorf("%+v: got %s, %v", c, a.Name, err)
 		}
+	}
+}
+
+// The configuration published with the adapter is valid settings, without warnings.
+func TestPublishedDefaultsAreValid(t *testing.T) {
+	st, warnings, err := ParseJSON(PublishedDefaults)
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("published-defaults.json: %v, warnings %q", err, warnings)
+	}
+	if !slices.Equal(st.ImageAllowlist, []string{"python", "node"}) {
+		t.Errorf("image_allowlist = %q, want the two presets", st.ImageAllowlist)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 // Roots are the host directories a VM worker may mount, fixed when the adapter starts.

@@ -11,16 +11,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/adapter"
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
@@ -535,11 +537,7 @@ func parseEnv(raw json.RawMessage) ([]string, error) {
 		if err := json.Unmarshal(raw, &mp); err != nil {
 			return nil, scode.Invalid("env must be a list of \"K=V\" strings or a map of names to string values")
 		}
-		keys := make([]string, 0, len(mp))
-		for k := range mp {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(mp))
 		for _, k := range keys {
 			list = append(list, k+"="+mp[k])
 		}

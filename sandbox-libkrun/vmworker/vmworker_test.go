@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iii-go/iii/sandbox-libkrun/scode"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 

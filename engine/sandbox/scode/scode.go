@@ -1,15 +1,29 @@
-// Package scode holds every sandbox error code (S-code) the adapter answers with and the error
-// envelope {type, code, message, docs_url, retryable, fix, fix_note} they travel in.
+// Package scode is what the engine's sandbox router and the sandbox adapter share: the default
+// adapter's name, the sandbox contract version, and every sandbox error code (S-code) with the
+// error envelope {type, code, message, docs_url, retryable, fix, fix_note} it travels in. It is a
+// leaf package, so the adapter imports it without the engine's router.
 package scode
 
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 )
 
-// The documented sandbox codes (REFERENCE-sandbox.md §6.2). S301 and S303 are answered by the
-// engine's router; they are listed so every code has exactly one home.
+// AdapterName is the sandbox adapter's package and function prefix, the one a binding names by
+// default (req A2).
+const AdapterName = "sandbox-libkrun"
+
+// The sandbox contract version the engine speaks and the adapter implements: a router accepts an
+// adapter of the same major.
+const (
+	ContractMajor = 1
+	ContractMinor = 1
+)
+
+// The documented sandbox codes (req A4). S301, S302 and S303 are answered by the engine's
+// router, the rest by the adapter; every code has its one home here.
 const (
 	S001 = "S001" // invalid request
 	S002 = "S002" // sandbox not found
@@ -31,6 +45,7 @@ const (
 	S219 = "S219" // fs op unsupported by the guest agent
 	S300 = "S300" // VM boot failed
 	S301 = "S301" // bound adapter not connected (router)
+	S302 = "S302" // bound adapter speaks another contract major (router)
 	S303 = "S303" // no adapter bound (router)
 	S400 = "S400" // resource limit exceeded
 	S501 = "S501" // VM worker mount outside the adapter's host roots
@@ -51,7 +66,7 @@ const (
 const DocsBase = "https://iii.dev/docs/using-iii/sandboxes"
 
 // RestartCommand restarts the adapter so that it re-reads its host roots (req G4).
-const RestartCommand = "iii call compose::restart worker=sandbox-libkrun"
+const RestartCommand = "iii call compose::restart worker=" + AdapterName
 
 type meta struct {
 	typ     string
@@ -80,7 +95,9 @@ var table = map[string]meta{
 	S219: {TypeFilesystem, false, ""},
 	S300: {TypePlatform, false, "The VM could not boot; this is not recoverable by retrying. Check the host requirements printed by the adapter at start."},
 	S301: {TypePlatform, false, "Start or install the sandbox adapter in its namespace."},
-	S303: {TypeConfig, false, "Add a top-level sandbox: section to the engine config."},
+	S302: {TypeConfig, false, "Install an adapter of contract major " + strconv.Itoa(ContractMajor) + ": `iii call compose::add worker=iii-sandbox` pins the range."},
+	S303: {TypeConfig, false, "Add a top-level sandbox: section to this engine's config.yaml (adapter: " + AdapterName + ", namespace: default) " +
+		"and start the adapter in that namespace, or run the engine from a Compose file that sets engine.sandbox."},
 	S400: {TypeConfig, false, "A configured limit was reached; stop a sandbox or ask for less, or raise the limit in the adapter's config_override."},
 	S501: {TypeConfig, false, "Restart the adapter so that it reads its host roots again (" + RestartCommand + "), or move the worker under the compose directory."},
 }
@@ -114,6 +131,12 @@ func (e *Error) WithFix(v any) *Error {
 	if err == nil {
 		e.Fix = b
 	}
+	return e
+}
+
+// WithNote returns e with its fix_note replaced by note (a remedy that names the namespace).
+func (e *Error) WithNote(note string) *Error {
+	e.FixNote = &note
 	return e
 }
 
