@@ -10,6 +10,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,6 +63,27 @@ type Options struct {
 
 // Run runs Compose until it is told to stop. It returns nil after a clean shutdown.
 func Run(ctx context.Context, o Options) error {
+	o, err := o.withDefaults()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	s := &session{o: o}
+	defer s.teardown()
+	for _, phase := range []func(context.Context) error{
+		s.loadFile, s.prepareState, s.installPackages, s.startSupervisor,
+		s.startManagedEngine, s.connectDaemon, s.publishUserToken, s.startProject,
+	} {
+		if err := phase(ctx); err != nil {
+			return err
+		}
+	}
+	return s.wait(ctx)
+}
+
+// withDefaults fills the options Run may be given empty.
+func (o Options) withDefaults() (Options, error) {
 	if o.Out == nil {
 		o.Out = os.Stdout
 	}
@@ -71,7 +93,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Exe == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return errcode.New(errcode.SpawnFailed, "cannot find the iii binary: %v", err)
+			return o, errcode.New(errcode.SpawnFailed, "cannot find the iii binary: %v", err)
 		}
 		o.Exe = exe
 	}
@@ -82,162 +104,225 @@ func Run(ctx context.Context, o Options) error {
 			return map[string]project.Package{}, nil
 		}
 	}
-	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer cancel()
+	return o, nil
+}
 
-	f, err := o.Deps.Load(o.File)
+// session is one run of Compose. Each phase of Run fills in what the next needs and registers
+// the teardown of what it started; teardown runs them in reverse.
+type session struct {
+	o       Options
+	f       *composefile.File
+	sd      state.Dir
+	managed bool // Compose starts the file's engine (engine: mapping and --up)
+	// tokPath is the project token (workers); ownerPath the owner token (Compose's own connection).
+	tokPath, ownerPath string
+	pkgs               map[string]project.Package
+	sup                *supervisor.Supervisor
+	url                string
+	engineDone         <-chan struct{} // closed when the managed engine exits; nil when attached
+	w                  *protocol.Worker
+	p                  *project.Project
+	d                  *daemon.Daemon
+	release            func() // lets compose::* mutations through once the project started
+	teardowns          []func()
+}
+
+// onTeardown registers f to run at teardown, before everything registered earlier.
+func (s *session) onTeardown(f func()) { s.teardowns = append(s.teardowns, f) }
+
+// teardown undoes the phases that ran, last first.
+func (s *session) teardown() {
+	for i := len(s.teardowns) - 1; i >= 0; i-- {
+		s.teardowns[i]()
+	}
+}
+
+// loadFile reads the compose file and applies --namespace and the --engine check.
+func (s *session) loadFile(context.Context) error {
+	f, err := s.o.Deps.Load(s.o.File)
 	if err != nil {
 		return err
 	}
-	if o.Namespace != "" {
-		f.Namespace = o.Namespace
+	if s.o.Namespace != "" {
+		f.Namespace = s.o.Namespace
 	}
-	if f.Engine != nil && o.EngineURL != "" {
-		return errcode.New(errcode.EngineURLConflictsWithManaged, "%s declares engine: (Compose starts that engine); drop --engine %s, or remove the engine: section to attach", f.Path, o.EngineURL)
+	if f.Engine != nil && s.o.EngineURL != "" {
+		return errcode.New(errcode.EngineURLConflictsWithManaged, "%s declares engine: (Compose starts that engine); drop --engine %s, or remove the engine: section to attach", f.Path, s.o.EngineURL)
 	}
-	sd, err := state.Resolve(f.Path, f.Namespace)
+	s.f, s.managed = f, f.Engine != nil && s.o.Up
+	return nil
+}
+
+// prepareState creates the state directory and the project and owner tokens.
+func (s *session) prepareState(context.Context) error {
+	sd, err := state.Resolve(s.f.Path, s.f.Namespace)
 	if err != nil {
 		return errcode.New(errcode.StateDirUnavailable, "%v", err)
 	}
 	if err := sd.Ensure(); err != nil {
 		return errcode.New(errcode.StateDirUnavailable, "cannot create %s: %v", sd.Path, err)
 	}
-	tokPath, _, err := token.Ensure(sd.Path)
-	if err != nil {
+	s.sd = sd
+	if s.tokPath, _, err = token.Ensure(sd.Path); err != nil {
 		return errcode.New(errcode.IOError, "project token in %s: %v", sd.Path, err)
 	}
 	// Compose's own connection holds the owner token; workers never do. The engine Compose starts
 	// gets a fresh one each run; an engine the user runs names a lasting one in its config.
-	managed := f.Engine != nil && o.Up
-	var ownerPath string
-	if managed {
-		ownerPath, err = token.NewOwner(sd.Path)
+	if s.managed {
+		s.ownerPath, err = token.NewOwner(sd.Path)
 	} else {
-		ownerPath, err = token.EnsureOwner(sd.Path)
+		s.ownerPath, err = token.EnsureOwner(sd.Path)
 	}
 	if err != nil {
 		return errcode.New(errcode.IOError, "owner token in %s: %v", sd.Path, err)
 	}
-	daemonTok := ownerPath
-	fmt.Fprintf(o.Out, "pid: %d\nowner: %s\nconfig: %s\nlogs: %s\n", os.Getpid(), f.Path, sd.Path, sd.Join(state.LogsDir))
+	fmt.Fprintf(s.o.Out, "pid: %d\nowner: %s\nconfig: %s\nlogs: %s\n", os.Getpid(), s.f.Path, sd.Path, sd.Join(state.LogsDir))
+	return nil
+}
 
-	var pkgs map[string]project.Package
-	if o.Up {
-		if pkgs, err = o.Deps.Install(ctx, f, nil); err != nil {
-			return err
+// installPackages installs the package:// containers (--up only) and replaces the project token
+// when the adapter version about to run could have exposed it.
+func (s *session) installPackages(ctx context.Context) error {
+	if !s.o.Up {
+		return nil
+	}
+	pkgs, err := s.o.Deps.Install(ctx, s.f, nil)
+	if err != nil {
+		return err
+	}
+	s.pkgs = pkgs
+	if ak := project.AdapterKey(s.f); ak != "" {
+		msg, err := token.RotateIfExposed(s.sd.Path, s.f.Containers[ak].Source.Name, pkgs[ak].Version)
+		if err != nil {
+			return errcode.New(errcode.IOError, "replacing the project token: %v", err)
 		}
-		if ak := project.AdapterKey(f); ak != "" {
-			msg, err := token.RotateIfExposed(sd.Path, f.Containers[ak].Source.Name, pkgs[ak].Version)
-			if err != nil {
-				return errcode.New(errcode.IOError, "replacing the project token: %v", err)
-			}
-			if msg != "" {
-				fmt.Fprintln(o.Out, msg)
-			}
+		if msg != "" {
+			fmt.Fprintln(s.o.Out, msg)
 		}
 	}
+	return nil
+}
 
-	reaper, err := supervisor.StartReaper(o.Exe, "compose")
+// startSupervisor starts the reaper child that outlives a killed Compose, and the supervisor of
+// every child process.
+func (s *session) startSupervisor(context.Context) error {
+	reaper, err := supervisor.StartReaper(s.o.Exe, "compose")
 	if err != nil {
 		return errcode.New(errcode.SpawnFailed, "%v", err)
 	}
-	defer reaper.Close()
-	sup := supervisor.New(reaper)
+	s.onTeardown(func() { reaper.Close() })
+	s.sup = supervisor.New(reaper)
+	return nil
+}
 
-	rec, err := sd.Load()
+// startManagedEngine picks the engine URL, starts the file's engine when Compose manages it, and
+// records this run in the state file.
+func (s *session) startManagedEngine(ctx context.Context) error {
+	rec, err := s.sd.Load()
 	if err != nil {
 		return errcode.New(errcode.InvalidStateFile, "%v", err)
 	}
 	// Children of an earlier run are gone (they died with it); the VM records stay.
 	rec.DaemonPID, rec.Engine, rec.Children = os.Getpid(), nil, map[string]state.Child{}
-	url := o.EngineURL
-	if url == "" {
-		url = os.Getenv(protocol.EnvURL)
-	}
-	if url == "" {
-		url = protocol.DefaultURL
-	}
-	var engineDone <-chan struct{}
-	if managed {
-		url = f.Engine.URL
-		proc, err := startEngine(ctx, o, f, sd, tokPath, ownerPath, sup)
+	s.url = cmp.Or(s.o.EngineURL, os.Getenv(protocol.EnvURL), protocol.DefaultURL)
+	if s.managed {
+		s.url = s.f.Engine.URL
+		proc, err := startEngine(ctx, s.o, s.f, s.sd, s.tokPath, s.ownerPath, s.sup)
 		if err != nil {
 			return err
 		}
-		engineDone = proc.Done()
+		s.engineDone = proc.Done()
 		rec.Engine = &state.Child{Container: "engine", PID: proc.PID, Status: "ready", StartedAt: proc.Started}
-		defer stopEngine(o, sd, sup, f)
-		fmt.Fprintf(o.Out, " ✔ Engine %-23s Ready\n", url)
+		s.onTeardown(func() { stopEngine(s.o, s.sd, s.sup, s.f) })
+		fmt.Fprintf(s.o.Out, " ✔ Engine %-23s Ready\n", s.url)
 	}
-	_ = sd.Save(rec)
+	if err := s.sd.Save(rec); err != nil {
+		fmt.Fprintf(s.o.Err, "warning: cannot record this run in %s: %v\n", s.sd.Path, err)
+	}
+	return nil
+}
 
-	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: f.Namespace, Name: "compose", Version: o.Version,
-		Description: "iii compose daemon", TokenFile: daemonTok})
-	p := project.New(project.Options{File: f, State: sd, EngineURL: url, TokenFile: tokPath, OwnerTokenFile: ownerPath, Managed: managed,
-		Engine: w, Sup: sup, Packages: pkgs, PackageCache: o.PackageCache, Out: o.Out})
-	d := daemon.New(f.Namespace, p, o.Deps)
-	if err := d.Register(w); err != nil {
+// connectDaemon registers compose::* and connects the daemon to the engine, holding mutations
+// off until the project has started.
+func (s *session) connectDaemon(ctx context.Context) error {
+	s.w = protocol.NewWorker(protocol.Config{URL: s.url, Namespace: s.f.Namespace, Name: "compose", Version: s.o.Version,
+		Description: "iii compose daemon", TokenFile: s.ownerPath})
+	s.p = project.New(project.Options{File: s.f, State: s.sd, EngineURL: s.url, TokenFile: s.tokPath, OwnerTokenFile: s.ownerPath, Managed: s.managed,
+		Engine: s.w, Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out})
+	s.d = daemon.New(s.f.Namespace, s.p, s.o.Deps)
+	if err := s.d.Register(s.w); err != nil {
 		return err
 	}
-	release := d.HoldMutations()
-	defer release()
+	s.release = s.d.HoldMutations()
+	s.onTeardown(s.release)
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
-	err = w.Start(cctx)
+	err := s.w.Start(cctx)
 	ccancel()
 	if err != nil {
 		var pe *protocol.Error
-		if !managed && errors.As(err, &pe) && pe.Code == engineerr.TokenInvalid {
+		if !s.managed && errors.As(err, &pe) && pe.Code == engineerr.TokenInvalid {
 			return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v. Compose presents its owner token %s on an engine it attaches to; "+
 				"where that engine protects namespace '%s', its config.yaml must name that file too:\n%sthen restart the engine",
-				url, err, ownerPath, f.Namespace, engineconf.OwnerGrant(f.Namespace, tokPath, ownerPath))
+				s.url, err, s.ownerPath, s.f.Namespace, engineconf.OwnerGrant(s.f.Namespace, s.tokPath, s.ownerPath))
 		}
-		return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v", url, err)
+		return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v", s.url, err)
 	}
-	defer w.Close()
-	if err := checkServing(ctx, w, f.Namespace); err != nil {
-		return err
+	s.onTeardown(func() { s.w.Close() })
+	return checkServing(ctx, s.w, s.f.Namespace)
+}
+
+// publishUserToken records, for the user's `iii call compose::*` from any directory, the token to
+// present (removed when Compose stops; a killed Compose's is swept later): the project token on
+// an engine Compose starts, whose config lets it call what the owner token registered; on an
+// engine the user runs, which may accept nothing but the token that registered compose::*, the
+// daemon's own (owner) token.
+func (s *session) publishUserToken(context.Context) error {
+	userTok := s.tokPath
+	if !s.managed {
+		userTok = s.ownerPath
 	}
-	// The user's `iii call compose::*`, from any directory, finds a token through this user-only
-	// record (removed when Compose stops; a killed Compose's is swept later): the project token
-	// on an engine Compose starts, whose config lets it call what the owner token registered;
-	// on an engine the user runs, which may accept nothing but the token that registered
-	// compose::*, the daemon's own (owner) token.
-	userTok := tokPath
-	if !managed {
-		userTok = daemonTok
-	}
-	if _, remove, err := usertoken.Publish(url, f.Namespace, userTok); err != nil {
-		fmt.Fprintf(o.Err, "warning: cannot record the project token for iii call in ~/%s: %v; "+
+	if _, remove, err := usertoken.Publish(s.url, s.f.Namespace, userTok); err != nil {
+		fmt.Fprintf(s.o.Err, "warning: cannot record the project token for iii call in ~/%s: %v; "+
 			"run iii call compose::* with III_TOKEN_FILE=%s\n", usertoken.Dir, err, userTok)
 	} else {
-		defer func() { _ = remove() }()
+		s.onTeardown(func() { _ = remove() })
 	}
-	fmt.Fprintf(o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", url, f.Namespace)
+	fmt.Fprintf(s.o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", s.url, s.f.Namespace)
+	return nil
+}
 
-	if o.Up {
-		if _, err := d.StartProject(ctx); err != nil {
-			fmt.Fprintln(o.Out, " ✘ Containers Failed")
+// startProject starts the containers (--up), then lets compose::* mutations through; from here
+// on, teardown lets one in flight finish and stops every container.
+func (s *session) startProject(ctx context.Context) error {
+	if s.o.Up {
+		if _, err := s.d.StartProject(ctx); err != nil {
+			fmt.Fprintln(s.o.Out, " ✘ Containers Failed")
 			return err
 		}
-		fmt.Fprintln(o.Out, " ✔ Containers Ready")
+		fmt.Fprintln(s.o.Out, " ✔ Containers Ready")
 	}
-	release()
-	defer func() {
-		d.Settle(SettleTimeout)
-		p.StopAll(context.Background())
-	}()
+	s.release()
+	s.onTeardown(func() {
+		s.d.Settle(SettleTimeout)
+		s.p.StopAll(context.Background())
+	})
+	return nil
+}
 
+// wait serves until Ctrl-C, SIGTERM or compose::stop (nil), or until the engine is gone.
+func (s *session) wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
-		fmt.Fprintln(o.Out, "stopping...")
+		fmt.Fprintln(s.o.Out, "stopping...")
 		return nil
-	case <-d.Stopped:
-		fmt.Fprintln(o.Out, "stopping (compose::stop)...")
+	case <-s.d.Stopped:
+		fmt.Fprintln(s.o.Out, "stopping (compose::stop)...")
 		return nil
-	case <-engineDone:
-		return errcode.New(errcode.EngineExited, "the managed engine exited; the end of %s:\n%s", sd.Join(state.EngineLogFile), tailFile(sd.Join(state.EngineLogFile), 10))
-	case <-w.Done():
-		return errcode.New(errcode.EngineCallFailed, "the daemon lost the engine: %v", w.Err())
+	case <-s.engineDone:
+		log := s.sd.Join(state.EngineLogFile)
+		return errcode.New(errcode.EngineExited, "the managed engine exited; the end of %s:\n%s", log, tailFile(log, 10))
+	case <-s.w.Done():
+		return errcode.New(errcode.EngineCallFailed, "the daemon lost the engine: %v", s.w.Err())
 	}
 }
 
