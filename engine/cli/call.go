@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,10 +54,35 @@ type callArgs struct {
 
 func parseCall(args []string) (*callArgs, error) {
 	a := &callArgs{timeout: 30 * time.Second}
-	var jsonArg *string
-	var host, port string
-	kv := map[string]json.RawMessage{}
-	var keys []string
+	w, err := scanCall(args, a)
+	if err != nil {
+		return nil, err
+	}
+	if a.fn == "" && !a.help {
+		return nil, errors.New("missing FUNCTION. Try: `iii call <function> [key=value ...]`")
+	}
+	if !a.help {
+		if a.payload, err = buildPayload(w.json, w.keys, w.kv); err != nil {
+			return nil, err
+		}
+	}
+	a.url = callURL(w.host, w.port)
+	return a, nil
+}
+
+// callWords are what scanCall read besides the fields of callArgs: --json, --address, --port
+// and the KEY=VALUE pairs in the order they were given (a repeated key keeps its first place).
+type callWords struct {
+	json       *string
+	host, port string
+	keys       []string
+	kv         map[string]json.RawMessage
+}
+
+// scanCall reads the words of `iii call`: flags as --name value or --name=value, anywhere;
+// the first bare word is FUNCTION; every other word is a KEY=VALUE pair.
+func scanCall(args []string, a *callArgs) (*callWords, error) {
+	w := &callWords{kv: map[string]json.RawMessage{}}
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		name, val, hasVal := strings.Cut(arg, "=")
@@ -77,84 +103,93 @@ func parseCall(args []string) (*callArgs, error) {
 		case name == "--json":
 			var v string
 			v, err = next()
-			jsonArg = &v
+			w.json = &v
 		case name == "-n" || name == "--namespace":
 			var v string
 			v, err = next()
 			a.namespace = &v
 		case name == "--address":
-			host, err = next()
+			w.host, err = next()
 		case name == "--port":
-			port, err = next()
+			w.port, err = next()
 		case name == "--timeout-ms":
 			var v string
 			if v, err = next(); err == nil {
-				n, perr := strconv.Atoi(v)
-				if perr != nil || n <= 0 {
-					return nil, fmt.Errorf("--timeout-ms must be a positive integer, got `%s`", v)
-				}
-				a.timeout = time.Duration(n) * time.Millisecond
+				a.timeout, err = timeoutMS(v)
 			}
 		case strings.HasPrefix(arg, "-") && a.fn != "" && !strings.Contains(arg, "="):
-			return nil, fmt.Errorf("unknown flag %s", arg)
+			err = fmt.Errorf("unknown flag %s", arg)
 		case a.fn == "" && !strings.Contains(arg, "=") && !strings.HasPrefix(arg, "-"):
 			a.fn = arg
 		default:
-			if !hasVal {
-				return nil, fmt.Errorf("expected key=value, got `%s`", arg)
-			}
-			if name == "" {
-				return nil, fmt.Errorf("payload key must not be empty (got `%s`)", arg)
-			}
-			if _, dup := kv[name]; !dup {
-				keys = append(keys, name)
-			}
-			if json.Valid([]byte(val)) {
-				kv[name] = json.RawMessage(val)
-			} else {
-				kv[name], _ = json.Marshal(val)
-			}
+			err = w.addPair(arg, name, val, hasVal)
 		}
 		if err != nil {
 			return nil, err
 		}
 	}
-	if a.fn == "" && !a.help {
-		return nil, errors.New("missing FUNCTION. Try: `iii call <function> [key=value ...]`")
+	return w, nil
+}
+
+// timeoutMS reads the value of --timeout-ms.
+func timeoutMS(v string) (time.Duration, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("--timeout-ms must be a positive integer, got `%s`", v)
 	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+// addPair records KEY=VALUE; VALUE is taken as JSON when it parses, else as a string.
+func (w *callWords) addPair(arg, key, val string, hasVal bool) error {
+	if !hasVal {
+		return fmt.Errorf("expected key=value, got `%s`", arg)
+	}
+	if key == "" {
+		return fmt.Errorf("payload key must not be empty (got `%s`)", arg)
+	}
+	if _, dup := w.kv[key]; !dup {
+		w.keys = append(w.keys, key)
+	}
+	if json.Valid([]byte(val)) {
+		w.kv[key] = json.RawMessage(val)
+	} else {
+		w.kv[key], _ = json.Marshal(val)
+	}
+	return nil
+}
+
+// buildPayload combines --json and the pairs: {} with neither, either one alone, or the pairs
+// laid over a --json object.
+func buildPayload(jsonArg *string, keys []string, kv map[string]json.RawMessage) (json.RawMessage, error) {
 	switch {
-	case a.help:
 	case jsonArg == nil && len(kv) == 0:
-		a.payload = json.RawMessage("{}")
+		return json.RawMessage("{}"), nil
 	case jsonArg != nil && !json.Valid([]byte(*jsonArg)):
 		return nil, fmt.Errorf("--json: invalid JSON `%s`", *jsonArg)
 	case jsonArg != nil && len(kv) == 0:
-		a.payload = json.RawMessage(*jsonArg)
+		return json.RawMessage(*jsonArg), nil
 	case jsonArg == nil:
-		a.payload = orderedObject(keys, kv)
-	default:
-		obj := map[string]json.RawMessage{}
-		if jsonArg != nil {
-			if err := json.Unmarshal([]byte(*jsonArg), &obj); err != nil || obj == nil {
-				return nil, errors.New("--json must be an object when combined with key=value pairs")
-			}
-		}
-		for _, k := range keys {
-			obj[k] = kv[k]
-		}
-		a.payload, _ = json.Marshal(obj)
+		return orderedObject(keys, kv), nil
 	}
-	a.url = os.Getenv(protocol.EnvURL)
-	if host != "" || port != "" || a.url == "" {
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		if port == "" {
-			port = "49134"
-		}
-		a.url = "ws://" + net.JoinHostPort(host, port)
+	obj := map[string]json.RawMessage{}
+	if err := json.Unmarshal([]byte(*jsonArg), &obj); err != nil || obj == nil {
+		return nil, errors.New("--json must be an object when combined with key=value pairs")
 	}
-	return a, nil
+	for _, k := range keys {
+		obj[k] = kv[k]
+	}
+	return json.Marshal(obj)
+}
+
+// callURL is the engine to call: --address/--port (127.0.0.1:49134 for the one not given), else
+// $III_URL, else the default address.
+func callURL(host, port string) string {
+	url := os.Getenv(protocol.EnvURL)
+	if host != "" || port != "" || url == "" {
+		url = "ws://" + net.JoinHostPort(cmp.Or(host, "127.0.0.1"), cmp.Or(port, "49134"))
+	}
+	return url
 }
 
 // orderedObject renders the pairs as a JSON object in the order they were given.
