@@ -174,70 +174,31 @@ type Options struct {
 // needed modules, builds the guest agent and writes the firmware files. The output depends only
 // on the package and the agent's source, so two builds give the same bytes.
 func Build(ctx context.Context, o Options) (Paths, error) {
-	if o.WorkDir == "" || o.OutDir == "" {
-		return Paths{}, errors.New("firmware: WorkDir and OutDir are required")
-	}
-	if o.Arch.Name == "" {
-		o.Arch = guestarch.Host()
-	}
-	if o.Package == "" {
-		o.Package = o.Arch.KernelPackage
-	}
-	logf := func(format string, a ...any) {
-		if o.Log != nil {
-			fmt.Fprintf(o.Log, format+"\n", a...)
-		}
-	}
-	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
+	o, err := o.withDefaults()
+	if err != nil {
 		return Paths{}, err
 	}
 	deb, err := downloadKernelDeb(ctx, o.WorkDir, o.Package, o.Arch.Debian)
 	if err != nil {
 		return Paths{}, err
 	}
-	logf("firmware: kernel package %s", filepath.Base(deb))
+	o.logf("firmware: kernel package %s", filepath.Base(deb))
 	// Concurrent builds may share WorkDir (the download cache); each extracts on its own.
 	root, err := os.MkdirTemp(o.WorkDir, "kernel-root-")
 	if err != nil {
 		return Paths{}, err
 	}
 	defer os.RemoveAll(root)
-	if err := run(ctx, "", "dpkg-deb", "-x", deb, root); err != nil {
-		return Paths{}, err
-	}
-	vmlinuzs, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
-	if len(vmlinuzs) != 1 {
-		return Paths{}, fmt.Errorf("firmware: expected one boot/vmlinuz-* in %s, found %d", deb, len(vmlinuzs))
-	}
-	release := strings.TrimPrefix(filepath.Base(vmlinuzs[0]), "vmlinuz-")
-	bz, err := os.ReadFile(vmlinuzs[0])
+	release, vmlinux, err := extractKernel(ctx, o.Arch, deb, root)
 	if err != nil {
 		return Paths{}, err
 	}
-	vmlinux, err := kernelImage(o.Arch, bz)
+	sets, err := moduleSetsOf(filepath.Join(root, "lib", "modules", release))
 	if err != nil {
 		return Paths{}, err
 	}
-	idx, err := ScanModules(filepath.Join(root, "lib", "modules", release))
-	if err != nil {
-		return Paths{}, err
-	}
-	mods, err := LoadOrder(idx, Modules)
-	if err != nil {
-		return Paths{}, err
-	}
-	netMods, err := LoadOrder(idx, append(append([]string(nil), Modules...), NetModules...))
-	if err != nil {
-		return Paths{}, err
-	}
-	netMods = netMods[len(mods):]
-	shares := []string{ShareVirtiofs}
-	var ninePMods []Module
-	if all, err := LoadOrder(idx, append(append([]string(nil), Modules...), NinePModules...)); err == nil {
-		ninePMods = all[len(mods):]
-		shares = append(shares, Share9P)
-	} else {
-		logf("firmware: %s has no 9p (%v): this firmware serves virtiofs only", filepath.Base(deb), err)
+	if sets.ninePErr != nil {
+		o.logf("firmware: %s has no 9p (%v): this firmware serves virtiofs only", filepath.Base(deb), sets.ninePErr)
 	}
 	agent := o.Agent
 	if agent == "" {
@@ -246,28 +207,112 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 			return Paths{}, err
 		}
 	}
-	initrd, err := Initramfs(agent, mods, netMods, ninePMods)
+	initrd, err := Initramfs(agent, sets.boot, sets.net, sets.nineP)
 	if err != nil {
 		return Paths{}, err
 	}
-	man := Manifest{KernelRelease: release, Arch: o.Arch.Name, Shares: shares, Package: filepath.Base(deb), Agent: proto.AgentVersion,
+	man := Manifest{KernelRelease: release, Arch: o.Arch.Name, Shares: sets.shares(), Package: filepath.Base(deb), Agent: proto.AgentVersion,
 		SHA256: map[string]string{KernelFile: digest(vmlinux), InitrdFile: digest(initrd)}}
-	for _, m := range slices.Concat(mods, netMods, ninePMods) {
+	for _, m := range slices.Concat(sets.boot, sets.net, sets.nineP) {
 		man.Modules = append(man.Modules, m.Name)
 	}
-	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
+	if err := writeFirmware(o.OutDir, vmlinux, initrd, man); err != nil {
 		return Paths{}, err
+	}
+	o.logf("firmware: kernel %s (%d MB), initramfs %d KB with %d modules, in %s", release, len(vmlinux)>>20, len(initrd)>>10, len(man.Modules), o.OutDir)
+	return At(o.OutDir), nil
+}
+
+// withDefaults checks the required options, fills the defaults and creates WorkDir.
+func (o Options) withDefaults() (Options, error) {
+	if o.WorkDir == "" || o.OutDir == "" {
+		return o, errors.New("firmware: WorkDir and OutDir are required")
+	}
+	if o.Arch.Name == "" {
+		o.Arch = guestarch.Host()
+	}
+	if o.Package == "" {
+		o.Package = o.Arch.KernelPackage
+	}
+	return o, os.MkdirAll(o.WorkDir, 0o755)
+}
+
+// logf writes one progress line to o.Log, if any.
+func (o Options) logf(format string, a ...any) {
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, format+"\n", a...)
+	}
+}
+
+// extractKernel unpacks the kernel package deb into root and returns the kernel release and the
+// uncompressed kernel image.
+func extractKernel(ctx context.Context, arch guestarch.Arch, deb, root string) (string, []byte, error) {
+	if err := run(ctx, "", "dpkg-deb", "-x", deb, root); err != nil {
+		return "", nil, err
+	}
+	vmlinuzs, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))
+	if len(vmlinuzs) != 1 {
+		return "", nil, fmt.Errorf("firmware: expected one boot/vmlinuz-* in %s, found %d", deb, len(vmlinuzs))
+	}
+	release := strings.TrimPrefix(filepath.Base(vmlinuzs[0]), "vmlinuz-")
+	bz, err := os.ReadFile(vmlinuzs[0])
+	if err != nil {
+		return "", nil, err
+	}
+	vmlinux, err := kernelImage(arch, bz)
+	return release, vmlinux, err
+}
+
+// moduleSets are the kernel modules the initramfs carries, each set in load order after the
+// ones before it: loaded at boot, for networking, and for 9p file sharing (none when the kernel
+// has no 9p, with the reason in ninePErr).
+type moduleSets struct {
+	boot, net, nineP []Module
+	ninePErr         error
+}
+
+// moduleSetsOf resolves the module sets from the modules directory of one kernel release.
+func moduleSetsOf(dir string) (moduleSets, error) {
+	var s moduleSets
+	idx, err := ScanModules(dir)
+	if err != nil {
+		return s, err
+	}
+	if s.boot, err = LoadOrder(idx, Modules); err != nil {
+		return s, err
+	}
+	withNet, err := LoadOrder(idx, slices.Concat(Modules, NetModules))
+	if err != nil {
+		return s, err
+	}
+	s.net = withNet[len(s.boot):]
+	if with9P, err := LoadOrder(idx, slices.Concat(Modules, NinePModules)); err == nil {
+		s.nineP = with9P[len(s.boot):]
+	} else {
+		s.ninePErr = err
+	}
+	return s, nil
+}
+
+// shares lists the file shares the firmware serves: virtiofs always, 9p when it has the modules.
+func (s moduleSets) shares() []string {
+	if s.ninePErr != nil {
+		return []string{ShareVirtiofs}
+	}
+	return []string{ShareVirtiofs, Share9P}
+}
+
+// writeFirmware writes the kernel, the initramfs and then the manifest into dir, each atomically.
+func writeFirmware(dir string, vmlinux, initrd []byte, man Manifest) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
 	for name, data := range map[string][]byte{KernelFile: vmlinux, InitrdFile: initrd} {
-		if err := writeAtomic(filepath.Join(o.OutDir, name), data, 0o644); err != nil {
-			return Paths{}, err
+		if err := writeAtomic(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
 		}
 	}
-	if err := writeManifest(At(o.OutDir), man); err != nil {
-		return Paths{}, err
-	}
-	logf("firmware: kernel %s (%d MB), initramfs %d KB with %d modules, in %s", release, len(vmlinux)>>20, len(initrd)>>10, len(man.Modules), o.OutDir)
-	return At(o.OutDir), nil
+	return writeManifest(At(dir), man)
 }
 
 func digest(b []byte) string {
