@@ -515,6 +515,14 @@ func memAvailableMB() int {
 // auto_install is on (req J3).
 type cacheImages struct{ c *image.Cache }
 
+// cacheImages serves both the sandboxes and the VM workers; the worker connection carries the
+// adapter's stream channels.
+var (
+	_ adapter.Images   = cacheImages{}
+	_ vmworker.Images  = cacheImages{}
+	_ adapter.Channels = (*protocol.Worker)(nil)
+)
+
 // pullTimeout bounds one image pull.
 const pullTimeout = 10 * time.Minute
 

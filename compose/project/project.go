@@ -38,6 +38,9 @@ type Engine interface {
 	Call(ctx context.Context, fn string, payload any, opts ...protocol.CallOption) (json.RawMessage, error)
 }
 
+// The daemon's worker connection is the Engine a project calls through.
+var _ Engine = (*protocol.Worker)(nil)
+
 // Package is an installed package:// container.
 type Package struct {
 	Name    string

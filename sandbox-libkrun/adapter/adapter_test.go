@@ -26,6 +26,11 @@ type fakeDriver struct {
 	fsFn     func(op string, req map[string]any) (json.RawMessage, error)
 }
 
+var (
+	_ vm.Driver  = (*fakeDriver)(nil)
+	_ vm.Machine = (*fakeMachine)(nil)
+)
+
 func (d *fakeDriver) Name() string { return "fake" }
 
 func (d *fakeDriver) Boot(_ context.Context, spec vm.Spec) (vm.Machine, error) {

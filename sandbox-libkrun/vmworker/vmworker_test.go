@@ -20,6 +20,11 @@ type fakeDriver struct {
 	last  *fakeMachine
 }
 
+var (
+	_ vm.Driver  = (*fakeDriver)(nil)
+	_ vm.Machine = (*fakeMachine)(nil)
+)
+
 func (d *fakeDriver) Name() string { return "fake" }
 func (d *fakeDriver) Boot(_ context.Context, spec vm.Spec) (vm.Machine, error) {
 	d.mu.Lock()

@@ -173,6 +173,9 @@ func token(s string) string {
 }
 
 // RegisterTrigger starts a job: config {expression}.
+// A Service is the provider of its trigger type.
+var _ protocol.TriggerHandler = (*Service)(nil)
+
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	var cfg struct {
 		Expression string `json:"expression"`

@@ -531,6 +531,9 @@ func (s *Service) DLQ(ctx context.Context, payload json.RawMessage) (any, error)
 
 // RegisterTrigger subscribes a function to a topic: config {topic, max_retries?, backoff_ms?,
 // concurrency?, timeout_ms?}.
+// A Service is the provider of its trigger type.
+var _ protocol.TriggerHandler = (*Service)(nil)
+
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	var cfg struct {
 		Topic string `json:"topic"`

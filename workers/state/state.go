@@ -322,6 +322,9 @@ func (s *Service) ListGroups(ctx context.Context, _ json.RawMessage) (any, error
 }
 
 // RegisterTrigger adds a state trigger: config {scope?, key?}.
+// A Service is the provider of its trigger type.
+var _ protocol.TriggerHandler = (*Service)(nil)
+
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	var cfg struct {
 		Scope string `json:"scope"`
