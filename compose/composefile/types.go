@@ -1,4 +1,4 @@
-// Package composefile reads worker-compose.yaml: the strict schema of REFERENCE-compose.md §5
+// Package composefile reads worker-compose.yaml: iii's strict compose-file schema
 // with line-numbered errors, durations, ${VAR} interpolation, worker sources, the engine and
 // sandbox sections, start_after graph checks, and the 0.26 migration error for the old
 // engine.workers.iii-sandbox block. Every rejection is an *errcode.Error naming the file.

@@ -1,6 +1,6 @@
 // Package configlayer builds a container's configuration from its three layers, lowest first:
 // the package defaults (from the registry), the entry's current value in the engine, then the
-// compose file's config_override (REFERENCE-compose.md §7, req D1–D3).
+// compose file's config_override (req D1, D2, D3).
 //
 // Merge rules: maps merge key by key; lists and scalars replace the lower value wholesale; an
 // explicit null is a value, not a delete; a variant mapping {name, config} whose override changes

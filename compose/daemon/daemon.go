@@ -1,5 +1,5 @@
-// Package daemon is the `compose` worker: it serves the 14 compose::* functions of
-// REFERENCE-compose.md §4 in its namespace for the project it runs. add, remove and update run
+// Package daemon is the `compose` worker: it serves the 14 compose::* functions of iii's Compose
+// in its namespace for the project it runs. add, remove and update run
 // as cancellable operations (operations.go), synchronous unless the caller sets wait=false.
 // Every compose::* function is registered protected: the engine answers FORBIDDEN to callers
 // without the project token (or Compose's owner token); `iii call` finds the token through

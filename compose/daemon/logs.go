@@ -9,7 +9,7 @@ import (
 	"github.com/iii-go/iii/compose/supervisor"
 )
 
-// compose::logs limits (REFERENCE-compose.md §4).
+// compose::logs limits.
 const (
 	// LogsDefaultTail is how many entries a snapshot returns without tail.
 	LogsDefaultTail = 100

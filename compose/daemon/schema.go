@@ -65,7 +65,7 @@ type fnInfo struct {
 }
 
 // functions documents every compose::* function: request fields, response type, default
-// timeout and idempotency (REFERENCE-compose.md §4).
+// timeout and idempotency, as iii's Compose documents them.
 func functions() map[string]fnInfo {
 	base := []string{"namespace", "file"}
 	with := func(extra ...string) []string { return append(append([]string(nil), base...), extra...) }

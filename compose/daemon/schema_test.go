@@ -39,7 +39,7 @@ func validate(t *testing.T, s *jsonschema.Schema, v any) error {
 	return s.Validate(inst)
 }
 
-// Every compose::* function of REFERENCE-compose.md §4 has request and response schemas that
+// Every compose::* function has request and response schemas that
 // compile, and the replies the daemon builds validate against them.
 func TestSchemas(t *testing.T) {
 	d := &Daemon{}

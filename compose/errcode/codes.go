@@ -1,5 +1,5 @@
 // Package errcode holds every error code Compose documents, one constant per code
-// (REFERENCE-compose.md §11 plus the 0.26 codes), and the coded error type that carries them.
+// (those of iii's Compose plus the 0.26 codes), and the coded error type that carries them.
 // Callers match on the code; the message wording may change.
 package errcode
 

@@ -1,6 +1,6 @@
 // Package lock reads, checks and writes worker-compose.lock, the file beside a compose file
-// that pins every package:// container to an exact version and its artifacts
-// (REFERENCE-compose.md §8), and produces the --frozen errors COMPOSE_LOCK_REQUIRED and
+// that pins every package:// container to an exact version and its artifacts (req F1, F3), and
+// produces the --frozen errors COMPOSE_LOCK_REQUIRED and
 // COMPOSE_LOCK_OUT_OF_DATE.
 package lock
 

@@ -31,7 +31,7 @@ type CodedBody struct {
 	Message string `json:"message"`
 }
 
-// Result is the result of up and down (REFERENCE-compose.md §4).
+// Result is the reply of compose::up and compose::down.
 type Result struct {
 	Status     string    `json:"status"`
 	Changed    bool      `json:"changed"`

@@ -1,6 +1,6 @@
 // Package sandboxadapter names the sandbox adapter Compose installs for projects that need
 // sandboxes or VM workers, and the iii-sandbox alias that pins it to the engine's sandbox
-// contract major (REFERENCE-compose.md §10).
+// contract major (req E5).
 package sandboxadapter
 
 import (

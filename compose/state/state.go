@@ -4,7 +4,7 @@
 // The directory is <compose dir>/.iii/compose/<namespace>/, or
 // $III_COMPOSE_STATE_DIR/<slug>/<namespace>/ when that variable is set, where <slug> is the
 // compose directory's name followed by the first 8 hex digits of the SHA-256 of the canonical
-// compose file path (REFERENCE-compose.md §9).
+// compose file path, as iii's Compose names it (req J6).
 package state
 
 import (

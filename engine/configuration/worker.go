@@ -1,7 +1,7 @@
 // Package configuration is the engine's configuration worker: named entries with a JSON Schema
 // and a value, kept in files, read in expanded or template (raw) form.
 //
-// Functions: configuration::register, ::set, ::get, ::list, ::schema (REFERENCE-engine.md §3),
+// Functions: configuration::register, ::set, ::get, ::list, ::schema (iii's configuration API),
 // plus configuration::publish, used by the Compose that owns the engine to set an entry in
 // memory before it starts a worker (the adapter's <namespace>-sandbox-libkrun). Published
 // entries are not registered ids: get reads them, list does not show them, set on them fails

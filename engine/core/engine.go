@@ -47,7 +47,7 @@
 // forwards each trigger to the provider of its type; 0.26 observe frames are answered
 // UNSUPPORTED (no features are advertised).
 //
-// Stream channels (REFERENCE-engine.md §1.1, §1.6) are one-way byte pipes between the holders of
+// Stream channels (iii's engine::channels::*) are one-way byte pipes between the holders of
 // two StreamChannelRefs {channel_id, access_key, direction: "read"|"write"}, made by
 // engine::channels::create {buffer_size?} -> {channel_id, reader, writer}. Each end connects once
 // with a WebSocket to /ws/channels/{channel_id}?key={access_key} on the worker listener; the key

@@ -8,7 +8,7 @@ import (
 	"github.com/iii-go/iii/engine/triggers"
 )
 
-// Engine functions of the trigger registry (REFERENCE-engine.md §1.6).
+// Engine functions of the trigger registry, named as iii's engine names them.
 const (
 	FnListTriggerTypes = "engine::triggers::list"
 	FnListTriggers     = "engine::registered-triggers::list"

@@ -2,7 +2,7 @@
 // errors carry them as {"code","message"}; CLI errors print them as error[CODE]: message.
 package errcode
 
-// Protocol codes carried in invocationresult errors (REFERENCE-engine.md §1.4).
+// Protocol codes carried in invocationresult errors: those of iii's engine, byte for byte.
 const (
 	// FunctionNotFound: no such function id in the requested namespace.
 	FunctionNotFound = "function_not_found"
@@ -67,7 +67,7 @@ const (
 	EntryTooLarge = "ENTRY_TOO_LARGE"
 )
 
-// Configuration worker codes (REFERENCE-engine.md §3).
+// Configuration worker codes, answered by configuration::* (req C2, C3, C6).
 const (
 	// NotRegistered: configuration::set on an id nobody registered.
 	NotRegistered = "NOT_REGISTERED"
@@ -134,8 +134,8 @@ const (
 	UnsupportedPlatform = "UNSUPPORTED_PLATFORM"
 )
 
-// Trigger and observer codes (REFERENCE-events.md §3, §2.1), carried in the error of a
-// triggerregistrationresult or of an observeresult.
+// Trigger and observer codes of iii's trigger frames and of 0.26's observe frames, carried in
+// the error of a triggerregistrationresult or of an observeresult.
 const (
 	// TriggerRegistrationFailed: a trigger was malformed, its id taken, or its provider refused
 	// it without a code of its own (the 0.22 SDKs' code for a throwing handler).

@@ -9,7 +9,7 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 )
 
-// Message types, the lowercased variant names of REFERENCE-engine.md §1.3.
+// Message types: iii's wire frame names, each the lowercased name of its message variant.
 const (
 	TypeRegisterFunction          = "registerfunction"
 	TypeUnregisterFunction        = "unregisterfunction"
@@ -27,7 +27,7 @@ const (
 	TypePing                      = "ping"
 	TypePong                      = "pong"
 
-	// The 0.26 observe frames. Their JSON is not public (REFERENCE-events.md §5): these names
+	// The 0.26 observe frames. iii has not published their JSON: these names
 	// follow the lowercased-variant rule and are a guess. The engine answers TypeObserve and
 	// TypeUnobserve with TypeObserveResult carrying UNSUPPORTED while it advertises no features.
 	TypeObserve       = "observe"

@@ -1,7 +1,7 @@
 // Package triggers is the engine's observer registry: trigger types offered by provider
-// workers and the triggers other workers bind to them (REFERENCE-events.md §3, §6).
+// workers and the triggers other workers bind to them.
 //
-// Today it speaks the 0.22 trigger frames exactly (the adapter of §6.2):
+// Today it speaks the 0.22 trigger frames exactly:
 //
 //   - registertriggertype from a worker makes it the provider of that type in its namespace; a
 //     later provider of the same type takes over, and the earlier one is told to drop its
@@ -380,7 +380,7 @@ func (r *Registry) Triggers(f Filter) []TriggerInfo {
 
 // Unsupported answers a 0.26 observe or unobserve frame: an observeresult with the frame's id
 // and an UNSUPPORTED error, the failure 0.25 SDKs report against an engine without the observe
-// feature (REFERENCE-events.md §2.1). The engine sends it rather than dropping the frame, so an
+// feature. The engine sends it rather than dropping the frame, so an
 // SDK never waits on an observer that will not come.
 func Unsupported(m *protocol.Message) *protocol.Message {
 	return &protocol.Message{Type: protocol.TypeObserveResult, ID: m.ID, Error: protocol.NewError(errcode.Unsupported,

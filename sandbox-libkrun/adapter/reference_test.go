@@ -31,7 +31,7 @@ func sortedNames(names ...string) []string {
 }
 
 // The request and reply fields of sandbox::create, exec, run, list, stop and fs::read are those of
-// the 0.25 in-engine daemon (REFERENCE-sandbox.md §4), plus only contract 1.1's two truncation
+// the 0.25 in-engine daemon, plus only contract 1.1's two truncation
 // flags on the exec and run replies (req A4, A5). The fs::* requests are the guest agent's
 // (guest/fsops), checked there.
 func TestFieldsMatchTheReference(t *testing.T) {

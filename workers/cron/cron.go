@@ -1,5 +1,5 @@
-// Package cron is the cron worker: the "cron" trigger type, config {expression}, with seconds
-// (REFERENCE-events.md §2.6).
+// Package cron is the cron worker: the "cron" trigger type, config {expression}, with seconds,
+// as iii's cron worker takes it.
 //
 // An expression has 6 fields (second minute hour day-of-month month day-of-week) or 7 (plus a
 // year: *, a number, a range a-b or a list of those), or a descriptor such as @every 5s or

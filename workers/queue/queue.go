@@ -1,6 +1,6 @@
 // Package queue is the queue worker: durable messages on a JetStream stream, delivered to
 // functions with retries, a dead-letter queue, per-queue concurrency and FIFO order within a
-// message group (REFERENCE-events.md §2.6, REFERENCE-engine.md §1.3).
+// message group, as iii's queue worker and the engine's enqueue action define them.
 //
 // Two kinds of message share one stream per namespace (IIIQ_<namespace>):
 //

@@ -1,5 +1,5 @@
 // Package state is the state worker: a scoped key-value store on a JetStream key-value bucket,
-// and the "state" trigger type that reports every committed change (REFERENCE-events.md §2.6).
+// and the "state" trigger type that reports every committed change, as iii's state worker does.
 //
 // Functions (payloads and results are JSON):
 //

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Every S-code of the 0.25 in-engine daemon (REFERENCE-sandbox.md §6.2) keeps its code, type,
+// Every S-code of the 0.25 in-engine daemon keeps its code, type,
 // retryability and message format (req A4). Two messages name a 0.26 remedy where 0.25 named a
 // command that is gone or an ambiguity it had: S100 for an image the catalog knows but
 // image_allowlist lacks (0.25 used the not-in-catalog text for both) and S101 (0.25 said
@@ -63,7 +63,7 @@ func TestCodesMatchTheReference(t *testing.T) {
 	}
 }
 
-// The envelope keeps 0.25's seven keys (REFERENCE-sandbox.md §6.1).
+// The envelope keeps 0.25's seven keys (req A4).
 func TestEnvelopeMatchesTheReference(t *testing.T) {
 	var m map[string]any
 	if err := json.Unmarshal(Invalid("x").JSON(), &m); err != nil {

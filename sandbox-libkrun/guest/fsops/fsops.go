@@ -1,8 +1,8 @@
 // Package fsops implements the ten fs::* operations of the sandbox contract against the local
 // filesystem; the guest agent runs it inside the sandbox root. Requests and replies are the JSON
-// bodies of REFERENCE-sandbox.md §4.7 without sandbox_id, except that read returns the file's
-// bytes as content_b64 (the adapter turns them into a stream channel) and write takes content as
-// a string or content_b64.
+// bodies of the 0.25 in-engine daemon's fs::* functions without sandbox_id (req A4), except that
+// read returns the file's bytes as content_b64 (the adapter turns them into a stream channel)
+// and write takes content as a string or content_b64.
 package fsops
 
 import (

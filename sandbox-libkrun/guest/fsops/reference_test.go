@@ -36,7 +36,7 @@ func diff(want, got []string) string {
 	return "0.25: " + strings.Join(want, ", ") + "\nnow:  " + strings.Join(got, ", ")
 }
 
-// The fs::* request and reply fields of the 0.25 in-engine daemon (REFERENCE-sandbox.md §4.7),
+// The fs::* request and reply fields of the 0.25 in-engine daemon,
 // sandbox_id aside (the adapter consumes it): no field was renamed, dropped or added (req A4).
 func TestFSFieldsMatchTheReference(t *testing.T) {
 	requests := map[string]struct {
