@@ -21,7 +21,7 @@ type Item struct {
 // Binaries are the 0.25 companions of iii that 0.26 no longer ships.
 var Binaries = []string{"iii-worker", "iii-init"}
 
-// homePaths are iii-worker's paths under ~/.iii (REQUIREMENTS J2), relative to ~/.iii.
+// homePaths are iii-worker's paths under ~/.iii (req J2), relative to ~/.iii.
 var homePaths = []struct{ rel, about string }{
 	{"managed", "the state of each VM worker iii-worker ran"},
 	{"workers", "binary workers iii-worker installed"},
