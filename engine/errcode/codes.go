@@ -122,6 +122,14 @@ const (
 	RegisterFailed = "REGISTER_FAILED"
 )
 
+// Start-up codes of the event workers (http, cron, queue, state), printed before they exit 1.
+const (
+	// StartFailed: the worker could not set up what it serves (its store, its listener).
+	StartFailed = "START_FAILED"
+	// RegistrationRefused: the engine ended the worker's connection, refusing its registration.
+	RegistrationRefused = "REGISTRATION_REFUSED"
+)
+
 // Host requirements of the sandbox adapter (req H2, H3), checked by engine/hostreq.
 const (
 	// KVMAccess: /dev/kvm is missing, or the user cannot read and write it (Linux).

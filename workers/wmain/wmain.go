@@ -44,7 +44,7 @@ func (m Main) Run() {
 		return
 	}
 	if _, err := wconfig.Load(*cfgPath, m.Config); err != nil {
-		fail("CONFIG_INVALID", err)
+		fail(errcode.ConfigInvalid, err)
 	}
 	if *check {
 		fmt.Printf("%+v\n", m.Config)
@@ -61,14 +61,14 @@ func (m Main) Run() {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	cleanup, err := m.Setup(ctx, w, log)
 	if err != nil {
-		fail("START_FAILED", err)
+		fail(errcode.StartFailed, err)
 	}
 	defer cleanup()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	err = w.Start(sctx)
 	cancel()
 	if err != nil {
-		fail("ENGINE_UNREACHABLE", err)
+		fail(errcode.EngineUnreachable, err)
 	}
 	log.Info("registered", "namespace", w.Namespace(), "url", w.URL())
 	select {
@@ -76,7 +76,7 @@ func (m Main) Run() {
 	case <-w.Done():
 		if err := w.Err(); err != nil {
 			cleanup()
-			fail("REGISTRATION_REFUSED", err)
+			fail(errcode.RegistrationRefused, err)
 		}
 	}
 	_ = w.Close()
