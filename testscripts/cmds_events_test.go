@@ -12,12 +12,9 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
-// The product workers of issue 17 (workers/cmd/*), built for the events/ scenarios under the
-// names Compose runs them by.
+// The product workers (workers/cmd/*) are release products, built by the harness; the events/
+// scenarios add a NATS server and their own commands.
 func init() {
-	for _, name := range []string{"state", "queue", "cron", "http"} {
-		registerBinary(binary{name: name, pkg: "./workers/cmd/" + name, vfile: "workers/VERSION"})
-	}
 	// A real NATS server for the scale scenarios, built from the Go module the workers use.
 	registerBinary(binary{name: "nats-server", pkg: "github.com/nats-io/nats-server/v2", version: "0.0.0-test"})
 	registerCmd("httpreq", cmdHTTPReq)

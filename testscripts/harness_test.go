@@ -52,9 +52,12 @@ func registerCond(name string, fn func() (bool, error)) { conditions[name] = fn 
 // registerSetup adds a step run for every script after the common set-up. Call it from init.
 func registerSetup(fn func(env *testscript.Env) error) { setups = append(setups, fn) }
 
+// Every product of the release (iii, the adapter, the event workers) is built as the release
+// builds it, under the name Compose runs it by.
 func init() {
-	registerBinary(binary{name: "iii", pkg: ".", vfile: "VERSION"})
-	registerBinary(binary{name: "sandbox-libkrun", pkg: "./sandbox-libkrun", vfile: "sandbox-libkrun/VERSION"})
+	for _, p := range release.Products {
+		registerBinary(binary{name: p.Name, pkg: p.Package, vfile: p.VersionFile})
+	}
 }
 
 var (
