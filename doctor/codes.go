@@ -1,5 +1,7 @@
 package doctor
 
+import "github.com/iii-go/iii/engine/errcode"
+
 // The codes `iii doctor` reports that no other command has. Findings that come from Compose, the
 // engine or the adapter's host checks carry those modules' own codes (SANDBOX_CONFIG_MOVED,
 // INVALID_COMPOSE_FILE, UNSUPPORTED_CONFIG_WORKERS, SANDBOX_ADAPTER_NOT_DECLARED,
@@ -21,8 +23,8 @@ const (
 	StoredSandboxEntry = "STORED_SANDBOX_ENTRY"
 	// InvalidLock: worker-compose.lock does not parse.
 	InvalidLock = "INVALID_COMPOSE_LOCK"
-	// Usage: a bad command line (exit 2).
-	Usage = "USAGE"
+	// Usage: a bad command line (exit 2), the engine's code for it.
+	Usage = errcode.Usage
 )
 
 // Severity says how much a finding matters: errors and warnings need action (exit 1), info does
