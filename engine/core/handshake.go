@@ -76,5 +76,5 @@ func isLoopbackAddr(a net.Addr) bool {
 // refuse answers a refused handshake with 403 and the coded message, and logs it.
 func (e *Engine) refuse(w http.ResponseWriter, r *http.Request, h *errcode.Error) {
 	e.log.Warn("WebSocket handshake refused", "code", h.Code, "path", r.URL.Path, "origin", r.Header.Get("Origin"), "host", r.Host)
-	http.Error(w, "error["+h.Code+"]: "+h.Message, http.StatusForbidden)
+	http.Error(w, errcode.Line(h), http.StatusForbidden)
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"github.com/iii-go/iii/engine/errcode"
@@ -31,10 +32,6 @@ func Apply(cur json.RawMessage, ops []Op) (json.RawMessage, error) {
 	return json.Marshal(doc)
 }
 
-type opError string
-
-func (e opError) Error() string { return string(e) }
-
 func pathOf(p string) []string {
 	p = strings.Trim(p, ".")
 	if p == "" {
@@ -61,7 +58,7 @@ func applyOne(doc any, op Op) (any, error) {
 				by = *op.By
 			} else if len(op.Value) > 0 {
 				if err := json.Unmarshal(op.Value, &by); err != nil {
-					return nil, false, opError("by must be a number")
+					return nil, false, errors.New("by must be a number")
 				}
 			}
 			if op.Type == "decrement" {
@@ -71,7 +68,7 @@ func applyOne(doc any, op Op) (any, error) {
 			if present && v != nil {
 				f, ok := v.(float64)
 				if !ok {
-					return nil, false, opError("the value there is not a number")
+					return nil, false, errors.New("the value there is not a number")
 				}
 				n = f
 			}
@@ -79,14 +76,14 @@ func applyOne(doc any, op Op) (any, error) {
 		case "merge":
 			var patch map[string]any
 			if err := json.Unmarshal(op.Value, &patch); err != nil {
-				return nil, false, opError("merge needs an object value")
+				return nil, false, errors.New("merge needs an object value")
 			}
 			obj, ok := v.(map[string]any)
 			if !present || v == nil {
 				obj, ok = map[string]any{}, true
 			}
 			if !ok {
-				return nil, false, opError("the value there is not an object")
+				return nil, false, errors.New("the value there is not an object")
 			}
 			for k, pv := range patch {
 				obj[k] = pv
@@ -102,11 +99,11 @@ func applyOne(doc any, op Op) (any, error) {
 				arr, ok = nil, true
 			}
 			if !ok {
-				return nil, false, opError("the value there is not an array")
+				return nil, false, errors.New("the value there is not an array")
 			}
 			return append(arr, nv), true, nil
 		}
-		return nil, false, opError("unknown op type; use set, merge, increment, decrement, remove or append")
+		return nil, false, errors.New("unknown op type; use set, merge, increment, decrement, remove or append")
 	})
 }
 
@@ -124,7 +121,7 @@ func at(doc any, path []string, f func(v any, present bool) (any, bool, error)) 
 		obj, ok = map[string]any{}, true
 	}
 	if !ok {
-		return nil, opError("path " + strings.Join(path, ".") + " goes through a value that is not an object")
+		return nil, errors.New("path " + strings.Join(path, ".") + " goes through a value that is not an object")
 	}
 	child, present := obj[path[0]]
 	if len(path) == 1 {
