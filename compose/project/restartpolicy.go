@@ -125,8 +125,10 @@ func (p *Project) died(key, pidNote, why string, failure bool) {
 	} else {
 		p.printf("container '%s' %sexited unexpectedly (%s); stopping its dependents: %s", key, pidNote, why, strings.Join(running, ", "))
 		for _, d := range running {
-			p.stop(context.Background(), f, d)
+			// The reason goes in first, so compose::status never shows the dependent stopped
+			// without it.
 			p.setState(d, func(c *Container) { c.LastError = fmt.Sprintf("stopped because '%s' exited", key) })
+			p.stop(context.Background(), f, d)
 		}
 	}
 	if !restart {
