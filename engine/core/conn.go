@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -38,6 +39,7 @@ type workerInfo struct {
 type conn struct {
 	e           *Engine
 	ws          *websocket.Conn
+	bc          *batchconn.Conn // the socket under ws when Serve accepted it, else nil
 	id          string
 	token       string // presented in the handshake; compared, never shown
 	owner       bool
@@ -49,7 +51,7 @@ type conn struct {
 
 	outMu    sync.Mutex
 	out      [][]byte // encoded frames waiting for writeLoop
-	outBytes int      // bytes of out plus the frame being written
+	outBytes int      // bytes of out plus the frames being written
 	outClose *closeAfter
 	outDead  bool
 	outWake  chan struct{} // capacity 1: out changed
@@ -131,8 +133,11 @@ func (c *conn) closeAfterFlush(status websocket.StatusCode, reason string) {
 	c.wake()
 }
 
-// writeLoop is the connection's only writer of data frames.
+// writeLoop is the connection's only writer of data frames. It takes every frame queued at
+// once and, when the socket is a batchconn.Conn (Serve wraps its listener), writes them with
+// one socket write: under load a wake-up of the peer carries many frames, not one.
 func (c *conn) writeLoop() {
+	var batch [][]byte
 	for {
 		select {
 		case <-c.outWake:
@@ -150,20 +155,16 @@ func (c *conn) writeLoop() {
 				}
 				break
 			}
-			b := c.out[0]
-			c.out[0] = nil
-			c.out = c.out[1:]
+			batch, c.out = c.out, batch[:0]
 			c.outMu.Unlock()
-			ctx, cancel := context.WithTimeout(c.ctx, c.e.opts.WriteTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, b)
-			late := ctx.Err() == context.DeadlineExceeded
-			cancel()
+			n, err := c.writeBatch(batch)
+			clear(batch)
 			c.outMu.Lock()
-			c.outBytes -= len(b)
+			c.outBytes -= n
 			c.outMu.Unlock()
 			if err != nil {
-				if late {
-					c.kill(errcode.SlowConsumer, fmt.Sprintf("a frame of %d bytes was not taken within the write deadline of %s", len(b), c.e.opts.WriteTimeout))
+				if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+					c.kill(errcode.SlowConsumer, fmt.Sprintf("%d bytes of frames were not taken within the write deadline of %s", n, c.e.opts.WriteTimeout))
 				} else {
 					c.kill("", "")
 				}
@@ -171,6 +172,40 @@ func (c *conn) writeLoop() {
 			}
 		}
 	}
+}
+
+// writeBatch writes frames in order and returns their size. On a batchconn.Conn they leave in
+// one socket write (or one per batchconn.MaxHeld bytes), each with the write deadline;
+// otherwise each frame is written with the deadline on its own.
+func (c *conn) writeBatch(frames [][]byte) (int, error) {
+	n := 0
+	for _, b := range frames {
+		n += len(b)
+	}
+	if c.bc == nil {
+		for _, b := range frames {
+			ctx, cancel := context.WithTimeout(c.ctx, c.e.opts.WriteTimeout)
+			err := c.ws.Write(ctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	}
+	if len(frames) > 1 {
+		c.bc.Hold()
+	}
+	var err error
+	for _, b := range frames {
+		if err = c.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+			break
+		}
+	}
+	if ferr := c.bc.Flush(); err == nil {
+		err = ferr
+	}
+	return n, err
 }
 
 // kill closes the socket at once; code, when set, is logged as the reason.
@@ -253,7 +288,8 @@ func (e *Engine) readFrame(ctx context.Context, ws *websocket.Conn) (typ websock
 
 func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{e: e, ws: ws, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
+	bc, _ := parent.Value(batchConnKey{}).(*batchconn.Conn)
+	c := &conn{e: e, ws: ws, bc: bc, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
 		pending: map[string]*pendingCall{}, calls: map[string]*conn{}, outWake: make(chan struct{}, 1)}
 	c.owner = e.isOwnerToken(token)
 	e.mu.Lock()

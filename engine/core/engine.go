@@ -105,6 +105,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/triggers"
 )
@@ -316,10 +317,10 @@ func drain(ws *websocket.Conn) {
 // Serve accepts workers on ln until ctx ends, then closes every connection.
 func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	e.loopback.Store(isLoopbackAddr(ln.Addr()))
-	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: e.opts.HandshakeTimeout}
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: e.opts.HandshakeTimeout, ConnContext: withBatchConn}
 	go e.sweep(ctx, 20*time.Millisecond)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(batchconn.Listener{Listener: ln, WriteTimeout: e.opts.WriteTimeout}) }()
 	select {
 	case err := <-errc:
 		return err
@@ -350,6 +351,17 @@ func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Wait()
 	_ = srv.Close()
 	return nil
+}
+
+type batchConnKey struct{}
+
+// withBatchConn makes the batchconn.Conn under a request available to the worker connection
+// its upgrade becomes (conn.writeBatch).
+func withBatchConn(ctx context.Context, c net.Conn) context.Context {
+	if bc, ok := c.(*batchconn.Conn); ok {
+		return context.WithValue(ctx, batchConnKey{}, bc)
+	}
+	return ctx
 }
 
 // Invoke calls id in ns on behalf of the engine itself (used by the sandbox router) and returns
