@@ -8,8 +8,6 @@ import (
 	"errors"
 	"sort"
 
-	"github.com/coder/websocket"
-
 	"github.com/iii-go/iii/engine/errcode"
 )
 
@@ -193,7 +191,7 @@ func (w *Worker) TriggerError(id string) *Error {
 	return w.trig.errs[id]
 }
 
-func (w *Worker) onTriggerFrame(c *websocket.Conn, m *Message) {
+func (w *Worker) onTriggerFrame(c *link, m *Message) {
 	if m.Type == TypeTriggerRegistrationResult {
 		if m.Error != nil {
 			w.mu.Lock()

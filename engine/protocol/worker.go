@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/internal/batchconn"
 )
 
 // Environment variables read by Config defaults.
@@ -123,14 +125,13 @@ type Worker struct {
 	idPrefix string
 	nextID   atomic.Uint64
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	writeMu sync.Mutex // serializes frames; cheaper under contention than the socket's own lock
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu           sync.Mutex
 	funcs        map[string]*function
 	trig         triggerState
-	conn         *websocket.Conn
+	conn         *link
 	up           chan struct{} // closed while conn is registered
 	pending      map[string]chan *Message
 	workerID     string
@@ -218,13 +219,13 @@ func (w *Worker) Unregister(id string) error {
 	return nil
 }
 
-func (w *Worker) liveConn() *websocket.Conn {
+func (w *Worker) liveConn() *link {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.liveConnLocked()
 }
 
-func (w *Worker) liveConnLocked() *websocket.Conn {
+func (w *Worker) liveConnLocked() *link {
 	select {
 	case <-w.up:
 		return w.conn
@@ -299,11 +300,10 @@ func (w *Worker) connect(ctx context.Context) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(dctx, w.cfg.URL, opts)
+	c, err := dialLink(dctx, w.cfg.URL, opts)
 	if err != nil {
 		return err
 	}
-	c.SetReadLimit(MaxFrameBytes)
 	w.mu.Lock()
 	w.conn = c
 	frames := w.trig.typeFrames()
@@ -315,7 +315,7 @@ func (w *Worker) connect(ctx context.Context) error {
 	go w.readLoop(c)
 	for _, m := range frames {
 		if err := w.write(c, m); err != nil {
-			c.CloseNow()
+			c.ws.CloseNow()
 			return err
 		}
 	}
@@ -326,7 +326,7 @@ func (w *Worker) connect(ctx context.Context) error {
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer rcancel()
 	if _, err := w.callOn(rctx, c, FnRegisterWorker, reg, callOpts{}, 10*time.Second); err != nil {
-		c.Close(websocket.StatusNormalClosure, "registration failed")
+		c.ws.Close(websocket.StatusNormalClosure, "registration failed")
 		return err
 	}
 	w.mu.Lock()
@@ -344,7 +344,7 @@ func (w *Worker) connect(ctx context.Context) error {
 // connection, which then reconnects.
 const PingInterval = 20 * time.Second
 
-func (w *Worker) keepalive(c *websocket.Conn) {
+func (w *Worker) keepalive(c *link) {
 	t := time.NewTicker(PingInterval)
 	defer t.Stop()
 	for {
@@ -360,20 +360,20 @@ func (w *Worker) keepalive(c *websocket.Conn) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(w.ctx, PingInterval)
-		err := c.Ping(ctx)
+		err := c.ws.Ping(ctx)
 		cancel()
 		if err != nil && w.ctx.Err() == nil {
 			w.cfg.Logger.Warn("engine did not answer a ping; reconnecting", "err", err)
-			c.CloseNow()
+			c.ws.CloseNow()
 			return
 		}
 	}
 }
 
 // readLoop dispatches frames of one connection until it fails, then reconnects unless stopped.
-func (w *Worker) readLoop(c *websocket.Conn) {
+func (w *Worker) readLoop(c *link) {
 	for {
-		_, b, err := c.Read(w.ctx)
+		_, b, err := c.ws.Read(w.ctx)
 		if err != nil {
 			break
 		}
@@ -420,7 +420,7 @@ func (w *Worker) readLoop(c *websocket.Conn) {
 	}
 	registered := w.err == nil && w.everUp
 	w.mu.Unlock()
-	c.CloseNow()
+	c.ws.CloseNow()
 	if w.ctx.Err() != nil || w.cfg.NoReconnect {
 		if w.cfg.NoReconnect {
 			w.stop(errors.New("connection to the engine closed"))
@@ -476,7 +476,7 @@ func (w *Worker) reconnectLoop() {
 	}
 }
 
-func (w *Worker) serve(c *websocket.Conn, m *Message) {
+func (w *Worker) serve(c *link, m *Message) {
 	w.mu.Lock()
 	f := w.funcs[m.FunctionID]
 	w.mu.Unlock()
@@ -537,14 +537,106 @@ func marshalResult(v any) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-func (w *Worker) write(c *websocket.Conn, m *Message) error {
+func (w *Worker) write(c *link, m *Message) error {
 	b, err := Encode(m)
 	if err != nil {
 		return err
 	}
-	w.writeMu.Lock()
-	defer w.writeMu.Unlock()
-	return c.Write(context.Background(), websocket.MessageText, b)
+	return c.send(b)
+}
+
+// link is one connection to the engine. Its frames are written by whichever sender finds no
+// write in progress: that sender also writes every frame queued meanwhile, in order, with one
+// socket write when the socket is a batchconn.Conn. A lone caller writes its own frame at once,
+// and concurrent ones share system calls instead of queueing on a lock.
+type link struct {
+	ws *websocket.Conn
+	bc *batchconn.Conn // the socket under ws, nil when the dial did not go through dialLink
+
+	mu      sync.Mutex
+	queue   [][]byte
+	batch   [][]byte
+	writing bool
+	err     error // the first write failure; the socket is closed then
+}
+
+// send writes b, or queues it for the sender that is writing. It reports a write failure only
+// to the sender that met it; the others learn of it as a lost connection.
+func (l *link) send(b []byte) error {
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.queue = append(l.queue, b)
+	if l.writing {
+		l.mu.Unlock()
+		return nil
+	}
+	l.writing = true
+	for len(l.queue) > 0 && l.err == nil {
+		batch := l.queue
+		l.queue = l.batch[:0]
+		l.mu.Unlock()
+		err := l.writeBatch(batch)
+		clear(batch)
+		l.mu.Lock()
+		l.batch = batch
+		if err != nil {
+			l.err = err
+			l.queue = nil
+			l.ws.CloseNow()
+		}
+	}
+	l.writing = false
+	err := l.err
+	l.mu.Unlock()
+	return err
+}
+
+func (l *link) writeBatch(frames [][]byte) error {
+	if l.bc != nil && len(frames) > 1 {
+		l.bc.Hold()
+	}
+	var err error
+	for _, b := range frames {
+		if err = l.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+			break
+		}
+	}
+	if l.bc != nil {
+		if ferr := l.bc.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// dialLink dials the engine with its socket wrapped in a batchconn.Conn.
+func dialLink(ctx context.Context, url string, opts *websocket.DialOptions) (*link, error) {
+	l := &link{}
+	var d net.Dialer
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			l.bc = batchconn.New(c, 0)
+			return l.bc, nil
+		},
+	}
+	defer tr.CloseIdleConnections()
+	opts.HTTPClient = &http.Client{Transport: tr}
+	ws, _, err := websocket.Dial(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	ws.SetReadLimit(MaxFrameBytes)
+	l.ws = ws
+	return l, nil
 }
 
 // CallOption changes one call.
@@ -642,7 +734,7 @@ func marshalPayload(p any) (json.RawMessage, error) {
 	return json.Marshal(p)
 }
 
-func (w *Worker) waitUp(ctx context.Context) (*websocket.Conn, error) {
+func (w *Worker) waitUp(ctx context.Context) (*link, error) {
 	for {
 		w.mu.Lock()
 		up, c, stopped := w.up, w.conn, w.err
@@ -667,7 +759,7 @@ func (w *Worker) waitUp(ctx context.Context) (*websocket.Conn, error) {
 	}
 }
 
-func (w *Worker) callOn(ctx context.Context, c *websocket.Conn, fn string, payload any, o callOpts, timeout time.Duration) (json.RawMessage, error) {
+func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o callOpts, timeout time.Duration) (json.RawMessage, error) {
 	data, err := marshalPayload(payload)
 	if err != nil {
 		return nil, err
@@ -729,7 +821,7 @@ func (w *Worker) Close() error {
 	c := w.conn
 	w.mu.Unlock()
 	if c != nil {
-		return c.Close(websocket.StatusNormalClosure, "worker closing")
+		return c.ws.Close(websocket.StatusNormalClosure, "worker closing")
 	}
 	return nil
 }
