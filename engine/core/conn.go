@@ -255,12 +255,24 @@ func (c *conn) caller() Caller {
 
 var errFrameBudget = errors.New("frame budget spent")
 
+// reuseFrameBuf is the largest read buffer a connection keeps for its next frame.
+const reuseFrameBuf = 64 << 10
+
 // readFrame reads one frame, holding the bytes it grows its buffer to against the engine's
-// frame budget; the caller gives back held once the frame is handled.
-func (e *Engine) readFrame(ctx context.Context, ws *websocket.Conn) (typ websocket.MessageType, b []byte, held int64, err error) {
-	typ, r, err := ws.Reader(ctx)
+// frame budget; the caller gives back held once the frame is handled. It reads without a
+// context (a cancellable one costs a registration per frame): whatever ends the connection
+// closes the socket, which ends the read.
+//
+// buf is the buffer of the previous frame, reused when it is small (reuseFrameBuf): Decode
+// never keeps a reference into its input.
+func (e *Engine) readFrame(ws *websocket.Conn, buf []byte) (typ websocket.MessageType, b []byte, held int64, err error) {
+	typ, r, err := ws.Reader(context.Background())
 	if err != nil {
 		return 0, nil, 0, err
+	}
+	b = buf[:0]
+	if held = int64(cap(b)); held > 0 && !e.frames.take(held) {
+		return 0, nil, 0, errFrameBudget
 	}
 	for {
 		if len(b) == cap(b) {
@@ -301,8 +313,9 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 	c.regTimer = time.AfterFunc(e.opts.RegisterTimeout, func() { e.registrationExpired(c) })
 	c.mu.Unlock()
 	_ = c.send(&protocol.Message{Type: protocol.TypeWorkerRegistered, WorkerID: c.id, ReattachToken: newUUID()})
+	var buf []byte
 	for {
-		typ, b, held, err := e.readFrame(ctx, ws)
+		typ, b, held, err := e.readFrame(ws, buf)
 		if err != nil {
 			if errors.Is(err, errFrameBudget) {
 				msg := fmt.Sprintf("the engine is reading %d MiB of frames, its limit; try again later", e.opts.FrameBudget>>20)
@@ -313,6 +326,10 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 		}
 		e.handleRaw(c, typ, b)
 		e.frames.give(held)
+		buf = nil
+		if cap(b) <= reuseFrameBuf {
+			buf = b
+		}
 	}
 	e.drop(c)
 	if !c.closing.Load() {

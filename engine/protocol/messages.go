@@ -120,7 +120,8 @@ func (m *Message) NamespaceOr(def string) string {
 var ErrUnknownType = errors.New("unknown message type")
 
 // Decode parses one frame. It fails on invalid JSON, a missing type, an unknown type, and on a
-// namespace that is present but not a string.
+// namespace that is present but not a string. The message never refers to b's memory, so the
+// caller may reuse b at once.
 func Decode(b []byte) (*Message, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {

@@ -370,12 +370,46 @@ func (w *Worker) keepalive(c *link) {
 	}
 }
 
+// reuseReadBuf is the largest read buffer readLoop keeps for the next frame.
+const reuseReadBuf = 64 << 10
+
+// readMessage reads one message into buf's memory, growing it as needed. Decode never keeps a
+// reference into its input, so the buffer serves the next message too.
+func readMessage(ws *websocket.Conn, buf []byte) ([]byte, error) {
+	_, r, err := ws.Reader(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	b := buf[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
 // readLoop dispatches frames of one connection until it fails, then reconnects unless stopped.
 func (w *Worker) readLoop(c *link) {
+	// Reads take no context (a cancellable one costs a registration per frame); closing the
+	// worker closes the socket instead, which ends the read.
+	stop := context.AfterFunc(w.ctx, func() { c.ws.CloseNow() })
+	defer stop()
+	var buf []byte
 	for {
-		_, b, err := c.ws.Read(w.ctx)
+		b, err := readMessage(c.ws, buf)
 		if err != nil {
 			break
+		}
+		if buf = b; cap(b) > reuseReadBuf {
+			buf = nil
 		}
 		m, err := Decode(b)
 		if err != nil {
@@ -774,8 +808,8 @@ func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o 
 		w.drop(id)
 		return nil, NewError(errcode.NotConnected, "sending to the engine: %v", err)
 	}
-	t := time.NewTimer(timeout + time.Second)
-	defer t.Stop()
+	t := getTimer(timeout + time.Second)
+	defer putTimer(t)
 	select {
 	case r := <-ch:
 		if r == nil {
@@ -793,6 +827,23 @@ func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o 
 	}
 	w.drop(id)
 	return nil, NewError(errcode.ClientTimeout, "invocation timed out after %dms", timeout.Milliseconds())
+}
+
+// timers holds stopped timers for callOn: a call's timeout then costs no allocation.
+var timers sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// putTimer stops t and keeps it for reuse (since Go 1.23 a stopped timer's channel is empty).
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }
 
 func (w *Worker) drop(id string) {

@@ -45,6 +45,7 @@ func main() {
 	flag.DurationVar(&peerDur, "d", 2*time.Second, "measuring time per peer case")
 	flag.StringVar(&peerConcs, "pc", "1,16,256", "concurrency levels of the peer comparison")
 	flag.StringVar(&only, "only", "", "run only this part: http, peer or queue")
+	flag.BoolVar(&engineOnly, "engine-only", false, "peer: measure only the engine (for profiling it)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
 	if *prof != "" {
@@ -63,6 +64,8 @@ var (
 	peerDur   time.Duration
 	peerConcs string
 	only      string
+	// engineOnly leaves NATS and the echo out of the peer cases.
+	engineOnly bool
 )
 
 func wants(part string) bool { return only == "" || only == part }

@@ -279,6 +279,14 @@ func runPeer(ctx context.Context, url string, d time.Duration, concs string) err
 		if err != nil || conc < 1 {
 			return fmt.Errorf("bad -pc value %q", f)
 		}
+		if engineOnly {
+			r, err := compareN(conc, d, []func() error{viaEngine})
+			if err != nil {
+				return err
+			}
+			fmt.Printf("  c=%-3d engine %s\n", conc, r[0])
+			continue
+		}
 		r, err := compareN(conc, d, []func() error{viaEngine, natsCall, echo.call})
 		if err != nil {
 			return err
