@@ -55,6 +55,7 @@ type conn struct {
 	outClose *closeAfter
 	outDead  bool
 	outWake  chan struct{} // capacity 1: out changed
+	free     [][]byte      // written frames' buffers, for send to encode into
 
 	mu         sync.Mutex
 	registered bool
@@ -82,14 +83,24 @@ func (c *conn) nsOrDefault() string {
 	return c.namespace
 }
 
-// send queues a frame for the peer without waiting for it to be written.
+// send queues a frame for the peer without waiting for it to be written. It encodes into a
+// buffer the writer gave back (free) when there is one.
 func (c *conn) send(m *protocol.Message) error {
-	b, err := protocol.Encode(m)
-	if err != nil {
-		return err
+	var buf []byte
+	c.outMu.Lock()
+	if n := len(c.free); n > 0 {
+		buf, c.free[n-1] = c.free[n-1], nil
+		c.free = c.free[:n-1]
 	}
-	return c.enqueue(b)
+	c.outMu.Unlock()
+	return c.enqueue(protocol.AppendEncode(buf, m))
 }
+
+// Frame buffers the writer keeps for send: at most maxFree, each of at most maxFreeCap bytes.
+const (
+	maxFree    = 256
+	maxFreeCap = 4 << 10
+)
 
 // enqueue adds an encoded frame to the outbound queue. A frame that would overflow a non-empty
 // queue closes the connection as SLOW_CONSUMER instead.
@@ -158,10 +169,15 @@ func (c *conn) writeLoop() {
 			batch, c.out = c.out, batch[:0]
 			c.outMu.Unlock()
 			n, err := c.writeBatch(batch)
-			clear(batch)
 			c.outMu.Lock()
 			c.outBytes -= n
+			for _, b := range batch {
+				if cap(b) <= maxFreeCap && len(c.free) < maxFree {
+					c.free = append(c.free, b[:0])
+				}
+			}
 			c.outMu.Unlock()
+			clear(batch)
 			if err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 					c.kill(errcode.SlowConsumer, fmt.Sprintf("%d bytes of frames were not taken within the write deadline of %s", n, c.e.opts.WriteTimeout))
@@ -372,7 +388,7 @@ func (e *Engine) drop(c *conn) {
 	c.cancel()
 	c.outMu.Lock()
 	c.outDead = true
-	c.out = nil
+	c.out, c.free = nil, nil
 	c.outMu.Unlock()
 	defer c.failPending()
 	defer c.forgetCalls()
@@ -406,6 +422,7 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 			return
 		}
 		if e.forwardAsync(c, m) {
+			m.Recycle() // forwarded: the frame sent on copied what it needed
 			return
 		}
 		if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
@@ -426,6 +443,7 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 				pc.deliver(m.Result, nil)
 			}
 		}
+		m.Recycle() // deliver keeps only Result and Error, not m
 	case protocol.TypeRegisterFunction, protocol.TypeUnregisterFunction, protocol.TypeRegisterTriggerType,
 		protocol.TypeUnregisterTriggerType, protocol.TypeRegisterTrigger, protocol.TypeUnregisterTrigger:
 		c.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -13,9 +14,10 @@ import (
 // keys skipped) and checks the whole input is one valid JSON object.
 func decodeFrame(b []byte) (*Message, error) {
 	p := parser{b: b}
-	m := &Message{}
+	m := messages.Get().(*Message)
 	p.ws()
 	if !p.eat('{') {
+		m.Recycle()
 		return nil, p.fail("expected an object")
 	}
 	err := p.elements('}', func() error {
@@ -27,6 +29,12 @@ func decodeFrame(b []byte) (*Message, error) {
 			return err
 		}
 		key = lowerASCII(key)
+		if key == "type" {
+			if t, ok := p.knownType(); ok {
+				m.Type = t
+				return nil
+			}
+		}
 		if dst := m.stringField(key); dst != nil && p.i < len(p.b) && p.b[p.i] == '"' {
 			*dst, err = p.str()
 			return err
@@ -37,10 +45,25 @@ func decodeFrame(b []byte) (*Message, error) {
 		}
 		return m.set(key, p.b[start:p.i])
 	})
+	if err == nil {
+		err = p.end()
+	}
 	if err != nil {
+		m.Recycle()
 		return nil, err
 	}
-	return m, p.end()
+	return m, nil
+}
+
+// messages holds the Messages that Decode fills; Recycle returns one.
+var messages = sync.Pool{New: func() any { return new(Message) }}
+
+// Recycle gives m back to the pool Decode draws from, for a receiver that is done with a
+// decoded frame: m must not be used afterwards, by anyone. Its slices (Data, Result, ...) and
+// the Error and Action it points to are not reused, so values taken from m stay valid.
+func (m *Message) Recycle() {
+	*m = Message{}
+	messages.Put(m)
 }
 
 func lowerASCII(s string) string {
@@ -185,6 +208,42 @@ func (m *Message) set(key string, v []byte) error {
 		m.TimeoutMS = n
 	}
 	return nil
+}
+
+// knownType reads a string value at p.i that is one of the known frame types, written
+// without escapes, and returns the constant: the type of every frame then costs no allocation.
+func (p *parser) knownType() (string, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", false
+	}
+	end := p.i + 1
+	for end < len(p.b) && p.b[end] != '"' && p.b[end] != '\\' {
+		end++
+	}
+	if end >= len(p.b) || p.b[end] != '"' {
+		return "", false
+	}
+	t, ok := typeNames[string(p.b[p.i+1:end])]
+	if ok {
+		p.i = end + 1
+	}
+	return t, ok
+}
+
+var typeNames = func() map[string]string {
+	m := make(map[string]string, len(knownTypes))
+	for t := range knownTypes {
+		m[t] = t
+	}
+	return m
+}()
+
+// Valid reports whether b is exactly one JSON value (white space around it allowed), like
+// json.Valid but without its per-byte state machine.
+func Valid(b []byte) bool {
+	p := parser{b: b}
+	p.ws()
+	return p.skip(0) == nil && p.end() == nil
 }
 
 type parser struct {

@@ -511,6 +511,7 @@ func (w *Worker) reconnectLoop() {
 }
 
 func (w *Worker) serve(c *link, m *Message) {
+	defer m.Recycle() // the reply is encoded before serve returns; the handler got m.Data only
 	w.mu.Lock()
 	f := w.funcs[m.FunctionID]
 	w.mu.Unlock()
@@ -563,7 +564,7 @@ func marshalResult(v any) (json.RawMessage, error) {
 	case nil:
 		return nil, nil
 	case json.RawMessage:
-		if !json.Valid(r) {
+		if !Valid(r) {
 			return nil, errors.New("handler returned invalid raw JSON")
 		}
 		return r, nil
@@ -572,11 +573,7 @@ func marshalResult(v any) (json.RawMessage, error) {
 }
 
 func (w *Worker) write(c *link, m *Message) error {
-	b, err := Encode(m)
-	if err != nil {
-		return err
-	}
-	return c.send(b)
+	return c.send(m)
 }
 
 // link is one connection to the engine. Its frames are written by whichever sender finds no
@@ -590,20 +587,32 @@ type link struct {
 	mu      sync.Mutex
 	queue   [][]byte
 	batch   [][]byte
+	free    [][]byte // written frames' buffers, to encode the next ones into
 	writing bool
 	err     error // the first write failure; the socket is closed then
 }
 
-// send writes b, or queues it for the sender that is writing. It reports a write failure only
+// Frame buffers a link keeps: at most maxFree, each of at most maxFreeCap bytes.
+const (
+	maxFree    = 256
+	maxFreeCap = 4 << 10
+)
+
+// send writes m, or queues it for the sender that is writing. It reports a write failure only
 // to the sender that met it; the others learn of it as a lost connection.
-func (l *link) send(b []byte) error {
+func (l *link) send(m *Message) error {
 	l.mu.Lock()
 	if l.err != nil {
 		err := l.err
 		l.mu.Unlock()
 		return err
 	}
-	l.queue = append(l.queue, b)
+	var buf []byte
+	if n := len(l.free); n > 0 {
+		buf, l.free[n-1] = l.free[n-1], nil
+		l.free = l.free[:n-1]
+	}
+	l.queue = append(l.queue, appendMessage(buf, m))
 	if l.writing {
 		l.mu.Unlock()
 		return nil
@@ -614,8 +623,13 @@ func (l *link) send(b []byte) error {
 		l.queue = l.batch[:0]
 		l.mu.Unlock()
 		err := l.writeBatch(batch)
-		clear(batch)
 		l.mu.Lock()
+		for _, b := range batch {
+			if cap(b) <= maxFreeCap && len(l.free) < maxFree {
+				l.free = append(l.free, b[:0])
+			}
+		}
+		clear(batch)
 		l.batch = batch
 		if err != nil {
 			l.err = err
@@ -760,7 +774,7 @@ func marshalPayload(p any) (json.RawMessage, error) {
 		return json.RawMessage("{}"), nil
 	}
 	if r, ok := p.(json.RawMessage); ok {
-		if !json.Valid(r) {
+		if !Valid(r) {
 			return nil, errors.New("payload is not valid JSON")
 		}
 		return r, nil
@@ -815,13 +829,15 @@ func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o 
 		if r == nil {
 			return nil, NewError(errcode.NotConnected, "connection to the engine was lost before %s replied", fn)
 		}
-		if r.Error != nil {
-			return nil, r.Error
+		res, rerr := r.Result, r.Error
+		r.Recycle()
+		if rerr != nil {
+			return nil, rerr
 		}
-		if len(r.Result) == 0 {
+		if len(res) == 0 {
 			return json.RawMessage("null"), nil
 		}
-		return r.Result, nil
+		return res, nil
 	case <-t.C:
 	case <-ctx.Done():
 	}

@@ -11,7 +11,7 @@
 //
 // Counts and times are bounded: n requests per side (default 4000) at concurrency c (default
 // 16), m messages (default 2000), d per peer case (default 2s). Usage:
-// go run ./workers/internal/bench [-n 4000] [-c 16] [-m 2000] [-d 2s] [-pc 1,16,256] [-only http|peer|queue] [-cpuprofile f]
+// go run ./workers/internal/bench [-n 4000] [-c 16] [-m 2000] [-d 2s] [-pc 1,16,256] [-only http|peer|queue] [-cpuprofile f] [-memprofile f]
 package main
 
 import (
@@ -47,7 +47,16 @@ func main() {
 	flag.StringVar(&only, "only", "", "run only this part: http, peer or queue")
 	flag.BoolVar(&engineOnly, "engine-only", false, "peer: measure only the engine (for profiling it)")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	memprof := flag.String("memprofile", "", "write an allocation profile of the run to this file")
 	flag.Parse()
+	if *memprof != "" {
+		defer func() {
+			if f, err := os.Create(*memprof); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
 	if *prof != "" {
 		f, err := os.Create(*prof)
 		if err == nil && pprof.StartCPUProfile(f) == nil {
