@@ -315,7 +315,7 @@ func (w *Worker) connect(ctx context.Context) error {
 	go w.readLoop(c)
 	for _, m := range frames {
 		if err := w.write(c, m); err != nil {
-			c.ws.CloseNow()
+			c.close()
 			return err
 		}
 	}
@@ -364,7 +364,7 @@ func (w *Worker) keepalive(c *link) {
 		cancel()
 		if err != nil && w.ctx.Err() == nil {
 			w.cfg.Logger.Warn("engine did not answer a ping; reconnecting", "err", err)
-			c.ws.CloseNow()
+			c.close()
 			return
 		}
 	}
@@ -400,7 +400,7 @@ func readMessage(ws *websocket.Conn, buf []byte) ([]byte, error) {
 func (w *Worker) readLoop(c *link) {
 	// Reads take no context (a cancellable one costs a registration per frame); closing the
 	// worker closes the socket instead, which ends the read.
-	stop := context.AfterFunc(w.ctx, func() { c.ws.CloseNow() })
+	stop := context.AfterFunc(w.ctx, c.close)
 	defer stop()
 	var buf []byte
 	for {
@@ -454,7 +454,7 @@ func (w *Worker) readLoop(c *link) {
 	}
 	registered := w.err == nil && w.everUp
 	w.mu.Unlock()
-	c.ws.CloseNow()
+	c.close()
 	if w.ctx.Err() != nil || w.cfg.NoReconnect {
 		if w.cfg.NoReconnect {
 			w.stop(errors.New("connection to the engine closed"))
@@ -576,20 +576,21 @@ func (w *Worker) write(c *link, m *Message) error {
 	return c.send(m)
 }
 
-// link is one connection to the engine. Its frames are written by whichever sender finds no
-// write in progress: that sender also writes every frame queued meanwhile, in order, with one
-// socket write when the socket is a batchconn.Conn. A lone caller writes its own frame at once,
-// and concurrent ones share system calls instead of queueing on a lock.
+// link is one connection to the engine. Its frames go through a queue that one writer
+// goroutine (writeLoop) drains, writing every frame queued at once with one socket write when
+// the socket is a batchconn.Conn: under load a wake-up of the engine carries many frames.
 type link struct {
 	ws *websocket.Conn
 	bc *batchconn.Conn // the socket under ws, nil when the dial did not go through dialLink
 
 	mu      sync.Mutex
 	queue   [][]byte
-	batch   [][]byte
 	free    [][]byte // written frames' buffers, to encode the next ones into
-	writing bool
-	err     error // the first write failure; the socket is closed then
+	writing bool     // writeLoop has been woken and not yet found the queue empty
+	err     error    // the first write failure or the close; the socket is closed then
+	wake    chan struct{}
+	done    chan struct{}
+	idle    *sync.Cond // signalled when writeLoop finds the queue empty
 }
 
 // Frame buffers a link keeps: at most maxFree, each of at most maxFreeCap bytes.
@@ -598,8 +599,37 @@ const (
 	maxFreeCap = 4 << 10
 )
 
-// send writes m, or queues it for the sender that is writing. It reports a write failure only
-// to the sender that met it; the others learn of it as a lost connection.
+var errLinkClosed = errors.New("connection to the engine closed")
+
+func newLink(ws *websocket.Conn, bc *batchconn.Conn) *link {
+	l := &link{ws: ws, bc: bc, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	l.idle = sync.NewCond(&l.mu)
+	go l.writeLoop()
+	return l
+}
+
+// drain waits until the frames queued so far are written (or the link failed), at most d.
+func (l *link) drain(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		l.mu.Lock()
+		for l.writing && l.err == nil {
+			l.idle.Wait()
+		}
+		l.mu.Unlock()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		l.close() // wakes the waiter: err is set
+	}
+}
+
+// send queues m for writeLoop. A write failure is reported to the senders that come after it;
+// the ones before learn of it as a lost connection.
 func (l *link) send(m *Message) error {
 	l.mu.Lock()
 	if l.err != nil {
@@ -613,34 +643,64 @@ func (l *link) send(m *Message) error {
 		l.free = l.free[:n-1]
 	}
 	l.queue = append(l.queue, appendMessage(buf, m))
-	if l.writing {
-		l.mu.Unlock()
-		return nil
-	}
+	wake := !l.writing
 	l.writing = true
-	for len(l.queue) > 0 && l.err == nil {
-		batch := l.queue
-		l.queue = l.batch[:0]
-		l.mu.Unlock()
-		err := l.writeBatch(batch)
-		l.mu.Lock()
-		for _, b := range batch {
-			if cap(b) <= maxFreeCap && len(l.free) < maxFree {
-				l.free = append(l.free, b[:0])
+	l.mu.Unlock()
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// close stops writeLoop and closes the socket.
+func (l *link) close() {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = errLinkClosed
+		close(l.done)
+	}
+	l.queue = nil
+	l.idle.Broadcast()
+	l.mu.Unlock()
+	l.ws.CloseNow()
+}
+
+func (l *link) writeLoop() {
+	var batch [][]byte
+	for {
+		select {
+		case <-l.wake:
+		case <-l.done:
+			return
+		}
+		for {
+			l.mu.Lock()
+			if len(l.queue) == 0 || l.err != nil {
+				l.writing = false
+				l.idle.Broadcast()
+				l.mu.Unlock()
+				break
+			}
+			batch, l.queue = l.queue, batch[:0]
+			l.mu.Unlock()
+			err := l.writeBatch(batch)
+			l.mu.Lock()
+			for _, b := range batch {
+				if cap(b) <= maxFreeCap && len(l.free) < maxFree {
+					l.free = append(l.free, b[:0])
+				}
+			}
+			l.mu.Unlock()
+			clear(batch)
+			if err != nil {
+				l.close()
+				return
 			}
 		}
-		clear(batch)
-		l.batch = batch
-		if err != nil {
-			l.err = err
-			l.queue = nil
-			l.ws.CloseNow()
-		}
 	}
-	l.writing = false
-	err := l.err
-	l.mu.Unlock()
-	return err
 }
 
 func (l *link) writeBatch(frames [][]byte) error {
@@ -663,7 +723,7 @@ func (l *link) writeBatch(frames [][]byte) error {
 
 // dialLink dials the engine with its socket wrapped in a batchconn.Conn.
 func dialLink(ctx context.Context, url string, opts *websocket.DialOptions) (*link, error) {
-	l := &link{}
+	var bc *batchconn.Conn
 	var d net.Dialer
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
@@ -672,8 +732,8 @@ func dialLink(ctx context.Context, url string, opts *websocket.DialOptions) (*li
 			if err != nil {
 				return nil, err
 			}
-			l.bc = batchconn.New(c, 0)
-			return l.bc, nil
+			bc = batchconn.New(c, 0)
+			return bc, nil
 		},
 	}
 	defer tr.CloseIdleConnections()
@@ -683,8 +743,7 @@ func dialLink(ctx context.Context, url string, opts *websocket.DialOptions) (*li
 		return nil, err
 	}
 	ws.SetReadLimit(MaxFrameBytes)
-	l.ws = ws
-	return l, nil
+	return newLink(ws, bc), nil
 }
 
 // CallOption changes one call.
@@ -883,10 +942,13 @@ func (w *Worker) stop(err error) {
 // Close disconnects and stops reconnecting. In-flight handlers see their context cancelled.
 func (w *Worker) Close() error {
 	w.stop(nil)
-	w.cancel()
 	w.mu.Lock()
 	c := w.conn
 	w.mu.Unlock()
+	if c != nil {
+		c.drain(time.Second) // frames sent before Close still leave
+	}
+	w.cancel()
 	if c != nil {
 		return c.ws.Close(websocket.StatusNormalClosure, "worker closing")
 	}
