@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -149,6 +150,7 @@ func (c *conn) closeAfterFlush(status websocket.StatusCode, reason string) {
 // one socket write: under load a wake-up of the peer carries many frames, not one.
 func (c *conn) writeLoop() {
 	var batch [][]byte
+	yielded := false
 	for {
 		select {
 		case <-c.outWake:
@@ -166,6 +168,15 @@ func (c *conn) writeLoop() {
 				}
 				break
 			}
+			if len(c.out) == 1 && !yielded {
+				// One frame: let the goroutines that are about to send run first, so
+				// that under load their frames join this write.
+				yielded = true
+				c.outMu.Unlock()
+				runtime.Gosched()
+				continue
+			}
+			yielded = false
 			batch, c.out = c.out, batch[:0]
 			c.outMu.Unlock()
 			n, err := c.writeBatch(batch)

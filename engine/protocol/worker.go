@@ -670,6 +670,7 @@ func (l *link) close() {
 
 func (l *link) writeLoop() {
 	var batch [][]byte
+	yielded := false
 	for {
 		select {
 		case <-l.wake:
@@ -684,6 +685,15 @@ func (l *link) writeLoop() {
 				l.mu.Unlock()
 				break
 			}
+			if len(l.queue) == 1 && !yielded {
+				// One frame: let the goroutines that are about to send run first, so
+				// that under load their frames join this write.
+				yielded = true
+				l.mu.Unlock()
+				runtime.Gosched()
+				continue
+			}
+			yielded = false
 			batch, l.queue = l.queue, batch[:0]
 			l.mu.Unlock()
 			err := l.writeBatch(batch)
