@@ -201,9 +201,10 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// writeBatch writes frames in order and returns their size. On a batchconn.Conn they leave in
-// one socket write (or one per batchconn.MaxHeld bytes), each with the write deadline;
-// otherwise each frame is written with the deadline on its own.
+// writeBatch writes frames in order and returns their size. On a batchconn.Conn they are framed
+// here and leave in one socket write (or one per batchconn.MaxHeld bytes), each with the write
+// deadline (the engine negotiates no extension, so a frame is its header and payload);
+// otherwise each frame is written through the WebSocket library with the deadline on its own.
 func (c *conn) writeBatch(frames [][]byte) (int, error) {
 	n := 0
 	for _, b := range frames {
@@ -220,19 +221,7 @@ func (c *conn) writeBatch(frames [][]byte) (int, error) {
 		}
 		return n, nil
 	}
-	if len(frames) > 1 {
-		c.bc.Hold()
-	}
-	var err error
-	for _, b := range frames {
-		if err = c.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
-			break
-		}
-	}
-	if ferr := c.bc.Flush(); err == nil {
-		err = ferr
-	}
-	return n, err
+	return n, c.bc.WriteText(frames, false)
 }
 
 // kill closes the socket at once; code, when set, is logged as the reason.

@@ -714,21 +714,15 @@ func (l *link) writeLoop() {
 }
 
 func (l *link) writeBatch(frames [][]byte) error {
-	if l.bc != nil && len(frames) > 1 {
-		l.bc.Hold()
-	}
-	var err error
-	for _, b := range frames {
-		if err = l.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
-			break
-		}
-	}
 	if l.bc != nil {
-		if ferr := l.bc.Flush(); err == nil {
-			err = ferr
+		return l.bc.WriteText(frames, true) // no extension is negotiated: a frame is header, key, payload
+	}
+	for _, b := range frames {
+		if err := l.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+			return err
 		}
 	}
-	return err
+	return nil
 }
 
 // dialLink dials the engine with its socket wrapped in a batchconn.Conn.
