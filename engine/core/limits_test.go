@@ -31,7 +31,7 @@ func rawSend(t *testing.T, c *websocket.Conn, m map[string]any) error {
 	return c.Write(ctx, websocket.MessageText, b)
 }
 
-func rawDial(t *testing.T, url string) *websocket.Conn {
+func rawDial(t testing.TB, url string) *websocket.Conn {
 	t.Helper()
 	c, _, err := websocket.Dial(context.Background(), url, nil)
 	if err != nil {

@@ -21,14 +21,13 @@ func decodeFrame(b []byte) (*Message, error) {
 		return nil, p.fail("expected an object")
 	}
 	err := p.elements('}', func() error {
-		key, err := p.str()
+		key, err := p.key()
 		if err != nil {
 			return err
 		}
 		if err := p.colon(); err != nil {
 			return err
 		}
-		key = lowerASCII(key)
 		if key == "type" {
 			if t, ok := p.knownType(); ok {
 				m.Type = t
@@ -208,6 +207,39 @@ func (m *Message) set(key string, v []byte) error {
 		m.TimeoutMS = n
 	}
 	return nil
+}
+
+// frameKeys maps each key of Message to itself, so that a key written exactly costs no
+// allocation.
+var frameKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"type", "id", "name", "description", "request_format", "response_format",
+		"trigger_type", "config", "protected", "trigger_request_format", "call_request_format",
+		"invocation_id", "function_id", "data", "action", "metadata", "namespace", "result", "error",
+		"traceparent", "baggage", "timeout_ms", "worker_id", "reattach_token", "previous_worker_id",
+		"code", "owner_worker_id", "worker_name"} {
+		m[k] = k
+	}
+	return m
+}()
+
+// key reads an object key, lowercased (keys match ASCII case-insensitively, as with
+// encoding/json); a known key written exactly is returned as the constant.
+func (p *parser) key() (string, error) {
+	if p.i < len(p.b) && p.b[p.i] == '"' {
+		end := p.i + 1
+		for end < len(p.b) && p.b[end] != '"' && p.b[end] != '\\' {
+			end++
+		}
+		if end < len(p.b) && p.b[end] == '"' {
+			if k, ok := frameKeys[string(p.b[p.i+1:end])]; ok {
+				p.i = end + 1
+				return k, nil
+			}
+		}
+	}
+	k, err := p.str()
+	return lowerASCII(k), err
 }
 
 // knownType reads a string value at p.i that is one of the known frame types, written
