@@ -425,6 +425,10 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 			m.Recycle() // forwarded: the frame sent on copied what it needed
 			return
 		}
+		if e.isInline(m.FunctionID) {
+			e.handleInvoke(c, m)
+			return
+		}
 		if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
 			c.inflight.Add(-1)
 			c.sendResult(m, nil, protocol.NewError(errcode.TooManyCalls,
@@ -463,6 +467,13 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 	default:
 		e.handleEventFrame(c, m)
 	}
+}
+
+// isInline reports whether id is a built-in served on the caller's read loop (HandleInline).
+func (e *Engine) isInline(id string) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.builtins[id].inline
 }
 
 func (e *Engine) graceExpired(c *conn) {

@@ -76,7 +76,8 @@
 // within Options.HandshakeTimeout is closed.
 //
 // Limits (limits.go; README.md "Limits"): every connection has one writer goroutine draining a
-// bounded queue with a write deadline, so forwarding to a worker never blocks the caller's read
+// bounded queue with a write deadline, writing every frame queued at once with one socket write
+// (internal/batchconn), so forwarding to a worker never blocks the caller's read
 // loop, and a peer that does not read is closed (SLOW_CONSUMER). Frames being read count
 // against an engine-wide budget (FRAME_BUDGET_EXCEEDED). A connection runs at most
 // Options.MaxInflight engine-served calls (TOO_MANY_CALLS) and must register within
@@ -169,6 +170,7 @@ type Builtin func(ctx context.Context, c Caller, payload json.RawMessage) (any, 
 type builtin struct {
 	fn          Builtin
 	description string
+	inline      bool // HandleInline: served on the caller's read loop, without a goroutine
 }
 
 type fkey struct{ ns, id string }
@@ -229,9 +231,9 @@ func New(opts Options) *Engine {
 	}
 	e.frames.limit = int64(opts.FrameBudget)
 	e.Handle(protocol.FnRegisterWorker, "Announce a worker: name, namespace, runtime", nil)
-	e.Handle(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
-	e.Handle(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
-	e.Handle(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
+	e.HandleInline(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
+	e.HandleInline(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
+	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
 	e.initTriggers()
 	return e
 }
@@ -241,6 +243,15 @@ func (e *Engine) Handle(id, description string, fn Builtin) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.builtins[id] = builtin{fn: fn, description: description}
+}
+
+// HandleInline adds a built-in function like Handle, for one that never blocks (it only reads
+// or updates the engine's own state): a call to it is served on the caller's read loop instead
+// of a goroutine of its own, and does not count against Options.MaxInflight.
+func (e *Engine) HandleInline(id, description string, fn Builtin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.builtins[id] = builtin{fn: fn, description: description, inline: true}
 }
 
 // Lookup reports which worker connection serves id in ns.
