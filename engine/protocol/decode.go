@@ -209,19 +209,69 @@ func (m *Message) set(key string, v []byte) error {
 	return nil
 }
 
-// frameKeys maps each key of Message to itself, so that a key written exactly costs no
-// allocation.
-var frameKeys = func() map[string]string {
-	m := map[string]string{}
-	for _, k := range []string{"type", "id", "name", "description", "request_format", "response_format",
-		"trigger_type", "config", "protected", "trigger_request_format", "call_request_format",
-		"invocation_id", "function_id", "data", "action", "metadata", "namespace", "result", "error",
-		"traceparent", "baggage", "timeout_ms", "worker_id", "reattach_token", "previous_worker_id",
-		"code", "owner_worker_id", "worker_name"} {
-		m[k] = k
+// frameKey returns the constant for a key of Message written exactly, "" for any other: the
+// key then costs no allocation.
+func frameKey(b []byte) string {
+	switch string(b) {
+	case "type":
+		return "type"
+	case "id":
+		return "id"
+	case "name":
+		return "name"
+	case "description":
+		return "description"
+	case "request_format":
+		return "request_format"
+	case "response_format":
+		return "response_format"
+	case "trigger_type":
+		return "trigger_type"
+	case "config":
+		return "config"
+	case "protected":
+		return "protected"
+	case "trigger_request_format":
+		return "trigger_request_format"
+	case "call_request_format":
+		return "call_request_format"
+	case "invocation_id":
+		return "invocation_id"
+	case "function_id":
+		return "function_id"
+	case "data":
+		return "data"
+	case "action":
+		return "action"
+	case "metadata":
+		return "metadata"
+	case "namespace":
+		return "namespace"
+	case "result":
+		return "result"
+	case "error":
+		return "error"
+	case "traceparent":
+		return "traceparent"
+	case "baggage":
+		return "baggage"
+	case "timeout_ms":
+		return "timeout_ms"
+	case "worker_id":
+		return "worker_id"
+	case "reattach_token":
+		return "reattach_token"
+	case "previous_worker_id":
+		return "previous_worker_id"
+	case "code":
+		return "code"
+	case "owner_worker_id":
+		return "owner_worker_id"
+	case "worker_name":
+		return "worker_name"
 	}
-	return m
-}()
+	return ""
+}
 
 // key reads an object key, lowercased (keys match ASCII case-insensitively, as with
 // encoding/json); a known key written exactly is returned as the constant.
@@ -232,7 +282,7 @@ func (p *parser) key() (string, error) {
 			end++
 		}
 		if end < len(p.b) && p.b[end] == '"' {
-			if k, ok := frameKeys[string(p.b[p.i+1:end])]; ok {
+			if k := frameKey(p.b[p.i+1 : end]); k != "" {
 				p.i = end + 1
 				return k, nil
 			}
@@ -431,12 +481,29 @@ func (p *parser) number() error {
 	return nil
 }
 
+// plain marks the bytes a JSON string holds as they are: not '"', '\\' or a control character.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
 func (p *parser) skipString() error {
 	p.i++
 	for p.i < len(p.b) {
-		c := p.b[p.i]
+		// Runs of plain characters, the bulk of every frame, in a tight loop.
+		i, b := p.i, p.b
+		for i < len(b) && plain[b[i]] {
+			i++
+		}
+		p.i = i
+		if i >= len(b) {
+			break
+		}
+		c := b[i]
 		switch {
 		case c == '"':
 			p.i++
