@@ -219,6 +219,11 @@ func runHTTP(ctx context.Context, url string, n, c int, quiet *slog.Logger) erro
 	const rounds = 4
 	per := max(n/rounds, 1)
 	var baseT, trigT time.Duration
+	for _, u := range []string{"http://" + bln.Addr().String() + "/hello/x", trig} { // warm-up: connections, buffers
+		if _, err := load(u, per); err != nil {
+			return err
+		}
+	}
 	for range rounds {
 		t, err := load("http://"+bln.Addr().String()+"/hello/x", per)
 		if err != nil {
