@@ -160,6 +160,7 @@ func (c *conn) writeLoop() {
 		for {
 			c.outMu.Lock()
 			if len(c.out) == 0 {
+				yielded = false
 				cl := c.outClose
 				c.outMu.Unlock()
 				if cl != nil {

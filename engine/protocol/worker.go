@@ -680,6 +680,7 @@ func (l *link) writeLoop() {
 		for {
 			l.mu.Lock()
 			if len(l.queue) == 0 || l.err != nil {
+				yielded = false
 				l.writing = false
 				l.idle.Broadcast()
 				l.mu.Unlock()
