@@ -132,8 +132,9 @@ type Worker struct {
 	funcs        map[string]*function
 	trig         triggerState
 	conn         *link
-	up           chan struct{} // closed while conn is registered
-	pending      map[string]chan *Message
+	up           chan struct{}            // closed while conn is registered
+	pmu          sync.Mutex               // guards pending alone: callers and the read loop meet here
+	pending      map[string]chan *Message // calls awaiting their invocationresult, by invocation id
 	workerID     string
 	started      bool
 	everUp       bool // the first Start succeeded; later losses reconnect in the background
@@ -418,10 +419,10 @@ func (w *Worker) readLoop(c *link) {
 		}
 		switch m.Type {
 		case TypeInvocationResult:
-			w.mu.Lock()
+			w.pmu.Lock()
 			ch := w.pending[m.InvocationID]
 			delete(w.pending, m.InvocationID)
-			w.mu.Unlock()
+			w.pmu.Unlock()
 			if ch != nil {
 				ch <- m
 			}
@@ -448,13 +449,15 @@ func (w *Worker) readLoop(c *link) {
 		default:
 		}
 	}
+	registered := w.err == nil && w.everUp
+	w.mu.Unlock()
+	c.close() // first: a call that registers after the sweep below fails on its write
+	w.pmu.Lock()
 	for id, ch := range w.pending {
 		ch <- nil
 		delete(w.pending, id)
 	}
-	registered := w.err == nil && w.everUp
-	w.mu.Unlock()
-	c.close()
+	w.pmu.Unlock()
 	if w.ctx.Err() != nil || w.cfg.NoReconnect {
 		if w.cfg.NoReconnect {
 			w.stop(errors.New("connection to the engine closed"))
@@ -878,9 +881,9 @@ func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o 
 	}
 	id := w.idPrefix + strconv.FormatUint(w.nextID.Add(1), 36)
 	ch := make(chan *Message, 1)
-	w.mu.Lock()
+	w.pmu.Lock()
 	w.pending[id] = ch
-	w.mu.Unlock()
+	w.pmu.Unlock()
 	m := &Message{Type: TypeInvokeFunction, InvocationID: id, FunctionID: fn, Data: data, Namespace: o.ns, Metadata: o.meta, Action: o.action, TimeoutMS: timeout.Milliseconds()}
 	if err := w.write(c, m); err != nil {
 		w.drop(id)
@@ -927,9 +930,9 @@ func putTimer(t *time.Timer) {
 }
 
 func (w *Worker) drop(id string) {
-	w.mu.Lock()
+	w.pmu.Lock()
 	delete(w.pending, id)
-	w.mu.Unlock()
+	w.pmu.Unlock()
 }
 
 func (w *Worker) stop(err error) {
