@@ -3,6 +3,7 @@ module github.com/iii-go/iii/workers
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/google/go-cmp v0.7.0
 	github.com/iii-go/iii/engine v0.0.0
 	github.com/nats-io/nats-server/v2 v2.12.3
@@ -13,7 +14,6 @@ require (
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.5.0-default-no-op // indirect
-	github.com/coder/websocket v1.8.15 // indirect
 	github.com/google/go-tpm v0.9.7 // indirect
 	github.com/klauspost/compress v1.18.2 // indirect
 	github.com/kr/pretty v0.1.0 // indirect

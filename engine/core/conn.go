@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -38,6 +40,7 @@ type workerInfo struct {
 type conn struct {
 	e           *Engine
 	ws          *websocket.Conn
+	bc          *batchconn.Conn // the socket under ws when Serve accepted it, else nil
 	id          string
 	token       string // presented in the handshake; compared, never shown
 	owner       bool
@@ -49,10 +52,11 @@ type conn struct {
 
 	outMu    sync.Mutex
 	out      [][]byte // encoded frames waiting for writeLoop
-	outBytes int      // bytes of out plus the frame being written
+	outBytes int      // bytes of out plus the frames being written
 	outClose *closeAfter
 	outDead  bool
 	outWake  chan struct{} // capacity 1: out changed
+	free     [][]byte      // written frames' buffers, for send to encode into
 
 	mu         sync.Mutex
 	registered bool
@@ -80,14 +84,24 @@ func (c *conn) nsOrDefault() string {
 	return c.namespace
 }
 
-// send queues a frame for the peer without waiting for it to be written.
+// send queues a frame for the peer without waiting for it to be written. It encodes into a
+// buffer the writer gave back (free) when there is one.
 func (c *conn) send(m *protocol.Message) error {
-	b, err := protocol.Encode(m)
-	if err != nil {
-		return err
+	var buf []byte
+	c.outMu.Lock()
+	if n := len(c.free); n > 0 {
+		buf, c.free[n-1] = c.free[n-1], nil
+		c.free = c.free[:n-1]
 	}
-	return c.enqueue(b)
+	c.outMu.Unlock()
+	return c.enqueue(protocol.AppendEncode(buf, m))
 }
+
+// Frame buffers the writer keeps for send: at most maxFree, each of at most maxFreeCap bytes.
+const (
+	maxFree    = 256
+	maxFreeCap = 4 << 10
+)
 
 // enqueue adds an encoded frame to the outbound queue. A frame that would overflow a non-empty
 // queue closes the connection as SLOW_CONSUMER instead.
@@ -131,8 +145,12 @@ func (c *conn) closeAfterFlush(status websocket.StatusCode, reason string) {
 	c.wake()
 }
 
-// writeLoop is the connection's only writer of data frames.
+// writeLoop is the connection's only writer of data frames. It takes every frame queued at
+// once and, when the socket is a batchconn.Conn (Serve wraps its listener), writes them with
+// one socket write: under load a wake-up of the peer carries many frames, not one.
 func (c *conn) writeLoop() {
+	var batch [][]byte
+	yielded := false
 	for {
 		select {
 		case <-c.outWake:
@@ -142,6 +160,7 @@ func (c *conn) writeLoop() {
 		for {
 			c.outMu.Lock()
 			if len(c.out) == 0 {
+				yielded = false
 				cl := c.outClose
 				c.outMu.Unlock()
 				if cl != nil {
@@ -150,20 +169,30 @@ func (c *conn) writeLoop() {
 				}
 				break
 			}
-			b := c.out[0]
-			c.out[0] = nil
-			c.out = c.out[1:]
+			if len(c.out) == 1 && !yielded {
+				// One frame: let the goroutines that are about to send run first, so
+				// that under load their frames join this write.
+				yielded = true
+				c.outMu.Unlock()
+				runtime.Gosched()
+				continue
+			}
+			yielded = false
+			batch, c.out = c.out, batch[:0]
 			c.outMu.Unlock()
-			ctx, cancel := context.WithTimeout(c.ctx, c.e.opts.WriteTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, b)
-			late := ctx.Err() == context.DeadlineExceeded
-			cancel()
+			n, err := c.writeBatch(batch)
 			c.outMu.Lock()
-			c.outBytes -= len(b)
+			c.outBytes -= n
+			for _, b := range batch {
+				if cap(b) <= maxFreeCap && len(c.free) < maxFree {
+					c.free = append(c.free, b[:0])
+				}
+			}
 			c.outMu.Unlock()
+			clear(batch)
 			if err != nil {
-				if late {
-					c.kill(errcode.SlowConsumer, fmt.Sprintf("a frame of %d bytes was not taken within the write deadline of %s", len(b), c.e.opts.WriteTimeout))
+				if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+					c.kill(errcode.SlowConsumer, fmt.Sprintf("%d bytes of frames were not taken within the write deadline of %s", n, c.e.opts.WriteTimeout))
 				} else {
 					c.kill("", "")
 				}
@@ -171,6 +200,29 @@ func (c *conn) writeLoop() {
 			}
 		}
 	}
+}
+
+// writeBatch writes frames in order and returns their size. On a batchconn.Conn they are framed
+// here and leave in one socket write (or one per batchconn.MaxHeld bytes), each with the write
+// deadline (the engine negotiates no extension, so a frame is its header and payload);
+// otherwise each frame is written through the WebSocket library with the deadline on its own.
+func (c *conn) writeBatch(frames [][]byte) (int, error) {
+	n := 0
+	for _, b := range frames {
+		n += len(b)
+	}
+	if c.bc == nil {
+		for _, b := range frames {
+			ctx, cancel := context.WithTimeout(c.ctx, c.e.opts.WriteTimeout)
+			err := c.ws.Write(ctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				return n, err
+			}
+		}
+		return n, nil
+	}
+	return n, c.bc.WriteText(frames, false)
 }
 
 // kill closes the socket at once; code, when set, is logged as the reason.
@@ -220,12 +272,24 @@ func (c *conn) caller() Caller {
 
 var errFrameBudget = errors.New("frame budget spent")
 
+// reuseFrameBuf is the largest read buffer a connection keeps for its next frame.
+const reuseFrameBuf = 64 << 10
+
 // readFrame reads one frame, holding the bytes it grows its buffer to against the engine's
-// frame budget; the caller gives back held once the frame is handled.
-func (e *Engine) readFrame(ctx context.Context, ws *websocket.Conn) (typ websocket.MessageType, b []byte, held int64, err error) {
-	typ, r, err := ws.Reader(ctx)
+// frame budget; the caller gives back held once the frame is handled. It reads without a
+// context (a cancellable one costs a registration per frame): whatever ends the connection
+// closes the socket, which ends the read.
+//
+// buf is the buffer of the previous frame, reused when it is small (reuseFrameBuf): Decode
+// never keeps a reference into its input.
+func (e *Engine) readFrame(ws *websocket.Conn, buf []byte) (typ websocket.MessageType, b []byte, held int64, err error) {
+	typ, r, err := ws.Reader(context.Background())
 	if err != nil {
 		return 0, nil, 0, err
+	}
+	b = buf[:0]
+	if held = int64(cap(b)); held > 0 && !e.frames.take(held) {
+		return 0, nil, 0, errFrameBudget
 	}
 	for {
 		if len(b) == cap(b) {
@@ -253,7 +317,8 @@ func (e *Engine) readFrame(ctx context.Context, ws *websocket.Conn) (typ websock
 
 func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{e: e, ws: ws, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
+	bc, _ := parent.Value(batchConnKey{}).(*batchconn.Conn)
+	c := &conn{e: e, ws: ws, bc: bc, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
 		pending: map[string]*pendingCall{}, calls: map[string]*conn{}, outWake: make(chan struct{}, 1)}
 	c.owner = e.isOwnerToken(token)
 	e.mu.Lock()
@@ -265,8 +330,9 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 	c.regTimer = time.AfterFunc(e.opts.RegisterTimeout, func() { e.registrationExpired(c) })
 	c.mu.Unlock()
 	_ = c.send(&protocol.Message{Type: protocol.TypeWorkerRegistered, WorkerID: c.id, ReattachToken: newUUID()})
+	var buf []byte
 	for {
-		typ, b, held, err := e.readFrame(ctx, ws)
+		typ, b, held, err := e.readFrame(ws, buf)
 		if err != nil {
 			if errors.Is(err, errFrameBudget) {
 				msg := fmt.Sprintf("the engine is reading %d MiB of frames, its limit; try again later", e.opts.FrameBudget>>20)
@@ -277,6 +343,10 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 		}
 		e.handleRaw(c, typ, b)
 		e.frames.give(held)
+		buf = nil
+		if cap(b) <= reuseFrameBuf {
+			buf = b
+		}
 	}
 	e.drop(c)
 	if !c.closing.Load() {
@@ -319,7 +389,7 @@ func (e *Engine) drop(c *conn) {
 	c.cancel()
 	c.outMu.Lock()
 	c.outDead = true
-	c.out = nil
+	c.out, c.free = nil, nil
 	c.outMu.Unlock()
 	defer c.failPending()
 	defer c.forgetCalls()
@@ -353,6 +423,11 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 			return
 		}
 		if e.forwardAsync(c, m) {
+			m.Recycle() // forwarded: the frame sent on copied what it needed
+			return
+		}
+		if e.isInline(m.FunctionID) {
+			e.handleInvoke(c, m)
 			return
 		}
 		if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
@@ -373,6 +448,7 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 				pc.deliver(m.Result, nil)
 			}
 		}
+		m.Recycle() // deliver keeps only Result and Error, not m
 	case protocol.TypeRegisterFunction, protocol.TypeUnregisterFunction, protocol.TypeRegisterTriggerType,
 		protocol.TypeUnregisterTriggerType, protocol.TypeRegisterTrigger, protocol.TypeUnregisterTrigger:
 		c.mu.Lock()
@@ -392,6 +468,13 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 	default:
 		e.handleEventFrame(c, m)
 	}
+}
+
+// isInline reports whether id is a built-in served on the caller's read loop (HandleInline).
+func (e *Engine) isInline(id string) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.builtins[id].inline
 }
 
 func (e *Engine) graceExpired(c *conn) {

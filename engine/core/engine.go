@@ -76,7 +76,8 @@
 // within Options.HandshakeTimeout is closed.
 //
 // Limits (limits.go; README.md "Limits"): every connection has one writer goroutine draining a
-// bounded queue with a write deadline, so forwarding to a worker never blocks the caller's read
+// bounded queue with a write deadline, writing every frame queued at once with one socket write
+// (internal/batchconn), so forwarding to a worker never blocks the caller's read
 // loop, and a peer that does not read is closed (SLOW_CONSUMER). Frames being read count
 // against an engine-wide budget (FRAME_BUDGET_EXCEEDED). A connection runs at most
 // Options.MaxInflight engine-served calls (TOO_MANY_CALLS) and must register within
@@ -105,6 +106,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/triggers"
 )
@@ -168,6 +170,7 @@ type Builtin func(ctx context.Context, c Caller, payload json.RawMessage) (any, 
 type builtin struct {
 	fn          Builtin
 	description string
+	inline      bool // HandleInline: served on the caller's read loop, without a goroutine
 }
 
 type fkey struct{ ns, id string }
@@ -228,9 +231,9 @@ func New(opts Options) *Engine {
 	}
 	e.frames.limit = int64(opts.FrameBudget)
 	e.Handle(protocol.FnRegisterWorker, "Announce a worker: name, namespace, runtime", nil)
-	e.Handle(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
-	e.Handle(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
-	e.Handle(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
+	e.HandleInline(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
+	e.HandleInline(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
+	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
 	e.initTriggers()
 	return e
 }
@@ -240,6 +243,15 @@ func (e *Engine) Handle(id, description string, fn Builtin) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.builtins[id] = builtin{fn: fn, description: description}
+}
+
+// HandleInline adds a built-in function like Handle, for one that never blocks (it only reads
+// or updates the engine's own state): a call to it is served on the caller's read loop instead
+// of a goroutine of its own, and does not count against Options.MaxInflight.
+func (e *Engine) HandleInline(id, description string, fn Builtin) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.builtins[id] = builtin{fn: fn, description: description, inline: true}
 }
 
 // Lookup reports which worker connection serves id in ns.
@@ -316,10 +328,10 @@ func drain(ws *websocket.Conn) {
 // Serve accepts workers on ln until ctx ends, then closes every connection.
 func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	e.loopback.Store(isLoopbackAddr(ln.Addr()))
-	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: e.opts.HandshakeTimeout}
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: e.opts.HandshakeTimeout, ConnContext: withBatchConn}
 	go e.sweep(ctx, 20*time.Millisecond)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(batchconn.Listener{Listener: ln, WriteTimeout: e.opts.WriteTimeout}) }()
 	select {
 	case err := <-errc:
 		return err
@@ -350,6 +362,17 @@ func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Wait()
 	_ = srv.Close()
 	return nil
+}
+
+type batchConnKey struct{}
+
+// withBatchConn makes the batchconn.Conn under a request available to the worker connection
+// its upgrade becomes (conn.writeBatch).
+func withBatchConn(ctx context.Context, c net.Conn) context.Context {
+	if bc, ok := c.(*batchconn.Conn); ok {
+		return context.WithValue(ctx, batchConnKey{}, bc)
+	}
+	return ctx
 }
 
 // Invoke calls id in ns on behalf of the engine itself (used by the sandbox router) and returns

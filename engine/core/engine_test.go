@@ -296,3 +296,45 @@ func TestComposeNotFoundExplains(t *testing.T) {
 		t.Errorf("demo::run: %q", other)
 	}
 }
+
+// TestQueuedFramesLeaveBeforeClose: the SDK writes frames from a queue; frames sent before
+// Close (here void calls, which wait for nothing) still reach the engine.
+func TestQueuedFramesLeaveBeforeClose(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	var mu sync.Mutex
+	var got []int
+	worker(t, url, "default", map[string]protocol.Handler{"count::hit": func(_ context.Context, in json.RawMessage) (any, error) {
+		var n int
+		_ = json.Unmarshal(in, &n)
+		mu.Lock()
+		got = append(got, n)
+		mu.Unlock()
+		return nil, nil
+	}})
+	caller := protocol.NewWorker(protocol.Config{URL: url, Name: "voids"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := caller.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	for i := range n {
+		if err := caller.CallVoid(ctx, "count::hit", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caller.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		k := len(got)
+		mu.Unlock()
+		if k == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d void calls sent before Close arrived", k, n)
+		}
+		pollPause()
+	}
+}

@@ -7,8 +7,9 @@ const (
 	// DefaultHandshakeTimeout closes a socket that has not sent its HTTP upgrade request by then
 	// (config.yaml handshake_timeout_ms).
 	DefaultHandshakeTimeout = 10 * time.Second
-	// DefaultWriteTimeout is how long one frame may take to reach a peer; a connection that
-	// misses it is closed as SLOW_CONSUMER.
+	// DefaultWriteTimeout is how long one socket write (the frames queued at once, gathered up
+	// to 64 KiB) may take to reach a peer; a connection that misses it is closed as
+	// SLOW_CONSUMER.
 	DefaultWriteTimeout = 30 * time.Second
 	// DefaultQueueBytes and DefaultQueueFrames bound what waits to be written to one
 	// connection; a frame that would pass either closes the connection as SLOW_CONSUMER. A
@@ -19,7 +20,8 @@ const (
 	// DefaultFrameBudget bounds the memory of the frames all connections are reading at once;
 	// a frame that would pass it closes its connection as FRAME_BUDGET_EXCEEDED.
 	DefaultFrameBudget = 256 << 20
-	// DefaultMaxInflight is how many engine-served calls (built-ins, the sandbox router) one
+	// DefaultMaxInflight is how many engine-served calls (built-ins that may block, the sandbox
+	// router; not the HandleInline ones, served on the read loop) one
 	// connection may have running; one more is answered TOO_MANY_CALLS.
 	DefaultMaxInflight = 256
 	// DefaultMaxCallTimeout is the timeout of a call that names none, and the most a call may

@@ -1,13 +1,16 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +31,7 @@ func rawSend(t *testing.T, c *websocket.Conn, m map[string]any) error {
 	return c.Write(ctx, websocket.MessageText, b)
 }
 
-func rawDial(t *testing.T, url string) *websocket.Conn {
+func rawDial(t testing.TB, url string) *websocket.Conn {
 	t.Helper()
 	c, _, err := websocket.Dial(context.Background(), url, nil)
 	if err != nil {
@@ -288,7 +291,8 @@ func TestFrameBudget(t *testing.T) {
 	}
 }
 
-// TestInflightCap: one connection may run at most Options.MaxInflight engine-served calls.
+// TestInflightCap: one connection may run at most Options.MaxInflight engine-served calls; the
+// built-ins served inline do not count.
 func TestInflightCap(t *testing.T) {
 	e, url := startEngine(t, Options{MaxInflight: 2})
 	release := make(chan struct{})
@@ -318,6 +322,25 @@ func TestInflightCap(t *testing.T) {
 		if m.Type == protocol.TypeInvocationResult {
 			if m.InvocationID != "2" || m.Error == nil || m.Error.Code != errcode.TooManyCalls {
 				t.Fatalf("got %s, want call 2 refused %s", b, errcode.TooManyCalls)
+			}
+			break
+		}
+	}
+	// A built-in served inline (HandleInline) runs on the read loop and is not counted: it is
+	// answered while the cap is full.
+	if err := rawSend(t, c, invoke("list", protocol.FnListFunctions, map[string]any{})); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m protocol.Message
+		_ = json.Unmarshal(b, &m)
+		if m.Type == protocol.TypeInvocationResult {
+			if m.InvocationID != "list" || m.Error != nil {
+				t.Fatalf("got %s, want the answer to engine::functions::list", b)
 			}
 			return
 		}
@@ -361,4 +384,70 @@ func TestEnqueueWithoutQueue(t *testing.T) {
 		t.Fatal("the enqueued function ran as a plain call")
 	default:
 	}
+}
+
+// syncBuffer is a log sink tests read while the engine writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWriteDeadlineDropsStuckWorker: with queue limits too large to trip, a worker that stops
+// reading is still closed as SLOW_CONSUMER once a socket write (a batch of frames) misses the
+// write deadline.
+func TestWriteDeadlineDropsStuckWorker(t *testing.T) {
+	var log syncBuffer
+	e, url := startEngine(t, Options{WriteTimeout: 200 * time.Millisecond, QueueBytes: 1 << 30, QueueFrames: 1 << 20,
+		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	ctx := context.Background()
+	w := rawDial(t, url)
+	if err := rawSend(t, w, map[string]any{"type": "registerfunction", "id": "hol::fn"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rawSend(t, w, invoke("r", protocol.FnRegisterWorker, map[string]any{"name": "stuck"})); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, b, err := w.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), `"invocationresult"`) {
+			break
+		}
+	}
+	c := rawDial(t, url)
+	go func() {
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, "the caller's connection", func() bool { return connCount(e) == 2 })
+	pad := strings.Repeat("a", 64<<10)
+	go func() {
+		for i := range 2000 {
+			if connCount(e) < 2 || rawSend(t, c, invoke(strconv.Itoa(i), "hol::fn", pad)) != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, "the engine to drop the worker that does not read", func() bool { return connCount(e) == 1 })
+	waitFor(t, "the SLOW_CONSUMER log line", func() bool {
+		s := log.String()
+		return strings.Contains(s, errcode.SlowConsumer) && strings.Contains(s, "write deadline")
+	})
 }

@@ -29,10 +29,10 @@ func (c *conn) Send(m *protocol.Message) error { return c.send(m) }
 // initTriggers adds the trigger registry and its engine functions.
 func (e *Engine) initTriggers() {
 	e.triggers = triggers.New(e.log)
-	e.Handle(FnListTriggerTypes, "List trigger types and the workers that provide them", func(context.Context, Caller, json.RawMessage) (any, error) {
+	e.HandleInline(FnListTriggerTypes, "List trigger types and the workers that provide them", func(context.Context, Caller, json.RawMessage) (any, error) {
 		return map[string]any{"triggers": e.triggers.Types()}, nil
 	})
-	e.Handle(FnListTriggers, "List registered triggers (optional {trigger_type, function_id})", func(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	e.HandleInline(FnListTriggers, "List registered triggers (optional {trigger_type, function_id})", func(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
 		var f triggers.Filter
 		_ = json.Unmarshal(payload, &f)
 		return map[string]any{"registered_triggers": e.triggers.Triggers(f)}, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -13,20 +14,26 @@ import (
 // keys skipped) and checks the whole input is one valid JSON object.
 func decodeFrame(b []byte) (*Message, error) {
 	p := parser{b: b}
-	m := &Message{}
+	m := messages.Get().(*Message)
 	p.ws()
 	if !p.eat('{') {
+		m.Recycle()
 		return nil, p.fail("expected an object")
 	}
 	err := p.elements('}', func() error {
-		key, err := p.str()
+		key, err := p.key()
 		if err != nil {
 			return err
 		}
 		if err := p.colon(); err != nil {
 			return err
 		}
-		key = lowerASCII(key)
+		if key == "type" {
+			if t, ok := p.knownType(); ok {
+				m.Type = t
+				return nil
+			}
+		}
 		if dst := m.stringField(key); dst != nil && p.i < len(p.b) && p.b[p.i] == '"' {
 			*dst, err = p.str()
 			return err
@@ -37,10 +44,25 @@ func decodeFrame(b []byte) (*Message, error) {
 		}
 		return m.set(key, p.b[start:p.i])
 	})
+	if err == nil {
+		err = p.end()
+	}
 	if err != nil {
+		m.Recycle()
 		return nil, err
 	}
-	return m, p.end()
+	return m, nil
+}
+
+// messages holds the Messages that Decode fills; Recycle returns one.
+var messages = sync.Pool{New: func() any { return new(Message) }}
+
+// Recycle gives m back to the pool Decode draws from, for a receiver that is done with a
+// decoded frame: m must not be used afterwards, by anyone. Its slices (Data, Result, ...) and
+// the Error and Action it points to are not reused, so values taken from m stay valid.
+func (m *Message) Recycle() {
+	*m = Message{}
+	messages.Put(m)
 }
 
 func lowerASCII(s string) string {
@@ -185,6 +207,125 @@ func (m *Message) set(key string, v []byte) error {
 		m.TimeoutMS = n
 	}
 	return nil
+}
+
+// frameKey returns the constant for a key of Message written exactly, "" for any other: the
+// key then costs no allocation.
+func frameKey(b []byte) string {
+	switch string(b) {
+	case "type":
+		return "type"
+	case "id":
+		return "id"
+	case "name":
+		return "name"
+	case "description":
+		return "description"
+	case "request_format":
+		return "request_format"
+	case "response_format":
+		return "response_format"
+	case "trigger_type":
+		return "trigger_type"
+	case "config":
+		return "config"
+	case "protected":
+		return "protected"
+	case "trigger_request_format":
+		return "trigger_request_format"
+	case "call_request_format":
+		return "call_request_format"
+	case "invocation_id":
+		return "invocation_id"
+	case "function_id":
+		return "function_id"
+	case "data":
+		return "data"
+	case "action":
+		return "action"
+	case "metadata":
+		return "metadata"
+	case "namespace":
+		return "namespace"
+	case "result":
+		return "result"
+	case "error":
+		return "error"
+	case "traceparent":
+		return "traceparent"
+	case "baggage":
+		return "baggage"
+	case "timeout_ms":
+		return "timeout_ms"
+	case "worker_id":
+		return "worker_id"
+	case "reattach_token":
+		return "reattach_token"
+	case "previous_worker_id":
+		return "previous_worker_id"
+	case "code":
+		return "code"
+	case "owner_worker_id":
+		return "owner_worker_id"
+	case "worker_name":
+		return "worker_name"
+	}
+	return ""
+}
+
+// key reads an object key, lowercased (keys match ASCII case-insensitively, as with
+// encoding/json); a known key written exactly is returned as the constant.
+func (p *parser) key() (string, error) {
+	if p.i < len(p.b) && p.b[p.i] == '"' {
+		end := p.i + 1
+		for end < len(p.b) && p.b[end] != '"' && p.b[end] != '\\' {
+			end++
+		}
+		if end < len(p.b) && p.b[end] == '"' {
+			if k := frameKey(p.b[p.i+1 : end]); k != "" {
+				p.i = end + 1
+				return k, nil
+			}
+		}
+	}
+	k, err := p.str()
+	return lowerASCII(k), err
+}
+
+// knownType reads a string value at p.i that is one of the known frame types, written
+// without escapes, and returns the constant: the type of every frame then costs no allocation.
+func (p *parser) knownType() (string, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return "", false
+	}
+	end := p.i + 1
+	for end < len(p.b) && p.b[end] != '"' && p.b[end] != '\\' {
+		end++
+	}
+	if end >= len(p.b) || p.b[end] != '"' {
+		return "", false
+	}
+	t, ok := typeNames[string(p.b[p.i+1:end])]
+	if ok {
+		p.i = end + 1
+	}
+	return t, ok
+}
+
+var typeNames = func() map[string]string {
+	m := make(map[string]string, len(knownTypes))
+	for t := range knownTypes {
+		m[t] = t
+	}
+	return m
+}()
+
+// Valid reports whether b is exactly one JSON value (white space around it allowed), like
+// json.Valid but without its per-byte state machine.
+func Valid(b []byte) bool {
+	p := parser{b: b}
+	p.ws()
+	return p.skip(0) == nil && p.end() == nil
 }
 
 type parser struct {
@@ -340,12 +481,29 @@ func (p *parser) number() error {
 	return nil
 }
 
+// plain marks the bytes a JSON string holds as they are: not '"', '\\' or a control character.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
 
 func (p *parser) skipString() error {
 	p.i++
 	for p.i < len(p.b) {
-		c := p.b[p.i]
+		// Runs of plain characters, the bulk of every frame, in a tight loop.
+		i, b := p.i, p.b
+		for i < len(b) && plain[b[i]] {
+			i++
+		}
+		p.i = i
+		if i >= len(b) {
+			break
+		}
+		c := b[i]
 		switch {
 		case c == '"':
 			p.i++

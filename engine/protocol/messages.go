@@ -120,7 +120,8 @@ func (m *Message) NamespaceOr(def string) string {
 var ErrUnknownType = errors.New("unknown message type")
 
 // Decode parses one frame. It fails on invalid JSON, a missing type, an unknown type, and on a
-// namespace that is present but not a string.
+// namespace that is present but not a string. The message never refers to b's memory, so the
+// caller may reuse b at once.
 func Decode(b []byte) (*Message, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
@@ -131,10 +132,13 @@ func Decode(b []byte) (*Message, error) {
 		return nil, fmt.Errorf("decoding frame: %w", err)
 	}
 	if m.Type == "" {
+		m.Recycle()
 		return nil, errors.New("frame has no type")
 	}
 	if !knownTypes[m.Type] {
-		return nil, fmt.Errorf("%w %q", ErrUnknownType, m.Type)
+		t := m.Type
+		m.Recycle()
+		return nil, fmt.Errorf("%w %q", ErrUnknownType, t)
 	}
 	return m, nil
 }
@@ -142,6 +146,9 @@ func Decode(b []byte) (*Message, error) {
 // Encode renders a frame as JSON. Raw fields (data, result, formats, metadata, config) must
 // already be valid JSON; frames decoded by Decode always are.
 func Encode(m *Message) ([]byte, error) { return appendMessage(make([]byte, 0, 256), m), nil }
+
+// AppendEncode appends the JSON of m to dst, for senders that reuse frame buffers.
+func AppendEncode(dst []byte, m *Message) []byte { return appendMessage(dst, m) }
 
 // Error is a wire error body {"code","message","stacktrace"?}. Bodies with more keys (such as the
 // sandbox S-code envelope) keep every key: Raw returns them exactly as received.

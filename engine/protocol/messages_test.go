@@ -134,3 +134,17 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestValidAgreesWithEncodingJSON: protocol.Valid, which replaced json.Valid for payloads and
+// results, accepts and rejects the same inputs.
+func TestValidAgreesWithEncodingJSON(t *testing.T) {
+	for _, s := range []string{
+		`{}`, `[]`, `null`, `true`, `false`, `0`, `-0.5e+10`, `"a\u00e9\n"`, ` {"a":[1,2,{"b":null}]} `,
+		`{"a":1,}`, `[1,]`, `{"a"}`, `01`, `1.`, `"\x"`, `"unterminated`, `{} {}`, ``, ` `, `nul`, `{"a":1}x`,
+		"\"tab\tinside\"", `"\ud800"`, `[[[[]]]]`, `-`, `1e`, `{"a":"\u12"}`,
+	} {
+		if got, want := Valid([]byte(s)), json.Valid([]byte(s)); got != want {
+			t.Errorf("Valid(%q) = %v, json.Valid = %v", s, got, want)
+		}
+	}
+}

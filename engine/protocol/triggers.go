@@ -9,8 +9,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/coder/websocket"
-
 	"github.com/iii-go/iii/engine/errcode"
 )
 
@@ -190,7 +188,7 @@ func (w *Worker) TriggerError(id string) *Error {
 	return w.trig.errs[id]
 }
 
-func (w *Worker) onTriggerFrame(c *websocket.Conn, m *Message) {
+func (w *Worker) onTriggerFrame(c *link, m *Message) {
 	if m.Type == TypeTriggerRegistrationResult {
 		if m.Error != nil {
 			w.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/internal/batchconn"
 )
 
 // Environment variables read by Config defaults.
@@ -123,16 +125,16 @@ type Worker struct {
 	idPrefix string
 	nextID   atomic.Uint64
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	writeMu sync.Mutex // serializes frames; cheaper under contention than the socket's own lock
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu           sync.Mutex
 	funcs        map[string]*function
 	trig         triggerState
-	conn         *websocket.Conn
-	up           chan struct{} // closed while conn is registered
-	pending      map[string]chan *Message
+	conn         *link
+	up           chan struct{}            // closed while conn is registered
+	pmu          sync.Mutex               // guards pending alone: callers and the read loop meet here
+	pending      map[string]chan *Message // calls awaiting their invocationresult, by invocation id
 	workerID     string
 	started      bool
 	everUp       bool // the first Start succeeded; later losses reconnect in the background
@@ -218,13 +220,13 @@ func (w *Worker) Unregister(id string) error {
 	return nil
 }
 
-func (w *Worker) liveConn() *websocket.Conn {
+func (w *Worker) liveConn() *link {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.liveConnLocked()
 }
 
-func (w *Worker) liveConnLocked() *websocket.Conn {
+func (w *Worker) liveConnLocked() *link {
 	select {
 	case <-w.up:
 		return w.conn
@@ -299,11 +301,10 @@ func (w *Worker) connect(ctx context.Context) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, _, err := websocket.Dial(dctx, w.cfg.URL, opts)
+	c, err := dialLink(dctx, w.cfg.URL, opts)
 	if err != nil {
 		return err
 	}
-	c.SetReadLimit(MaxFrameBytes)
 	w.mu.Lock()
 	w.conn = c
 	frames := w.trig.typeFrames()
@@ -315,7 +316,7 @@ func (w *Worker) connect(ctx context.Context) error {
 	go w.readLoop(c)
 	for _, m := range frames {
 		if err := w.write(c, m); err != nil {
-			c.CloseNow()
+			c.close()
 			return err
 		}
 	}
@@ -326,7 +327,7 @@ func (w *Worker) connect(ctx context.Context) error {
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer rcancel()
 	if _, err := w.callOn(rctx, c, FnRegisterWorker, reg, callOpts{}, 10*time.Second); err != nil {
-		c.Close(websocket.StatusNormalClosure, "registration failed")
+		c.ws.Close(websocket.StatusNormalClosure, "registration failed")
 		return err
 	}
 	w.mu.Lock()
@@ -344,7 +345,7 @@ func (w *Worker) connect(ctx context.Context) error {
 // connection, which then reconnects.
 const PingInterval = 20 * time.Second
 
-func (w *Worker) keepalive(c *websocket.Conn) {
+func (w *Worker) keepalive(c *link) {
 	t := time.NewTicker(PingInterval)
 	defer t.Stop()
 	for {
@@ -360,22 +361,56 @@ func (w *Worker) keepalive(c *websocket.Conn) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(w.ctx, PingInterval)
-		err := c.Ping(ctx)
+		err := c.ws.Ping(ctx)
 		cancel()
 		if err != nil && w.ctx.Err() == nil {
 			w.cfg.Logger.Warn("engine did not answer a ping; reconnecting", "err", err)
-			c.CloseNow()
+			c.close()
 			return
 		}
 	}
 }
 
-// readLoop dispatches frames of one connection until it fails, then reconnects unless stopped.
-func (w *Worker) readLoop(c *websocket.Conn) {
+// reuseReadBuf is the largest read buffer readLoop keeps for the next frame.
+const reuseReadBuf = 64 << 10
+
+// readMessage reads one message into buf's memory, growing it as needed. Decode never keeps a
+// reference into its input, so the buffer serves the next message too.
+func readMessage(ws *websocket.Conn, buf []byte) ([]byte, error) {
+	_, r, err := ws.Reader(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	b := buf[:0]
 	for {
-		_, b, err := c.Read(w.ctx)
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readLoop dispatches frames of one connection until it fails, then reconnects unless stopped.
+func (w *Worker) readLoop(c *link) {
+	// Reads take no context (a cancellable one costs a registration per frame); closing the
+	// worker closes the socket instead, which ends the read.
+	stop := context.AfterFunc(w.ctx, c.close)
+	defer stop()
+	var buf []byte
+	for {
+		b, err := readMessage(c.ws, buf)
 		if err != nil {
 			break
+		}
+		if buf = b; cap(b) > reuseReadBuf {
+			buf = nil
 		}
 		m, err := Decode(b)
 		if err != nil {
@@ -384,10 +419,10 @@ func (w *Worker) readLoop(c *websocket.Conn) {
 		}
 		switch m.Type {
 		case TypeInvocationResult:
-			w.mu.Lock()
+			w.pmu.Lock()
 			ch := w.pending[m.InvocationID]
 			delete(w.pending, m.InvocationID)
-			w.mu.Unlock()
+			w.pmu.Unlock()
 			if ch != nil {
 				ch <- m
 			}
@@ -414,13 +449,15 @@ func (w *Worker) readLoop(c *websocket.Conn) {
 		default:
 		}
 	}
+	registered := w.err == nil && w.everUp
+	w.mu.Unlock()
+	c.close() // first: a call that registers after the sweep below fails on its write
+	w.pmu.Lock()
 	for id, ch := range w.pending {
 		ch <- nil
 		delete(w.pending, id)
 	}
-	registered := w.err == nil && w.everUp
-	w.mu.Unlock()
-	c.CloseNow()
+	w.pmu.Unlock()
 	if w.ctx.Err() != nil || w.cfg.NoReconnect {
 		if w.cfg.NoReconnect {
 			w.stop(errors.New("connection to the engine closed"))
@@ -476,7 +513,8 @@ func (w *Worker) reconnectLoop() {
 	}
 }
 
-func (w *Worker) serve(c *websocket.Conn, m *Message) {
+func (w *Worker) serve(c *link, m *Message) {
+	defer m.Recycle() // the reply is encoded before serve returns; the handler got m.Data only
 	w.mu.Lock()
 	f := w.funcs[m.FunctionID]
 	w.mu.Unlock()
@@ -529,7 +567,7 @@ func marshalResult(v any) (json.RawMessage, error) {
 	case nil:
 		return nil, nil
 	case json.RawMessage:
-		if !json.Valid(r) {
+		if !Valid(r) {
 			return nil, errors.New("handler returned invalid raw JSON")
 		}
 		return r, nil
@@ -537,14 +575,183 @@ func marshalResult(v any) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
-func (w *Worker) write(c *websocket.Conn, m *Message) error {
-	b, err := Encode(m)
-	if err != nil {
+func (w *Worker) write(c *link, m *Message) error {
+	return c.send(m)
+}
+
+// link is one connection to the engine. Its frames go through a queue that one writer
+// goroutine (writeLoop) drains, writing every frame queued at once with one socket write when
+// the socket is a batchconn.Conn: under load a wake-up of the engine carries many frames.
+type link struct {
+	ws *websocket.Conn
+	bc *batchconn.Conn // the socket under ws, nil when the dial did not go through dialLink
+
+	mu      sync.Mutex
+	queue   [][]byte
+	free    [][]byte // written frames' buffers, to encode the next ones into
+	writing bool     // writeLoop has been woken and not yet found the queue empty
+	err     error    // the first write failure or the close; the socket is closed then
+	wake    chan struct{}
+	done    chan struct{}
+	idle    *sync.Cond // signalled when writeLoop finds the queue empty
+}
+
+// Frame buffers a link keeps: at most maxFree, each of at most maxFreeCap bytes.
+const (
+	maxFree    = 256
+	maxFreeCap = 4 << 10
+)
+
+var errLinkClosed = errors.New("connection to the engine closed")
+
+func newLink(ws *websocket.Conn, bc *batchconn.Conn) *link {
+	l := &link{ws: ws, bc: bc, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	l.idle = sync.NewCond(&l.mu)
+	go l.writeLoop()
+	return l
+}
+
+// drain waits until the frames queued so far are written (or the link failed), at most d.
+func (l *link) drain(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		l.mu.Lock()
+		for l.writing && l.err == nil {
+			l.idle.Wait()
+		}
+		l.mu.Unlock()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		l.close() // wakes the waiter: err is set
+	}
+}
+
+// send queues m for writeLoop. A write failure is reported to the senders that come after it;
+// the ones before learn of it as a lost connection.
+func (l *link) send(m *Message) error {
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
 		return err
 	}
-	w.writeMu.Lock()
-	defer w.writeMu.Unlock()
-	return c.Write(context.Background(), websocket.MessageText, b)
+	var buf []byte
+	if n := len(l.free); n > 0 {
+		buf, l.free[n-1] = l.free[n-1], nil
+		l.free = l.free[:n-1]
+	}
+	l.queue = append(l.queue, appendMessage(buf, m))
+	wake := !l.writing
+	l.writing = true
+	l.mu.Unlock()
+	if wake {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// close stops writeLoop and closes the socket.
+func (l *link) close() {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = errLinkClosed
+		close(l.done)
+	}
+	l.queue = nil
+	l.idle.Broadcast()
+	l.mu.Unlock()
+	l.ws.CloseNow()
+}
+
+func (l *link) writeLoop() {
+	var batch [][]byte
+	yielded := false
+	for {
+		select {
+		case <-l.wake:
+		case <-l.done:
+			return
+		}
+		for {
+			l.mu.Lock()
+			if len(l.queue) == 0 || l.err != nil {
+				yielded = false
+				l.writing = false
+				l.idle.Broadcast()
+				l.mu.Unlock()
+				break
+			}
+			if len(l.queue) == 1 && !yielded {
+				// One frame: let the goroutines that are about to send run first, so
+				// that under load their frames join this write.
+				yielded = true
+				l.mu.Unlock()
+				runtime.Gosched()
+				continue
+			}
+			yielded = false
+			batch, l.queue = l.queue, batch[:0]
+			l.mu.Unlock()
+			err := l.writeBatch(batch)
+			l.mu.Lock()
+			for _, b := range batch {
+				if cap(b) <= maxFreeCap && len(l.free) < maxFree {
+					l.free = append(l.free, b[:0])
+				}
+			}
+			l.mu.Unlock()
+			clear(batch)
+			if err != nil {
+				l.close()
+				return
+			}
+		}
+	}
+}
+
+func (l *link) writeBatch(frames [][]byte) error {
+	if l.bc != nil {
+		return l.bc.WriteText(frames, true) // no extension is negotiated: a frame is header, key, payload
+	}
+	for _, b := range frames {
+		if err := l.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dialLink dials the engine with its socket wrapped in a batchconn.Conn.
+func dialLink(ctx context.Context, url string, opts *websocket.DialOptions) (*link, error) {
+	var bc *batchconn.Conn
+	var d net.Dialer
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			bc = batchconn.New(c, 0)
+			return bc, nil
+		},
+	}
+	defer tr.CloseIdleConnections()
+	opts.HTTPClient = &http.Client{Transport: tr}
+	ws, _, err := websocket.Dial(ctx, url, opts)
+	if err != nil {
+		return nil, err
+	}
+	ws.SetReadLimit(MaxFrameBytes)
+	return newLink(ws, bc), nil
 }
 
 // CallOption changes one call.
@@ -634,7 +841,7 @@ func marshalPayload(p any) (json.RawMessage, error) {
 		return json.RawMessage("{}"), nil
 	}
 	if r, ok := p.(json.RawMessage); ok {
-		if !json.Valid(r) {
+		if !Valid(r) {
 			return nil, errors.New("payload is not valid JSON")
 		}
 		return r, nil
@@ -642,7 +849,7 @@ func marshalPayload(p any) (json.RawMessage, error) {
 	return json.Marshal(p)
 }
 
-func (w *Worker) waitUp(ctx context.Context) (*websocket.Conn, error) {
+func (w *Worker) waitUp(ctx context.Context) (*link, error) {
 	for {
 		w.mu.Lock()
 		up, c, stopped := w.up, w.conn, w.err
@@ -667,35 +874,37 @@ func (w *Worker) waitUp(ctx context.Context) (*websocket.Conn, error) {
 	}
 }
 
-func (w *Worker) callOn(ctx context.Context, c *websocket.Conn, fn string, payload any, o callOpts, timeout time.Duration) (json.RawMessage, error) {
+func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o callOpts, timeout time.Duration) (json.RawMessage, error) {
 	data, err := marshalPayload(payload)
 	if err != nil {
 		return nil, err
 	}
 	id := w.idPrefix + strconv.FormatUint(w.nextID.Add(1), 36)
 	ch := make(chan *Message, 1)
-	w.mu.Lock()
+	w.pmu.Lock()
 	w.pending[id] = ch
-	w.mu.Unlock()
+	w.pmu.Unlock()
 	m := &Message{Type: TypeInvokeFunction, InvocationID: id, FunctionID: fn, Data: data, Namespace: o.ns, Metadata: o.meta, Action: o.action, TimeoutMS: timeout.Milliseconds()}
 	if err := w.write(c, m); err != nil {
 		w.drop(id)
 		return nil, NewError(errcode.NotConnected, "sending to the engine: %v", err)
 	}
-	t := time.NewTimer(timeout + time.Second)
-	defer t.Stop()
+	t := getTimer(timeout + time.Second)
+	defer putTimer(t)
 	select {
 	case r := <-ch:
 		if r == nil {
 			return nil, NewError(errcode.NotConnected, "connection to the engine was lost before %s replied", fn)
 		}
-		if r.Error != nil {
-			return nil, r.Error
+		res, rerr := r.Result, r.Error
+		r.Recycle()
+		if rerr != nil {
+			return nil, rerr
 		}
-		if len(r.Result) == 0 {
+		if len(res) == 0 {
 			return json.RawMessage("null"), nil
 		}
-		return r.Result, nil
+		return res, nil
 	case <-t.C:
 	case <-ctx.Done():
 	}
@@ -703,10 +912,27 @@ func (w *Worker) callOn(ctx context.Context, c *websocket.Conn, fn string, paylo
 	return nil, NewError(errcode.ClientTimeout, "invocation timed out after %dms", timeout.Milliseconds())
 }
 
+// timers holds stopped timers for callOn: a call's timeout then costs no allocation.
+var timers sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// putTimer stops t and keeps it for reuse (since Go 1.23 a stopped timer's channel is empty).
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
+}
+
 func (w *Worker) drop(id string) {
-	w.mu.Lock()
+	w.pmu.Lock()
 	delete(w.pending, id)
-	w.mu.Unlock()
+	w.pmu.Unlock()
 }
 
 func (w *Worker) stop(err error) {
@@ -724,12 +950,15 @@ func (w *Worker) stop(err error) {
 // Close disconnects and stops reconnecting. In-flight handlers see their context cancelled.
 func (w *Worker) Close() error {
 	w.stop(nil)
-	w.cancel()
 	w.mu.Lock()
 	c := w.conn
 	w.mu.Unlock()
 	if c != nil {
-		return c.Close(websocket.StatusNormalClosure, "worker closing")
+		c.drain(time.Second) // frames sent before Close still leave
+	}
+	w.cancel()
+	if c != nil {
+		return c.ws.Close(websocket.StatusNormalClosure, "worker closing")
 	}
 	return nil
 }

@@ -4,11 +4,14 @@
 //   - http: requests/s through an http trigger (client -> http worker -> engine -> Go worker ->
 //     back) against a bare net/http handler doing the same work (decoding the request into the
 //     same document, encoding the same answer) in the same run, and their ratio;
+//   - peer: engine round trips against NATS request/reply and a one-hop WebSocket echo at each
+//     concurrency of -pc, d per case (peer.go);
 //   - queue: messages/s end to end, from action enqueue through the engine to the function's
 //     call, on the embedded JetStream with fsync before acknowledging (the default).
 //
-// Counts are bounded: n requests per side (default 4000) at concurrency c (default 16), m
-// messages (default 2000). Usage: go run ./workers/internal/bench [-n 4000] [-c 16] [-m 2000]
+// Counts and times are bounded: n requests per side (default 4000) at concurrency c (default
+// 16), m messages (default 2000), d per peer case (default 2s). Usage:
+// go run ./workers/internal/bench [-n 4000] [-c 16] [-m 2000] [-d 2s] [-pc 1,16,256] [-only http|peer|queue] [-cpuprofile f] [-memprofile f]
 package main
 
 import (
@@ -23,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,12 +42,42 @@ func main() {
 	n := flag.Int("n", 4000, "http requests per side")
 	c := flag.Int("c", 16, "concurrent http clients")
 	m := flag.Int("m", 2000, "queue messages")
+	flag.DurationVar(&peerDur, "d", 2*time.Second, "measuring time per peer case")
+	flag.StringVar(&peerConcs, "pc", "1,16,256", "concurrency levels of the peer comparison")
+	flag.StringVar(&only, "only", "", "run only this part: http, peer or queue")
+	flag.BoolVar(&engineOnly, "engine-only", false, "peer: measure only the engine (for profiling it)")
+	prof := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	memprof := flag.String("memprofile", "", "write an allocation profile of the run to this file")
 	flag.Parse()
+	if *memprof != "" {
+		defer func() {
+			if f, err := os.Create(*memprof); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
 	if err := run(*n, min(*c, 256), *m); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
+
+var (
+	peerDur   time.Duration
+	peerConcs string
+	only      string
+	// engineOnly leaves NATS and the echo out of the peer cases.
+	engineOnly bool
+)
+
+func wants(part string) bool { return only == "" || only == part }
 
 func listen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
@@ -59,9 +93,24 @@ func run(n, c, m int) error {
 	go func() { _ = eng.Serve(ctx, ln) }()
 	url := "ws://" + ln.Addr().String()
 
-	// The function, in its own worker.
-	var jobs atomic.Int64
-	jobsDone := make(chan struct{})
+	if wants("peer") {
+		if err := runPeer(ctx, url, peerDur, peerConcs); err != nil {
+			return err
+		}
+	}
+	if wants("http") {
+		if err := runHTTP(ctx, url, n, c, quiet); err != nil {
+			return err
+		}
+	}
+	if wants("queue") {
+		return runQueue(ctx, url, m, quiet)
+	}
+	return nil
+}
+
+// runHTTP measures an http trigger against a bare net/http handler doing the same work.
+func runHTTP(ctx context.Context, url string, n, c int, quiet *slog.Logger) error {
 	fn := protocol.NewWorker(protocol.Config{URL: url, Name: "bench-fn"})
 	_ = fn.Register("bench::hello", func(_ context.Context, in json.RawMessage) (any, error) {
 		var req map[string]any
@@ -69,12 +118,6 @@ func run(n, c, m int) error {
 			return nil, err
 		}
 		return map[string]any{"status_code": 200, "body": map[string]any{"hello": req["path_params"]}}, nil
-	})
-	_ = fn.Register("bench::job", func(context.Context, json.RawMessage) (any, error) {
-		if jobs.Add(1) == int64(m) {
-			close(jobsDone)
-		}
-		return nil, nil
 	})
 	if err := fn.Start(ctx); err != nil {
 		return err
@@ -143,7 +186,7 @@ func run(n, c, m int) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	load := func(url string) (float64, error) {
+	load := func(url string, n int) (time.Duration, error) {
 		var next atomic.Int64
 		var failed atomic.Int64
 		var wg sync.WaitGroup
@@ -170,18 +213,49 @@ func run(n, c, m int) error {
 		if f := failed.Load(); f > 0 {
 			return 0, fmt.Errorf("%d of %d requests to %s failed", f, n, url)
 		}
-		return float64(n) / time.Since(start).Seconds(), nil
+		return time.Since(start), nil
 	}
-	base, err := load("http://" + bln.Addr().String() + "/hello/x")
-	if err != nil {
-		return err
+	// Alternating slices, so that load from elsewhere on the machine falls on both alike.
+	const rounds = 4
+	per := max(n/rounds, 1)
+	var baseT, trigT time.Duration
+	for _, u := range []string{"http://" + bln.Addr().String() + "/hello/x", trig} { // warm-up: connections, buffers
+		if _, err := load(u, per); err != nil {
+			return err
+		}
 	}
-	viaTrig, err := load(trig)
-	if err != nil {
-		return err
+	for range rounds {
+		t, err := load("http://"+bln.Addr().String()+"/hello/x", per)
+		if err != nil {
+			return err
+		}
+		baseT += t
+		if t, err = load(trig, per); err != nil {
+			return err
+		}
+		trigT += t
 	}
-	fmt.Printf("http: bare net/http handler   %9.0f req/s  (%d requests, %d clients)\n", base, n, c)
+	base, viaTrig := float64(rounds*per)/baseT.Seconds(), float64(rounds*per)/trigT.Seconds()
+	fmt.Printf("http: bare net/http handler   %9.0f req/s  (%d requests, %d clients)\n", base, rounds*per, c)
 	fmt.Printf("http: http trigger via engine %9.0f req/s  = %.0f%% of bare (target >= 50%%)\n", viaTrig, 100*viaTrig/base)
+	return nil
+}
+
+// runQueue measures messages/s from action enqueue to the function's call.
+func runQueue(ctx context.Context, url string, m int, quiet *slog.Logger) error {
+	var jobs atomic.Int64
+	jobsDone := make(chan struct{})
+	fn := protocol.NewWorker(protocol.Config{URL: url, Name: "bench-job"})
+	_ = fn.Register("bench::job", func(context.Context, json.RawMessage) (any, error) {
+		if jobs.Add(1) == int64(m) {
+			close(jobsDone)
+		}
+		return nil, nil
+	})
+	if err := fn.Start(ctx); err != nil {
+		return err
+	}
+	defer fn.Close()
 
 	// Queue: enqueue m jobs through the engine, measure until the function ran m times.
 	dir, err := os.MkdirTemp("", "iii-bench-queue-")

@@ -1,0 +1,53 @@
+package core
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// BenchmarkConnWriter: frames queued with conn.send and written by the connection's writer to a
+// peer that reads them (through batchconn, as Serve accepts connections), per frame.
+func BenchmarkConnWriter(b *testing.B) {
+	e, url, _ := serveEngine(b, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), QueueFrames: 1 << 30, QueueBytes: 1 << 30})
+	peer := rawDial(b, url)
+	ctx := context.Background()
+	if _, _, err := peer.Read(ctx); err != nil { // workerregistered: the connection is in e.conns
+		b.Fatal(err)
+	}
+	var c *conn
+	e.mu.RLock()
+	for _, x := range e.conns {
+		c = x
+	}
+	e.mu.RUnlock()
+	if c == nil || c.bc == nil {
+		b.Fatal("no connection on a batchconn.Conn")
+	}
+	m := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: "5f2b9c1e04a7-1k2j", FunctionID: "bench::echo",
+		Result: []byte(`{"sandbox_id":"0d6f8c1e-3a1b-4c55-9a4e-0d2f7a1b9c10","cmd":"echo","args":["hello"]}`)}
+	n := b.N
+	read := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		for range n {
+			if _, _, err := peer.Read(ctx); err != nil {
+				read <- err
+				return
+			}
+		}
+		read <- nil
+	}()
+	for range n {
+		if err := c.send(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-read; err != nil {
+		b.Fatal(err)
+	}
+}

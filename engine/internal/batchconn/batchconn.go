@@ -1,0 +1,73 @@
+// Package batchconn wraps a net.Conn so that one writer can send many WebSocket frames with one
+// socket write (WriteText), where a WebSocket library writes and flushes each message on its
+// own: the sender makes one system call for the run and the peer wakes once for all of it.
+package batchconn
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// MaxHeld is how many bytes WriteText gathers before it writes them anyway.
+const MaxHeld = 64 << 10
+
+// Conn is a net.Conn that can send many frames together. Every socket write it
+// makes has a deadline of WriteTimeout (when set), so a peer that does not read fails the write
+// with os.ErrDeadlineExceeded instead of blocking its writer. It is safe for concurrent use.
+type Conn struct {
+	net.Conn
+	writeTimeout time.Duration
+
+	mu  sync.Mutex
+	buf []byte // frames being gathered by WriteText
+}
+
+// New wraps c; writeTimeout 0 means socket writes have no deadline.
+func New(c net.Conn, writeTimeout time.Duration) *Conn {
+	return &Conn{Conn: c, writeTimeout: writeTimeout}
+}
+
+// Write sends p (the WebSocket library's own frames: handshake, control frames).
+func (c *Conn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writeLocked(p)
+}
+
+func (c *Conn) flushLocked() error {
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.writeLocked(c.buf)
+	if cap(c.buf) > 2*MaxHeld {
+		c.buf = nil // a large message passed through; do not keep its memory
+	} else {
+		c.buf = c.buf[:0]
+	}
+	return err
+}
+
+func (c *Conn) writeLocked(p []byte) (int, error) {
+	if c.writeTimeout > 0 {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.writeTimeout)); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// Listener wraps every connection it accepts with New.
+type Listener struct {
+	net.Listener
+	WriteTimeout time.Duration
+}
+
+// Accept waits for the next connection and wraps it.
+func (l Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return New(c, l.WriteTimeout), nil
+}

@@ -1,0 +1,76 @@
+package batchconn
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+)
+
+// WriteText writes each payload as one final WebSocket text frame (RFC 6455 §5.2), all of them
+// with one socket write (or one per MaxHeld bytes). Clients pass mask true: their frames carry
+// a random masking key, as the RFC requires of them; servers send unmasked frames. It is for a
+// connection without negotiated extensions, whose WebSocket library writes only whole frames
+// with one Write each (control frames), so that frames never interleave.
+func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
+	var keys []byte
+	if mask {
+		keys = make([]byte, 4*len(payloads))
+		if _, err := rand.Read(keys); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range payloads {
+		var key []byte
+		if mask {
+			key = keys[4*i : 4*i+4]
+		}
+		c.buf = appendFrame(c.buf, p, key)
+		if len(c.buf) >= MaxHeld {
+			if err := c.flushLocked(); err != nil {
+				return err
+			}
+		}
+	}
+	return c.flushLocked()
+}
+
+// appendFrame appends a final text frame carrying p, masked with key when key is set.
+func appendFrame(b, p, key []byte) []byte {
+	var maskBit byte
+	if key != nil {
+		maskBit = 0x80
+	}
+	b = append(b, 0x81) // FIN, opcode 1 (text)
+	switch n := len(p); {
+	case n < 126:
+		b = append(b, maskBit|byte(n))
+	case n <= 0xffff:
+		b = append(b, maskBit|126)
+		b = binary.BigEndian.AppendUint16(b, uint16(n))
+	default:
+		b = append(b, maskBit|127)
+		b = binary.BigEndian.AppendUint64(b, uint64(n))
+	}
+	if key == nil {
+		return append(b, p...)
+	}
+	b = append(b, key...)
+	start := len(b)
+	b = append(b, p...)
+	maskBytes(b[start:], key)
+	return b
+}
+
+// maskBytes XORs b with the 4-byte key repeated, eight bytes at a time where it can.
+func maskBytes(b, key []byte) {
+	k := uint64(binary.LittleEndian.Uint32(key))
+	k |= k << 32
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], binary.LittleEndian.Uint64(b[i:])^k)
+	}
+	for ; i < len(b); i++ {
+		b[i] ^= key[i&3]
+	}
+}
