@@ -60,8 +60,9 @@ func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings, cache
 		return nil, err
 	}
 	drv := &countingDriver{Driver: d}
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{cache}, Version: "bench", StateDir: state, Accelerator: d.Accel()})
 	aw := protocol.NewWorker(protocol.Config{URL: url, Name: adapter.Name, Logger: quiet})
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{cache}, Version: "bench", StateDir: state,
+		Accelerator: d.Accel(), Channels: aw})
 	for op, h := range svc.Handlers() {
 		if err := aw.Register(adapter.Name+"::"+op, wrap(h)); err != nil {
 			cancel()
