@@ -53,6 +53,7 @@ type fakeMachine struct {
 	fsErr    error
 	execFn   func(vm.ExecRequest) (vm.ExecResult, error)
 	fsFn     func(op string, req map[string]any) (json.RawMessage, error)
+	readErr  error // a streamed read fails with it after the file's bytes
 	done     chan struct{}
 	stopOnce sync.Once
 }

@@ -21,7 +21,7 @@ const headerLen = 9
 type Type byte
 
 // Frame types. Host→guest: Init, Exec, Kill, FS, Shutdown. Guest→host: Hello, Reply, Output,
-// ExecDone.
+// ExecDone. Both ways (streamed fs::read and fs::write, revision 5): Data, End, Credit.
 const (
 	TypeHello    Type = 1  // guest is up: Hello
 	TypeInit     Type = 2  // set up the root filesystem: Init; answered by Reply
@@ -33,6 +33,9 @@ const (
 	TypeOutput   Type = 8  // streamed output chunk of an exec: Output
 	TypeExecDone Type = 9  // an exec finished: ExecDone
 	TypePing     Type = 10 // liveness probe; answered by a Reply with the same id
+	TypeData     Type = 11 // a chunk of a streamed file (raw bytes, not JSON); same id as its FS
+	TypeEnd      Type = 12 // end of a stream: empty payload when complete, else why it was aborted
+	TypeCredit   Type = 13 // the receiver of a stream took bytes: Credit
 )
 
 // Frame is one message on the control channel.
