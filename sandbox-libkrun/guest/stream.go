@@ -196,3 +196,25 @@ func (r *hostReader) Read(p []byte) (int, error) {
 	r.cur = r.cur[n:]
 	return n, nil
 }
+
+// WriteChunksTo writes the host's bytes to w frame by frame, without copying them
+// (fsops.ChunkSource).
+func (r *hostReader) WriteChunksTo(w io.Writer) (int64, error) {
+	var n int64
+	for {
+		if len(r.cur) > 0 {
+			k, err := w.Write(r.cur)
+			n += int64(k)
+			r.cur = r.cur[k:]
+			if err != nil {
+				return n, err
+			}
+		}
+		if _, err := r.Read(nil); err != nil {
+			if err == io.EOF {
+				return n, nil
+			}
+			return n, &fsops.SourceError{Err: err}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -82,7 +83,7 @@ type SourceError struct{ Err error }
 func (e *SourceError) Error() string { return e.Err.Error() }
 
 // WriteFrom runs fs::write of req, which carries no content, with the file's bytes read from
-// src. The bytes go to a temporary file beside the target that replaces it once src ends, so
+// src; a ChunkSource writes them itself, sparing a copy. The bytes go to a temporary file beside the target that replaces it once src ends, so
 // a source that fails midway (returned as a *Error whose message is the SourceError's) leaves
 // the target as it was.
 func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
@@ -107,7 +108,12 @@ func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
 	if err != nil {
 		return nil, fsErr(r.Path, err)
 	}
-	n, err := io.CopyBuffer(struct{ io.Writer }{f}, sourceOnly{src}, make([]byte, copyBuffer))
+	var n int64
+	if cs, ok := src.(ChunkSource); ok {
+		n, err = cs.WriteChunksTo(f)
+	} else {
+		n, err = io.CopyBuffer(struct{ io.Writer }{f}, sourceOnly{src}, make([]byte, copyBuffer))
+	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -119,13 +125,19 @@ func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		if se, ok := err.(*SourceError); ok {
+		if se := (*SourceError)(nil); errors.As(err, &se) {
 			return nil, &Error{Code: "S218", Message: "fs channel aborted: " + se.Error()}
 		}
 		return nil, fsErr(r.Path, err)
 	}
 	b, _ := json.Marshal(map[string]any{"bytes_written": n, "path": r.Path})
 	return b, nil
+}
+
+// ChunkSource is a source that writes its bytes to w itself, reporting its own failures as
+// *SourceError and those of w as they are.
+type ChunkSource interface {
+	WriteChunksTo(w io.Writer) (int64, error)
 }
 
 // sourceOnly marks the errors of its reader as SourceErrors (and hides any WriterTo).

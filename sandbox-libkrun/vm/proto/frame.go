@@ -61,16 +61,35 @@ func Encode(dst []byte, f Frame) ([]byte, error) {
 	return append(dst, f.Payload...), nil
 }
 
-// Write writes f to w in a single Write call, so concurrent writers serialised by a mutex never
-// interleave.
+// Write writes f to w: a small frame in a single Write call, a large one (a stream's Data) as
+// its header then its payload, which saves copying the payload. Concurrent writers must hold a
+// mutex around Write.
 func Write(w io.Writer, f Frame) error {
-	b, err := Encode(make([]byte, 0, headerLen+len(f.Payload)), f)
+	if len(f.Payload) < splitWrite {
+		b, err := Encode(make([]byte, 0, headerLen+len(f.Payload)), f)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	h, err := Encode(make([]byte, 0, headerLen), Frame{Type: f.Type, ID: f.ID})
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(b)
+	if len(f.Payload) > MaxPayload {
+		return ErrTooLarge
+	}
+	binary.BigEndian.PutUint32(h[0:4], uint32(len(f.Payload)+5))
+	if _, err := w.Write(h); err != nil {
+		return err
+	}
+	_, err = w.Write(f.Payload)
 	return err
 }
+
+// splitWrite is the payload size from which Write sends header and payload apart.
+const splitWrite = 32 << 10
 
 // Read reads one frame from r. A clean end of stream before a frame starts is io.EOF; a stream
 // that ends inside a frame is io.ErrUnexpectedEOF.
@@ -100,8 +119,9 @@ func Read(r *bufio.Reader) (Frame, error) {
 	return f, nil
 }
 
-// firstAlloc bounds what a frame's declared length makes Read allocate before its bytes arrive.
-const firstAlloc = 64 << 10
+// firstAlloc bounds what a frame's declared length makes Read allocate before its bytes arrive:
+// a stream's Data frame fits.
+const firstAlloc = StreamChunk
 
 // readPayload reads exactly n bytes, growing the buffer as they arrive: a peer that declares a
 // large frame and sends less makes the reader hold only what it sent (the guest is untrusted).
