@@ -155,7 +155,8 @@ type hostReader struct {
 	a     *agent
 	id    uint32
 	st    *gstream
-	cur   []byte
+	cur   []byte // the rest of the Data frame being read
+	frame []byte // all of it, released to proto once taken
 	taken int
 	err   error
 }
@@ -171,6 +172,8 @@ func (r *hostReader) Read(p []byte) (int, error) {
 		if r.taken > 0 {
 			r.a.send(proto.CreditFrame(r.id, r.taken))
 			r.taken = 0
+			proto.Release(r.frame)
+			r.frame = nil
 		}
 		var f proto.Frame
 		select {
@@ -185,7 +188,7 @@ func (r *hostReader) Read(p []byte) (int, error) {
 		}
 		switch {
 		case f.Type == proto.TypeData:
-			r.cur, r.taken = f.Payload, len(f.Payload)
+			r.cur, r.frame, r.taken = f.Payload, f.Payload, len(f.Payload)
 		case len(f.Payload) == 0:
 			r.err = io.EOF
 		default:

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // MaxPayload bounds one frame's payload; larger frames are refused on both ends.
@@ -126,7 +127,12 @@ const firstAlloc = StreamChunk
 // readPayload reads exactly n bytes, growing the buffer as they arrive: a peer that declares a
 // large frame and sends less makes the reader hold only what it sent (the guest is untrusted).
 func readPayload(r io.Reader, n int) ([]byte, error) {
-	buf := make([]byte, 0, min(n, firstAlloc))
+	var buf []byte
+	if n == StreamChunk {
+		buf = (*chunkPool.Get().(*[]byte))[:0]
+	} else {
+		buf = make([]byte, 0, min(n, firstAlloc))
+	}
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -149,4 +155,17 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// chunkPool recycles the payloads of full stream chunks, so that a stream does not make the
+// runtime clear a fresh chunk for every frame (costly under emulation).
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, StreamChunk); return &b }}
+
+// Release gives back the payload of a frame Read returned once it is no longer used; payloads
+// of any other size are left to the garbage collector.
+func Release(p []byte) {
+	if cap(p) == StreamChunk {
+		p = p[:StreamChunk]
+		chunkPool.Put(&p)
+	}
 }

@@ -153,6 +153,7 @@ type streamReader struct {
 	id     uint32
 	st     *stream
 	cur    []byte // the rest of the Data frame being read
+	frame  []byte // all of it, released to proto once taken
 	taken  int    // bytes of the current frame taken
 	err    error
 	closed chan struct{}
@@ -171,14 +172,15 @@ func (r *streamReader) Read(p []byte) (int, error) {
 				return 0, r.err
 			}
 			r.taken = 0
+			proto.Release(r.frame)
+			r.frame = nil
 		}
 		f, err := r.m.next(closedCtx{r.closed}, r.st)
 		switch {
 		case err != nil:
 			r.err = err
 		case f.Type == proto.TypeData:
-			r.cur = f.Payload
-			r.taken = len(f.Payload)
+			r.cur, r.frame, r.taken = f.Payload, f.Payload, len(f.Payload)
 		case f.Type == proto.TypeEnd && len(f.Payload) == 0:
 			r.err = io.EOF
 		case f.Type == proto.TypeEnd:
