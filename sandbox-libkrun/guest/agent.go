@@ -65,7 +65,7 @@ func (a *agent) serve() error {
 		KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: proto.AgentVersion,
 		UptimeMS: ts.Nano() / 1e6, ModulesMS: modulesTime.Milliseconds(),
 	})
-	r := bufio.NewReaderSize(a.port, 1<<20)
+	r := bufio.NewReaderSize(a.port, proto.ReadBuffer)
 	for {
 		f, err := proto.Read(r)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
 	"github.com/iii-go/iii/sandbox-libkrun/image/debimage"
@@ -67,29 +68,30 @@ func measureFS(ctx context.Context, d *qemu.Driver, n int, cache *image.Cache) e
 	}
 	runtime.GC()
 	base := heapBytes()
-	mem := startMemWatch()
+	mem := startMemWatch(s.eng)
 	var wr, rd []float64
 	for i := 0; i < n; i++ {
 		sum, mbs, err := fsWrite(ctx, s.client, id, uint64(i))
 		if err != nil {
-			mem.stop()
+			_, _, _ = mem.stop()
 			return err
 		}
 		wr = append(wr, mbs)
 		mbs, err = fsRead(ctx, s.client, id, sum)
 		if err != nil {
-			mem.stop()
+			_, _, _ = mem.stop()
 			return err
 		}
 		rd = append(rd, mbs)
 	}
-	peakHeap, peakRSS := mem.stop()
+	peakHeap, peakRSS, peakChan := mem.stop()
 	fmt.Printf("fs::write / fs::read of a %d MiB file through stream channels (client -> engine -> router -> adapter -> guest),\n", fsFileSize>>20)
 	fmt.Printf("sha256 checked, %d runs each; target %.0f MB/s; engine, adapter and client share this process\n", n, fsTarget)
 	fmt.Printf("%-44s %s\n", "fs::write 32 MiB (channel content):", rate(wr))
 	fmt.Printf("%-44s %s\n", "fs::read 32 MiB (channel content):", rate(rd))
 	fmt.Printf("%-44s Go heap %.1f MiB before, peak %.1f MiB (+%.1f MiB); peak RSS %s\n", "memory while the files move:",
 		mib(base), mib(peakHeap), mib(peakHeap-min(base, peakHeap)), peakRSS)
+	fmt.Printf("%-44s peak %.1f MiB held in the engine's channel buffers\n", "", mib(peakChan))
 	return nil
 }
 
@@ -195,25 +197,27 @@ func heapBytes() uint64 {
 	return heapSample[0].Value.Uint64()
 }
 
-// memWatch samples the heap every few milliseconds and keeps the peak; the peak RSS is the
-// kernel's high-water mark, reset when the watch starts.
+// memWatch samples the heap and the bytes the engine's stream channels buffer every few
+// milliseconds and keeps their peaks; the peak RSS is the kernel's high-water mark, reset when
+// the watch starts.
 type memWatch struct {
 	done chan struct{}
-	peak chan uint64
+	peak chan [2]uint64
 }
 
-func startMemWatch() *memWatch {
+func startMemWatch(eng *core.Engine) *memWatch {
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // resets VmHWM (Linux)
-	m := &memWatch{done: make(chan struct{}), peak: make(chan uint64, 1)}
+	m := &memWatch{done: make(chan struct{}), peak: make(chan [2]uint64, 1)}
 	go func() {
 		t := time.NewTicker(5 * time.Millisecond)
 		defer t.Stop()
-		var peak uint64
+		var heap, chans uint64
 		for {
-			peak = max(peak, heapBytes())
+			heap = max(heap, heapBytes())
+			chans = max(chans, uint64(eng.ChannelBytes()))
 			select {
 			case <-m.done:
-				m.peak <- peak
+				m.peak <- [2]uint64{heap, chans}
 				return
 			case <-t.C:
 			}
@@ -222,8 +226,9 @@ func startMemWatch() *memWatch {
 	return m
 }
 
-// stop ends the watch and returns the peak heap and the peak RSS as text.
-func (m *memWatch) stop() (uint64, string) {
+// stop ends the watch and returns the peak heap, the peak RSS as text and the peak of the
+// engine's channel buffers.
+func (m *memWatch) stop() (uint64, string, uint64) {
 	close(m.done)
 	peak := <-m.peak
 	rss := "unknown"
@@ -234,7 +239,7 @@ func (m *memWatch) stop() (uint64, string) {
 			}
 		}
 	}
-	return peak, rss
+	return peak[0], rss, peak[1]
 }
 
 // measureFSDriver times the VM leg alone: FSWrite and FSRead of fsFileSize bytes on a booted

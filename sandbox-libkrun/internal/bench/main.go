@@ -172,14 +172,14 @@ func defaultFirmware() string {
 	return firmware.Dir()
 }
 
-// fsSection runs measureFS with at most 3 runs (each moves 64 MiB under emulation).
+// fsSection runs measureFS with at most 5 runs (each moves 64 MiB twice under emulation).
 func fsSection(ctx context.Context, d *qemu.Driver, n int) {
 	cache := image.NewCache("")
 	if _, ok := cache.RootFS(debimage.Presets[0].Ref); !ok {
 		fmt.Printf("fs::read / fs::write: skipped, image %s not cached (go tool mage images)\n", debimage.Presets[0].Ref)
 		return
 	}
-	if err := measureFS(ctx, d, min(n, 3), cache); err != nil {
+	if err := measureFS(ctx, d, min(n, 5), cache); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: fs:", err)
 		os.Exit(1)
 	}

@@ -120,6 +120,11 @@ func Read(r *bufio.Reader) (Frame, error) {
 	return f, nil
 }
 
+// ReadBuffer is the size of the bufio.Reader to Read frames from: smaller than a stream chunk,
+// so that the bulk of a Data frame is read straight into its payload rather than copied
+// through the buffer (a copy that costs under emulation).
+const ReadBuffer = 64 << 10
+
 // firstAlloc bounds what a frame's declared length makes Read allocate before its bytes arrive:
 // a stream's Data frame fits.
 const firstAlloc = StreamChunk

@@ -296,7 +296,7 @@ func (m *machine) consoleTail() string {
 
 func (m *machine) readLoop() {
 	defer close(m.connErr)
-	r := bufio.NewReaderSize(m.conn, 1<<20)
+	r := bufio.NewReaderSize(m.conn, proto.ReadBuffer)
 	for {
 		f, err := proto.Read(r)
 		if err != nil {
