@@ -81,8 +81,25 @@ func (m *fakeMachine) FSRead(ctx context.Context, req json.RawMessage) (json.Raw
 	if m.readErr != nil {
 		body = io.MultiReader(body, iotest.ErrReader(m.readErr))
 	}
+	closed := m.closed
 	m.mu.Unlock()
-	return head, io.NopCloser(body), nil
+	return head, &closeSignal{Reader: body, closed: closed}, nil
+}
+
+// closeSignal is a read body that reports its Close.
+type closeSignal struct {
+	io.Reader
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *closeSignal) Close() error {
+	c.once.Do(func() {
+		if c.closed != nil {
+			c.closed <- struct{}{}
+		}
+	})
+	return nil
 }
 
 // FSWrite hands the streamed bytes to fsFn's "write" as content_b64.
@@ -299,5 +316,34 @@ func TestFSReadGuestFailureAbortsChannel(t *testing.T) {
 	var ae *protocol.ChannelAbortedError
 	if !errors.As(err, &ae) || ae.Detail != "writer aborted: the guest's read failed: input/output error" || len(got) != 600<<10 {
 		t.Fatalf("read %d bytes, then %v", len(got), err)
+	}
+}
+
+// TestFSReadReaderLeaves: a caller that stops reading fs::read's channel midway ends the
+// guest's read (its body is closed) instead of leaving it to stall.
+func TestFSReadReaderLeaves(t *testing.T) {
+	h, w, mem, id := channelHarness(t)
+	mem.files["/big"] = make([]byte, 20<<20)
+	closed := make(chan struct{}, 1)
+	h.drv.mu.Lock()
+	for _, m := range h.drv.machines {
+		m.mu.Lock()
+		m.closed = closed
+		m.mu.Unlock()
+	}
+	h.drv.mu.Unlock()
+	r := h.mustCall(t, "fs::read", `{"sandbox_id":"`+id+`","path":"/big"}`)
+	rd, err := w.OpenReader(context.Background(), refOf(t, r["content"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rd, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	rd.Close()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the guest's read was not ended after its reader left")
 	}
 }
