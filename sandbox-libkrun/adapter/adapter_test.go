@@ -58,6 +58,8 @@ type fakeMachine struct {
 	fsErr    error
 	execFn   func(vm.ExecRequest) (vm.ExecResult, error)
 	fsFn     func(op string, req map[string]any) (json.RawMessage, error)
+	readErr  error         // a streamed read fails with it after the file's bytes
+	closed   chan struct{} // when set, receives one value as a streamed read's body closes
 	done     chan struct{}
 	stopOnce sync.Once
 }

@@ -3,10 +3,8 @@ package adapter
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
@@ -17,17 +15,19 @@ import (
 
 // Stream channels (req A4). fs::read answers {content: StreamChannelRef, body?, size, mode,
 // mtime}: content is the read end of a fresh engine channel into which the adapter streams the
-// file's bytes in the background, then closes it (body only for valid UTF-8 files of at most
-// 1 MiB, as the guest decides). fs::write takes exactly one of content (a UTF-8 string, or the
-// read end of a channel the caller writes the file into) and content_b64; the adapter reads a
-// channel to its end (at most MaxFSContent bytes) before the guest writes the file. A channel
-// that cannot be opened or aborts mid-op is S218 "fs channel aborted: {detail}".
-
-// MaxFSContent is the most bytes fs::read and fs::write move (the guest's limit).
-const MaxFSContent = 32 << 20
+// file's bytes in the background as the guest sends them, then closes it (body only for valid
+// UTF-8 files of at most 1 MiB, as the guest decides). fs::write takes exactly one of content
+// (a UTF-8 string, or the read end of a channel the caller writes the file into) and
+// content_b64; a channel's bytes go on to the guest as they arrive. Neither direction holds more
+// than a few chunks of a file here (vm.FSStreamer, proto.StreamWindow). A channel that cannot be
+// opened or aborts mid-op is S218 "fs channel aborted: {detail}"; a channel fs::read writes that
+// the caller abandons, or a guest read that fails midway, aborts that channel with the reason.
 
 // ReadStreamTimeout bounds how long fs::read keeps its channel open for the caller to read it.
 const ReadStreamTimeout = 5 * time.Minute
+
+// copyChunk is the buffer of a stream copy: one channel frame.
+const copyChunk = protocol.ChannelChunk
 
 // Channels creates and opens engine stream channels; *protocol.Worker is one.
 type Channels interface {
@@ -84,7 +84,7 @@ func (s *Service) fsHandler(op string) Handler {
 	}
 }
 
-// fsWrite resolves a channel content to content_b64, then forwards the write.
+// fsWrite forwards an inline write, or streams a channel content to the guest.
 func (s *Service) fsWrite(ctx context.Context, sid string, body map[string]json.RawMessage) (any, error) {
 	id, err := checkID(sid)
 	if err != nil {
@@ -114,58 +114,94 @@ func (s *Service) fsWrite(ctx context.Context, sid string, body map[string]json.
 	if err != nil {
 		return nil, scode.ChannelAborted(channelDetail(err))
 	}
-	data, err := io.ReadAll(io.LimitReader(rc, MaxFSContent+1))
-	rc.Close()
-	if err != nil {
-		return nil, scode.ChannelAborted(channelDetail(err))
-	}
-	if len(data) > MaxFSContent {
-		return nil, scode.FS(scode.S216, fmt.Sprintf("fs i/o error: content larger than %d MiB; write the file in parts", MaxFSContent>>20))
-	}
+	defer rc.Close()
 	delete(body, "content")
-	body["content_b64"], _ = json.Marshal(base64.StdEncoding.EncodeToString(data))
 	fwd, _ := json.Marshal(body)
-	return s.fs(ctx, sid, "write", fwd)
+	src := &source{r: rc}
+	return s.onMachine(ctx, sid, func(ctx context.Context, m vm.Machine) (json.RawMessage, error) {
+		st, ok := m.(vm.FSStreamer)
+		if !ok {
+			return nil, unsupported()
+		}
+		out, err := st.FSWrite(ctx, fwd, src)
+		if src.err != nil {
+			return nil, scode.ChannelAborted(channelDetail(src.err))
+		}
+		return out, err
+	})
 }
 
-// fsRead reads the file through the guest and hands its bytes out through a fresh channel.
+// source remembers the error its reader failed with.
+type source struct {
+	r   io.Reader
+	err error
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+func unsupported() *scode.Error {
+	return scode.FS(scode.S219, "fs operation unsupported by this sandbox supervisor; upgrade iii-worker to enable fs::* triggers (see S219 docs)")
+}
+
+// fsRead starts the guest's read and hands its bytes out through a fresh channel as they come.
 func (s *Service) fsRead(ctx context.Context, sid string, req json.RawMessage) (any, error) {
-	raw, err := s.fs(ctx, sid, "read", req)
+	var body io.ReadCloser
+	raw, err := s.onMachine(ctx, sid, func(ctx context.Context, m vm.Machine) (json.RawMessage, error) {
+		st, ok := m.(vm.FSStreamer)
+		if !ok {
+			return nil, unsupported()
+		}
+		head, rc, err := st.FSRead(ctx, req)
+		body = rc
+		return head, err
+	})
 	if err != nil {
 		return nil, err
 	}
 	var g struct {
-		ContentB64 string  `json:"content_b64"`
-		Body       *string `json:"body"`
-		Size       uint64  `json:"size"`
-		Mode       string  `json:"mode"`
-		Mtime      int64   `json:"mtime"`
+		Body  *string `json:"body"`
+		Size  uint64  `json:"size"`
+		Mode  string  `json:"mode"`
+		Mtime int64   `json:"mtime"`
 	}
 	if err := json.Unmarshal(raw, &g); err != nil {
+		body.Close()
 		return nil, scode.FS(scode.S216, "fs i/o error: unreadable guest reply: "+err.Error())
 	}
-	data, err := base64.StdEncoding.DecodeString(g.ContentB64)
-	if err != nil {
-		return nil, scode.FS(scode.S216, "fs i/o error: guest sent bad base64: "+err.Error())
-	}
 	if s.opt.Channels == nil {
+		body.Close()
 		return nil, scode.ChannelAborted("this adapter has no engine connection for stream channels")
 	}
 	rref, wref, err := s.opt.Channels.CreateChannel(ctx)
 	if err != nil {
+		body.Close()
 		return nil, scode.ChannelAborted("cannot create a channel: " + err.Error())
 	}
 	sctx, cancel := context.WithTimeout(s.streamCtx, ReadStreamTimeout)
 	w, err := s.opt.Channels.OpenWriter(sctx, wref)
 	if err != nil {
 		cancel()
+		body.Close()
 		return nil, scode.ChannelAborted(channelDetail(err))
 	}
 	s.streams.Add(1)
 	go func() {
 		defer s.streams.Done()
 		defer cancel()
-		if _, err := w.Write(data); err != nil {
+		stop := context.AfterFunc(sctx, func() { body.Close() })
+		defer stop()
+		defer body.Close()
+		src := &source{r: body}
+		if _, err := io.CopyBuffer(w, src, make([]byte, copyChunk)); err != nil {
+			if src.err != nil && sctx.Err() == nil {
+				_ = abortWriter(w, "the guest's read failed: "+src.err.Error())
+			}
 			s.opt.Logf("fs::read stream of channel %s ended early: %s", rref.ChannelID, channelDetail(err))
 			return
 		}
@@ -174,8 +210,24 @@ func (s *Service) fsRead(ctx context.Context, sid string, req json.RawMessage) (
 	return ReadReply{Content: rref, Body: g.Body, Size: g.Size, Mode: g.Mode, Mtime: g.Mtime}, nil
 }
 
+// abortWriter aborts a channel writer that can be aborted, else closes it.
+func abortWriter(w io.WriteCloser, reason string) error {
+	if a, ok := w.(interface{ Abort(string) error }); ok {
+		return a.Abort(reason)
+	}
+	return w.Close()
+}
+
 // fs runs one fs op on a live sandbox. Guest failures keep their S21x code.
 func (s *Service) fs(ctx context.Context, sandboxID, op string, req json.RawMessage) (json.RawMessage, error) {
+	return s.onMachine(ctx, sandboxID, func(ctx context.Context, m vm.Machine) (json.RawMessage, error) {
+		return m.FS(ctx, op, req)
+	})
+}
+
+// onMachine runs do on the machine of a live sandbox and maps its failure to an S-code: a
+// guest failure keeps its S21x code, an *scode.Error passes as it is.
+func (s *Service) onMachine(ctx context.Context, sandboxID string, do func(context.Context, vm.Machine) (json.RawMessage, error)) (json.RawMessage, error) {
 	id, err := checkID(sandboxID)
 	if err != nil {
 		return nil, err
@@ -184,9 +236,12 @@ func (s *Service) fs(ctx context.Context, sandboxID, op string, req json.RawMess
 	if err != nil {
 		return nil, err
 	}
-	reply, err := box.machine.FS(ctx, op, req)
+	reply, err := do(ctx, box.machine)
 	s.touch(box)
 	if err != nil {
+		if e, ok := scode.As(err); ok {
+			return nil, e
+		}
 		var fe *vm.FSError
 		if errors.As(err, &fe) {
 			code := fe.Code

@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 	"unicode/utf8"
 
@@ -56,6 +57,64 @@ func (f *memFS) do(op string, req map[string]any) (json.RawMessage, error) {
 		return json.Marshal(out)
 	}
 	return json.RawMessage(`{"ok":true}`), nil
+}
+
+// FSRead streams the file of fsFn's reply to "read", whose content_b64 is the file.
+func (m *fakeMachine) FSRead(ctx context.Context, req json.RawMessage) (json.RawMessage, io.ReadCloser, error) {
+	raw, err := m.FS(ctx, "read", req)
+	if err != nil {
+		return nil, nil, err
+	}
+	var r map[string]any
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, nil, err
+	}
+	s, _ := r["content_b64"].(string)
+	data, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	delete(r, "content_b64")
+	head, _ := json.Marshal(r)
+	var body io.Reader = bytes.NewReader(data)
+	m.mu.Lock()
+	if m.readErr != nil {
+		body = io.MultiReader(body, iotest.ErrReader(m.readErr))
+	}
+	closed := m.closed
+	m.mu.Unlock()
+	return head, &closeSignal{Reader: body, closed: closed}, nil
+}
+
+// closeSignal is a read body that reports its Close.
+type closeSignal struct {
+	io.Reader
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *closeSignal) Close() error {
+	c.once.Do(func() {
+		if c.closed != nil {
+			c.closed <- struct{}{}
+		}
+	})
+	return nil
+}
+
+// FSWrite hands the streamed bytes to fsFn's "write" as content_b64.
+func (m *fakeMachine) FSWrite(ctx context.Context, req json.RawMessage, body io.Reader) (json.RawMessage, error) {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err
+	}
+	var r map[string]any
+	if err := json.Unmarshal(req, &r); err != nil {
+		return nil, err
+	}
+	r["content_b64"] = base64.StdEncoding.EncodeToString(data)
+	b, _ := json.Marshal(r)
+	return m.FS(ctx, "write", b)
 }
 
 // engineWorker starts an in-process engine and returns a worker connected to it.
@@ -232,5 +291,59 @@ func TestFSReadStreamEndsOnShutdown(t *testing.T) {
 		if !errors.As(err, &ae) {
 			t.Fatalf("want an abort after shutdown, got %v", err)
 		}
+	}
+}
+
+// TestFSReadGuestFailureAbortsChannel: a guest read that fails midway aborts the channel with
+// the reason, after the bytes that came before.
+func TestFSReadGuestFailureAbortsChannel(t *testing.T) {
+	h, w, mem, id := channelHarness(t)
+	mem.files["/f"] = bytes.Repeat([]byte{1}, 600<<10)
+	h.drv.mu.Lock()
+	for _, m := range h.drv.machines {
+		m.mu.Lock()
+		m.readErr = errors.New("input/output error")
+		m.mu.Unlock()
+	}
+	h.drv.mu.Unlock()
+	r := h.mustCall(t, "fs::read", `{"sandbox_id":"`+id+`","path":"/f"}`)
+	rd, err := w.OpenReader(context.Background(), refOf(t, r["content"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rd)
+	rd.Close()
+	var ae *protocol.ChannelAbortedError
+	if !errors.As(err, &ae) || ae.Detail != "writer aborted: the guest's read failed: input/output error" || len(got) != 600<<10 {
+		t.Fatalf("read %d bytes, then %v", len(got), err)
+	}
+}
+
+// TestFSReadReaderLeaves: a caller that stops reading fs::read's channel midway ends the
+// guest's read (its body is closed) instead of leaving it to stall.
+func TestFSReadReaderLeaves(t *testing.T) {
+	h, w, mem, id := channelHarness(t)
+	mem.files["/big"] = make([]byte, 20<<20)
+	closed := make(chan struct{}, 1)
+	h.drv.mu.Lock()
+	for _, m := range h.drv.machines {
+		m.mu.Lock()
+		m.closed = closed
+		m.mu.Unlock()
+	}
+	h.drv.mu.Unlock()
+	r := h.mustCall(t, "fs::read", `{"sandbox_id":"`+id+`","path":"/big"}`)
+	rd, err := w.OpenReader(context.Background(), refOf(t, r["content"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(rd, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	rd.Close()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the guest's read was not ended after its reader left")
 	}
 }

@@ -21,15 +21,16 @@ type agent struct {
 	port *os.File
 	wmu  sync.Mutex
 
-	mu    sync.Mutex
-	execs map[uint32]*running
+	mu      sync.Mutex
+	execs   map[uint32]*running
+	streams map[uint32]*gstream // streamed fs ops (stream.go)
 
 	spawnMu  sync.Mutex   // held while starting a command and while reaping orphans
 	children map[int]bool // PIDs of running commands, reaped by their own Wait
 }
 
 func newAgent(port *os.File) *agent {
-	a := &agent{port: port, execs: map[uint32]*running{}, children: map[int]bool{}}
+	a := &agent{port: port, execs: map[uint32]*running{}, streams: map[uint32]*gstream{}, children: map[int]bool{}}
 	go a.reapOrphans()
 	return a
 }
@@ -64,7 +65,7 @@ func (a *agent) serve() error {
 		KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: proto.AgentVersion,
 		UptimeMS: ts.Nano() / 1e6, ModulesMS: modulesTime.Milliseconds(),
 	})
-	r := bufio.NewReaderSize(a.port, 1<<20)
+	r := bufio.NewReaderSize(a.port, proto.ReadBuffer)
 	for {
 		f, err := proto.Read(r)
 		if err != nil {
@@ -131,14 +132,19 @@ func (a *agent) serve() error {
 				a.replyErr(f.ID, err)
 				continue
 			}
-			go func(id uint32) {
-				res, ferr := fsops.Do(req.Op, req.Request)
-				if ferr != nil {
-					a.sendJSON(proto.TypeReply, id, proto.Reply{Error: &proto.Error{Code: ferr.Code, Message: ferr.Message, Fix: ferr.Fix}})
-					return
-				}
-				a.sendJSON(proto.TypeReply, id, proto.Reply{Result: res})
-			}(f.ID)
+			switch {
+			case req.Op == "read":
+				go a.streamRead(f.ID, a.openStream(f.ID), req.Request)
+			case req.Op == "write" && req.Stream:
+				go a.streamWrite(f.ID, a.openStream(f.ID), req.Request)
+			default:
+				go func(id uint32) {
+					res, ferr := fsops.Do(req.Op, req.Request)
+					a.fsReply(id, res, ferr)
+				}(f.ID)
+			}
+		case proto.TypeData, proto.TypeEnd, proto.TypeCredit:
+			a.deliverStream(f)
 		}
 	}
 }

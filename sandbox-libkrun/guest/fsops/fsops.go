@@ -1,8 +1,9 @@
 // Package fsops implements the ten fs::* operations of the sandbox contract against the local
 // filesystem; the guest agent runs it inside the sandbox root. Requests and replies are the JSON
 // bodies of the 0.25 in-engine daemon's fs::* functions without sandbox_id (req A4), except that
-// read returns the file's bytes as content_b64 (the adapter turns them into a stream channel)
-// and write takes content as a string or content_b64.
+// write takes content as a string or content_b64 (stream channels are resolved by the adapter),
+// and that read and a write of streamed bytes are OpenRead and WriteFrom (stream.go), whose bytes
+// the agent moves in chunks.
 package fsops
 
 import (
@@ -47,7 +48,7 @@ func Do(op string, req json.RawMessage) (json.RawMessage, *Error) {
 }
 
 var ops = map[string]func(json.RawMessage) (any, *Error){
-	"ls": ls, "stat": stat, "mkdir": mkdir, "write": write, "read": read,
+	"ls": ls, "stat": stat, "mkdir": mkdir, "write": write,
 	"rm": rm, "chmod": chmod, "mv": mv, "grep": grep, "sed": sed,
 }
 

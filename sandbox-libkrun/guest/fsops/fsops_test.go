@@ -1,11 +1,16 @@
 package fsops
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func call(t *testing.T, op string, req map[string]any) (map[string]any, *Error) {
@@ -54,16 +59,20 @@ func TestWriteReadStat(t *testing.T) {
 	wantCode(t, "write", map[string]any{"path": f}, "S210")
 	wantCode(t, "write", map[string]any{"path": f, "content": "a", "content_b64": "YQ=="}, "S210")
 	wantCode(t, "write", map[string]any{"path": f, "content": "a", "mode": "9"}, "S210")
-	r = must(t, "read", map[string]any{"path": f})
-	if r["body"] != "héllo\n" || r["content_b64"] != "aMOpbGxvCg==" || r["mode"] != "0600" || r["size"] != float64(7) {
-		t.Fatalf("read: %v", r)
+	r, data := readAll(t, f)
+	if r["body"] != "héllo\n" || string(data) != "héllo\n" || r["mode"] != "0600" || r["size"] != float64(7) {
+		t.Fatalf("read: %v %q", r, data)
 	}
 	must(t, "write", map[string]any{"path": filepath.Join(d, "bin"), "content_b64": "AP8="})
-	if r = must(t, "read", map[string]any{"path": filepath.Join(d, "bin")}); r["body"] != nil {
+	if r, data = readAll(t, filepath.Join(d, "bin")); r["body"] != nil || string(data) != "\x00\xff" {
 		t.Fatalf("binary file has a body: %v", r)
 	}
-	wantCode(t, "read", map[string]any{"path": filepath.Join(d, "nope")}, "S211")
-	wantCode(t, "read", map[string]any{"path": d}, "S212")
+	for path, code := range map[string]string{filepath.Join(d, "nope"): "S211", d: "S212"} {
+		b, _ := json.Marshal(map[string]any{"path": path})
+		if _, e := OpenRead(b); e == nil || e.Code != code {
+			t.Fatalf("read %s: %v, want %s", path, e, code)
+		}
+	}
 	r = must(t, "stat", map[string]any{"path": f})
 	if r["name"] != "b.txt" || r["is_dir"] != false || r["size"] != float64(7) {
 		t.Fatalf("stat: %v", r)
@@ -149,5 +158,60 @@ func TestGrepSed(t *testing.T) {
 	res := r["results"].([]any)[0].(map[string]any)
 	if res["success"] != false || !strings.HasPrefix(res["error"].(string), "file not found") {
 		t.Fatalf("sed missing file: %v", r)
+	}
+}
+
+// readAll runs OpenRead of path and reads the stream to its end.
+func readAll(t *testing.T, path string) (map[string]any, []byte) {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"path": path})
+	rd, e := OpenRead(b)
+	if e != nil {
+		t.Fatalf("read %s: %v", path, e)
+	}
+	defer rd.Close()
+	var head map[string]any
+	if err := json.Unmarshal(rd.Head, &head); err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return head, data
+}
+
+// TestStreams: a large file streams without a body and with its whole size; WriteFrom writes
+// its source, and a source that fails midway leaves the old file and no temporary behind.
+func TestStreams(t *testing.T) {
+	d := t.TempDir()
+	f := filepath.Join(d, "big")
+	want := bytes.Repeat([]byte("0123456789abcdef"), (3<<20)/16+5)
+	req, _ := json.Marshal(map[string]any{"path": f, "mode": "0600"})
+	out, e := WriteFrom(req, bytes.NewReader(want))
+	if e != nil || string(out) != `{"bytes_written":`+strconv.Itoa(len(want))+`,"path":"`+f+`"}` {
+		t.Fatalf("WriteFrom: %s %v", out, e)
+	}
+	head, got := readAll(t, f)
+	if !bytes.Equal(got, want) || head["size"] != float64(len(want)) || head["body"] != nil || head["mode"] != "0600" {
+		t.Fatalf("read back %d bytes, head %v", len(got), head)
+	}
+	_, e = WriteFrom(req, io.MultiReader(strings.NewReader("partial"), iotest.ErrReader(errors.New("writer aborted: gone"))))
+	if e == nil || e.Code != "S218" || e.Message != "fs channel aborted: writer aborted: gone" {
+		t.Fatalf("failing source: %v", e)
+	}
+	if _, got = readAll(t, f); !bytes.Equal(got, want) {
+		t.Fatal("a failed streamed write changed the file")
+	}
+	if ents, _ := os.ReadDir(d); len(ents) != 1 {
+		t.Fatalf("left behind: %v", ents)
+	}
+	withContent, _ := json.Marshal(map[string]any{"path": f, "content": "x"})
+	if _, e = WriteFrom(withContent, strings.NewReader("")); e == nil || e.Code != "S210" {
+		t.Fatalf("streamed write with content: %v", e)
+	}
+	noParent, _ := json.Marshal(map[string]any{"path": filepath.Join(d, "x", "y")})
+	if _, e = WriteFrom(noParent, strings.NewReader("")); e == nil || e.Code != "S211" {
+		t.Fatalf("streamed write without parent: %v", e)
 	}
 }

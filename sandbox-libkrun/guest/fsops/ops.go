@@ -8,11 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"unicode/utf8"
 )
-
-// maxRead bounds fs::read; larger files must be read in a command.
-const maxRead = 32 << 20
 
 // bodyLimit is the largest file whose text is also returned as body.
 const bodyLimit = 1 << 20
@@ -124,17 +120,8 @@ func write(req json.RawMessage) (any, *Error) {
 			return nil, invalid("`content_b64` is not valid base64: %v", err)
 		}
 	}
-	if fi, err := os.Stat(r.Path); err == nil && fi.IsDir() {
-		return nil, &Error{Code: "S212", Message: "not a directory or wrong type: " + r.Path}
-	}
-	dir := filepath.Dir(r.Path)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		if !r.Parents {
-			return nil, parentMissing(r.Path)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fsErr(dir, err)
-		}
+	if e := prepareWrite(r); e != nil {
+		return nil, e
 	}
 	if err := os.WriteFile(r.Path, data, mode.Perm()); err != nil {
 		return nil, fsErr(r.Path, err)
@@ -145,35 +132,22 @@ func write(req json.RawMessage) (any, *Error) {
 	return map[string]any{"bytes_written": len(data), "path": r.Path}, nil
 }
 
-func read(req json.RawMessage) (any, *Error) {
-	r, e := decodePath(req)
-	if e != nil {
-		return nil, e
+// prepareWrite checks that r.Path is not a directory and that its parent exists, creating it
+// when r.Parents is set.
+func prepareWrite(r writeReq) *Error {
+	if fi, err := os.Stat(r.Path); err == nil && fi.IsDir() {
+		return &Error{Code: "S212", Message: "not a directory or wrong type: " + r.Path}
 	}
-	fi, err := os.Stat(r.Path)
-	if err != nil {
-		return nil, fsErr(r.Path, err)
+	dir := filepath.Dir(r.Path)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if !r.Parents {
+			return parentMissing(r.Path)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fsErr(dir, err)
+		}
 	}
-	if fi.IsDir() {
-		return nil, &Error{Code: "S212", Message: "not a directory or wrong type: " + r.Path}
-	}
-	if fi.Size() > maxRead {
-		return nil, &Error{Code: "S216", Message: "fs i/o error: file larger than 32 MiB; read it in parts with exec"}
-	}
-	data, err := os.ReadFile(r.Path)
-	if err != nil {
-		return nil, fsErr(r.Path, err)
-	}
-	out := map[string]any{
-		"content_b64": base64.StdEncoding.EncodeToString(data),
-		"size":        len(data),
-		"mode":        modeString(fi.Mode()),
-		"mtime":       unixTime(fi.ModTime()),
-	}
-	if len(data) <= bodyLimit && utf8.Valid(data) {
-		out["body"] = string(data)
-	}
-	return out, nil
+	return nil
 }
 
 func rm(req json.RawMessage) (any, *Error) {

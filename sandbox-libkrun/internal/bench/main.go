@@ -1,6 +1,7 @@
 // Command bench measures the sandbox adapter's costs on this host: the floor is a bare qemu boot
 // of the firmware's kernel and initramfs running nothing but `true`; sandbox::run is timed end to
 // end through an in-process engine, its sandbox router and the adapter, cold and with a warm pool.
+// The fs section times fs::write and fs::read of a 32 MiB file through stream channels.
 // A last section does the same cold for the other guest architecture (aarch64 on an x86_64 host,
 // under TCG emulation), over virtiofs and over 9p (the share of macOS).
 package main
@@ -29,6 +30,7 @@ func main() {
 	other := otherArch()
 	guestArch := flag.String("guest-arch", other.Name, "architecture of the last section's guests (empty: no such section)")
 	guestFW := flag.String("guest-firmware", "", "VM firmware directory of -guest-arch (default dist/firmware/<its linux target>, else the installed one)")
+	fsOnly := flag.Bool("fs", false, "run only the fs::read / fs::write section")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -39,6 +41,10 @@ func main() {
 		return
 	}
 	fmt.Printf("accelerator %s (asked: %s); firmware %s; the floor and every sandbox::run below run under it\n", d.Accel(), *accel, *fw)
+	if *fsOnly {
+		fsSection(ctx, d, *n)
+		return
+	}
 	floor, err := measureFloor(ctx, d, *n)
 	if err != nil {
 		fmt.Println("bench (sandbox-libkrun): skipped: the floor boot fails:", err)
@@ -82,6 +88,7 @@ func main() {
 			fmt.Printf("%s %s  %s\n", pad(name, 44), stats[i], verdict(stats[i], floor))
 		}
 	}
+	fsSection(ctx, d, *n)
 	if *guestArch != "" {
 		if err := guestSection(ctx, *guestArch, *guestFW, *accel, *n); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: guest arch:", err)
@@ -163,4 +170,17 @@ func defaultFirmware() string {
 		return dir
 	}
 	return firmware.Dir()
+}
+
+// fsSection runs measureFS with at most 5 runs (each moves 64 MiB twice under emulation).
+func fsSection(ctx context.Context, d *qemu.Driver, n int) {
+	cache := image.NewCache("")
+	if _, ok := cache.RootFS(debimage.Presets[0].Ref); !ok {
+		fmt.Printf("fs::read / fs::write: skipped, image %s not cached (go tool mage images)\n", debimage.Presets[0].Ref)
+		return
+	}
+	if err := measureFS(ctx, d, min(n, 5), cache); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: fs:", err)
+		os.Exit(1)
+	}
 }

@@ -35,6 +35,7 @@ var runCases = []runCase{
 // stack is an in-process engine with the sandbox router bound to an adapter worker that serves
 // the real adapter.Service over the Go SDK, and a client worker calling sandbox::run in default.
 type stack struct {
+	eng    *core.Engine
 	svc    *adapter.Service
 	drv    *countingDriver
 	client *protocol.Worker
@@ -60,8 +61,9 @@ func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings, cache
 		return nil, err
 	}
 	drv := &countingDriver{Driver: d}
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{cache}, Version: "bench", StateDir: state, Accelerator: d.Accel()})
 	aw := protocol.NewWorker(protocol.Config{URL: url, Name: adapter.Name, Logger: quiet})
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{cache}, Version: "bench", StateDir: state,
+		Accelerator: d.Accel(), Channels: aw})
 	for op, h := range svc.Handlers() {
 		if err := aw.Register(adapter.Name+"::"+op, wrap(h)); err != nil {
 			cancel()
@@ -69,7 +71,7 @@ func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings, cache
 		}
 	}
 	client := protocol.NewWorker(protocol.Config{URL: url, Name: "bench-client", Logger: quiet})
-	s := &stack{svc: svc, drv: drv, client: client}
+	s := &stack{eng: eng, svc: svc, drv: drv, client: client}
 	s.close = func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer scancel()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // MaxPayload bounds one frame's payload; larger frames are refused on both ends.
@@ -21,7 +22,7 @@ const headerLen = 9
 type Type byte
 
 // Frame types. Host→guest: Init, Exec, Kill, FS, Shutdown. Guest→host: Hello, Reply, Output,
-// ExecDone.
+// ExecDone. Both ways (streamed fs::read and fs::write, revision 5): Data, End, Credit.
 const (
 	TypeHello    Type = 1  // guest is up: Hello
 	TypeInit     Type = 2  // set up the root filesystem: Init; answered by Reply
@@ -33,6 +34,9 @@ const (
 	TypeOutput   Type = 8  // streamed output chunk of an exec: Output
 	TypeExecDone Type = 9  // an exec finished: ExecDone
 	TypePing     Type = 10 // liveness probe; answered by a Reply with the same id
+	TypeData     Type = 11 // a chunk of a streamed file (raw bytes, not JSON); same id as its FS
+	TypeEnd      Type = 12 // end of a stream: empty payload when complete, else why it was aborted
+	TypeCredit   Type = 13 // the receiver of a stream took bytes: Credit
 )
 
 // Frame is one message on the control channel.
@@ -58,16 +62,35 @@ func Encode(dst []byte, f Frame) ([]byte, error) {
 	return append(dst, f.Payload...), nil
 }
 
-// Write writes f to w in a single Write call, so concurrent writers serialised by a mutex never
-// interleave.
+// Write writes f to w: a small frame in a single Write call, a large one (a stream's Data) as
+// its header then its payload, which saves copying the payload. Concurrent writers must hold a
+// mutex around Write.
 func Write(w io.Writer, f Frame) error {
-	b, err := Encode(make([]byte, 0, headerLen+len(f.Payload)), f)
+	if len(f.Payload) < splitWrite {
+		b, err := Encode(make([]byte, 0, headerLen+len(f.Payload)), f)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	h, err := Encode(make([]byte, 0, headerLen), Frame{Type: f.Type, ID: f.ID})
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(b)
+	if len(f.Payload) > MaxPayload {
+		return ErrTooLarge
+	}
+	binary.BigEndian.PutUint32(h[0:4], uint32(len(f.Payload)+5))
+	if _, err := w.Write(h); err != nil {
+		return err
+	}
+	_, err = w.Write(f.Payload)
 	return err
 }
+
+// splitWrite is the payload size from which Write sends header and payload apart.
+const splitWrite = 32 << 10
 
 // Read reads one frame from r. A clean end of stream before a frame starts is io.EOF; a stream
 // that ends inside a frame is io.ErrUnexpectedEOF.
@@ -97,13 +120,24 @@ func Read(r *bufio.Reader) (Frame, error) {
 	return f, nil
 }
 
-// firstAlloc bounds what a frame's declared length makes Read allocate before its bytes arrive.
-const firstAlloc = 64 << 10
+// ReadBuffer is the size of the bufio.Reader to Read frames from: smaller than a stream chunk,
+// so that the bulk of a Data frame is read straight into its payload rather than copied
+// through the buffer (a copy that costs under emulation).
+const ReadBuffer = 64 << 10
+
+// firstAlloc bounds what a frame's declared length makes Read allocate before its bytes arrive:
+// a stream's Data frame fits.
+const firstAlloc = StreamChunk
 
 // readPayload reads exactly n bytes, growing the buffer as they arrive: a peer that declares a
 // large frame and sends less makes the reader hold only what it sent (the guest is untrusted).
 func readPayload(r io.Reader, n int) ([]byte, error) {
-	buf := make([]byte, 0, min(n, firstAlloc))
+	var buf []byte
+	if n == StreamChunk {
+		buf = (*chunkPool.Get().(*[]byte))[:0]
+	} else {
+		buf = make([]byte, 0, min(n, firstAlloc))
+	}
 	for len(buf) < n {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -126,4 +160,17 @@ func unexpected(err error) error {
 		return io.ErrUnexpectedEOF
 	}
 	return err
+}
+
+// chunkPool recycles the payloads of full stream chunks, so that a stream does not make the
+// runtime clear a fresh chunk for every frame (costly under emulation).
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, StreamChunk); return &b }}
+
+// Release gives back the payload of a frame Read returned once it is no longer used; payloads
+// of any other size are left to the garbage collector.
+func Release(p []byte) {
+	if cap(p) == StreamChunk {
+		p = p[:StreamChunk]
+		chunkPool.Put(&p)
+	}
 }

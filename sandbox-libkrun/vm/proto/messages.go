@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/4"
+const AgentVersion = "iii-guest/5"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -88,10 +88,15 @@ type Kill struct {
 	Signal int `json:"signal"`
 }
 
-// FS is one fs::* operation; Op is the name without prefix and Request its JSON body.
+// FS is one fs::* operation; Op is the name without prefix and Request its JSON body. With
+// Stream (revision 5) the file's bytes move as Data frames after it instead of inside it: for
+// "write" the host sends them (the request carries no content), then an End, and the guest
+// answers with a Reply once the file is written; for "read" the guest answers with a Reply
+// holding {size, mode, mtime, body?}, then sends the file as Data frames and an End.
 type FS struct {
 	Op      string          `json:"op"`
 	Request json.RawMessage `json:"request"`
+	Stream  bool            `json:"stream,omitempty"`
 }
 
 // Marshal builds a frame whose payload is the JSON of v.

@@ -48,10 +48,12 @@ type machine struct {
 	deadline *time.Timer
 }
 
-// call is a request waiting for its answer; out receives streamed output of an exec.
+// call is a request waiting for its answer; out receives streamed output of an exec. A streamed
+// fs op has a *stream instead of reply (see fsstream.go).
 type call struct {
-	reply chan proto.Frame
-	out   func(stream int, data []byte)
+	reply  chan proto.Frame
+	out    func(stream int, data []byte)
+	stream *stream
 }
 
 func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
@@ -294,7 +296,7 @@ func (m *machine) consoleTail() string {
 
 func (m *machine) readLoop() {
 	defer close(m.connErr)
-	r := bufio.NewReaderSize(m.conn, 1<<20)
+	r := bufio.NewReaderSize(m.conn, proto.ReadBuffer)
 	for {
 		f, err := proto.Read(r)
 		if err != nil {
@@ -318,12 +320,18 @@ func (m *machine) readLoop() {
 					c.out(o.Stream, o.Data)
 				}
 			}
-		case proto.TypeReply, proto.TypeExecDone:
+		case proto.TypeReply, proto.TypeExecDone, proto.TypeData, proto.TypeEnd, proto.TypeCredit:
 			m.mu.Lock()
 			c := m.pending[f.ID]
-			delete(m.pending, f.ID)
+			final := c != nil && c.stream == nil && (f.Type == proto.TypeReply || f.Type == proto.TypeExecDone)
+			if final {
+				delete(m.pending, f.ID)
+			}
 			m.mu.Unlock()
-			if c != nil {
+			switch {
+			case c != nil && c.stream != nil:
+				c.stream.deliver(f)
+			case final:
 				c.reply <- f
 			}
 		}

@@ -1,0 +1,21 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+)
+
+// FSStreamer is a Machine that moves the bytes of fs::read and fs::write in bounded chunks
+// instead of one frame holding the whole file (req A4).
+type FSStreamer interface {
+	// FSRead starts fs::read of req (REFERENCE-sandbox.md §4.7 minus sandbox_id). head is the
+	// reply without content: {size, mode, mtime, body?}; body yields the file's bytes, then
+	// io.EOF, or an error when the guest aborts the stream. Closing body before its end
+	// cancels the read in the guest. A failure before the stream starts is an *FSError.
+	FSRead(ctx context.Context, req json.RawMessage) (head json.RawMessage, body io.ReadCloser, err error)
+	// FSWrite runs fs::write of req without content, the file's bytes read from body. When
+	// reading body fails the write is abandoned (no file is left behind) and that error is
+	// returned as it is; a guest failure is an *FSError.
+	FSWrite(ctx context.Context, req json.RawMessage, body io.Reader) (json.RawMessage, error)
+}

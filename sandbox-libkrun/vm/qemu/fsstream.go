@@ -1,0 +1,309 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
+)
+
+// Streamed fs::read and fs::write (req A4): the file moves as Data frames of at most
+// proto.StreamChunk bytes under the window of proto.StreamWindow, so the host holds at most a
+// window of it, and readLoop never blocks on a slow consumer.
+
+// streamQueue bounds the frames a stream queues for its consumer: its reply, a window of full
+// Data frames, its End, and slack for a last short frame.
+const streamQueue = proto.StreamWindow/proto.StreamChunk + 4
+
+// stream is the host end of one streamed fs op: the guest's frames for it in order, and the
+// credit the guest granted for host→guest Data.
+type stream struct {
+	frames chan proto.Frame
+	broken chan struct{} // closed when the guest broke the protocol (overran the window)
+	once   sync.Once
+
+	mu     sync.Mutex
+	credit int
+	more   chan struct{} // capacity 1: credit was added
+}
+
+func newStream() *stream {
+	return &stream{frames: make(chan proto.Frame, streamQueue), broken: make(chan struct{}),
+		credit: proto.StreamWindow, more: make(chan struct{}, 1)}
+}
+
+// deliver is called by readLoop: Credit adds to the credit, any other frame is queued. A guest
+// that sends beyond its window breaks the stream instead of blocking readLoop.
+func (s *stream) deliver(f proto.Frame) {
+	if f.Type == proto.TypeCredit {
+		n, err := proto.ParseCredit(f.Payload)
+		if err != nil {
+			s.fail()
+			return
+		}
+		s.mu.Lock()
+		s.credit += n
+		over := s.credit > proto.StreamWindow
+		s.mu.Unlock()
+		if over {
+			s.fail()
+			return
+		}
+		select {
+		case s.more <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if f.Type == proto.TypeData && len(f.Payload) > proto.StreamChunk {
+		s.fail()
+		return
+	}
+	select {
+	case s.frames <- f:
+	default:
+		s.fail()
+	}
+}
+
+func (s *stream) fail() { s.once.Do(func() { close(s.broken) }) }
+
+func (m *machine) openStream() (uint32, *stream) {
+	id := m.nextID.Add(1)
+	st := newStream()
+	m.mu.Lock()
+	m.pending[id] = &call{stream: st}
+	m.mu.Unlock()
+	return id, st
+}
+
+// next waits for the stream's next frame.
+func (m *machine) next(ctx context.Context, st *stream) (proto.Frame, error) {
+	select {
+	case f := <-st.frames:
+		return f, nil
+	default:
+	}
+	select {
+	case f := <-st.frames:
+		return f, nil
+	case <-st.broken:
+		return proto.Frame{}, proto.ErrStreamWindow
+	case <-m.connErr:
+		return proto.Frame{}, ErrStopped
+	case <-ctx.Done():
+		return proto.Frame{}, ctx.Err()
+	}
+}
+
+// replyResult decodes a Reply frame into its result or its error.
+func replyResult(f proto.Frame) (json.RawMessage, error) {
+	if f.Type != proto.TypeReply {
+		return nil, fmt.Errorf("vm: the guest sent frame type %d before its reply", f.Type)
+	}
+	var r proto.Reply
+	if err := json.Unmarshal(f.Payload, &r); err != nil {
+		return nil, err
+	}
+	if r.Error != nil {
+		if r.Error.Code != "" {
+			return nil, &vm.FSError{Code: r.Error.Code, Message: r.Error.Message, Fix: r.Error.Fix}
+		}
+		return nil, errors.New(r.Error.Message)
+	}
+	return r.Result, nil
+}
+
+// FSRead starts a streamed fs::read; see vm.FSStreamer.
+func (m *machine) FSRead(ctx context.Context, req json.RawMessage) (json.RawMessage, io.ReadCloser, error) {
+	id, st := m.openStream()
+	f, err := proto.Marshal(proto.TypeFS, id, proto.FS{Op: "read", Request: req, Stream: true})
+	if err == nil {
+		err = m.send(f)
+		if err != nil {
+			err = fmt.Errorf("%w: %v", ErrStopped, err)
+		}
+	}
+	if err == nil {
+		f, err = m.next(ctx, st)
+	}
+	var head json.RawMessage
+	if err == nil {
+		head, err = replyResult(f)
+	}
+	if err != nil {
+		m.forget(id)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			_ = m.send(proto.EndFrame(id, "cancelled by the host"))
+		}
+		return nil, nil, err
+	}
+	return head, &streamReader{m: m, id: id, st: st, closed: make(chan struct{})}, nil
+}
+
+// streamReader reads a guest→host stream and grants credit as its bytes are taken.
+type streamReader struct {
+	m      *machine
+	id     uint32
+	st     *stream
+	cur    []byte // the rest of the Data frame being read
+	frame  []byte // all of it, released to proto once taken
+	taken  int    // bytes of the current frame taken
+	err    error
+	closed chan struct{}
+	once   sync.Once
+}
+
+// Read reads the file's bytes.
+func (r *streamReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.taken > 0 {
+			if err := r.m.send(proto.CreditFrame(r.id, r.taken)); err != nil {
+				r.err = fmt.Errorf("%w: %v", ErrStopped, err)
+				return 0, r.err
+			}
+			r.taken = 0
+			proto.Release(r.frame)
+			r.frame = nil
+		}
+		f, err := r.m.next(closedCtx{r.closed}, r.st)
+		switch {
+		case err != nil:
+			r.err = err
+		case f.Type == proto.TypeData:
+			r.cur, r.frame, r.taken = f.Payload, f.Payload, len(f.Payload)
+		case f.Type == proto.TypeEnd && len(f.Payload) == 0:
+			r.err = io.EOF
+		case f.Type == proto.TypeEnd:
+			r.err = fmt.Errorf("the guest aborted the read: %s", f.Payload)
+		default:
+			r.err = fmt.Errorf("vm: unexpected frame type %d in a read stream", f.Type)
+		}
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
+
+// Close ends the stream; before its end the guest is told to stop sending. It may be called
+// while a Read waits, which then fails.
+func (r *streamReader) Close() error {
+	r.once.Do(func() {
+		close(r.closed)
+		r.m.forget(r.id)
+		_ = r.m.send(proto.EndFrame(r.id, "closed by the host"))
+	})
+	return nil
+}
+
+// closedCtx is a context that is done when its channel closes.
+type closedCtx struct{ done chan struct{} }
+
+func (c closedCtx) Deadline() (deadline time.Time, ok bool) { return }
+func (c closedCtx) Done() <-chan struct{}                   { return c.done }
+func (c closedCtx) Value(any) any                           { return nil }
+func (c closedCtx) Err() error {
+	select {
+	case <-c.done:
+		return errReaderClosed
+	default:
+		return nil
+	}
+}
+
+var errReaderClosed = errors.New("vm: the read stream was closed")
+
+// FSWrite runs a streamed fs::write; see vm.FSStreamer.
+func (m *machine) FSWrite(ctx context.Context, req json.RawMessage, body io.Reader) (json.RawMessage, error) {
+	id, st := m.openStream()
+	defer m.forget(id)
+	f, err := proto.Marshal(proto.TypeFS, id, proto.FS{Op: "write", Request: req, Stream: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.send(f); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrStopped, err)
+	}
+	abort := func(reason string) { _ = m.send(proto.EndFrame(id, reason)) }
+	buf := make([]byte, proto.StreamChunk)
+	for {
+		n, rerr := io.ReadFull(body, buf)
+		if n > 0 {
+			if early, err := m.waitCredit(ctx, st, n); early != nil || err != nil {
+				if early != nil {
+					return replyResult(*early) // the guest refused the write before its end
+				}
+				abort("host: " + err.Error())
+				return nil, err
+			}
+			if err := m.send(proto.Frame{Type: proto.TypeData, ID: id, Payload: buf[:n]}); err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrStopped, err)
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			abort("the host's source failed: " + rerr.Error())
+			return nil, rerr
+		}
+	}
+	if err := m.send(proto.EndFrame(id, "")); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrStopped, err)
+	}
+	for {
+		f, err := m.next(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		if f.Type == proto.TypeReply {
+			return replyResult(f)
+		}
+	}
+}
+
+// waitCredit takes n bytes of credit, waiting for the guest to grant them. A Reply that comes
+// first (the guest refused the write) is returned as early.
+func (m *machine) waitCredit(ctx context.Context, st *stream, n int) (*proto.Frame, error) {
+	for {
+		select {
+		case f := <-st.frames:
+			if f.Type == proto.TypeReply {
+				return &f, nil
+			}
+			continue
+		default:
+		}
+		st.mu.Lock()
+		if st.credit >= n {
+			st.credit -= n
+			st.mu.Unlock()
+			return nil, nil
+		}
+		st.mu.Unlock()
+		select {
+		case <-st.more:
+		case f := <-st.frames:
+			if f.Type == proto.TypeReply {
+				return &f, nil
+			}
+		case <-st.broken:
+			return nil, proto.ErrStreamWindow
+		case <-m.connErr:
+			return nil, ErrStopped
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+var _ vm.FSStreamer = (*machine)(nil)
