@@ -58,11 +58,9 @@ func (a *agent) replyErr(id uint32, err error) {
 func (a *agent) serve() error {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
 	a.sendJSON(proto.TypeHello, 0, proto.Hello{
 		KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: proto.AgentVersion,
-		UptimeMS: ts.Nano() / 1e6, ModulesMS: modulesTime.Milliseconds(),
+		UptimeMS: uptime().Milliseconds(), ModulesMS: modulesTime.Milliseconds(), InitMS: initUptime.Milliseconds(),
 	})
 	r := bufio.NewReaderSize(a.port, 1<<20)
 	for {
@@ -91,15 +89,12 @@ func (a *agent) serve() error {
 					continue
 				}
 			}
-			fsType := "virtiofs"
-			if in.Share == proto.Share9P {
-				if err := loadModules("/lib/modules/order.9p"); err != nil {
-					a.replyErr(f.ID, fmt.Errorf("9p: %w", err))
-					continue
-				}
-				fsType = "9p"
+			fsType, err := loadShareModules(in)
+			if err != nil {
+				a.replyErr(f.ID, err)
+				continue
 			}
-			if err := setupRoot(fsType, in.RootTag, in.ScratchMB, in.Mounts); err != nil {
+			if err := setupRoot(fsType, in.RootTag, in.RootImage, in.ScratchMB, in.Mounts); err != nil {
 				a.replyErr(f.ID, err)
 				continue
 			}

@@ -1,0 +1,48 @@
+package qemu
+
+import (
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
+)
+
+// BootTimes are the host's timestamps of one boot and what the guest agent said of its own
+// (Hello: the guest's uptime when /init started, the time it spent loading modules and its
+// uptime when the control port opened). A machine returned by Boot reports them.
+type BootTimes struct {
+	Start       time.Time   // Boot was called
+	SharesReady time.Time   // the root image is ready and every virtiofsd socket exists
+	QemuStarted time.Time   // the qemu process was started
+	Hello       time.Time   // the agent's Hello arrived
+	Ready       time.Time   // the agent answered Init: the root is assembled
+	Guest       proto.Hello // the guest's own account, in milliseconds of its uptime
+}
+
+// Phase is one named part of a boot.
+type Phase struct {
+	Name string
+	D    time.Duration
+}
+
+// Phases splits the boot into consecutive parts whose sum is Ready-Start: the root image (its
+// check, or its build the first time) and the virtiofsd servers, qemu's own start (process start to the guest kernel's clock starting: the time from
+// qemu's start to Hello minus the guest's uptime at Hello), the kernel (to /init), the agent's
+// module loading, the agent reaching its control port (with Hello's trip to the host), and the
+// root's assembly (Init's round trip: the mounts).
+func (t BootTimes) Phases() []Phase {
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	g := t.Guest
+	toHello := t.Hello.Sub(t.QemuStarted)
+	qemuStart := toHello - ms(g.UptimeMS)
+	return []Phase{
+		{"root image + virtiofsd", t.SharesReady.Sub(t.Start)},
+		{"qemu start", t.QemuStarted.Sub(t.SharesReady) + qemuStart},
+		{"kernel to /init", ms(g.InitMS)},
+		{"modules", ms(g.ModulesMS)},
+		{"agent port + hello", ms(g.UptimeMS - g.InitMS - g.ModulesMS)},
+		{"mounts (Init)", t.Ready.Sub(t.Hello)},
+	}
+}
+
+// BootTimes reports the timestamps of the machine's boot.
+func (m *machine) BootTimes() BootTimes { return m.times }
