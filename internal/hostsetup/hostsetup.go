@@ -16,10 +16,9 @@ import (
 )
 
 // VM are the packages a sandbox microVM needs on the host, and what builds its firmware and
-// preset images: qemu and virtiofsd, libcap-ng0 for virtiofsd, busybox, cpio and lz4, and
-// erofs-utils, whose mkfs.erofs turns each cached image into the read-only disk a machine boots
-// from. The guests of the other architecture need Emulated besides.
-var VM = []string{"qemu-system-x86", "qemu-system-common", "libcap-ng0", "busybox-static", "cpio", "lz4", "util-linux", "erofs-utils"}
+// preset images: qemu and virtiofsd, libcap-ng0 for virtiofsd, busybox, cpio and lz4. The guests
+// of the other architecture need Emulated besides.
+var VM = []string{"qemu-system-x86", "qemu-system-common", "libcap-ng0", "busybox-static", "cpio", "lz4", "util-linux"}
 
 // Test are the packages the end-to-end suite needs besides VM: the release checks (file,
 // unzip), install.sh under dash with curl and wget, and shellcheck.

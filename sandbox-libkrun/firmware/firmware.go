@@ -42,20 +42,7 @@ const (
 const BundleDir = "firmware"
 
 // Modules are the kernel modules the guest loads at boot (their dependencies are added).
-var Modules = []string{"virtio_mmio", "virtio_console", "overlay"}
-
-// VirtiofsModules are loaded only when a machine has a virtiofs share: its root, unless that is
-// an image, and the mounts of VM workers.
-var VirtiofsModules = []string{"virtiofs"}
-
-// ErofsModules are loaded only when a machine's root is an erofs image on a virtio disk. A
-// kernel without them gives a firmware whose guests always take their root from a share.
-// crc32c_generic comes first where it is a module: erofs needs libcrc32c, whose start asks the
-// crypto API for crc32c, which a guest cannot load on demand.
-var ErofsModules = []string{"crc32c_generic", "virtio_blk", "erofs"}
-
-// The root images a firmware's guest can mount, as listed in Manifest.RootImages.
-const RootErofs = proto.RootErofs
+var Modules = []string{"virtio_mmio", "virtio_console", "virtiofs", "overlay"}
 
 // NetModules are loaded only when a machine has networking.
 var NetModules = []string{"virtio_net"}
@@ -77,7 +64,6 @@ type Manifest struct {
 	KernelRelease string            `json:"kernel_release"`
 	Arch          string            `json:"arch,omitempty"` // guest architecture (uname -m); empty: x86_64
 	Shares        []string          `json:"shares,omitempty"`
-	RootImages    []string          `json:"root_images,omitempty"` // RootErofs when the guest can boot from an image
 	Package       string            `json:"package"`
 	Agent         string            `json:"agent"`
 	Modules       []string          `json:"modules"`
@@ -139,9 +125,6 @@ func (m Manifest) Serves(share string) bool {
 	}
 	return slices.Contains(m.Shares, share)
 }
-
-// BootsImage reports whether the firmware's guest can take its root from an image of the kind.
-func (m Manifest) BootsImage(kind string) bool { return slices.Contains(m.RootImages, kind) }
 
 // At returns the firmware paths inside dir.
 func At(dir string) Paths {
@@ -248,23 +231,6 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 		return Paths{}, err
 	}
 	netMods = netMods[len(mods):]
-	vfsMods, err := LoadOrder(idx, append(append([]string(nil), Modules...), VirtiofsModules...))
-	if err != nil {
-		return Paths{}, err
-	}
-	vfsMods = vfsMods[len(mods):]
-	var rootImages []string
-	erofs := slices.DeleteFunc(slices.Clone(ErofsModules), func(name string) bool {
-		_, ok := idx[name]
-		return name == "crc32c_generic" && !ok // built in
-	})
-	var erofsMods []Module
-	if all, err := LoadOrder(idx, append(append([]string(nil), Modules...), erofs...)); err == nil {
-		erofsMods = all[len(mods):]
-		rootImages = append(rootImages, RootErofs)
-	} else {
-		logf("firmware: %s has no erofs (%v): its guests take their root from a share", filepath.Base(deb), err)
-	}
 	shares := []string{ShareVirtiofs}
 	var ninePMods []Module
 	if all, err := LoadOrder(idx, append(append([]string(nil), Modules...), NinePModules...)); err == nil {
@@ -280,21 +246,14 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 			return Paths{}, err
 		}
 	}
-	sets := []ModuleSet{{"order", mods}, {"order.net", netMods}, {"order.virtiofs", vfsMods}, {"order.9p", ninePMods}, {"order.erofs", erofsMods}}
-	initrd, err := Initramfs(agent, sets)
+	initrd, err := Initramfs(agent, mods, netMods, ninePMods)
 	if err != nil {
 		return Paths{}, err
 	}
-	man := Manifest{KernelRelease: release, Arch: o.Arch.Name, Shares: shares, RootImages: rootImages, Package: filepath.Base(deb), Agent: proto.AgentVersion,
+	man := Manifest{KernelRelease: release, Arch: o.Arch.Name, Shares: shares, Package: filepath.Base(deb), Agent: proto.AgentVersion,
 		SHA256: map[string]string{KernelFile: digest(vmlinux), InitrdFile: digest(initrd)}}
-	seen := map[string]bool{}
-	for _, set := range sets {
-		for _, m := range set.Mods {
-			if !seen[m.Name] {
-				seen[m.Name] = true
-				man.Modules = append(man.Modules, m.Name)
-			}
-		}
+	for _, m := range slices.Concat(mods, netMods, ninePMods) {
+		man.Modules = append(man.Modules, m.Name)
 	}
 	if err := os.MkdirAll(o.OutDir, 0o755); err != nil {
 		return Paths{}, err
@@ -324,18 +283,11 @@ func writeManifest(p Paths, m Manifest) error {
 	return writeAtomic(p.Manifest, append(b, '\n'), 0o644)
 }
 
-// ModuleSet is a list of modules the agent loads together, in order, from /lib/modules/<Order>.
-type ModuleSet struct {
-	Order string
-	Mods  []Module
-}
-
 // Initramfs builds the uncompressed cpio archive: /init (the agent), the module files under
-// /lib/modules with the load order of each set in /lib/modules/<set.Order>: "order" at boot,
-// "order.net" when networking is on, "order.virtiofs" when a share is virtiofs, "order.9p" when
-// files are shared over 9p, "order.erofs" when the root is an erofs image; and /dev/console for
-// init's stdio. A module in several sets is stored once.
-func Initramfs(agent string, sets []ModuleSet) ([]byte, error) {
+// /lib/modules with their load order in /lib/modules/order (at boot), /lib/modules/order.net
+// (when networking is on) and /lib/modules/order.9p (when files are shared over 9p), and
+// /dev/console for init's stdio.
+func Initramfs(agent string, mods, netMods, ninePMods []Module) ([]byte, error) {
 	init, err := os.ReadFile(agent)
 	if err != nil {
 		return nil, err
@@ -347,23 +299,21 @@ func Initramfs(agent string, sets []ModuleSet) ([]byte, error) {
 	}
 	c.CharDev("dev/console", 0o600, 5, 1)
 	c.File("init", 0o755, init)
-	stored := map[string]bool{}
-	for _, set := range sets {
+	for _, set := range []struct {
+		order string
+		mods  []Module
+	}{{"order", mods}, {"order.net", netMods}, {"order.9p", ninePMods}} {
 		var order strings.Builder
-		for _, m := range set.Mods {
-			name := m.Name + ".ko"
-			order.WriteString(name + "\n")
-			if stored[name] {
-				continue
-			}
-			stored[name] = true
+		for _, m := range set.mods {
 			data, err := os.ReadFile(m.Path)
 			if err != nil {
 				return nil, err
 			}
+			name := m.Name + ".ko"
 			c.File("lib/modules/"+name, 0o644, StripSignature(data))
+			order.WriteString(name + "\n")
 		}
-		c.File("lib/modules/"+set.Order, 0o644, []byte(order.String()))
+		c.File("lib/modules/"+set.order, 0o644, []byte(order.String()))
 	}
 	if err := c.Close(); err != nil {
 		return nil, err

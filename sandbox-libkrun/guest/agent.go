@@ -89,12 +89,15 @@ func (a *agent) serve() error {
 					continue
 				}
 			}
-			fsType, err := loadShareModules(in)
-			if err != nil {
-				a.replyErr(f.ID, err)
-				continue
+			fsType := "virtiofs"
+			if in.Share == proto.Share9P {
+				if err := loadModules("/lib/modules/order.9p"); err != nil {
+					a.replyErr(f.ID, fmt.Errorf("9p: %w", err))
+					continue
+				}
+				fsType = "9p"
 			}
-			if err := setupRoot(fsType, in.RootTag, in.RootImage, in.ScratchMB, in.Mounts); err != nil {
+			if err := setupRoot(fsType, in.RootTag, in.ScratchMB, in.Mounts); err != nil {
 				a.replyErr(f.ID, err)
 				continue
 			}

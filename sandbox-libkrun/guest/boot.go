@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 	"golang.org/x/sys/unix"
 )
 
@@ -108,53 +107,9 @@ func shareOpts(fsType string, readOnly bool) string {
 	return o
 }
 
-// loadShareModules loads the modules that in's root and shares need and returns the file
-// system type of its shares: 9p (order.9p), else virtiofs (order.virtiofs, only when a share
-// uses it), and an erofs root image (order.erofs). A firmware without one of these lists has
-// the modules in its boot list.
-func loadShareModules(in proto.Init) (string, error) {
-	if in.RootImage == proto.RootErofs {
-		if err := loadModules("/lib/modules/order.erofs"); err != nil {
-			return "", fmt.Errorf("erofs: %w", err)
-		}
-	}
-	if in.Share == proto.Share9P {
-		if err := loadModules("/lib/modules/order.9p"); err != nil {
-			return "", fmt.Errorf("9p: %w", err)
-		}
-		return "9p", nil
-	}
-	if in.RootImage == "" || len(in.Mounts) > 0 {
-		if err := loadModules("/lib/modules/order.virtiofs"); err != nil {
-			return "", fmt.Errorf("virtiofs: %w", err)
-		}
-	}
-	return "virtiofs", nil
-}
-
-// rootDevice is the block device that holds a root image: the first virtio disk.
-const rootDevice = "/dev/vda"
-
-// mountRootImage mounts the erofs image on rootDevice read-only at dir. The device node appears
-// once virtio_blk has probed the disk; devtmpfs creates it shortly after the module loads.
-func mountRootImage(dir string) error {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := unix.Mount(rootDevice, dir, "erofs", unix.MS_RDONLY|unix.MS_NODEV, "")
-		if err == nil {
-			return nil
-		}
-		if err != unix.ENOENT && err != unix.ENXIO || time.Now().After(deadline) {
-			return fmt.Errorf("mount erofs root %s: %w", rootDevice, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// setupRoot assembles the sandbox root at /newroot and chroots into it: its read-only layer is
-// the erofs image on rootDevice when rootImage is proto.RootErofs, else the share rootTag of
-// fsType (virtiofs or 9p); mounts are shares of fsType.
-func setupRoot(fsType, rootTag, rootImage string, scratchMB int, mounts []mountReq) error {
+// setupRoot assembles the sandbox root at /newroot from shares of fsType (virtiofs or 9p) and
+// chroots into it.
+func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
 	if scratchMB <= 0 {
 		scratchMB = 256
 	}
@@ -163,11 +118,7 @@ func setupRoot(fsType, rootTag, rootImage string, scratchMB int, mounts []mountR
 			return err
 		}
 	}
-	if rootImage == proto.RootErofs {
-		if err := mountRootImage("/lower"); err != nil {
-			return err
-		}
-	} else if err := unix.Mount(rootTag, "/lower", fsType, unix.MS_RDONLY|unix.MS_NODEV, shareOpts(fsType, true)); err != nil {
+	if err := unix.Mount(rootTag, "/lower", fsType, unix.MS_RDONLY|unix.MS_NODEV, shareOpts(fsType, true)); err != nil {
 		return fmt.Errorf("mount %s root %q: %w", fsType, rootTag, err)
 	}
 	if err := unix.Mount("scratch", "/scratch", "tmpfs", unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", scratchMB)); err != nil {

@@ -38,11 +38,7 @@ func main() {
 		fmt.Println("bench (sandbox-libkrun): skipped:", err)
 		return
 	}
-	root := "the root shared over virtiofs"
-	if d.RootImage() != "" {
-		root = "the root booted from an " + d.RootImage() + " image of the cached image"
-	}
-	fmt.Printf("accelerator %s (asked: %s); firmware %s; %s; the floor and every sandbox::run below run under it\n", d.Accel(), *accel, *fw, root)
+	fmt.Printf("accelerator %s (asked: %s); firmware %s; the floor and every sandbox::run below run under it\n", d.Accel(), *accel, *fw)
 	floor, floorPhases, err := measureFloor(ctx, d, *n)
 	if err != nil {
 		fmt.Println("bench (sandbox-libkrun): skipped: the floor boot fails:", err)
@@ -87,23 +83,6 @@ func main() {
 			}
 			fmt.Printf("%s %s  %s\n", pad(name, 44), stats[i], verdict(stats[i], floor))
 			phases[i].Print(os.Stdout, "the "+preset.Name+" image")
-		}
-	}
-	if d.RootImage() != "" {
-		// The same cold runs with the root shared as a directory, as before root images.
-		shared, err := qemu.New(qemu.Options{Accel: *accel, Kernel: p.Kernel, Initrd: p.Initrd, RootImage: qemu.RootImageOff})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
-		}
-		stats, phases, err := measureRuns(ctx, shared, *n, 0, image.NewCache(""))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: sandbox::run:", err)
-			os.Exit(1)
-		}
-		for i, c := range runCases {
-			fmt.Printf("%s %s  %s\n", pad(fmt.Sprintf("run %s, cold, root over virtiofs:", c.Label), 44), stats[i], verdict(stats[i], floor))
-			phases[i].Print(os.Stdout, "the "+preset.Name+" image shared over virtiofs")
 		}
 	}
 	if *guestArch != "" {

@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/5"
+const AgentVersion = "iii-guest/4"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -17,13 +17,10 @@ type Hello struct {
 
 // Init asks the guest to assemble its root: the share RootTag mounted read-only under a tmpfs
 // upper layer of ScratchMB MiB, plus extra shares, then chroot into it. Every share is virtiofs,
-// or virtio-9p when Share is Share9P (revision 4). With RootImage RootErofs the read-only layer
-// is instead the erofs image on the first virtio block device, and RootTag is unused
-// (revision 5).
+// or virtio-9p when Share is Share9P (revision 4).
 type Init struct {
 	RootTag   string       `json:"root_tag"`
-	RootImage string       `json:"root_image,omitempty"` // "" (the share RootTag) or RootErofs
-	Share     string       `json:"share,omitempty"`      // "" (virtiofs) or Share9P
+	Share     string       `json:"share,omitempty"` // "" (virtiofs) or Share9P
 	ScratchMB int          `json:"scratch_mb"`
 	Mounts    []GuestMount `json:"mounts,omitempty"`
 	// Network configures the guest for qemu's user-mode network (10.0.2.15, gateway 10.0.2.2).
@@ -34,10 +31,6 @@ type Init struct {
 
 // Share9P is Init.Share for shares served over virtio-9p.
 const Share9P = "9p"
-
-// RootErofs is Init.RootImage for a root that is an erofs image on the first virtio block
-// device (/dev/vda).
-const RootErofs = "erofs"
 
 // GuestMount is a virtiofs tag mounted at Path inside the guest root.
 type GuestMount struct {

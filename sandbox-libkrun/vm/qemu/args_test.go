@@ -8,21 +8,11 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
-// argsOf is the command line of spec: its root and mounts shared over virtiofs from socks
-// (root first), or over 9p when socks is nil.
 func argsOf(t *testing.T, opt Options, accel string, spec vm.Spec, socks []string) string {
 	t.Helper()
 	opt.Accel = accel
 	d := fakeDriver(t, opt)
-	shares := append([]vm.Mount{{Host: spec.RootFS, ReadOnly: true}}, spec.Mounts...)
-	plan := bootPlan{}
-	if socks == nil {
-		plan.NineP = shares
-	}
-	for i, s := range socks {
-		plan.Virtiofs = append(plan.Virtiofs, vfsShare{Mount: shares[i], Tag: tagFor(i), Sock: s})
-	}
-	return strings.Join(d.qemuArgs(spec, accel, false, plan, "/run/c,trl.sock", ""), " ")
+	return strings.Join(d.qemuArgs(spec, accel, false, socks, "/run/c,trl.sock", ""), " ")
 }
 
 func has(t *testing.T, args string, want ...string) {
@@ -72,20 +62,6 @@ func TestArgsDarwinHVF9P(t *testing.T) {
 		"-fsdev local,id=fs1,path=/Users/me/proj,,1,security_model=none -device virtio-9p-device,fsdev=fs1,mount_tag=m1",
 		"-netdev user,id=net0 -device virtio-net-device,netdev=net0")
 	hasNot(t, a, "memory-backend", "vhost-user", "fs1,path=/Users/me/proj,,1,security_model=none,readonly")
-}
-
-// A root booted from an erofs image: a read-only virtio disk and no virtiofs device or shared
-// memory when nothing else is shared; the mounts of a VM worker keep their virtiofs tags.
-func TestArgsRootImage(t *testing.T) {
-	d := fakeDriver(t, Options{Arch: guestarch.X86_64, Share: ShareVirtiofs, Accel: "tcg"})
-	spec := vm.Spec{RootFS: "/img", CPUs: 1, MemoryMB: 256}
-	a := strings.Join(d.qemuArgs(spec, "tcg", false, bootPlan{RootImage: "/c/img,1.erofs"}, "/run/ctrl.sock", ""), " ")
-	has(t, a, "-M microvm ", "-drive file=/c/img,,1.erofs,if=none,id=root,format=raw,readonly=on -device virtio-blk-device,drive=root")
-	hasNot(t, a, "memory-backend", "vhost-user", "virtio-9p")
-	plan := bootPlan{RootImage: "/c/img.erofs", Virtiofs: []vfsShare{{Mount: vm.Mount{Host: "/w"}, Tag: "m1", Sock: "/run/vfs1.sock"}}}
-	a = strings.Join(d.qemuArgs(spec, "tcg", false, plan, "/run/ctrl.sock", ""), " ")
-	has(t, a, "-M microvm,memory-backend=mem", "vhost-user-fs-device,chardev=vfs0,tag=m1", "virtio-blk-device,drive=root")
-	hasNot(t, a, "tag=root")
 }
 
 func TestNameAndDefaults(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 // uptime when the control port opened). A machine returned by Boot reports them.
 type BootTimes struct {
 	Start       time.Time   // Boot was called
-	SharesReady time.Time   // the root image is ready and every virtiofsd socket exists
+	SharesReady time.Time   // every virtiofsd socket exists (Start when qemu serves the files)
 	QemuStarted time.Time   // the qemu process was started
 	Hello       time.Time   // the agent's Hello arrived
 	Ready       time.Time   // the agent answered Init: the root is assembled
@@ -24,8 +24,8 @@ type Phase struct {
 	D    time.Duration
 }
 
-// Phases splits the boot into consecutive parts whose sum is Ready-Start: the root image (its
-// check, or its build the first time) and the virtiofsd servers, qemu's own start (process start to the guest kernel's clock starting: the time from
+// Phases splits the boot into consecutive parts whose sum is Ready-Start: the virtiofsd servers,
+// qemu's own start (process start to the guest kernel's clock starting: the time from
 // qemu's start to Hello minus the guest's uptime at Hello), the kernel (to /init), the agent's
 // module loading, the agent reaching its control port (with Hello's trip to the host), and the
 // root's assembly (Init's round trip: the mounts).
@@ -35,7 +35,7 @@ func (t BootTimes) Phases() []Phase {
 	toHello := t.Hello.Sub(t.QemuStarted)
 	qemuStart := toHello - ms(g.UptimeMS)
 	return []Phase{
-		{"root image + virtiofsd", t.SharesReady.Sub(t.Start)},
+		{"virtiofsd", t.SharesReady.Sub(t.Start)},
 		{"qemu start", t.QemuStarted.Sub(t.SharesReady) + qemuStart},
 		{"kernel to /init", ms(g.InitMS)},
 		{"modules", ms(g.ModulesMS)},

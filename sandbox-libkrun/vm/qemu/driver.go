@@ -53,18 +53,7 @@ type Options struct {
 	Initrd      string         // agent initramfs; default from firmware.LocateFor(Arch)
 	Accel       string         // "kvm", "hvf", "tcg" or "auto" (the default: KVM/HVF when usable, else TCG)
 	BootTimeout time.Duration  // bound on boot until the agent answers; default 30 s
-	// RootImage is RootImageAuto (""): boot the root from an erofs image of it when the share is
-	// virtiofs, the firmware's manifest says its guest can and mkfs.erofs exists; or
-	// RootImageOff: always share the root directory.
-	RootImage string
-	MkfsErofs string // $III_MKFS_EROFS, else mkfs.erofs on PATH
 }
-
-// Options.RootImage values.
-const (
-	RootImageAuto = ""
-	RootImageOff  = "off"
-)
 
 // Driver boots qemu machines: microvm for x86_64 guests, virt for aarch64. It is safe for
 // concurrent use.
@@ -72,7 +61,6 @@ type Driver struct {
 	opt       Options
 	accelOnce sync.Once
 	accel     string
-	rootImage string // proto.RootErofs when the root boots from an image, else ""
 }
 
 // DefaultShare is the file share of goos: 9p on macOS, virtiofs elsewhere.
@@ -127,23 +115,8 @@ func New(opt Options) (*Driver, error) {
 	if accel == "auto" {
 		accel = ""
 	}
-	if opt.MkfsErofs == "" {
-		opt.MkfsErofs = MkfsErofsPath()
-	}
-	d := &Driver{opt: opt, accel: accel}
-	if opt.RootImage != RootImageOff && opt.Share == ShareVirtiofs {
-		man, err := firmware.ReadManifest(firmware.At(filepath.Dir(opt.Kernel)))
-		_, lookErr := exec.LookPath(opt.MkfsErofs)
-		if err == nil && man.BootsImage(firmware.RootErofs) && lookErr == nil {
-			d.rootImage = firmware.RootErofs
-		}
-	}
-	return d, nil
+	return &Driver{opt: opt, accel: accel}, nil
 }
-
-// RootImage is the kind of image the driver boots roots from (firmware.RootErofs), or "" when
-// it shares the root directory.
-func (d *Driver) RootImage() string { return d.rootImage }
 
 // QemuInstall is the command that installs the qemu of guest architecture a on goos.
 func QemuInstall(goos string, a guestarch.Arch) string {
@@ -224,25 +197,11 @@ func (d *Driver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	return d.boot(ctx, spec)
 }
 
-// vfsShare is a directory a virtiofsd serves over sock under the tag.
-type vfsShare struct {
-	vm.Mount
-	Tag, Sock string
-}
-
-// bootPlan is how one machine gets its files: the root from an image (RootImage, a host file
-// on a read-only virtio disk) or from the first share, and the virtiofs shares (Linux) or the
-// 9p ones (qemu's own server).
-type bootPlan struct {
-	RootImage string
-	Virtiofs  []vfsShare
-	NineP     []vm.Mount // the image root first, then spec.Mounts
-}
-
 // qemuArgs is qemu's command line for spec under accel. consoleOnly boots the kernel with
-// nothing attached (the floor); otherwise files come as plan says and the agent's port is the
+// nothing attached (the floor); otherwise the shares are served from vfsSocks (virtiofs) or by
+// qemu itself (9p: the image root read-only, then spec.Mounts), and the agent's port is the
 // socket ctrlSock.
-func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, plan bootPlan, ctrlSock string, extraCmdline string) []string {
+func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, vfsSocks []string, ctrlSock string, extraCmdline string) []string {
 	mem := strconv.Itoa(spec.MemoryMB) + "M"
 	aarch64 := d.opt.Arch.Machine == "virt"
 	a := []string{"-nodefaults", "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot"}
@@ -281,9 +240,10 @@ func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, plan boo
 	if consoleOnly {
 		return append(a, "-M", machine)
 	}
-	if len(plan.Virtiofs) == 0 {
+	if d.opt.Share == Share9P {
 		a = append(a, "-M", machine)
-		for i, sh := range plan.NineP {
+		shares := append([]vm.Mount{{Host: spec.RootFS, ReadOnly: true}}, spec.Mounts...)
+		for i, sh := range shares {
 			id := "fs" + strconv.Itoa(i)
 			// readonly=on: qemu's 9p server refuses every write, whatever the guest kernel does.
 			fsdev := "local,id=" + id + ",path=" + optEscape(sh.Host) + ",security_model=none"
@@ -297,17 +257,11 @@ func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, plan boo
 		a = append(a, "-M", machine+",memory-backend=mem",
 			"-object", "memory-backend-memfd,id=mem,size="+mem+",share=on",
 			"-global", "virtio-mmio.force-legacy=false")
-		for i, s := range plan.Virtiofs {
+		for i, s := range vfsSocks {
 			id := "vfs" + strconv.Itoa(i)
-			a = append(a, "-chardev", "socket,id="+id+",path="+optEscape(s.Sock),
-				"-device", "vhost-user-fs-device,chardev="+id+",tag="+s.Tag)
+			a = append(a, "-chardev", "socket,id="+id+",path="+optEscape(s),
+				"-device", "vhost-user-fs-device,chardev="+id+",tag="+tagFor(i))
 		}
-	}
-	if plan.RootImage != "" {
-		// The first (and only) virtio disk: /dev/vda in the guest. readonly=on: qemu opens the
-		// file read-only and refuses the guest's writes.
-		a = append(a, "-drive", "file="+optEscape(plan.RootImage)+",if=none,id=root,format=raw,readonly=on",
-			"-device", "virtio-blk-device,drive=root")
 	}
 	a = append(a, "-device", "virtio-serial-device",
 		"-chardev", "socket,id=ctrl,path="+optEscape(ctrlSock)+",server=on,wait=off",

@@ -123,44 +123,30 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	}
 	defer log.Close()
 
-	plan := bootPlan{}
 	shares := append([]vm.Mount{{Host: spec.RootFS, ReadOnly: true}}, spec.Mounts...)
-	if d.rootImage != "" {
-		img, err := rootImage(ctx, d.opt.MkfsErofs, spec.RootFS)
-		if err == nil {
-			plan.RootImage = img
-			shares[0] = vm.Mount{} // the image replaces the root share
-		} else {
-			fmt.Fprintf(log, "iii: the root is shared as a directory: no erofs image of it: %v\n", err)
-		}
-	}
 	if d.opt.Share == Share9P {
-		plan.NineP = shares // qemu serves them itself
-	} else {
-		for i, sh := range shares {
-			if sh.Host != "" {
-				sock := filepath.Join(m.sockDir, fmt.Sprintf("vfs%d.sock", i))
-				plan.Virtiofs = append(plan.Virtiofs, vfsShare{Mount: sh, Tag: tagFor(i), Sock: sock})
-			}
-		}
+		shares = nil // qemu serves them itself
 	}
-	for _, sh := range plan.Virtiofs {
-		_ = os.Remove(sh.Sock)
-		p, err := startProc("virtiofsd", virtiofsdArgv(d.opt.Virtiofsd, sh.Host, sh.Sock, sh.ReadOnly), log)
+	var socks []string
+	for i, sh := range shares {
+		sock := filepath.Join(m.sockDir, fmt.Sprintf("vfs%d.sock", i))
+		_ = os.Remove(sock)
+		p, err := startProc("virtiofsd", virtiofsdArgv(d.opt.Virtiofsd, sh.Host, sock, sh.ReadOnly), log)
 		if err != nil {
 			return fail(fmt.Errorf("start virtiofsd: %w", err))
 		}
 		m.vfsd = append(m.vfsd, p)
+		socks = append(socks, sock)
 	}
-	for i, sh := range plan.Virtiofs {
-		if err := waitPath(ctx, sh.Sock, m.vfsd[i]); err != nil {
-			return fail(fmt.Errorf("virtiofsd for %s: %w", sh.Host, err))
+	for i, sock := range socks {
+		if err := waitPath(ctx, sock, m.vfsd[i]); err != nil {
+			return fail(fmt.Errorf("virtiofsd for %s: %w", shares[i].Host, err))
 		}
 	}
 	m.times.SharesReady = time.Now()
 	ctrl := filepath.Join(m.sockDir, "ctrl.sock")
 	_ = os.Remove(ctrl)
-	argv := append([]string{d.opt.Qemu}, d.qemuArgs(spec, accel, false, plan, ctrl, "")...)
+	argv := append([]string{d.opt.Qemu}, d.qemuArgs(spec, accel, false, socks, ctrl, "")...)
 	m.qemu, err = startProc("qemu", argv, log)
 	if err != nil {
 		return fail(fmt.Errorf("start qemu: %w", err))
@@ -191,9 +177,6 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
 	}
 	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
-	if plan.RootImage != "" {
-		init.RootImage = d.rootImage
-	}
 	if d.opt.Share == Share9P {
 		init.Share = proto.Share9P
 	}
