@@ -160,6 +160,27 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	go m.reap()
 	go m.readLoop()
 
+	// Init goes out at once: the port holds it until the agent opens the port and reads it
+	// after its Hello, so the guest never waits for the host between the two. A Hello of another
+	// agent version still fails the boot below.
+	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
+	if d.opt.Share == Share9P {
+		init.Share = proto.Share9P
+	}
+	if _, err := rand.Read(init.Entropy); err != nil {
+		return fail(fmt.Errorf("entropy for the guest: %w", err))
+	}
+	for i, mt := range spec.Mounts {
+		init.Mounts = append(init.Mounts, proto.GuestMount{Tag: tagFor(i + 1), Path: mt.Guest, ReadOnly: mt.ReadOnly})
+	}
+	initID, initCall := m.register(nil)
+	defer m.forget(initID)
+	if f, err := proto.Marshal(proto.TypeInit, initID, init); err != nil {
+		return fail(err)
+	} else if err := m.send(f); err != nil {
+		return fail(fmt.Errorf("root setup: %w", err))
+	}
+
 	select {
 	case h := <-m.helloCh:
 		if h.Agent != proto.AgentVersion {
@@ -176,17 +197,7 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	case <-ctx.Done():
 		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
 	}
-	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
-	if d.opt.Share == Share9P {
-		init.Share = proto.Share9P
-	}
-	if _, err := rand.Read(init.Entropy); err != nil {
-		return fail(fmt.Errorf("entropy for the guest: %w", err))
-	}
-	for i, mt := range spec.Mounts {
-		init.Mounts = append(init.Mounts, proto.GuestMount{Tag: tagFor(i + 1), Path: mt.Guest, ReadOnly: mt.ReadOnly})
-	}
-	if _, err := m.request(ctx, proto.TypeInit, init); err != nil {
+	if _, err := m.await(ctx, initCall); err != nil {
 		return fail(fmt.Errorf("root setup: %w", err))
 	}
 	m.times.Ready = time.Now()
@@ -368,6 +379,11 @@ func (m *machine) request(ctx context.Context, t proto.Type, v any) (json.RawMes
 	if err := m.send(f); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrStopped, err)
 	}
+	return m.await(ctx, c)
+}
+
+// await waits for the Reply of call c and returns its result.
+func (m *machine) await(ctx context.Context, c *call) (json.RawMessage, error) {
 	select {
 	case f := <-c.reply:
 		var r proto.Reply

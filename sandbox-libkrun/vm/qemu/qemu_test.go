@@ -248,6 +248,13 @@ func TestMachine(t *testing.T) {
 			t.Fatalf("host image file changed to %q", b)
 		}
 	})
+	t.Run("tmp is world-writable and sticky", func(t *testing.T) {
+		// The test image's /tmp is 0755; the guest makes it 1777 in its overlay.
+		res := run(t, m, vm.ExecRequest{Argv: []string{"ls", "-ld", "/tmp"}})
+		if !bytes.HasPrefix(res.Stdout, []byte("drwxrwxrwt")) {
+			t.Fatalf("ls -ld /tmp: %q %q", res.Stdout, res.Stderr)
+		}
+	})
 	t.Run("root share is read-only on the host", func(t *testing.T) {
 		// A guest root process mounting the virtiofs tag again cannot write through it either.
 		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "mkdir -p /mnt/r && mount -t virtiofs root /mnt/r; echo pwned > /mnt/r/pwned; mount -o remount,rw /mnt/r; echo pwned > /mnt/r/pwned2"}})
