@@ -103,6 +103,9 @@ func boot(t *testing.T, d *Driver, spec vm.Spec) vm.Machine {
 	}
 	h := m.(interface{ BootInfo() proto.Hello }).BootInfo()
 	t.Logf("%s booted in %s (guest: port open at %d ms uptime, modules %d ms)", d.Name(), time.Since(start).Round(time.Millisecond), h.UptimeMS, h.ModulesMS)
+	if bt := m.(interface{ BootTimes() BootTimes }).BootTimes(); h.InitMS <= 0 || bt.Ready.Before(bt.Hello) || bt.Hello.Before(bt.QemuStarted) {
+		t.Fatalf("boot times out of order or /init time missing: %+v", bt)
+	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
 	return m
 }
@@ -390,8 +393,9 @@ func TestBootFailureShowsConsole(t *testing.T) {
 func TestFloor(t *testing.T) {
 	d := newDriver(t)
 	ctx := context.Background()
-	if dur, err := d.Floor(ctx); err != nil || dur <= 0 {
-		t.Fatalf("floor: %s %v", dur, err)
+	// The agent reports the kernel's uptime at /init after its marker: part of the whole.
+	if dur, toInit, err := d.FloorBoot(ctx); err != nil || toInit <= 0 || toInit >= dur {
+		t.Fatalf("floor: %s, /init at %s, %v", dur, toInit, err)
 	}
 	bad := filepath.Join(t.TempDir(), "initrd")
 	if err := os.WriteFile(bad, []byte("not an initramfs"), 0o644); err != nil {
