@@ -59,11 +59,9 @@ func (a *agent) replyErr(id uint32, err error) {
 func (a *agent) serve() error {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
 	a.sendJSON(proto.TypeHello, 0, proto.Hello{
 		KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: proto.AgentVersion,
-		UptimeMS: ts.Nano() / 1e6, ModulesMS: modulesTime.Milliseconds(),
+		UptimeMS: uptime().Milliseconds(), ModulesMS: modulesTime.Milliseconds(), InitMS: initUptime.Milliseconds(),
 	})
 	r := bufio.NewReaderSize(a.port, proto.ReadBuffer)
 	for {

@@ -89,7 +89,8 @@ func openPort(name string, wait time.Duration) (*os.File, error) {
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("virtio-serial port %q did not appear within %s", name, wait)
 		}
-		time.Sleep(5 * time.Millisecond)
+		// The node appears a few milliseconds after virtio_console loads; the boot waits on it.
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -148,8 +149,13 @@ func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
 			return fmt.Errorf("mount %s: %w", m.dst, err)
 		}
 	}
-	if err := os.MkdirAll("/newroot/tmp", 0o1777); err == nil {
-		_ = os.Chmod("/newroot/tmp", 0o1777)
+	// /tmp is world-writable and sticky (Go's mode bits: 0o1777 would lose the sticky bit). A
+	// chmod copies the image's /tmp up into the overlay, so only when its mode is not right yet.
+	const tmpMode = os.ModePerm | os.ModeSticky
+	if err := os.MkdirAll("/newroot/tmp", tmpMode); err == nil {
+		if st, err := os.Stat("/newroot/tmp"); err != nil || st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetuid|os.ModeSetgid) != tmpMode {
+			_ = os.Chmod("/newroot/tmp", tmpMode)
+		}
 	}
 	for _, m := range mounts {
 		dst := filepath.Join("/newroot", filepath.Clean("/"+m.Path))

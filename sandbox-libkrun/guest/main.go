@@ -19,6 +19,7 @@ import (
 )
 
 func main() {
+	initUptime = uptime()
 	if os.Getpid() != 1 {
 		fmt.Fprintln(os.Stderr, "guest: this program is the VM's /init and must run as PID 1")
 		os.Exit(2)
@@ -27,7 +28,7 @@ func main() {
 		fatal(err)
 	}
 	if cmdlineHas("iii.floor=1") {
-		fmt.Fprintln(os.Stderr, FloorMarker)
+		fmt.Fprintf(os.Stderr, "%s at %d ms\n", FloorMarker, initUptime.Milliseconds())
 		powerOff()
 	}
 	t0 := time.Now()
@@ -49,8 +50,16 @@ func main() {
 // FloorMarker is printed on the console by a floor boot, proving the kernel reached /init.
 const FloorMarker = "iii-floor: init reached"
 
-// modulesTime is how long loading the boot modules took, reported in Hello.
-var modulesTime time.Duration
+// modulesTime is how long loading the boot modules took, and initUptime the kernel's uptime when
+// /init started; both are reported in Hello.
+var modulesTime, initUptime time.Duration
+
+// uptime is CLOCK_BOOTTIME: the time since the kernel started.
+func uptime() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	return time.Duration(ts.Nano())
+}
 
 func cmdlineHas(word string) bool {
 	b, err := os.ReadFile("/proc/cmdline")

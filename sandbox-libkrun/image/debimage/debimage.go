@@ -192,10 +192,11 @@ func finishRoot(ctx context.Context, root string, a guestarch.Arch) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(root, "tmp"), 0o1777); err != nil {
+	// World-writable and sticky: Go spells the sticky bit os.ModeSticky (0o1777 would drop it).
+	if err := os.MkdirAll(filepath.Join(root, "tmp"), os.ModePerm|os.ModeSticky); err != nil {
 		return err
 	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+	if err := os.Chmod(filepath.Join(root, "tmp"), os.ModePerm|os.ModeSticky); err != nil {
 		return err
 	}
 	bb := filepath.Join(root, "bin", "busybox")

@@ -16,11 +16,14 @@ type DriverStats struct {
 	Exec  Stats // one `true` in a booted machine
 	Stop  Stats // Stop until every process has exited
 	Cycle Stats // boot + exec `true` + stop
+	// Phases are the boot's phases and the first exec.
+	Phases Breakdown
 }
 
 // measureDriver boots a machine on rootfs n times, running `true` in each.
 func measureDriver(ctx context.Context, d *qemu.Driver, rootfs string, n int) (DriverStats, error) {
 	var boot, ex, stop, cycle []time.Duration
+	var phases Breakdown
 	for i := 0; i < n; i++ {
 		state, err := os.MkdirTemp("", "iii-bench-")
 		if err != nil {
@@ -33,6 +36,7 @@ func measureDriver(ctx context.Context, d *qemu.Driver, rootfs string, n int) (D
 			return DriverStats{}, err
 		}
 		t1 := time.Now()
+		first := len(ex)
 		for j := 0; j < 5; j++ {
 			s := time.Now()
 			res, err := m.Exec(ctx, vm.ExecRequest{Argv: []string{"true"}})
@@ -43,6 +47,7 @@ func measureDriver(ctx context.Context, d *qemu.Driver, rootfs string, n int) (D
 			}
 			ex = append(ex, time.Since(s))
 		}
+		phases.Add(append(bootPhases(m), qemu.Phase{Name: "exec", D: ex[first]}))
 		t2 := time.Now()
 		_ = m.Stop(ctx)
 		<-m.Done()
@@ -52,5 +57,5 @@ func measureDriver(ctx context.Context, d *qemu.Driver, rootfs string, n int) (D
 		stop = append(stop, t3.Sub(t2))
 		cycle = append(cycle, t3.Sub(t0)-t2.Sub(t1)+ex[len(ex)-1])
 	}
-	return DriverStats{Boot: summarize(boot), Exec: summarize(ex), Stop: summarize(stop), Cycle: summarize(cycle)}, nil
+	return DriverStats{Boot: summarize(boot), Exec: summarize(ex), Stop: summarize(stop), Cycle: summarize(cycle), Phases: phases}, nil
 }

@@ -45,12 +45,13 @@ func main() {
 		fsSection(ctx, d, *n)
 		return
 	}
-	floor, err := measureFloor(ctx, d, *n)
+	floor, floorPhases, err := measureFloor(ctx, d, *n)
 	if err != nil {
 		fmt.Println("bench (sandbox-libkrun): skipped: the floor boot fails:", err)
 		return
 	}
 	fmt.Printf("%-44s %s\n", "VM floor ("+d.Name()+", true):", floor)
+	floorPhases.Print(os.Stdout, "the floor")
 
 	preset := debimage.Presets[0]
 	root, ok := image.NewCache("").RootFS(preset.Ref)
@@ -67,6 +68,7 @@ func main() {
 	fmt.Printf("%-44s %s\n", "driver exec true (booted):", ds.Exec)
 	fmt.Printf("%-44s %s\n", "driver stop:", ds.Stop)
 	fmt.Printf("%-44s %s  (%.2fx floor)\n", "driver boot+exec+stop:", ds.Cycle, float64(ds.Cycle.Median)/float64(floor.Median))
+	ds.Phases.Print(os.Stdout, "the driver boot ("+preset.Name+" image) and its first exec")
 
 	fmt.Printf("sandbox::run end to end (client -> engine -> router -> adapter -> VM), image %s, default cpus/memory;\n", preset.Name)
 	fmt.Printf("each run starts once the previous VM is gone (and the pool is full again); ratio = median / floor median;\n")
@@ -75,7 +77,7 @@ func main() {
 		label string
 		pool  int
 	}{{"cold", 0}, {"warm", 1}} {
-		stats, err := measureRuns(ctx, d, *n, mode.pool, image.NewCache(""))
+		stats, phases, err := measureRuns(ctx, d, *n, mode.pool, image.NewCache(""))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench: sandbox::run:", err)
 			os.Exit(1)
@@ -86,6 +88,7 @@ func main() {
 				name = fmt.Sprintf("run %s, warm_pool %d:", c.Label, mode.pool)
 			}
 			fmt.Printf("%s %s  %s\n", pad(name, 44), stats[i], verdict(stats[i], floor))
+			phases[i].Print(os.Stdout, "the "+preset.Name+" image")
 		}
 	}
 	fsSection(ctx, d, *n)
@@ -124,23 +127,25 @@ func guestSection(ctx context.Context, name, fw, accel string, n int) error {
 			return nil
 		}
 		if share == qemu.ShareVirtiofs {
-			floor, err := measureFloor(ctx, d, n)
+			floor, floorPhases, err := measureFloor(ctx, d, n)
 			if err != nil {
 				fmt.Printf("%s guests: skipped: the floor boot fails: %v\n", a.Name, err)
 				return nil
 			}
 			fmt.Printf("%-44s %s\n", "VM floor ("+d.Name()+", true):", floor)
+			floorPhases.Print(os.Stdout, "the floor")
 			if _, ok := cache.RootFS(debimage.Presets[0].Ref); !ok {
 				fmt.Printf("%s sandbox::run: skipped, image %s not in %s (go tool mage images)\n", a.Name, debimage.Presets[0].Ref, cache.Dir)
 				return nil
 			}
 		}
-		stats, err := measureRuns(ctx, d, n, 0, cache)
+		stats, phases, err := measureRuns(ctx, d, n, 0, cache)
 		if err != nil {
 			return err
 		}
 		for i, c := range runCases {
 			fmt.Printf("%s %s\n", pad(fmt.Sprintf("run %s, cold, %s:", c.Label, d.Name()), 44), stats[i])
+			phases[i].Print(os.Stdout, "the "+a.Name+" "+debimage.Presets[0].Name+" image")
 		}
 	}
 	return nil

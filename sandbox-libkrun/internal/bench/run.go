@@ -140,8 +140,9 @@ func (s *stack) settle(ctx context.Context, pool int) error {
 }
 
 // measureRuns times n sandbox::run calls of each case end to end from the client, with a warm
-// pool of pool python machines (0: every run boots its own), images from cache.
-func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int, cache *image.Cache) ([]Stats, error) {
+// pool of pool python machines (0: every run boots its own), images from cache. Cold runs
+// (pool 0) also return each case's phases.
+func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int, cache *image.Cache) ([]Stats, []Breakdown, error) {
 	st := settings.Defaults()
 	st.AutoInstall = false
 	st.ImageAllowlist = []string{"python"}
@@ -150,25 +151,32 @@ func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int, cache *image.
 	}
 	s, err := startStack(ctx, d, st, cache)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer s.close()
 	var out []Stats
+	var phases []Breakdown
 	for _, c := range runCases {
 		var ds []time.Duration
+		var b Breakdown
 		for i := 0; i < n; i++ {
 			if err := s.settle(ctx, pool); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
+			t0 := time.Now()
 			dur, err := s.run(ctx, c)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			ds = append(ds, dur)
+			if rt := s.drv.lastRun(); pool == 0 && rt != nil && rt.bootCalled.After(t0) {
+				b.Add(runPhases(t0, dur, rt))
+			}
 		}
 		out = append(out, summarize(ds))
+		phases = append(phases, b)
 	}
-	return out, nil
+	return out, phases, nil
 }
 
 // cachedImages resolves images from the cache only.
@@ -182,22 +190,39 @@ func (ci cachedImages) Resolve(_ context.Context, _, ref string, _ bool) (string
 	return "", adapter.ErrNotCached
 }
 
-// countingDriver counts the machines that have not exited yet.
+// countingDriver counts the machines that have not exited yet and times each machine's boot,
+// file operations and execs.
 type countingDriver struct {
 	vm.Driver
 	mu       sync.Mutex
 	machines []vm.Machine
+	last     *runTimes // the times of the machine booted last
 }
 
 // Boot boots through the wrapped driver and remembers the machine.
 func (d *countingDriver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
+	rt := &runTimes{bootCalled: time.Now()}
 	m, err := d.Driver.Boot(ctx, spec)
-	if err == nil {
-		d.mu.Lock()
-		d.machines = append(d.machines, m)
-		d.mu.Unlock()
+	if err != nil {
+		return m, err
 	}
-	return m, err
+	rt.machine = m
+	d.mu.Lock()
+	d.machines = append(d.machines, m)
+	d.last = rt
+	d.mu.Unlock()
+	return timedMachine{Machine: m, mu: &d.mu, rt: rt}, nil
+}
+
+// lastRun returns the times of the machine booted last (nil before the first).
+func (d *countingDriver) lastRun() *runTimes {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last == nil {
+		return nil
+	}
+	rt := *d.last
+	return &rt
 }
 
 func (d *countingDriver) live() int {

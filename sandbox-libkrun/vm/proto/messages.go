@@ -12,6 +12,7 @@ type Hello struct {
 	Agent         string `json:"agent"`
 	UptimeMS      int64  `json:"uptime_ms,omitempty"`  // guest uptime when the port opened
 	ModulesMS     int64  `json:"modules_ms,omitempty"` // time the agent spent loading modules
+	InitMS        int64  `json:"init_ms,omitempty"`    // guest uptime when /init started (the kernel's boot)
 }
 
 // Init asks the guest to assemble its root: the share RootTag mounted read-only under a tmpfs

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,7 +58,7 @@ func (d *Driver) detectAccel() string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := d.floor(ctx, "kvm"); err != nil {
+	if _, _, err := d.floor(ctx, "kvm"); err != nil {
 		return "tcg"
 	}
 	return "kvm"
@@ -78,10 +79,27 @@ func exists(p string) bool {
 // Floor boots the kernel and initramfs with nothing attached and an /init that powers off at
 // once, and returns the wall time from starting qemu to its exit: the cost of a VM doing `true`.
 func (d *Driver) Floor(ctx context.Context) (time.Duration, error) {
-	return d.floor(ctx, d.Accel())
+	total, _, err := d.FloorBoot(ctx)
+	return total, err
 }
 
-func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, error) {
+// FloorBoot is Floor that also returns the guest's uptime when its /init started, as the agent
+// printed it after its marker (0 when it did not).
+func (d *Driver) FloorBoot(ctx context.Context) (total, toInit time.Duration, err error) {
+	total, out, err := d.floor(ctx, d.Accel())
+	if err != nil {
+		return 0, 0, err
+	}
+	_, after, _ := strings.Cut(out, floorMarker+" at ")
+	if ms, _, ok := strings.Cut(after, " ms"); ok {
+		if v, err := strconv.Atoi(ms); err == nil {
+			toInit = time.Duration(v) * time.Millisecond
+		}
+	}
+	return total, toInit, nil
+}
+
+func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, string, error) {
 	spec := vm.Spec{CPUs: 1, MemoryMB: 256}
 	args := d.qemuArgs(spec, accel, true, nil, "", "iii.floor=1")
 	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
@@ -92,7 +110,7 @@ func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, error)
 	cmd.SysProcAttr = procgroup.Attr(true)
 	start := time.Now()
 	if err := startCmd(cmd); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -100,16 +118,16 @@ func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, error)
 	case err := <-done:
 		dur := time.Since(start)
 		if err != nil {
-			return 0, fmt.Errorf("floor boot: %w\n%s", err, tail(out.String(), 32, 4096))
+			return 0, "", fmt.Errorf("floor boot: %w\n%s", err, tail(out.String(), 32, 4096))
 		}
 		// A kernel panic also ends qemu cleanly (panic=-1, -no-reboot): require the agent's word.
 		if !strings.Contains(out.String(), floorMarker) {
-			return 0, fmt.Errorf("floor boot: the guest never reached /init\n%s", tail(out.String(), 32, 4096))
+			return 0, "", fmt.Errorf("floor boot: the guest never reached /init\n%s", tail(out.String(), 32, 4096))
 		}
-		return dur, nil
+		return dur, out.String(), nil
 	case <-ctx.Done():
 		_ = cmd.Process.Kill()
 		<-done
-		return 0, errors.New("floor boot: no power-off before the deadline")
+		return 0, "", errors.New("floor boot: no power-off before the deadline")
 	}
 }

@@ -27,6 +27,7 @@ type machine struct {
 	spec    vm.Spec
 	release string
 	hello   proto.Hello
+	times   BootTimes
 
 	qemu     *proc
 	vfsd     []*proc
@@ -91,6 +92,7 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	defer cancel()
 
 	m := &machine{
+		times:   BootTimes{Start: time.Now()},
 		spec:    spec,
 		pending: map[uint32]*call{},
 		helloCh: make(chan proto.Hello, 1),
@@ -143,6 +145,7 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 			return fail(fmt.Errorf("virtiofsd for %s: %w", shares[i].Host, err))
 		}
 	}
+	m.times.SharesReady = time.Now()
 	ctrl := filepath.Join(m.sockDir, "ctrl.sock")
 	_ = os.Remove(ctrl)
 	argv := append([]string{d.opt.Qemu}, d.qemuArgs(spec, accel, false, socks, ctrl, "")...)
@@ -150,6 +153,7 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	if err != nil {
 		return fail(fmt.Errorf("start qemu: %w", err))
 	}
+	m.times.QemuStarted = time.Now()
 	conn, err := dialCtrl(ctx, ctrl, m.qemu)
 	if err != nil {
 		return fail(err)
@@ -158,21 +162,9 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	go m.reap()
 	go m.readLoop()
 
-	select {
-	case h := <-m.helloCh:
-		if h.Agent != proto.AgentVersion {
-			return fail(fmt.Errorf("the firmware's guest agent is %q, this adapter speaks %q: rebuild the firmware with `go tool mage firmware`", h.Agent, proto.AgentVersion))
-		}
-		m.release = h.KernelRelease
-		m.hello = h
-	case <-m.connErr:
-		// Let qemu finish writing the console (a panicking kernel) before it is read; a loaded
-		// host can take seconds.
-		m.qemu.waitFor(3 * time.Second)
-		return fail(errors.New("the guest closed its control channel before the agent started"))
-	case <-ctx.Done():
-		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
-	}
+	// Init goes out at once: the port holds it until the agent opens the port and reads it
+	// after its Hello, so the guest never waits for the host between the two. A Hello of another
+	// agent version still fails the boot below.
 	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
 	if d.opt.Share == Share9P {
 		init.Share = proto.Share9P
@@ -183,9 +175,34 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	for i, mt := range spec.Mounts {
 		init.Mounts = append(init.Mounts, proto.GuestMount{Tag: tagFor(i + 1), Path: mt.Guest, ReadOnly: mt.ReadOnly})
 	}
-	if _, err := m.request(ctx, proto.TypeInit, init); err != nil {
+	initID, initCall := m.register(nil)
+	defer m.forget(initID)
+	if f, err := proto.Marshal(proto.TypeInit, initID, init); err != nil {
+		return fail(err)
+	} else if err := m.send(f); err != nil {
 		return fail(fmt.Errorf("root setup: %w", err))
 	}
+
+	select {
+	case h := <-m.helloCh:
+		if h.Agent != proto.AgentVersion {
+			return fail(fmt.Errorf("the firmware's guest agent is %q, this adapter speaks %q: rebuild the firmware with `go tool mage firmware`", h.Agent, proto.AgentVersion))
+		}
+		m.release = h.KernelRelease
+		m.hello = h
+		m.times.Hello, m.times.Guest = time.Now(), h
+	case <-m.connErr:
+		// Let qemu finish writing the console (a panicking kernel) before it is read; a loaded
+		// host can take seconds.
+		m.qemu.waitFor(3 * time.Second)
+		return fail(errors.New("the guest closed its control channel before the agent started"))
+	case <-ctx.Done():
+		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
+	}
+	if _, err := m.await(ctx, initCall); err != nil {
+		return fail(fmt.Errorf("root setup: %w", err))
+	}
+	m.times.Ready = time.Now()
 	if spec.Deadline > 0 {
 		t := time.AfterFunc(spec.Deadline, m.kill)
 		m.mu.Lock()
@@ -370,6 +387,11 @@ func (m *machine) request(ctx context.Context, t proto.Type, v any) (json.RawMes
 	if err := m.send(f); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrStopped, err)
 	}
+	return m.await(ctx, c)
+}
+
+// await waits for the Reply of call c and returns its result.
+func (m *machine) await(ctx context.Context, c *call) (json.RawMessage, error) {
 	select {
 	case f := <-c.reply:
 		var r proto.Reply

@@ -103,6 +103,9 @@ func boot(t *testing.T, d *Driver, spec vm.Spec) vm.Machine {
 	}
 	h := m.(interface{ BootInfo() proto.Hello }).BootInfo()
 	t.Logf("%s booted in %s (guest: port open at %d ms uptime, modules %d ms)", d.Name(), time.Since(start).Round(time.Millisecond), h.UptimeMS, h.ModulesMS)
+	if bt := m.(interface{ BootTimes() BootTimes }).BootTimes(); h.InitMS <= 0 || bt.Ready.Before(bt.Hello) || bt.Hello.Before(bt.QemuStarted) {
+		t.Fatalf("boot times out of order or /init time missing: %+v", bt)
+	}
 	t.Cleanup(func() { _ = m.Stop(context.Background()) })
 	return m
 }
@@ -248,6 +251,13 @@ func TestMachine(t *testing.T) {
 			t.Fatalf("host image file changed to %q", b)
 		}
 	})
+	t.Run("tmp is world-writable and sticky", func(t *testing.T) {
+		// The test image's /tmp is 0755; the guest makes it 1777 in its overlay.
+		res := run(t, m, vm.ExecRequest{Argv: []string{"ls", "-ld", "/tmp"}})
+		if !bytes.HasPrefix(res.Stdout, []byte("drwxrwxrwt")) {
+			t.Fatalf("ls -ld /tmp: %q %q", res.Stdout, res.Stderr)
+		}
+	})
 	t.Run("root share is read-only on the host", func(t *testing.T) {
 		// A guest root process mounting the virtiofs tag again cannot write through it either.
 		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "mkdir -p /mnt/r && mount -t virtiofs root /mnt/r; echo pwned > /mnt/r/pwned; mount -o remount,rw /mnt/r; echo pwned > /mnt/r/pwned2"}})
@@ -383,8 +393,9 @@ func TestBootFailureShowsConsole(t *testing.T) {
 func TestFloor(t *testing.T) {
 	d := newDriver(t)
 	ctx := context.Background()
-	if dur, err := d.Floor(ctx); err != nil || dur <= 0 {
-		t.Fatalf("floor: %s %v", dur, err)
+	// The agent reports the kernel's uptime at /init after its marker: part of the whole.
+	if dur, toInit, err := d.FloorBoot(ctx); err != nil || toInit <= 0 || toInit >= dur {
+		t.Fatalf("floor: %s, /init at %s, %v", dur, toInit, err)
 	}
 	bad := filepath.Join(t.TempDir(), "initrd")
 	if err := os.WriteFile(bad, []byte("not an initramfs"), 0o644); err != nil {

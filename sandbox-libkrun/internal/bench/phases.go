@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
+)
+
+// bootTimer is what a machine of the qemu driver reports about its boot.
+type bootTimer interface{ BootTimes() qemu.BootTimes }
+
+// bootPhases is the driver's breakdown of m's boot, or nil for a machine that has none.
+func bootPhases(m vm.Machine) []qemu.Phase {
+	if bt, ok := m.(bootTimer); ok {
+		return bt.BootTimes().Phases()
+	}
+	return nil
+}
+
+// Breakdown collects the phases of a series of runs: each run is a list of named durations in
+// the same order; the summary is the median of each phase.
+type Breakdown struct {
+	names []string
+	runs  map[string][]time.Duration
+}
+
+// Add records one run's phases.
+func (b *Breakdown) Add(phases []qemu.Phase) {
+	if b.runs == nil {
+		b.runs = map[string][]time.Duration{}
+	}
+	for _, p := range phases {
+		if _, ok := b.runs[p.Name]; !ok {
+			b.names = append(b.names, p.Name)
+		}
+		b.runs[p.Name] = append(b.runs[p.Name], p.D)
+	}
+}
+
+// Medians returns each phase's median in the order the phases were first seen.
+func (b *Breakdown) Medians() []qemu.Phase {
+	var out []qemu.Phase
+	for _, n := range b.names {
+		out = append(out, qemu.Phase{Name: n, D: summarize(b.runs[n]).Median})
+	}
+	return out
+}
+
+// Print writes the medians as one indented line per phase, with the sum of the medians.
+func (b *Breakdown) Print(w io.Writer, title string) {
+	med := b.Medians()
+	if len(med) == 0 {
+		return
+	}
+	var sum time.Duration
+	var parts []string
+	for _, p := range med {
+		sum += p.D
+		parts = append(parts, fmt.Sprintf("%s %d", p.Name, p.D.Milliseconds()))
+	}
+	fmt.Fprintf(w, "  phases of %s (medians, ms; sum %d): %s\n", title, sum.Milliseconds(), strings.Join(parts, " | "))
+}
+
+// runTimes are the timestamps of one sandbox::run as the driver and the machine saw them.
+type runTimes struct {
+	bootCalled time.Time
+	machine    vm.Machine
+	fs, exec   time.Duration
+}
+
+// runPhases splits one sandbox::run of total duration, started at t0, into the adapter's work
+// before the boot, the boot's phases, the file writes, the exec and the rest (the reply's way
+// back and the adapter's bookkeeping).
+func runPhases(t0 time.Time, total time.Duration, rt *runTimes) []qemu.Phase {
+	before := rt.bootCalled.Sub(t0)
+	ph := []qemu.Phase{{Name: "call to boot", D: before}}
+	boot := bootPhases(rt.machine)
+	ph = append(ph, boot...)
+	var sum time.Duration = before
+	for _, p := range boot {
+		sum += p.D
+	}
+	ph = append(ph, qemu.Phase{Name: "fs::write", D: rt.fs}, qemu.Phase{Name: "exec", D: rt.exec})
+	sum += rt.fs + rt.exec
+	return append(ph, qemu.Phase{Name: "reply", D: total - sum})
+}
+
+// timedMachine times the file operations and execs of a machine into rt.
+type timedMachine struct {
+	vm.Machine
+	mu *sync.Mutex
+	rt *runTimes
+}
+
+// Exec runs the command and adds its duration to the run's exec time.
+func (m timedMachine) Exec(ctx context.Context, req vm.ExecRequest) (vm.ExecResult, error) {
+	t := time.Now()
+	res, err := m.Machine.Exec(ctx, req)
+	m.mu.Lock()
+	m.rt.exec += time.Since(t)
+	m.mu.Unlock()
+	return res, err
+}
+
+// FS runs the operation and adds its duration to the run's file time.
+func (m timedMachine) FS(ctx context.Context, op string, req json.RawMessage) (json.RawMessage, error) {
+	t := time.Now()
+	res, err := m.Machine.FS(ctx, op, req)
+	m.mu.Lock()
+	m.rt.fs += time.Since(t)
+	m.mu.Unlock()
+	return res, err
+}
