@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -65,6 +66,8 @@ type capWriter struct {
 	forward   func([]byte)
 }
 
+var _ io.Writer = (*capWriter)(nil)
+
 // Write keeps what fits under the cap and always reports the whole of p as written.
 func (w *capWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
@@ -92,25 +95,42 @@ func (a *agent) run(id uint32, ex proto.Exec) proto.ExecDone {
 	if len(ex.Argv) == 0 || ex.Argv[0] == "" {
 		return proto.ExecDone{Stderr: []byte("empty argv\n"), ExitCode: intp(127)}
 	}
+	cmd, stdout, stderr, err := a.command(id, ex)
+	if err != nil {
+		return spawnFailure(ex.Argv[0], err)
+	}
+	r := a.track(id)
+	defer a.untrack(id)
+	if err := a.startChild(cmd, r); err != nil {
+		return spawnFailure(ex.Argv[0], err)
+	}
+	defer a.forgetChild(r)
+	timedOut := waitTimeout(cmd, r, ex.TimeoutMS)
+	return execResult(cmd, stdout, stderr, timedOut)
+}
+
+// command builds the process for ex, resolving argv[0] against the command's PATH (the default
+// one when it has none); its output goes to two capped writers that also stream when asked.
+func (a *agent) command(id uint32, ex proto.Exec) (cmd *exec.Cmd, stdout, stderr *capWriter, err error) {
 	env := ex.Env
 	if envGet(env, "PATH") == "" {
 		env = append(env[:len(env):len(env)], "PATH="+defaultPath)
 	}
 	path, err := lookPath(ex.Argv[0], envGet(env, "PATH"))
 	if err != nil {
-		return spawnFailure(ex.Argv[0], err)
+		return nil, nil, nil, err
 	}
 	capN := ex.OutputCap
 	if capN <= 0 {
 		capN = defaultCap
 	}
-	stdout := &capWriter{max: capN}
-	stderr := &capWriter{max: capN}
+	stdout = &capWriter{max: capN}
+	stderr = &capWriter{max: capN}
 	if ex.Stream {
 		stdout.forward = func(b []byte) { a.sendJSON(proto.TypeOutput, id, proto.Output{Stream: 1, Data: b}) }
 		stderr.forward = func(b []byte) { a.sendJSON(proto.TypeOutput, id, proto.Output{Stream: 2, Data: b}) }
 	}
-	cmd := &exec.Cmd{
+	cmd = &exec.Cmd{
 		Path:        path,
 		Args:        ex.Argv,
 		Env:         env,
@@ -124,36 +144,54 @@ func (a *agent) run(id uint32, ex proto.Exec) proto.ExecDone {
 	if cmd.Dir == "" {
 		cmd.Dir = "/"
 	}
+	return cmd, stdout, stderr, nil
+}
+
+// track records exec id as in flight, so that Kill frames can signal it.
+func (a *agent) track(id uint32) *running {
 	r := &running{}
 	a.mu.Lock()
 	a.execs[id] = r
 	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.execs, id)
-		a.mu.Unlock()
-	}()
+	return r
+}
+
+// untrack forgets exec id.
+func (a *agent) untrack(id uint32) {
+	a.mu.Lock()
+	delete(a.execs, id)
+	a.mu.Unlock()
+}
+
+// startChild starts cmd in its own process group and records it as a child the orphan reaper
+// leaves alone; a signal sent meanwhile waits for the process group to be known.
+func (a *agent) startChild(cmd *exec.Cmd, r *running) error {
 	r.mu.Lock()
 	a.spawnMu.Lock()
-	err = cmd.Start()
+	err := cmd.Start()
 	if err == nil {
 		r.pgid = cmd.Process.Pid
 		a.children[r.pgid] = true
 	}
 	a.spawnMu.Unlock()
 	r.mu.Unlock()
-	if err != nil {
-		return spawnFailure(ex.Argv[0], err)
-	}
-	defer func() {
-		a.spawnMu.Lock()
-		delete(a.children, r.pgid)
-		a.spawnMu.Unlock()
-	}()
+	return err
+}
+
+// forgetChild hands r's process back to the orphan reaper.
+func (a *agent) forgetChild(r *running) {
+	a.spawnMu.Lock()
+	delete(a.children, r.pgid)
+	a.spawnMu.Unlock()
+}
+
+// waitTimeout waits for cmd, killing its process group after timeoutMS (none when 0), and
+// reports whether it timed out.
+func waitTimeout(cmd *exec.Cmd, r *running, timeoutMS int64) bool {
 	timedOut := false
 	var timer *time.Timer
-	if ex.TimeoutMS > 0 {
-		timer = time.AfterFunc(time.Duration(ex.TimeoutMS)*time.Millisecond, func() {
+	if timeoutMS > 0 {
+		timer = time.AfterFunc(time.Duration(timeoutMS)*time.Millisecond, func() {
 			r.mu.Lock()
 			timedOut = true
 			_ = unix.Kill(-r.pgid, unix.SIGKILL)
@@ -168,10 +206,15 @@ func (a *agent) run(id uint32, ex proto.Exec) proto.ExecDone {
 	r.mu.Lock()
 	to := timedOut
 	r.mu.Unlock()
+	return to
+}
+
+// execResult is the ExecDone of a finished cmd: its captured output and its exit code or signal.
+func execResult(cmd *exec.Cmd, stdout, stderr *capWriter, timedOut bool) proto.ExecDone {
 	res := proto.ExecDone{
 		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated,
 		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated,
-		TimedOut: to,
+		TimedOut: timedOut,
 	}
 	if cmd.ProcessState == nil {
 		res.Stderr = append(res.Stderr, "guest agent: lost the command's exit status\n"...)
