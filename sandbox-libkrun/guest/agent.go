@@ -57,12 +57,7 @@ func (a *agent) replyErr(id uint32, err error) {
 
 // serve answers frames until the host asks for shutdown or the port closes.
 func (a *agent) serve() error {
-	var uts unix.Utsname
-	_ = unix.Uname(&uts)
-	a.sendJSON(proto.TypeHello, 0, proto.Hello{
-		KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: proto.AgentVersion,
-		UptimeMS: uptime().Milliseconds(), ModulesMS: modulesTime.Milliseconds(), InitMS: initUptime.Milliseconds(),
-	})
+	a.hello()
 	r := bufio.NewReaderSize(a.port, proto.ReadBuffer)
 	for {
 		f, err := proto.Read(r)
@@ -76,42 +71,7 @@ func (a *agent) serve() error {
 		case proto.TypePing:
 			a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
 		case proto.TypeInit:
-			var in proto.Init
-			if err := json.Unmarshal(f.Payload, &in); err != nil {
-				a.replyErr(f.ID, err)
-				continue
-			}
-			if err := seedEntropy(in.Entropy); err != nil {
-				fmt.Fprintf(os.Stderr, "guest agent: entropy: %v\n", err)
-			}
-			if in.Network {
-				if err := loadNetModules(); err != nil {
-					a.replyErr(f.ID, fmt.Errorf("network: %w", err))
-					continue
-				}
-			}
-			fsType := "virtiofs"
-			if in.Share == proto.Share9P {
-				if err := loadModules("/lib/modules/order.9p"); err != nil {
-					a.replyErr(f.ID, fmt.Errorf("9p: %w", err))
-					continue
-				}
-				fsType = "9p"
-			}
-			if err := setupRoot(fsType, in.RootTag, in.ScratchMB, in.Mounts); err != nil {
-				a.replyErr(f.ID, err)
-				continue
-			}
-			if err := setupLoopback(); err != nil {
-				fmt.Fprintf(os.Stderr, "guest agent: loopback: %v\n", err)
-			}
-			if in.Network {
-				if err := setupNetwork(); err != nil {
-					a.replyErr(f.ID, fmt.Errorf("network: %w", err))
-					continue
-				}
-			}
-			a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
+			a.setup(f)
 		case proto.TypeExec:
 			var ex proto.Exec
 			if err := json.Unmarshal(f.Payload, &ex); err != nil {
@@ -125,25 +85,81 @@ func (a *agent) serve() error {
 				a.signal(f.ID, unix.Signal(k.Signal))
 			}
 		case proto.TypeFS:
-			var req proto.FS
-			if err := json.Unmarshal(f.Payload, &req); err != nil {
-				a.replyErr(f.ID, err)
-				continue
-			}
-			switch {
-			case req.Op == "read":
-				go a.streamRead(f.ID, a.openStream(f.ID), req.Request)
-			case req.Op == "write" && req.Stream:
-				go a.streamWrite(f.ID, a.openStream(f.ID), req.Request)
-			default:
-				go func(id uint32) {
-					res, ferr := fsops.Do(req.Op, req.Request)
-					a.fsReply(id, res, ferr)
-				}(f.ID)
-			}
+			a.fsOp(f)
 		case proto.TypeData, proto.TypeEnd, proto.TypeCredit:
 			a.deliverStream(f)
 		}
+	}
+}
+
+// hello sends the Hello frame: the kernel, the agent version and the boot phase times.
+func (a *agent) hello() {
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	a.sendJSON(proto.TypeHello, 0, proto.Hello{
+		KernelRelease: unix.ByteSliceToString(uts.Release[:]), Agent: proto.AgentVersion,
+		UptimeMS: uptime().Milliseconds(), ModulesMS: modulesTime.Milliseconds(), InitMS: initUptime.Milliseconds(),
+	})
+}
+
+// setup answers an Init frame: it seeds entropy, loads the modules asked for, mounts the root and
+// brings up loopback and, when asked, the network.
+func (a *agent) setup(f proto.Frame) {
+	var in proto.Init
+	if err := json.Unmarshal(f.Payload, &in); err != nil {
+		a.replyErr(f.ID, err)
+		return
+	}
+	if err := seedEntropy(in.Entropy); err != nil {
+		fmt.Fprintf(os.Stderr, "guest agent: entropy: %v\n", err)
+	}
+	if in.Network {
+		if err := loadNetModules(); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("network: %w", err))
+			return
+		}
+	}
+	fsType := "virtiofs"
+	if in.Share == proto.Share9P {
+		if err := loadModules("/lib/modules/order.9p"); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("9p: %w", err))
+			return
+		}
+		fsType = "9p"
+	}
+	if err := setupRoot(fsType, in.RootTag, in.ScratchMB, in.Mounts); err != nil {
+		a.replyErr(f.ID, err)
+		return
+	}
+	if err := setupLoopback(); err != nil {
+		fmt.Fprintf(os.Stderr, "guest agent: loopback: %v\n", err)
+	}
+	if in.Network {
+		if err := setupNetwork(); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("network: %w", err))
+			return
+		}
+	}
+	a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
+}
+
+// fsOp answers an FS frame: read and streamed write run as streams, every other op replies once.
+func (a *agent) fsOp(f proto.Frame) {
+	var req proto.FS
+	if err := json.Unmarshal(f.Payload, &req); err != nil {
+		a.replyErr(f.ID, err)
+		return
+	}
+	switch {
+	case req.Op == "read":
+		go a.streamRead(f.ID, a.openStream(f.ID), req.Request)
+	case req.Op == "write" && req.Stream:
+		go a.streamWrite(f.ID, a.openStream(f.ID), req.Request)
+	default:
+		go func(id uint32) {
+			res, ferr := fsops.Do(req.Op, req.Request)
+			a.fsReply(id, res, ferr)
+		}(f.ID)
 	}
 }
 
