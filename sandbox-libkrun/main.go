@@ -33,6 +33,7 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/hostcheck"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
 	"github.com/iii-go/iii/sandbox-libkrun/vmworker"
@@ -117,6 +118,8 @@ func (m *multiFlag) String() string { return strings.Join(*m, ",") }
 
 // Set adds one value.
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+var _ flag.Value = (*multiFlag)(nil)
 
 func main() {
 	for _, a := range os.Args[1:] {
@@ -208,20 +211,40 @@ func serve(args []string) (int, error) {
 		}
 		return 0, errcode.New(errcode.InvalidSettings, "%v; the adapter does not start with a bad value (fix it in the adapter's config_override, then run `iii call compose::restart`)", err)
 	}
+	vms, err := prepareHost(st)
+	if err != nil {
+		return 0, err
+	}
+	if o.check {
+		fmt.Printf("settings ok; VM driver %s; host roots %s\n", vms.drv.Name(), strings.Join(hostRoots(o).List(), ", "))
+		return 0, nil
+	}
+	return runAdapter(ctx, w, o, st, vms)
+}
 
+// vmHost is the checked host's VM driver, guest architecture and the accelerator in use.
+type vmHost struct {
+	drv   *qemu.Driver
+	arch  guestarch.Arch
+	inUse string
+}
+
+// prepareHost picks the accelerator and guest architecture, installs the firmware, checks the
+// host and makes the VM driver, warning when the VMs will run under software emulation.
+func prepareHost(st settings.Settings) (vmHost, error) {
 	accel, err := accelerator(st)
 	if err != nil {
-		return 0, errcode.New(errcode.InvalidSettings, "%v", err)
+		return vmHost{}, errcode.New(errcode.InvalidSettings, "%v", err)
 	}
 	arch, err := st.Guest(accel, runtime.GOOS, runtime.GOARCH)
 	if err != nil {
-		return 0, errcode.New(errcode.InvalidSettings, "%v", err)
+		return vmHost{}, errcode.New(errcode.InvalidSettings, "%v", err)
 	}
 	if p := hostcheck.Platform(platform.Host()); p != nil {
-		return 0, errcode.New(errcode.UnsupportedPlatform, "%s", p.Message)
+		return vmHost{}, errcode.New(errcode.UnsupportedPlatform, "%s", p.Message)
 	}
 	if err := installFirmware(arch); err != nil {
-		return 0, errcode.New(errcode.FirmwareInstallFailed, "%v", err)
+		return vmHost{}, errcode.New(errcode.FirmwareInstallFailed, "%v", err)
 	}
 	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare})
 	for _, p := range problems {
@@ -230,11 +253,11 @@ func serve(args []string) (int, error) {
 		}
 	}
 	if err := hostcheck.Err(problems); err != nil {
-		return 0, errcode.New(errcode.HostCheckFailed, "%v", err)
+		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%v", err)
 	}
 	drv, err := qemu.New(qemu.Options{Accel: accel, Arch: arch, Share: st.FileShare})
 	if err != nil {
-		return 0, errcode.New(errcode.HostCheckFailed, "%v", err)
+		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%v", err)
 	}
 	inUse := drv.Accel()
 	switch {
@@ -245,17 +268,19 @@ func serve(args []string) (int, error) {
 	case accel == settings.AccelAuto:
 		logf("accelerator auto: using %s", inUse)
 	}
-	if o.check {
-		fmt.Printf("settings ok; VM driver %s; host roots %s\n", drv.Name(), strings.Join(hostRoots(o).List(), ", "))
-		return 0, nil
-	}
+	return vmHost{drv, arch, inUse}, nil
+}
 
+// runAdapter serves <prefix>::* on w until ctx ends or the engine connection does, then stops
+// every VM. It returns the exit status: 1 when the engine connection failed.
+func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.Settings, vms vmHost) (int, error) {
+	drv, arch := vms.drv, vms.arch
 	warnPoolMemory(st)
 	// Images of an emulated guest architecture live apart (image.DirFor).
 	images := cacheImages{c: image.NewCacheFor(image.DirFor(image.DefaultDir(), arch), arch)}
 	runDir := processDir("iii-sbx")
 	defer os.RemoveAll(runDir)
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Accelerator: inUse, GuestArch: arch.Name,
+	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Accelerator: vms.inUse, GuestArch: arch.Name,
 		StateDir: filepath.Join(runDir, "s"), Logf: logf, Channels: w})
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
@@ -264,43 +289,57 @@ func serve(args []string) (int, error) {
 		RunDir:    filepath.Join(runDir, "w"),
 		CPUs:      int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), Logf: logf,
 	})
-	handlers := svc.Handlers()
-	for op, h := range workers.Handlers() {
-		handlers[op] = adapter.Handler(h)
-	}
-	for op, h := range handlers {
-		if err := w.Register(o.prefix+"::"+op, wrap(h), protocol.WithDescription(describe(op))); err != nil {
-			return 0, errcode.New(errcode.RegisterFailed, "%s::%s: %v", o.prefix, op, err)
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = w.Start(cctx)
-	cancel()
-	if err != nil {
-		return 0, errcode.New(errcode.EngineUnreachable, "cannot register with the engine at %s: %v", w.URL(), err)
+	if err := register(ctx, w, o.prefix, svc, workers); err != nil {
+		return 0, err
 	}
 	logf("serving %s::* in namespace %s (version %s, driver %s, host roots: %s)",
 		o.prefix, w.Namespace(), version, drv.Name(), strings.Join(roots.List(), ", "))
 
 	reapCtx, stopReaper := context.WithCancel(ctx)
 	go svc.RunReaper(reapCtx, adapter.ReapInterval)
-
-	status := 0
-	select {
-	case <-ctx.Done():
-		logf("stopping every VM")
-	case <-w.Done():
-		if err := w.Err(); err != nil {
-			logf("engine connection ended: %v; stopping every VM", err)
-			status = 1
-		}
-	}
+	status := awaitEnd(ctx, w)
 	stopReaper()
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	workers.Shutdown(sctx)
 	svc.Shutdown(sctx)
 	return status, nil
+}
+
+// register registers every sandbox and VM-worker function as prefix::op, then connects w to
+// the engine within 30 seconds.
+func register(ctx context.Context, w *protocol.Worker, prefix string, svc *adapter.Service, workers *vmworker.Manager) error {
+	handlers := svc.Handlers()
+	for op, h := range workers.Handlers() {
+		handlers[op] = adapter.Handler(h)
+	}
+	for op, h := range handlers {
+		if err := w.Register(prefix+"::"+op, wrap(h), protocol.WithDescription(describe(op))); err != nil {
+			return errcode.New(errcode.RegisterFailed, "%s::%s: %v", prefix, op, err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := w.Start(cctx)
+	cancel()
+	if err != nil {
+		return errcode.New(errcode.EngineUnreachable, "cannot register with the engine at %s: %v", w.URL(), err)
+	}
+	return nil
+}
+
+// awaitEnd waits for a stop signal (ctx) or the end of the engine connection and returns the
+// exit status: 1 when the connection ended with an error.
+func awaitEnd(ctx context.Context, w *protocol.Worker) int {
+	select {
+	case <-ctx.Done():
+		logf("stopping every VM")
+	case <-w.Done():
+		if err := w.Err(); err != nil {
+			logf("engine connection ended: %v; stopping every VM", err)
+			return 1
+		}
+	}
+	return 0
 }
 
 var descriptions = map[string]string{
@@ -515,11 +554,12 @@ func memAvailableMB() int {
 type cacheImages struct{ c *image.Cache }
 
 // cacheImages serves both the sandboxes and the VM workers; the worker connection carries the
-// adapter's stream channels.
+// adapter's stream channels; the qemu driver runs both.
 var (
 	_ adapter.Images   = cacheImages{}
 	_ vmworker.Images  = cacheImages{}
 	_ adapter.Channels = (*protocol.Worker)(nil)
+	_ vm.Driver        = (*qemu.Driver)(nil)
 )
 
 // pullTimeout bounds one image pull.
