@@ -408,96 +408,117 @@ func (p *parser) container(f *File, c pair) (*Container, error) {
 	if err != nil {
 		return nil, err
 	}
-	var workerNode, versionNode *yaml.Node
-	var runNode, preRunTimeoutNode *yaml.Node
-	hasAfter := false
+	var n containerNodes
 	for _, k := range kids {
-		switch k.key {
-		case "worker":
-			s, err := p.expanded(k)
-			if err != nil {
-				return nil, err
-			}
-			src, err := p.source(f, k, s)
-			if err != nil {
-				return nil, err
-			}
-			ct.Source, workerNode = src, k.val
-		case "version":
-			if ct.Version, err = p.expanded(k); err != nil {
-				return nil, err
-			}
-			if strings.TrimSpace(ct.Version) == "" {
-				return nil, p.invalid(k.val, "%s is blank", k.where)
-			}
-			versionNode = k.val
-		case "start_after", "depends_on":
-			if hasAfter {
-				return nil, p.invalid(k.knode, "%s: start_after and its older name depends_on are both set; keep start_after", c.where)
-			}
-			hasAfter = true
-			if ct.StartAfter, err = p.stringList(k, false); err != nil {
-				return nil, err
-			}
-		case "config_name":
-			if ct.ConfigName, err = p.expanded(k); err != nil {
-				return nil, err
-			}
-			if !regexp.MustCompile(`^[a-z0-9_-]{1,64}$`).MatchString(ct.ConfigName) {
-				return nil, p.at(errcode.InvalidConfigName, k.val, k.where, "%q is not a configuration id: 1 to 64 of a-z, 0-9, _ and -", ct.ConfigName)
-			}
-		case "config_override":
-			if k.val.Kind != yaml.MappingNode {
-				return nil, p.invalid(k.val, "%s must be a mapping", k.where)
-			}
-			v, err := p.value(k.val, k.where)
-			if err != nil {
-				return nil, err
-			}
-			ct.ConfigOverride = v.(map[string]any)
-		case "working_dir":
-			if ct.WorkingDir, err = p.expanded(k); err != nil {
-				return nil, err
-			}
-		case "environment":
-			if err := p.environment(ct, k); err != nil {
-				return nil, err
-			}
-		case "env_file":
-			if ct.EnvFile, err = p.stringList(k, true); err != nil {
-				return nil, err
-			}
-		case "startup_timeout":
-			if ct.StartupTimeout, err = p.duration(k); err != nil {
-				return nil, err
-			}
-		case "scripts":
-			if runNode, preRunTimeoutNode, err = p.scripts(ct, k); err != nil {
-				return nil, err
-			}
-		case "restart", "required":
-			if err := p.policy(ct, k); err != nil {
-				return nil, err
-			}
+		if err := p.containerKey(f, ct, c, k, &n); err != nil {
+			return nil, err
 		}
 	}
-	if workerNode == nil {
-		return nil, p.invalid(c.knode, "%s: missing required key \"worker\" (package://NAME or path://DIR)", c.where)
+	if err := p.checkContainer(ct, c, &n); err != nil {
+		return nil, err
+	}
+	return ct, nil
+}
+
+// containerNodes remembers the keys of one container that the checks after the key loop need.
+type containerNodes struct {
+	worker, version, run, preRunTimeout *yaml.Node
+	hasAfter                            bool
+}
+
+// containerKey reads key k of container c into ct, noting in n what checkContainer needs.
+func (p *parser) containerKey(f *File, ct *Container, c pair, k pair, n *containerNodes) error {
+	var err error
+	switch k.key {
+	case "worker":
+		s, err := p.expanded(k)
+		if err != nil {
+			return err
+		}
+		src, err := p.source(f, k, s)
+		if err != nil {
+			return err
+		}
+		ct.Source, n.worker = src, k.val
+	case "version":
+		if ct.Version, err = p.expanded(k); err != nil {
+			return err
+		}
+		if strings.TrimSpace(ct.Version) == "" {
+			return p.invalid(k.val, "%s is blank", k.where)
+		}
+		n.version = k.val
+	case "start_after", "depends_on":
+		if n.hasAfter {
+			return p.invalid(k.knode, "%s: start_after and its older name depends_on are both set; keep start_after", c.where)
+		}
+		n.hasAfter = true
+		if ct.StartAfter, err = p.stringList(k, false); err != nil {
+			return err
+		}
+	case "config_name":
+		if ct.ConfigName, err = p.expanded(k); err != nil {
+			return err
+		}
+		if !regexp.MustCompile(`^[a-z0-9_-]{1,64}$`).MatchString(ct.ConfigName) {
+			return p.at(errcode.InvalidConfigName, k.val, k.where, "%q is not a configuration id: 1 to 64 of a-z, 0-9, _ and -", ct.ConfigName)
+		}
+	case "config_override":
+		if k.val.Kind != yaml.MappingNode {
+			return p.invalid(k.val, "%s must be a mapping", k.where)
+		}
+		v, err := p.value(k.val, k.where)
+		if err != nil {
+			return err
+		}
+		ct.ConfigOverride = v.(map[string]any)
+	case "working_dir":
+		if ct.WorkingDir, err = p.expanded(k); err != nil {
+			return err
+		}
+	case "environment":
+		if err := p.environment(ct, k); err != nil {
+			return err
+		}
+	case "env_file":
+		if ct.EnvFile, err = p.stringList(k, true); err != nil {
+			return err
+		}
+	case "startup_timeout":
+		if ct.StartupTimeout, err = p.duration(k); err != nil {
+			return err
+		}
+	case "scripts":
+		if n.run, n.preRunTimeout, err = p.scripts(ct, k); err != nil {
+			return err
+		}
+	case "restart", "required":
+		if err := p.policy(ct, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkContainer applies the rules that span several keys of container c.
+func (p *parser) checkContainer(ct *Container, c pair, n *containerNodes) error {
+	if n.worker == nil {
+		return p.invalid(c.knode, "%s: missing required key \"worker\" (package://NAME or path://DIR)", c.where)
 	}
 	if ct.IsPackage() {
 		if ct.Version == "" {
-			return nil, p.at(errcode.MissingVersionForPackage, c.knode, c.where, "%s needs a version: an exact version, a range such as '^0.3', or a tag such as latest", ct.Source.Raw)
+			return p.at(errcode.MissingVersionForPackage, c.knode, c.where, "%s needs a version: an exact version, a range such as '^0.3', or a tag such as latest", ct.Source.Raw)
 		}
-		if runNode != nil {
-			return nil, p.at(errcode.RunNotAllowedForPackage, runNode, c.where+".scripts.run", "a package:// worker starts its own binary; scripts.run is only for path:// workers")
+		if n.run != nil {
+			return p.at(errcode.RunNotAllowedForPackage, n.run, c.where+".scripts.run", "a package:// worker starts its own binary; scripts.run is only for path:// workers")
 		}
-	} else if versionNode != nil {
-		return nil, p.invalid(versionNode, "%s.version applies only to package:// workers", c.where)
+	} else if n.version != nil {
+		return p.invalid(n.version, "%s.version applies only to package:// workers", c.where)
 	}
-	if preRunTimeoutNode != nil && ct.Scripts.PreRun == "" {
-		return nil, p.at(errcode.PreRunTimeoutWithoutPreRun, preRunTimeoutNode, c.where+".scripts.pre_run_timeout", "set scripts.pre_run, or remove pre_run_timeout")
+	if n.preRunTimeout != nil && ct.Scripts.PreRun == "" {
+		return p.at(errcode.PreRunTimeoutWithoutPreRun, n.preRunTimeout, c.where+".scripts.pre_run_timeout", "set scripts.pre_run, or remove pre_run_timeout")
 	}
-	return ct, nil
+	return nil
 }
 
 var packageNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)

@@ -103,68 +103,25 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		}
 	}
 	s.mu.Unlock()
-	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
-	cmd.Dir = spec.Dir
-	env := spec.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	cmd.Env = append(env[:len(env):len(env)], EnvProcess+"="+marker(os.Getpid(), spec.Name))
-	cmd.SysProcAttr = procgroup.Attr(true)
-	copied := make(chan struct{})
-	var pipes [2][2]*os.File // stdout, stderr: read and write ends
-	var log *RotatingLog
-	closePipes := func() {
-		for _, pp := range pipes {
-			for _, f := range pp {
-				if f != nil {
-					f.Close()
-				}
-			}
-		}
-	}
+	cmd := command(spec)
+	var capture *logCapture
 	if spec.LogPath != "" {
 		var err error
-		if log, err = OpenLog(spec.LogPath, logMaxBytes(), LogArchives); err != nil {
+		if capture, err = openCapture(spec.LogPath); err != nil {
 			return nil, err
 		}
-		for i := range pipes {
-			if pipes[i][0], pipes[i][1], err = os.Pipe(); err != nil {
-				closePipes()
-				log.Close()
-				return nil, err
-			}
-		}
-		cmd.Stdout, cmd.Stderr = pipes[0][1], pipes[1][1]
+		cmd.Stdout, cmd.Stderr = capture.pipes[0][1], capture.pipes[1][1]
 	}
 	if err := Spawn(cmd); err != nil {
-		if log != nil {
-			log.Close()
-			closePipes()
+		if capture != nil {
+			capture.log.Close()
+			capture.closePipes()
 		}
 		return nil, err
 	}
-	if log != nil {
-		// Each copy ends when every process of the group has closed its end; each line goes
-		// into the log whole, tagged with its stream.
-		var wg sync.WaitGroup
-		for i, stream := range []string{StreamStdout, StreamStderr} {
-			r := pipes[i][0]
-			pipes[i][1].Close()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				lw := NewLineWriter(stream, log)
-				_, _ = io.Copy(lw, r)
-				_ = lw.Close()
-				r.Close()
-			}()
-		}
-		go func() {
-			wg.Wait()
-			log.Close()
-			close(copied)
-		}()
+	copied := make(chan struct{})
+	if capture != nil {
+		capture.start(copied)
 	} else {
 		close(copied)
 	}
@@ -177,6 +134,78 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	s.mu.Unlock()
 	go s.wait(p)
 	return p, nil
+}
+
+// command is the command of spec, in its own process group, with the marker that names it.
+func command(spec Spec) *exec.Cmd {
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Dir
+	env := spec.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(env[:len(env):len(env)], EnvProcess+"="+marker(os.Getpid(), spec.Name))
+	cmd.SysProcAttr = procgroup.Attr(true)
+	return cmd
+}
+
+// logCapture is the log of one process and the pipes that feed it.
+type logCapture struct {
+	log   *RotatingLog
+	pipes [2][2]*os.File // stdout, stderr: read and write ends
+}
+
+// openCapture opens the log at path and the stdout and stderr pipes that feed it.
+func openCapture(path string) (*logCapture, error) {
+	log, err := OpenLog(path, logMaxBytes(), LogArchives)
+	if err != nil {
+		return nil, err
+	}
+	c := &logCapture{log: log}
+	for i := range c.pipes {
+		if c.pipes[i][0], c.pipes[i][1], err = os.Pipe(); err != nil {
+			c.closePipes()
+			log.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// closePipes closes every pipe end still open.
+func (c *logCapture) closePipes() {
+	for _, pp := range c.pipes {
+		for _, f := range pp {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+}
+
+// start copies both streams into the log once the process holds the write ends, and closes
+// copied when both copies and the log are done.
+func (c *logCapture) start(copied chan struct{}) {
+	// Each copy ends when every process of the group has closed its end; each line goes
+	// into the log whole, tagged with its stream.
+	var wg sync.WaitGroup
+	for i, stream := range []string{StreamStdout, StreamStderr} {
+		r := c.pipes[i][0]
+		c.pipes[i][1].Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lw := NewLineWriter(stream, c.log)
+			_, _ = io.Copy(lw, r)
+			_ = lw.Close()
+			r.Close()
+		}()
+	}
+	go func() {
+		wg.Wait()
+		c.log.Close()
+		close(copied)
+	}()
 }
 
 func (s *Supervisor) wait(p *Process) {

@@ -119,42 +119,58 @@ func (m *Message) stringField(key string) *string {
 	return nil
 }
 
+// rawField returns the field of m that keeps key's value as raw JSON, nil for any other key.
+func (m *Message) rawField(key string) *json.RawMessage {
+	switch key {
+	case "request_format":
+		return &m.RequestFormat
+	case "response_format":
+		return &m.ResponseFormat
+	case "config":
+		return &m.Config
+	case "trigger_request_format":
+		return &m.TriggerRequestFormat
+	case "call_request_format":
+		return &m.CallRequestFormat
+	case "data":
+		return &m.Data
+	case "metadata":
+		return &m.Metadata
+	case "result":
+		return &m.Result
+	}
+	return nil
+}
+
+// isNull reports whether the JSON value v is null.
+func isNull(v []byte) bool { return len(v) == 4 && string(v) == "null" }
+
+// setString stores the JSON string v in dst; null leaves dst as it is.
+func setString(dst *string, v []byte) error {
+	if isNull(v) {
+		return nil
+	}
+	if v[0] != '"' {
+		return errWrongType
+	}
+	s, err := (&parser{b: v}).str()
+	*dst = s
+	return err
+}
+
 // set stores one field; v is a complete, valid JSON value.
 func (m *Message) set(key string, v []byte) error {
-	isNull := len(v) == 4 && string(v) == "null"
-	strField := func(dst *string) error {
-		if isNull {
-			return nil
-		}
-		if v[0] != '"' {
-			return errWrongType
-		}
-		s, err := (&parser{b: v}).str()
-		*dst = s
-		return err
+	if dst := m.stringField(key); dst != nil {
+		return setString(dst, v)
 	}
-	rawField := func(dst *json.RawMessage) error {
+	if dst := m.rawField(key); dst != nil {
 		*dst = append(json.RawMessage(nil), v...)
 		return nil
 	}
-	if dst := m.stringField(key); dst != nil {
-		return strField(dst)
-	}
+	null := isNull(v)
 	switch key {
-	case "request_format":
-		return rawField(&m.RequestFormat)
-	case "response_format":
-		return rawField(&m.ResponseFormat)
-	case "config":
-		return rawField(&m.Config)
-	case "trigger_request_format":
-		return rawField(&m.TriggerRequestFormat)
-	case "call_request_format":
-		return rawField(&m.CallRequestFormat)
-	case "data":
-		return rawField(&m.Data)
 	case "action":
-		if isNull {
+		if null {
 			m.Action = nil
 			return nil
 		}
@@ -163,22 +179,18 @@ func (m *Message) set(key string, v []byte) error {
 			return err
 		}
 		m.Action = a
-	case "metadata":
-		return rawField(&m.Metadata)
 	case "namespace":
-		if isNull {
+		if null {
 			m.Namespace = nil
 			return nil
 		}
 		var s string
-		if err := strField(&s); err != nil {
+		if err := setString(&s, v); err != nil {
 			return err
 		}
 		m.Namespace = &s
-	case "result":
-		return rawField(&m.Result)
 	case "error":
-		if isNull {
+		if null {
 			m.Error = nil
 			return nil
 		}
@@ -197,7 +209,7 @@ func (m *Message) set(key string, v []byte) error {
 			return errWrongType
 		}
 	case "timeout_ms":
-		if isNull {
+		if null {
 			return nil
 		}
 		n, err := strconv.ParseInt(string(v), 10, 64)

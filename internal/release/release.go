@@ -87,6 +87,35 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	versions, err := resolveVersions(o)
+	if err != nil {
+		return nil, err
+	}
+	out := Dir(o.Dist, versions["iii"])
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	assets, err := buildAll(ctx, o, out, versions)
+	if err != nil {
+		return nil, err
+	}
+	for _, rel := range o.Extra {
+		a, err := PublishFile(out, versions["iii"], filepath.Join(o.Root, rel))
+		if err != nil {
+			return nil, err
+		}
+		assets = append(assets, a)
+	}
+	m, err := WriteIndex(out, versions["iii"], assets)
+	if err != nil {
+		return nil, err
+	}
+	return m, writeAtomicBytes(filepath.Join(o.Dist, "iii", "latest"), []byte(versions["iii"]+"\n"))
+}
+
+// resolveVersions returns the version of every product: the override in o.Versions, else the
+// one read from the source tree.
+func resolveVersions(o Options) (map[string]string, error) {
 	versions := map[string]string{}
 	for _, p := range Products {
 		v := o.Versions[p.Name]
@@ -98,10 +127,12 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 		}
 		versions[p.Name] = v
 	}
-	out := Dir(o.Dist, versions["iii"])
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, err
-	}
+	return versions, nil
+}
+
+// buildAll builds the asset of every product for every target that ships it into out, at most
+// o.Jobs at a time, logging one progress line per asset; it returns the first failure.
+func buildAll(ctx context.Context, o Options, out string, versions map[string]string) ([]Asset, error) {
 	type job struct {
 		p Product
 		t Target
@@ -149,18 +180,7 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	if len(errs) > 0 {
 		return nil, errs[0]
 	}
-	for _, rel := range o.Extra {
-		a, err := PublishFile(out, versions["iii"], filepath.Join(o.Root, rel))
-		if err != nil {
-			return nil, err
-		}
-		assets = append(assets, a)
-	}
-	m, err := WriteIndex(out, versions["iii"], assets)
-	if err != nil {
-		return nil, err
-	}
-	return m, writeAtomicBytes(filepath.Join(o.Dist, "iii", "latest"), []byte(versions["iii"]+"\n"))
+	return assets, nil
 }
 
 // BuildBinary cross-compiles product p for target t with the version injected, CGO off.

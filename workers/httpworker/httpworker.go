@@ -1,5 +1,6 @@
 // Package httpworker is the http worker: the "http" trigger type, config {api_path,
-// http_method, condition_function_id?}, served on one listener (REFERENCE-events.md §2.6).
+// http_method, condition_function_id?}, served on one listener, as iii's http worker of the
+// 0.26 era (0.23.x) serves its trigger-era routes.
 //
 // A path template is a slash-separated path whose segments are literal or parameters (":id" or
 // "{id}"). A request is matched on its path, then its method:
@@ -250,41 +251,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody("NOT_FOUND", "no route serves "+r.URL.Path))
 		return
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody("BODY_TOO_LARGE", "the request body is over the limit (max_body_bytes)"))
-			return
-		}
-		writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", err.Error()))
+	body, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
-	var body any
-	if len(raw) > 0 {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" || strings.HasSuffix(mt, "+json") {
-			if err := json.Unmarshal(raw, &body); err != nil {
-				writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", "the body is not valid JSON: "+err.Error()))
-				return
-			}
-		} else {
-			body = string(raw)
-		}
-	}
-	query := map[string]any{}
-	for k, v := range r.URL.Query() {
-		if len(v) == 1 {
-			query[k] = v[0]
-		} else {
-			query[k] = v
-		}
-	}
-	headers := map[string]string{}
-	for k, v := range r.Header {
-		headers[strings.ToLower(k)] = strings.Join(v, ", ")
-	}
-	req := map[string]any{"method": r.Method, "path": r.URL.Path, "path_params": params, "query_params": query,
-		"headers": headers, "body": body, "trigger": map[string]string{"type": "http", "method": rt.method, "path": rt.template}}
+	req := request(r, rt, params, body)
 	timeout := time.Duration(s.cfg.DefaultTimeoutMS) * time.Millisecond
 	ctx := r.Context()
 	if rt.condition != "" {
@@ -304,6 +275,52 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.respond(w, out)
+}
+
+// readBody reads the body of r within max_body_bytes: the JSON value for a JSON request, else
+// the text, nil when empty. On failure it writes the error response and returns false.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (any, bool) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody("BODY_TOO_LARGE", "the request body is over the limit (max_body_bytes)"))
+			return nil, false
+		}
+		writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", err.Error()))
+		return nil, false
+	}
+	var body any
+	if len(raw) > 0 {
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" || strings.HasSuffix(mt, "+json") {
+			if err := json.Unmarshal(raw, &body); err != nil {
+				writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", "the body is not valid JSON: "+err.Error()))
+				return nil, false
+			}
+		} else {
+			body = string(raw)
+		}
+	}
+	return body, true
+}
+
+// request is the function input for r on route rt: method, path, path_params, query_params,
+// headers (lower-case names), body and trigger.
+func request(r *http.Request, rt *route, params map[string]string, body any) map[string]any {
+	query := map[string]any{}
+	for k, v := range r.URL.Query() {
+		if len(v) == 1 {
+			query[k] = v[0]
+		} else {
+			query[k] = v
+		}
+	}
+	headers := map[string]string{}
+	for k, v := range r.Header {
+		headers[strings.ToLower(k)] = strings.Join(v, ", ")
+	}
+	return map[string]any{"method": r.Method, "path": r.URL.Path, "path_params": params, "query_params": query,
+		"headers": headers, "body": body, "trigger": map[string]string{"type": "http", "method": rt.method, "path": rt.template}}
 }
 
 func truthy(out json.RawMessage) bool {

@@ -237,21 +237,10 @@ func listen() net.Listener {
 	return ln
 }
 
-func main() {
-	d := flag.Duration("d", 2*time.Second, "measuring time per case")
-	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	concs := flag.String("c", "1,16,256", "concurrency levels of the engine/echo comparison")
-	router := flag.Bool("router", true, "also measure the sandbox router hop")
-	flag.Parse()
-	if *prof != "" {
-		f, err := os.Create(*prof)
-		if err == nil && pprof.StartCPUProfile(f) == nil {
-			defer pprof.StopCPUProfile()
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
+// startEngine serves an engine with the sandbox router bound to the benchbox adapter on a
+// loopback port and starts the echo server, the adapter and the client workers on it; it
+// returns the started workers, the client last, for the caller to close.
+func startEngine(ctx context.Context) []*protocol.Worker {
 	eln := listen()
 	eng := core.New(core.Options{Logger: quiet()})
 	sandbox.New(eng, &sandbox.Binding{Adapter: "benchbox", Namespace: "adapter", Source: "config"}).Install()
@@ -272,8 +261,30 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
+	}
+	return []*protocol.Worker{server, adapter, client}
+}
+
+func main() {
+	d := flag.Duration("d", 2*time.Second, "measuring time per case")
+	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	concs := flag.String("c", "1,16,256", "concurrency levels of the engine/echo comparison")
+	router := flag.Bool("router", true, "also measure the sandbox router hop")
+	flag.Parse()
+	if *prof != "" {
+		f, err := os.Create(*prof)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	workers := startEngine(ctx)
+	for _, w := range workers {
 		defer w.Close()
 	}
+	client := workers[len(workers)-1]
 	bln := listen()
 	go echoServer(bln)
 	ec, err := dialEcho("ws://" + bln.Addr().String())

@@ -147,21 +147,7 @@ func runHTTP(ctx context.Context, url string, n, c int, quiet *slog.Logger) erro
 	go func() { _ = http.Serve(hln, srv) }()
 
 	// The baseline: the same work without the engine hop.
-	bare := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var b any
-		_ = json.Unmarshal(body, &b)
-		headers := map[string]string{}
-		for k, v := range r.Header {
-			headers[k] = v[0]
-		}
-		doc, _ := json.Marshal(map[string]any{"method": r.Method, "path": r.URL.Path, "path_params": map[string]string{"name": "x"},
-			"query_params": map[string]string{}, "headers": headers, "body": b})
-		var req map[string]any
-		_ = json.Unmarshal(doc, &req)
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"hello": req["path_params"]})
-	})
+	bare := bareHandler()
 	bln, err := listen()
 	if err != nil {
 		return err
@@ -171,50 +157,10 @@ func runHTTP(ctx context.Context, url string, n, c int, quiet *slog.Logger) erro
 	// Wait until the route is live.
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c}, Timeout: 10 * time.Second}
 	trig := "http://" + hln.Addr().String() + "/hello/x"
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res, err := client.Post(trig, "application/json", bytes.NewReader([]byte(`{}`)))
-		if err == nil {
-			_, _ = io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the http trigger did not become live within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := waitLive(client, trig); err != nil {
+		return err
 	}
-	load := func(url string, n int) (time.Duration, error) {
-		var next atomic.Int64
-		var failed atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for range c {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for next.Add(1) <= int64(n) {
-					res, err := client.Post(url, "application/json", bytes.NewReader([]byte(`{"order":1}`)))
-					if err != nil {
-						failed.Add(1)
-						continue
-					}
-					_, _ = io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					if res.StatusCode != 200 {
-						failed.Add(1)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if f := failed.Load(); f > 0 {
-			return 0, fmt.Errorf("%d of %d requests to %s failed", f, n, url)
-		}
-		return time.Since(start), nil
-	}
+	load := func(url string, n int) (time.Duration, error) { return postLoad(client, c, url, n) }
 	// Alternating slices, so that load from elsewhere on the machine falls on both alike.
 	const rounds = 4
 	per := max(n/rounds, 1)
@@ -239,6 +185,77 @@ func runHTTP(ctx context.Context, url string, n, c int, quiet *slog.Logger) erro
 	fmt.Printf("http: bare net/http handler   %9.0f req/s  (%d requests, %d clients)\n", base, rounds*per, c)
 	fmt.Printf("http: http trigger via engine %9.0f req/s  = %.0f%% of bare (target >= 50%%)\n", viaTrig, 100*viaTrig/base)
 	return nil
+}
+
+// bareHandler is the baseline: the work of the http trigger and its function without the
+// engine hop.
+func bareHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var b any
+		_ = json.Unmarshal(body, &b)
+		headers := map[string]string{}
+		for k, v := range r.Header {
+			headers[k] = v[0]
+		}
+		doc, _ := json.Marshal(map[string]any{"method": r.Method, "path": r.URL.Path, "path_params": map[string]string{"name": "x"},
+			"query_params": map[string]string{}, "headers": headers, "body": b})
+		var req map[string]any
+		_ = json.Unmarshal(doc, &req)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"hello": req["path_params"]})
+	})
+}
+
+// waitLive polls url with POSTs until one answers 200, for at most 10 s.
+func waitLive(client *http.Client, url string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := client.Post(url, "application/json", bytes.NewReader([]byte(`{}`)))
+		if err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the http trigger did not become live within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// postLoad sends n POSTs to url from c concurrent clients and returns the time they took; any
+// request that fails or does not answer 200 fails the run.
+func postLoad(client *http.Client, c int, url string, n int) (time.Duration, error) {
+	var next atomic.Int64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				res, err := client.Post(url, "application/json", bytes.NewReader([]byte(`{"order":1}`)))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		return 0, fmt.Errorf("%d of %d requests to %s failed", f, n, url)
+	}
+	return time.Since(start), nil
 }
 
 // runQueue measures messages/s from action enqueue to the function's call.
