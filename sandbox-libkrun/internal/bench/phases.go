@@ -118,3 +118,37 @@ func (m timedMachine) FS(ctx context.Context, op string, req json.RawMessage) (j
 	m.mu.Unlock()
 	return res, err
 }
+
+// timedStreamer is a timedMachine whose machine streams files: fs::read and fs::write of the
+// bench's fs section go through it, so the wrapper must not hide vm.FSStreamer.
+type timedStreamer struct {
+	timedMachine
+	st vm.FSStreamer
+}
+
+var _ vm.FSStreamer = timedStreamer{}
+
+// FSRead starts the streamed read on the wrapped machine.
+func (m timedStreamer) FSRead(ctx context.Context, req json.RawMessage) (json.RawMessage, io.ReadCloser, error) {
+	return m.st.FSRead(ctx, req)
+}
+
+// FSWrite runs the streamed write on the wrapped machine and adds its duration to the file time.
+func (m timedStreamer) FSWrite(ctx context.Context, req json.RawMessage, body io.Reader) (json.RawMessage, error) {
+	t := time.Now()
+	res, err := m.st.FSWrite(ctx, req, body)
+	m.mu.Lock()
+	m.rt.fs += time.Since(t)
+	m.mu.Unlock()
+	return res, err
+}
+
+// timed wraps m so that its execs and file operations are timed into rt, keeping vm.FSStreamer
+// when m has it.
+func timed(m vm.Machine, mu *sync.Mutex, rt *runTimes) vm.Machine {
+	tm := timedMachine{Machine: m, mu: mu, rt: rt}
+	if st, ok := m.(vm.FSStreamer); ok {
+		return timedStreamer{timedMachine: tm, st: st}
+	}
+	return tm
+}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
 )
 
@@ -36,5 +38,21 @@ func TestRunPhasesAddUp(t *testing.T) {
 	}
 	if sum != 100*time.Millisecond || ph[0].D != 3*time.Millisecond || ph[len(ph)-1].Name != "reply" || ph[len(ph)-1].D != 8*time.Millisecond {
 		t.Fatalf("phases %+v (sum %s)", ph, sum)
+	}
+}
+
+// streamingMachine is a machine that streams files.
+type streamingMachine struct {
+	vm.Machine
+	vm.FSStreamer
+}
+
+func TestTimedKeepsFSStreamer(t *testing.T) {
+	var mu sync.Mutex
+	if _, ok := timed(streamingMachine{}, &mu, &runTimes{}).(vm.FSStreamer); !ok {
+		t.Fatal("timed hid vm.FSStreamer: the fs section's fs::read and fs::write would answer S219")
+	}
+	if _, ok := timed(timedMachine{}, &mu, &runTimes{}).(vm.FSStreamer); ok {
+		t.Fatal("timed claimed vm.FSStreamer for a machine without it")
 	}
 }

@@ -211,7 +211,7 @@ func (d *countingDriver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, er
 	d.machines = append(d.machines, m)
 	d.last = rt
 	d.mu.Unlock()
-	return timedMachine{Machine: m, mu: &d.mu, rt: rt}, nil
+	return timed(m, &d.mu, rt), nil
 }
 
 // lastRun returns the times of the machine booted last (nil before the first).
