@@ -1,4 +1,4 @@
-// Package adapter implements the sandbox API (REFERENCE-sandbox.md §4): each operation is a plain
+// Package adapter implements the sandbox API (the sandbox::* functions): each operation is a plain
 // handler that takes the JSON request and returns the JSON-ready reply or an S-code error, with
 // the fields and codes of the 0.25 daemon (req A4). VMs come from a vm.Driver and root
 // filesystems from an Images resolver, so the package runs against fakes. The stream channels of
@@ -309,7 +309,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)
-		return nil, scode.BootFailed(tail(strings.TrimPrefix(err.Error(), "VM boot failed: "), bootErrorTail))
+		return nil, scode.BootFailed(tail(bootDetail(err), bootErrorTail))
 	}
 	return s.addBox(req, id, img.Name, idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB", cpus, mem)), nil
 }
@@ -697,4 +697,14 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
+}
+
+// bootDetail is what a failed boot's S300 message says: the detail of a *vm.BootError without its
+// "VM boot failed: " prefix, or the error's text.
+func bootDetail(err error) string {
+	var be *vm.BootError
+	if errors.As(err, &be) {
+		return be.Detail
+	}
+	return err.Error()
 }

@@ -29,7 +29,8 @@ func KVMDevice() string {
 }
 
 // NestedPVM reports whether KVM is served only by a nested "PVM" module (kvm_pvm loaded,
-// neither kvm_intel nor kvm_amd), which cannot run a stock guest kernel (REFERENCE-vm.md).
+// neither kvm_intel nor kvm_amd), which cannot run a stock guest kernel: its guests need a
+// PVM-aware kernel.
 func NestedPVM() bool {
 	return exists("/sys/module/kvm_pvm") && !exists("/sys/module/kvm_intel") && !exists("/sys/module/kvm_amd")
 }

@@ -22,8 +22,10 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
-// KernelCmdline is the x86_64 guest kernel command line (see REFERENCE-vm.md for why each word is
-// there). The initcall blacklist skips two slow initcalls a sandbox does not use (kprobe tracing
+// KernelCmdline is the x86_64 guest kernel command line: a serial console; a panic reboots at
+// once, which -no-reboot turns into qemu exiting; a trusted TSC of fixed rate (no calibration);
+// and no self-tests, mitigations, KASLR or security modules, which only cost boot time in a
+// throwaway VM. The initcall blacklist skips two slow initcalls a sandbox does not use (kprobe tracing
 // and a KDF self-test, ~125 ms under TCG by initcall_debug). The keyring initcalls cannot go:
 // later ones dereference the system keyring.
 const KernelCmdline = "console=ttyS0 panic=-1 reboot=t quiet tsc_early_khz=2600000 tsc=reliable no_timer_check " +

@@ -62,18 +62,18 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 		spec.CPUs = 1
 	}
 	if spec.MemoryMB < 128 {
-		return nil, fmt.Errorf("VM boot failed: memory_mb %d is below the 128 MiB minimum", spec.MemoryMB)
+		return nil, bootError(fmt.Errorf("memory_mb %d is below the 128 MiB minimum", spec.MemoryMB))
 	}
 	if spec.ScratchMB <= 0 {
 		// tmpfs pages live in guest RAM: by default writes may use half of it.
 		spec.ScratchMB = spec.MemoryMB / 2
 	}
 	if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("VM boot failed: root filesystem %q is not a directory", spec.RootFS)
+		return nil, bootError(fmt.Errorf("root filesystem %q is not a directory", spec.RootFS))
 	}
 	for _, mt := range spec.Mounts {
 		if st, err := os.Stat(mt.Host); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("VM boot failed: mount source %q is not a directory", mt.Host)
+			return nil, bootError(fmt.Errorf("mount source %q is not a directory", mt.Host))
 		}
 	}
 	ownState := spec.StateDir == ""
@@ -117,7 +117,7 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 		m.killProcs() // first, so the console holds everything they wrote
 		tail := m.consoleTail()
 		m.kill()
-		return nil, fmt.Errorf("VM boot failed: %v%s", err, tail)
+		return nil, &vm.BootError{Detail: err.Error() + tail, Err: err}
 	}
 	log, err := os.Create(m.console)
 	if err != nil {
@@ -527,3 +527,6 @@ func (m *machine) Done() <-chan struct{} { return m.done }
 // BootInfo reports what the guest agent said about its boot: uptime when its control port
 // opened and time spent loading kernel modules.
 func (m *machine) BootInfo() proto.Hello { return m.hello }
+
+// bootError is a failed boot found before any process started.
+func bootError(err error) error { return &vm.BootError{Detail: err.Error(), Err: err} }
