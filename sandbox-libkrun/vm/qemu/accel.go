@@ -102,7 +102,7 @@ func (d *Driver) FloorBoot(ctx context.Context) (total, toInit time.Duration, er
 
 func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, string, error) {
 	spec := vm.Spec{CPUs: 1, MemoryMB: 256}
-	args := d.qemuArgs(spec, accel, true, nil, "", "iii.floor=1")
+	args := d.qemuArgs(qemuConfig{spec: spec, accel: accel, consoleOnly: true, extraCmdline: "iii.floor=1"})
 	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
 	defer cancel()
 	cmd := exec.Command(d.opt.Qemu, args...)
