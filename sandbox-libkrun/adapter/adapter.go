@@ -1,4 +1,4 @@
-// Package adapter implements the sandbox API (REFERENCE-sandbox.md §4): each operation is a plain
+// Package adapter implements the sandbox API (the sandbox::* functions): each operation is a plain
 // handler that takes the JSON request and returns the JSON-ready reply or an S-code error, with
 // the fields and codes of the 0.25 daemon (req A4). VMs come from a vm.Driver and root
 // filesystems from an Images resolver, so the package runs against fakes. The stream channels of
@@ -217,67 +217,96 @@ func (s *Service) Create(ctx context.Context, raw json.RawMessage) (any, error) 
 }
 
 func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, error) {
-	if req.Image == nil || *req.Image == "" {
-		return nil, scode.Invalid("image is required (a catalog name such as 'python' or 'node')")
-	}
-	env, err := parseEnv(req.Env)
+	p, err := s.createParams(req)
 	if err != nil {
 		return nil, err
 	}
-	st := s.opt.Settings
-	cpus, mem := st.DefaultCPUs, st.DefaultMemoryMB
-	if req.CPUs != nil {
-		cpus = *req.CPUs
-	}
-	if req.MemoryMB != nil {
-		mem = *req.MemoryMB
-	}
-	if cpus < settings.MinCPUs {
-		return nil, scode.Invalid(fmt.Sprintf("cpus must be at least %d", settings.MinCPUs))
-	}
-	if mem < settings.MinMemoryMB {
-		return nil, scode.Invalid(fmt.Sprintf("memory_mb must be at least %d", settings.MinMemoryMB))
-	}
-	idle := time.Duration(st.DefaultIdleTimeoutSecs) * time.Second
-	if req.IdleTimeoutSecs != nil {
-		idle = time.Duration(*req.IdleTimeoutSecs) * time.Second
-	}
-
-	s.mu.Lock()
-	if uint32(s.liveLocked()) >= st.MaxConcurrentSandboxes {
-		s.mu.Unlock()
-		return nil, scode.Limit(fmt.Sprintf("max_concurrent_sandboxes (%d) reached", st.MaxConcurrentSandboxes))
-	}
-	img, err := s.cat.Lookup(*req.Image)
+	img, err := s.reserve(*req.Image, p.cpus, p.mem)
 	if err != nil {
-		s.mu.Unlock()
 		return nil, err
 	}
-	if caps, ok := st.PerImageCaps[img.Name]; ok {
-		if caps.MaxCPUs > 0 && cpus > caps.MaxCPUs {
-			s.mu.Unlock()
-			return nil, scode.Limit(fmt.Sprintf("cpus=%d exceeds per-image cap %d", cpus, caps.MaxCPUs))
-		}
-		if caps.MaxMemoryMB > 0 && mem > caps.MaxMemoryMB {
-			s.mu.Unlock()
-			return nil, scode.Limit(fmt.Sprintf("memory_mb=%d exceeds per-image cap %d", mem, caps.MaxMemoryMB))
-		}
-	}
-	s.booting++
-	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.booting--
 		s.mu.Unlock()
 	}()
 
-	network := req.Network != nil && *req.Network
-	if s.pool != nil && poolable(st, cpus, mem, network) {
+	st := s.opt.Settings
+	if s.pool != nil && poolable(st, p.cpus, p.mem, p.network) {
 		if got, ok := s.pool.take(ctx, img.Name); ok {
-			return s.addBox(req, newUUID(), img.Name, idle, got, env, "from the warm pool"), nil
+			return s.addBox(req, newUUID(), img.Name, p.idle, got, p.env, "from the warm pool"), nil
 		}
 	}
+	return s.bootFresh(ctx, req, img, p)
+}
 
+// createParams are the resources of a create request, its defaults filled in from the settings.
+type createParams struct {
+	env       []string
+	cpus, mem uint32
+	idle      time.Duration
+	network   bool
+}
+
+// createParams checks a create request against the minimums and fills in the defaults.
+func (s *Service) createParams(req CreateRequest) (createParams, error) {
+	if req.Image == nil || *req.Image == "" {
+		return createParams{}, scode.Invalid("image is required (a catalog name such as 'python' or 'node')")
+	}
+	env, err := parseEnv(req.Env)
+	if err != nil {
+		return createParams{}, err
+	}
+	st := s.opt.Settings
+	p := createParams{env: env, cpus: st.DefaultCPUs, mem: st.DefaultMemoryMB}
+	if req.CPUs != nil {
+		p.cpus = *req.CPUs
+	}
+	if req.MemoryMB != nil {
+		p.mem = *req.MemoryMB
+	}
+	if p.cpus < settings.MinCPUs {
+		return createParams{}, scode.Invalid(fmt.Sprintf("cpus must be at least %d", settings.MinCPUs))
+	}
+	if p.mem < settings.MinMemoryMB {
+		return createParams{}, scode.Invalid(fmt.Sprintf("memory_mb must be at least %d", settings.MinMemoryMB))
+	}
+	p.idle = time.Duration(st.DefaultIdleTimeoutSecs) * time.Second
+	if req.IdleTimeoutSecs != nil {
+		p.idle = time.Duration(*req.IdleTimeoutSecs) * time.Second
+	}
+	p.network = req.Network != nil && *req.Network
+	return p, nil
+}
+
+// reserve checks the concurrency limit and the image's caps under one lock and, when the sandbox
+// may boot, counts it as booting; the caller gives the slot back.
+func (s *Service) reserve(image string, cpus, mem uint32) (catalog.Image, error) {
+	st := s.opt.Settings
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if uint32(s.liveLocked()) >= st.MaxConcurrentSandboxes {
+		return catalog.Image{}, scode.Limit(fmt.Sprintf("max_concurrent_sandboxes (%d) reached", st.MaxConcurrentSandboxes))
+	}
+	img, err := s.cat.Lookup(image)
+	if err != nil {
+		return catalog.Image{}, err
+	}
+	if caps, ok := st.PerImageCaps[img.Name]; ok {
+		if caps.MaxCPUs > 0 && cpus > caps.MaxCPUs {
+			return catalog.Image{}, scode.Limit(fmt.Sprintf("cpus=%d exceeds per-image cap %d", cpus, caps.MaxCPUs))
+		}
+		if caps.MaxMemoryMB > 0 && mem > caps.MaxMemoryMB {
+			return catalog.Image{}, scode.Limit(fmt.Sprintf("memory_mb=%d exceeds per-image cap %d", mem, caps.MaxMemoryMB))
+		}
+	}
+	s.booting++
+	return img, nil
+}
+
+// bootFresh resolves the image's root filesystem and boots a new machine for it.
+func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.Image, p createParams) (*sandbox, error) {
+	st := s.opt.Settings
 	rootfs, err := s.opt.Images.Resolve(ctx, img.Name, img.OCIRef, st.AutoInstall)
 	if err != nil {
 		if e, ok := scode.As(err); ok {
@@ -295,23 +324,24 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, scode.BootFailed("cannot create the machine state directory: " + err.Error())
 	}
-	if network {
+	env := p.env
+	if p.network {
 		env = RewriteLoopback(env)
 	}
 	m, err := s.opt.Driver.Boot(ctx, vm.Spec{
 		RootFS:    rootfs,
-		CPUs:      int(cpus),
-		MemoryMB:  int(mem),
+		CPUs:      int(p.cpus),
+		MemoryMB:  int(p.mem),
 		Env:       env,
-		Network:   network,
+		Network:   p.network,
 		StateDir:  stateDir,
-		ScratchMB: int(mem) / 2,
+		ScratchMB: int(p.mem) / 2,
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)
-		return nil, scode.BootFailed(tail(strings.TrimPrefix(err.Error(), "VM boot failed: "), bootErrorTail))
+		return nil, scode.BootFailed(tail(bootDetail(err), bootErrorTail))
 	}
-	return s.addBox(req, id, img.Name, idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB", cpus, mem)), nil
+	return s.addBox(req, id, img.Name, p.idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB", p.cpus, p.mem)), nil
 }
 
 // addBox records a booted machine as a live sandbox; env is layered under each exec's.
@@ -697,4 +727,14 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
+}
+
+// bootDetail is what a failed boot's S300 message says: the detail of a *vm.BootError without its
+// "VM boot failed: " prefix, or the error's text.
+func bootDetail(err error) string {
+	var be *vm.BootError
+	if errors.As(err, &be) {
+		return be.Detail
+	}
+	return err.Error()
 }

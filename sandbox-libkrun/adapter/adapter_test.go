@@ -302,6 +302,12 @@ func TestCreateImageAndBootFailures(t *testing.T) {
 	if !strings.HasSuffix(e.Message, "Kernel panic") || len(e.Message) > bootErrorTail+64 {
 		t.Fatalf("S300 tail: %d bytes", len(e.Message))
 	}
+	// A driver's *vm.BootError is read by type: its detail follows the prefix once.
+	h.drv.bootErr = fmt.Errorf("boot: %w", &vm.BootError{Detail: "memory_mb 64 is below the 128 MiB minimum"})
+	_, e = h.call(t, "create", `{"image":"python"}`)
+	if e == nil || e.Message != "VM boot failed: memory_mb 64 is below the 128 MiB minimum" {
+		t.Fatalf("S300 from a BootError: %+v", e)
+	}
 	// A failed boot gives its slot back.
 	h.drv.bootErr = nil
 	h.create(t, `{"image":"python"}`)

@@ -9,7 +9,7 @@ import (
 // FSStreamer is a Machine that moves the bytes of fs::read and fs::write in bounded chunks
 // instead of one frame holding the whole file (req A4).
 type FSStreamer interface {
-	// FSRead starts fs::read of req (REFERENCE-sandbox.md §4.7 minus sandbox_id). head is the
+	// FSRead starts fs::read of req (the sandbox::fs::read body minus sandbox_id, req A4). head is the
 	// reply without content: {size, mode, mtime, body?}; body yields the file's bytes, then
 	// io.EOF, or an error when the guest aborts the stream. Closing body before its end
 	// cancels the read in the guest. A failure before the stream starts is an *FSError.

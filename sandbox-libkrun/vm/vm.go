@@ -52,8 +52,8 @@ type Machine interface {
 	// Exec runs one command and waits for it (or for ctx / req.Timeout).
 	Exec(ctx context.Context, req ExecRequest) (ExecResult, error)
 	// FS runs one fs::* operation in the guest. op is the operation name without prefix ("ls",
-	// "write", ...); req and the reply are the JSON bodies of REFERENCE-sandbox.md §4.7 minus
-	// sandbox_id. A failure is returned as *FSError carrying its S21x code.
+	// "write", ...); req and the reply are the JSON bodies of sandbox::fs::<op> minus
+	// sandbox_id (req A4). A failure is returned as *FSError carrying its S21x code.
 	FS(ctx context.Context, op string, req json.RawMessage) (json.RawMessage, error)
 	// KernelRelease returns `uname -r` of the guest kernel.
 	KernelRelease() string

@@ -188,47 +188,9 @@ func (m *Manager) Start(ctx context.Context, raw json.RawMessage) (any, error) {
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	if err := checkVMID(req.VMID); err != nil {
-		return nil, err
-	}
-	switch {
-	case req.Image == "":
-		return nil, scode.Invalid("image is required (the worker's runtime.base_image, an OCI reference)")
-	case req.Dir == "":
-		return nil, scode.Invalid("dir is required (the worker's directory on the host)")
-	case len(req.Command) == 0 || req.Command[0] == "":
-		return nil, scode.Invalid("command is required (the argv that starts the worker inside the VM)")
-	}
-	env, err := parseEnv(req.Env)
+	env, wantsToken, err := m.checkStart(req)
 	if err != nil {
 		return nil, err
-	}
-	// A host path to the token means nothing in the guest; the token itself is handed over in
-	// guest memory after boot (see handToken).
-	wantsToken := false
-	kept := env[:0]
-	for _, kv := range env {
-		if strings.HasPrefix(kv, envTokenFile+"=") {
-			wantsToken = true
-			continue
-		}
-		kept = append(kept, kv)
-	}
-	env = kept
-	// Roots first: a directory outside them is refused before anything touches the disk.
-	if err := m.opt.Roots.Check(req.Dir); err != nil {
-		return nil, err
-	}
-	for _, mt := range req.Mounts {
-		if mt.Host == "" || !filepath.IsAbs(mt.Guest) {
-			return nil, scode.Invalid("each mount needs a host directory and an absolute guest path")
-		}
-		if err := m.opt.Roots.Check(mt.Host); err != nil {
-			return nil, err
-		}
-	}
-	if st, err := os.Stat(req.Dir); err != nil || !st.IsDir() {
-		return nil, scode.Invalid("dir is not a directory: " + req.Dir)
 	}
 
 	m.mu.Lock()
@@ -264,6 +226,53 @@ func (m *Manager) Start(ctx context.Context, raw json.RawMessage) (any, error) {
 	go m.run(w, req.Command, execEnv)
 	m.opt.Logf("VM worker %s started (%s)", req.VMID, m.opt.Driver.Name())
 	return m.status(req.VMID), nil
+}
+
+// checkStart validates a start request before anything touches the disk and returns its
+// environment without the token-file entry, and whether the worker wants the project token.
+func (m *Manager) checkStart(req StartRequest) (env []string, wantsToken bool, err error) {
+	if err := checkVMID(req.VMID); err != nil {
+		return nil, false, err
+	}
+	switch {
+	case req.Image == "":
+		return nil, false, scode.Invalid("image is required (the worker's runtime.base_image, an OCI reference)")
+	case req.Dir == "":
+		return nil, false, scode.Invalid("dir is required (the worker's directory on the host)")
+	case len(req.Command) == 0 || req.Command[0] == "":
+		return nil, false, scode.Invalid("command is required (the argv that starts the worker inside the VM)")
+	}
+	env, err = parseEnv(req.Env)
+	if err != nil {
+		return nil, false, err
+	}
+	// A host path to the token means nothing in the guest; the token itself is handed over in
+	// guest memory after boot (see handToken).
+	kept := env[:0]
+	for _, kv := range env {
+		if strings.HasPrefix(kv, envTokenFile+"=") {
+			wantsToken = true
+			continue
+		}
+		kept = append(kept, kv)
+	}
+	env = kept
+	// Roots first: a directory outside them is refused before anything touches the disk.
+	if err := m.opt.Roots.Check(req.Dir); err != nil {
+		return nil, false, err
+	}
+	for _, mt := range req.Mounts {
+		if mt.Host == "" || !filepath.IsAbs(mt.Guest) {
+			return nil, false, scode.Invalid("each mount needs a host directory and an absolute guest path")
+		}
+		if err := m.opt.Roots.Check(mt.Host); err != nil {
+			return nil, false, err
+		}
+	}
+	if st, err := os.Stat(req.Dir); err != nil || !st.IsDir() {
+		return nil, false, scode.Invalid("dir is not a directory: " + req.Dir)
+	}
+	return env, wantsToken, nil
 }
 
 // boot prepares the state directory and the mounts, then boots the machine.
@@ -327,7 +336,7 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 		StateDir: filepath.Join(m.opt.RunDir, hex.EncodeToString(sum[:6])), ScratchMB: mem / 2,
 	})
 	if err != nil {
-		return nil, scode.BootFailed(strings.TrimPrefix(err.Error(), "VM boot failed: "))
+		return nil, scode.BootFailed(bootDetail(err))
 	}
 	return machine, nil
 }
@@ -549,4 +558,14 @@ func parseEnv(raw json.RawMessage) ([]string, error) {
 		}
 	}
 	return list, nil
+}
+
+// bootDetail is what a failed boot's S300 message says: the detail of a *vm.BootError without its
+// "VM boot failed: " prefix, or the error's text.
+func bootDetail(err error) string {
+	var be *vm.BootError
+	if errors.As(err, &be) {
+		return be.Detail
+	}
+	return err.Error()
 }

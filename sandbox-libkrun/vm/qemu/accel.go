@@ -29,7 +29,8 @@ func KVMDevice() string {
 }
 
 // NestedPVM reports whether KVM is served only by a nested "PVM" module (kvm_pvm loaded,
-// neither kvm_intel nor kvm_amd), which cannot run a stock guest kernel (REFERENCE-vm.md).
+// neither kvm_intel nor kvm_amd), which cannot run a stock guest kernel: its guests need a
+// PVM-aware kernel.
 func NestedPVM() bool {
 	return exists("/sys/module/kvm_pvm") && !exists("/sys/module/kvm_intel") && !exists("/sys/module/kvm_amd")
 }
@@ -101,7 +102,7 @@ func (d *Driver) FloorBoot(ctx context.Context) (total, toInit time.Duration, er
 
 func (d *Driver) floor(ctx context.Context, accel string) (time.Duration, string, error) {
 	spec := vm.Spec{CPUs: 1, MemoryMB: 256}
-	args := d.qemuArgs(spec, accel, true, nil, "", "iii.floor=1")
+	args := d.qemuArgs(qemuConfig{spec: spec, accel: accel, consoleOnly: true, extraCmdline: "iii.floor=1"})
 	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
 	defer cancel()
 	cmd := exec.Command(d.opt.Qemu, args...)

@@ -12,7 +12,7 @@ func argsOf(t *testing.T, opt Options, accel string, spec vm.Spec, socks []strin
 	t.Helper()
 	opt.Accel = accel
 	d := fakeDriver(t, opt)
-	return strings.Join(d.qemuArgs(spec, accel, false, socks, "/run/c,trl.sock", ""), " ")
+	return strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: accel, vfsSocks: socks, ctrlSock: "/run/c,trl.sock"}), " ")
 }
 
 func has(t *testing.T, args string, want ...string) {

@@ -22,10 +22,12 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
-// KernelCmdline is the x86_64 guest kernel command line (see REFERENCE-vm.md for why each word is
-// there). The initcall blacklist skips two slow initcalls a sandbox does not use (kprobe tracing
-// and a KDF self-test, ~125 ms under TCG by initcall_debug). The keyring initcalls cannot go:
-// later ones dereference the system keyring.
+// KernelCmdline is the x86_64 guest kernel command line: a serial console; a panic reboots at
+// once, which -no-reboot turns into qemu exiting; a trusted TSC of fixed rate (no calibration);
+// and no self-tests, mitigations, KASLR or security modules, which only cost boot time in a
+// throwaway VM. The initcall blacklist skips two slow initcalls a sandbox does not use (kprobe
+// tracing and a KDF self-test, ~125 ms under TCG by initcall_debug). The keyring initcalls cannot
+// go: later ones dereference the system keyring.
 const KernelCmdline = "console=ttyS0 panic=-1 reboot=t quiet tsc_early_khz=2600000 tsc=reliable no_timer_check " +
 	commonCmdline + " 8250.nr_uarts=1"
 
@@ -197,19 +199,28 @@ func (d *Driver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 	return d.boot(ctx, spec)
 }
 
-// qemuArgs is qemu's command line for spec under accel. consoleOnly boots the kernel with
-// nothing attached (the floor); otherwise the shares are served from vfsSocks (virtiofs) or by
-// qemu itself (9p: the image root read-only, then spec.Mounts), and the agent's port is the
-// socket ctrlSock.
-func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, vfsSocks []string, ctrlSock string, extraCmdline string) []string {
-	mem := strconv.Itoa(spec.MemoryMB) + "M"
+// qemuConfig is what a qemu command line is built from.
+type qemuConfig struct {
+	spec         vm.Spec
+	accel        string   // "kvm", "hvf" or "tcg"
+	consoleOnly  bool     // boot the kernel with nothing attached (the floor)
+	vfsSocks     []string // virtiofsd sockets of the image root and the mounts (virtiofs)
+	ctrlSock     string   // the socket of the agent's port
+	extraCmdline string   // appended to the kernel command line
+}
+
+// qemuArgs is qemu's command line for c. Unless c.consoleOnly, the shares are served from
+// c.vfsSocks (virtiofs) or by qemu itself (9p: the image root read-only, then spec.Mounts), and
+// the agent's port is the socket c.ctrlSock.
+func (d *Driver) qemuArgs(c qemuConfig) []string {
+	mem := strconv.Itoa(c.spec.MemoryMB) + "M"
 	aarch64 := d.opt.Arch.Machine == "virt"
 	a := []string{"-nodefaults", "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot"}
-	switch accel {
+	switch c.accel {
 	case "kvm", "hvf":
-		a = append(a, "-accel", accel, "-cpu", "host")
+		a = append(a, "-accel", c.accel, "-cpu", "host")
 	default:
-		if spec.CPUs > 1 {
+		if c.spec.CPUs > 1 {
 			a = append(a, "-accel", "tcg,thread=multi")
 		} else {
 			a = append(a, "-accel", "tcg")
@@ -224,25 +235,25 @@ func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, vfsSocks
 	if aarch64 {
 		cmdline = KernelCmdlineAArch64
 	}
-	if extraCmdline != "" {
-		cmdline += " " + extraCmdline
+	if c.extraCmdline != "" {
+		cmdline += " " + c.extraCmdline
 	}
-	a = append(a, "-smp", strconv.Itoa(spec.CPUs), "-m", mem,
+	a = append(a, "-smp", strconv.Itoa(c.spec.CPUs), "-m", mem,
 		"-kernel", d.opt.Kernel, "-initrd", d.opt.Initrd, "-append", cmdline)
 	machine := "microvm"
 	if aarch64 {
 		// A GICv3 in qemu (TCG, HVF) or the host's (KVM).
 		machine = "virt,gic-version=3"
-		if accel == "kvm" {
+		if c.accel == "kvm" {
 			machine = "virt,gic-version=host"
 		}
 	}
-	if consoleOnly {
+	if c.consoleOnly {
 		return append(a, "-M", machine)
 	}
 	if d.opt.Share == Share9P {
 		a = append(a, "-M", machine)
-		shares := append([]vm.Mount{{Host: spec.RootFS, ReadOnly: true}}, spec.Mounts...)
+		shares := append([]vm.Mount{{Host: c.spec.RootFS, ReadOnly: true}}, c.spec.Mounts...)
 		for i, sh := range shares {
 			id := "fs" + strconv.Itoa(i)
 			// readonly=on: qemu's 9p server refuses every write, whatever the guest kernel does.
@@ -257,16 +268,16 @@ func (d *Driver) qemuArgs(spec vm.Spec, accel string, consoleOnly bool, vfsSocks
 		a = append(a, "-M", machine+",memory-backend=mem",
 			"-object", "memory-backend-memfd,id=mem,size="+mem+",share=on",
 			"-global", "virtio-mmio.force-legacy=false")
-		for i, s := range vfsSocks {
+		for i, s := range c.vfsSocks {
 			id := "vfs" + strconv.Itoa(i)
 			a = append(a, "-chardev", "socket,id="+id+",path="+optEscape(s),
 				"-device", "vhost-user-fs-device,chardev="+id+",tag="+tagFor(i))
 		}
 	}
 	a = append(a, "-device", "virtio-serial-device",
-		"-chardev", "socket,id=ctrl,path="+optEscape(ctrlSock)+",server=on,wait=off",
+		"-chardev", "socket,id=ctrl,path="+optEscape(c.ctrlSock)+",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctrl,name=ctrl")
-	if spec.Network {
+	if c.spec.Network {
 		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
 	}
 	return a

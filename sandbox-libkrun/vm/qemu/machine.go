@@ -57,40 +57,70 @@ type call struct {
 	stream *stream
 }
 
+// boot checks spec, makes the machine's directories, starts virtiofsd and qemu and waits for
+// the guest agent. Each step registers what it started on m, so a failure ends all of it.
 func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
-	if spec.CPUs < 1 {
-		spec.CPUs = 1
+	spec, err := checkSpec(spec)
+	if err != nil {
+		return nil, err
 	}
-	if spec.MemoryMB < 128 {
-		return nil, fmt.Errorf("VM boot failed: memory_mb %d is below the 128 MiB minimum", spec.MemoryMB)
-	}
-	if spec.ScratchMB <= 0 {
-		// tmpfs pages live in guest RAM: by default writes may use half of it.
-		spec.ScratchMB = spec.MemoryMB / 2
-	}
-	if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("VM boot failed: root filesystem %q is not a directory", spec.RootFS)
-	}
-	for _, mt := range spec.Mounts {
-		if st, err := os.Stat(mt.Host); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("VM boot failed: mount source %q is not a directory", mt.Host)
-		}
-	}
-	ownState := spec.StateDir == ""
-	if ownState {
-		dir, err := os.MkdirTemp("", "iii-vm-")
-		if err != nil {
-			return nil, err
-		}
-		spec.StateDir = dir
-	}
-	if err := os.MkdirAll(spec.StateDir, 0o700); err != nil {
+	ownState, err := prepareStateDir(&spec)
+	if err != nil {
 		return nil, err
 	}
 	accel := d.Accel()
 	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
 	defer cancel()
 
+	m, err := newMachine(spec, ownState)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.start(ctx, m, accel); err != nil {
+		return nil, m.bootFailed(err)
+	}
+	return m, nil
+}
+
+// checkSpec fills in the defaults of spec and refuses one that cannot boot.
+func checkSpec(spec vm.Spec) (vm.Spec, error) {
+	if spec.CPUs < 1 {
+		spec.CPUs = 1
+	}
+	if spec.MemoryMB < 128 {
+		return spec, bootError(fmt.Errorf("memory_mb %d is below the 128 MiB minimum", spec.MemoryMB))
+	}
+	if spec.ScratchMB <= 0 {
+		// tmpfs pages live in guest RAM: by default writes may use half of it.
+		spec.ScratchMB = spec.MemoryMB / 2
+	}
+	if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
+		return spec, bootError(fmt.Errorf("root filesystem %q is not a directory", spec.RootFS))
+	}
+	for _, mt := range spec.Mounts {
+		if st, err := os.Stat(mt.Host); err != nil || !st.IsDir() {
+			return spec, bootError(fmt.Errorf("mount source %q is not a directory", mt.Host))
+		}
+	}
+	return spec, nil
+}
+
+// prepareStateDir creates spec.StateDir, a temporary one when it is empty (ownState).
+func prepareStateDir(spec *vm.Spec) (ownState bool, err error) {
+	ownState = spec.StateDir == ""
+	if ownState {
+		dir, err := os.MkdirTemp("", "iii-vm-")
+		if err != nil {
+			return false, err
+		}
+		spec.StateDir = dir
+	}
+	return ownState, os.MkdirAll(spec.StateDir, 0o700)
+}
+
+// newMachine is the machine of spec before any process starts; a temporary state directory
+// (ownState) is removed when it ends.
+func newMachine(spec vm.Spec, ownState bool) (*machine, error) {
 	m := &machine{
 		times:   BootTimes{Start: time.Now()},
 		spec:    spec,
@@ -113,103 +143,152 @@ func (d *Driver) boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 		m.sockDir = dir
 		m.tempDirs = append(m.tempDirs, dir)
 	}
-	fail := func(err error) (vm.Machine, error) {
-		m.killProcs() // first, so the console holds everything they wrote
-		tail := m.consoleTail()
-		m.kill()
-		return nil, fmt.Errorf("VM boot failed: %v%s", err, tail)
-	}
+	return m, nil
+}
+
+// bootFailed ends everything the boot started and says why it failed, with the console's tail.
+func (m *machine) bootFailed(err error) error {
+	m.killProcs() // first, so the console holds everything they wrote
+	tail := m.consoleTail()
+	m.kill()
+	return &vm.BootError{Detail: err.Error() + tail, Err: err}
+}
+
+// start runs the processes of m, waits until its agent is ready and arms its deadline.
+func (d *Driver) start(ctx context.Context, m *machine, accel string) error {
 	log, err := os.Create(m.console)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer log.Close()
-
-	shares := append([]vm.Mount{{Host: spec.RootFS, ReadOnly: true}}, spec.Mounts...)
-	if d.opt.Share == Share9P {
-		shares = nil // qemu serves them itself
+	socks, err := d.startVirtiofsd(ctx, m, log)
+	if err != nil {
+		return err
 	}
+	m.times.SharesReady = time.Now()
+	if err := d.startQemu(ctx, m, accel, socks, log); err != nil {
+		return err
+	}
+	if err := d.handshake(ctx, m); err != nil {
+		return err
+	}
+	m.times.Ready = time.Now()
+	if m.spec.Deadline > 0 {
+		t := time.AfterFunc(m.spec.Deadline, m.kill)
+		m.mu.Lock()
+		m.deadline = t
+		m.mu.Unlock()
+	}
+	return nil
+}
+
+// startVirtiofsd serves the image root and the mounts, one virtiofsd each, and returns their
+// sockets once they all exist. Under 9p qemu serves them itself and none is started.
+func (d *Driver) startVirtiofsd(ctx context.Context, m *machine, log *os.File) ([]string, error) {
+	if d.opt.Share == Share9P {
+		return nil, nil
+	}
+	shares := append([]vm.Mount{{Host: m.spec.RootFS, ReadOnly: true}}, m.spec.Mounts...)
 	var socks []string
 	for i, sh := range shares {
 		sock := filepath.Join(m.sockDir, fmt.Sprintf("vfs%d.sock", i))
 		_ = os.Remove(sock)
 		p, err := startProc("virtiofsd", virtiofsdArgv(d.opt.Virtiofsd, sh.Host, sock, sh.ReadOnly), log)
 		if err != nil {
-			return fail(fmt.Errorf("start virtiofsd: %w", err))
+			return nil, fmt.Errorf("start virtiofsd: %w", err)
 		}
 		m.vfsd = append(m.vfsd, p)
 		socks = append(socks, sock)
 	}
 	for i, sock := range socks {
 		if err := waitPath(ctx, sock, m.vfsd[i]); err != nil {
-			return fail(fmt.Errorf("virtiofsd for %s: %w", shares[i].Host, err))
+			return nil, fmt.Errorf("virtiofsd for %s: %w", shares[i].Host, err)
 		}
 	}
-	m.times.SharesReady = time.Now()
+	return socks, nil
+}
+
+// startQemu starts qemu on the shares' sockets and connects to the agent's control port.
+func (d *Driver) startQemu(ctx context.Context, m *machine, accel string, socks []string, log *os.File) error {
 	ctrl := filepath.Join(m.sockDir, "ctrl.sock")
 	_ = os.Remove(ctrl)
-	argv := append([]string{d.opt.Qemu}, d.qemuArgs(spec, accel, false, socks, ctrl, "")...)
+	argv := append([]string{d.opt.Qemu}, d.qemuArgs(qemuConfig{spec: m.spec, accel: accel, vfsSocks: socks, ctrlSock: ctrl})...)
+	var err error
 	m.qemu, err = startProc("qemu", argv, log)
 	if err != nil {
-		return fail(fmt.Errorf("start qemu: %w", err))
+		return fmt.Errorf("start qemu: %w", err)
 	}
 	m.times.QemuStarted = time.Now()
 	conn, err := dialCtrl(ctx, ctrl, m.qemu)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	m.conn = conn
 	go m.reap()
 	go m.readLoop()
+	return nil
+}
 
-	// Init goes out at once: the port holds it until the agent opens the port and reads it
-	// after its Hello, so the guest never waits for the host between the two. A Hello of another
-	// agent version still fails the boot below.
+// handshake sends Init, waits for the agent's Hello, then for Init's reply.
+//
+// Init goes out at once: the port holds it until the agent opens the port and reads it after
+// its Hello, so the guest never waits for the host between the two. A Hello of another agent
+// version still fails the boot.
+func (d *Driver) handshake(ctx context.Context, m *machine) error {
+	init, err := d.initFor(m.spec)
+	if err != nil {
+		return err
+	}
+	initID, initCall := m.register(nil)
+	defer m.forget(initID)
+	if f, err := proto.Marshal(proto.TypeInit, initID, init); err != nil {
+		return err
+	} else if err := m.send(f); err != nil {
+		return fmt.Errorf("root setup: %w", err)
+	}
+	if err := d.awaitHello(ctx, m); err != nil {
+		return err
+	}
+	if _, err := m.await(ctx, initCall); err != nil {
+		return fmt.Errorf("root setup: %w", err)
+	}
+	return nil
+}
+
+// initFor is the Init message of spec: the root and mounts to set up and fresh entropy.
+func (d *Driver) initFor(spec vm.Spec) (proto.Init, error) {
 	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
 	if d.opt.Share == Share9P {
 		init.Share = proto.Share9P
 	}
 	if _, err := rand.Read(init.Entropy); err != nil {
-		return fail(fmt.Errorf("entropy for the guest: %w", err))
+		return init, fmt.Errorf("entropy for the guest: %w", err)
 	}
 	for i, mt := range spec.Mounts {
 		init.Mounts = append(init.Mounts, proto.GuestMount{Tag: tagFor(i + 1), Path: mt.Guest, ReadOnly: mt.ReadOnly})
 	}
-	initID, initCall := m.register(nil)
-	defer m.forget(initID)
-	if f, err := proto.Marshal(proto.TypeInit, initID, init); err != nil {
-		return fail(err)
-	} else if err := m.send(f); err != nil {
-		return fail(fmt.Errorf("root setup: %w", err))
-	}
+	return init, nil
+}
 
+// awaitHello waits for the agent's Hello and checks that it speaks this adapter's version.
+func (d *Driver) awaitHello(ctx context.Context, m *machine) error {
 	select {
 	case h := <-m.helloCh:
 		if h.Agent != proto.AgentVersion {
-			return fail(fmt.Errorf("the firmware's guest agent is %q, this adapter speaks %q: rebuild the firmware with `go tool mage firmware`", h.Agent, proto.AgentVersion))
+			return fmt.Errorf("the firmware's guest agent is %q, this adapter speaks %q: rebuild the firmware with `go tool mage firmware`", h.Agent, proto.AgentVersion)
 		}
 		m.release = h.KernelRelease
 		m.hello = h
 		m.times.Hello, m.times.Guest = time.Now(), h
+		return nil
 	case <-m.connErr:
 		// Let qemu finish writing the console (a panicking kernel) before it is read; a loaded
 		// host can take seconds.
 		m.qemu.waitFor(3 * time.Second)
-		return fail(errors.New("the guest closed its control channel before the agent started"))
+		return errors.New("the guest closed its control channel before the agent started")
 	case <-ctx.Done():
-		return fail(fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout))
+		return fmt.Errorf("the guest agent did not start within %s", d.opt.BootTimeout)
 	}
-	if _, err := m.await(ctx, initCall); err != nil {
-		return fail(fmt.Errorf("root setup: %w", err))
-	}
-	m.times.Ready = time.Now()
-	if spec.Deadline > 0 {
-		t := time.AfterFunc(spec.Deadline, m.kill)
-		m.mu.Lock()
-		m.deadline = t
-		m.mu.Unlock()
-	}
-	return m, nil
 }
 
 // virtiofsdArgv serves dir on sock. A read-only share runs virtiofsd in a private mount namespace
@@ -527,3 +606,6 @@ func (m *machine) Done() <-chan struct{} { return m.done }
 // BootInfo reports what the guest agent said about its boot: uptime when its control port
 // opened and time spent loading kernel modules.
 func (m *machine) BootInfo() proto.Hello { return m.hello }
+
+// bootError is a failed boot found before any process started.
+func bootError(err error) error { return &vm.BootError{Detail: err.Error(), Err: err} }

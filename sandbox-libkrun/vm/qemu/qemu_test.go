@@ -377,6 +377,10 @@ func TestBootFailureShowsConsole(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "VM boot failed") || !strings.Contains(err.Error(), "--- VM console") || !strings.Contains(err.Error(), "panic") {
 		t.Fatalf("got %v", err)
 	}
+	var be *vm.BootError
+	if !errors.As(err, &be) || strings.HasPrefix(be.Detail, "VM boot failed") || !strings.Contains(be.Detail, "--- VM console") {
+		t.Fatalf("not a *vm.BootError whose detail carries the console: %#v", err)
+	}
 	waitGone(t, state, 5*time.Second)
 	// Without a StateDir the driver uses a temporary one and removes it after the failure.
 	root := busyboxRoot(t)
