@@ -107,17 +107,7 @@ func replyResult(f proto.Frame) (json.RawMessage, error) {
 	if f.Type != proto.TypeReply {
 		return nil, fmt.Errorf("vm: the guest sent frame type %d before its reply", f.Type)
 	}
-	var r proto.Reply
-	if err := json.Unmarshal(f.Payload, &r); err != nil {
-		return nil, err
-	}
-	if r.Error != nil {
-		if r.Error.Code != "" {
-			return nil, &vm.FSError{Code: r.Error.Code, Message: r.Error.Message, Fix: r.Error.Fix}
-		}
-		return nil, errors.New(r.Error.Message)
-	}
-	return r.Result, nil
+	return decodeReply(f.Payload)
 }
 
 // FSRead starts a streamed fs::read; see vm.FSStreamer.

@@ -473,17 +473,7 @@ func (m *machine) request(ctx context.Context, t proto.Type, v any) (json.RawMes
 func (m *machine) await(ctx context.Context, c *call) (json.RawMessage, error) {
 	select {
 	case f := <-c.reply:
-		var r proto.Reply
-		if err := json.Unmarshal(f.Payload, &r); err != nil {
-			return nil, err
-		}
-		if r.Error != nil {
-			if r.Error.Code != "" {
-				return nil, &vm.FSError{Code: r.Error.Code, Message: r.Error.Message, Fix: r.Error.Fix}
-			}
-			return nil, errors.New(r.Error.Message)
-		}
-		return r.Result, nil
+		return decodeReply(f.Payload)
 	case <-m.connErr:
 		return nil, ErrStopped
 	case <-ctx.Done():
@@ -609,3 +599,19 @@ func (m *machine) BootInfo() proto.Hello { return m.hello }
 
 // bootError is a failed boot found before any process started.
 func bootError(err error) error { return &vm.BootError{Detail: err.Error(), Err: err} }
+
+// decodeReply decodes a Reply payload into its result, or its error: an *vm.FSError when the
+// guest gave a code.
+func decodeReply(payload []byte) (json.RawMessage, error) {
+	var r proto.Reply
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return nil, err
+	}
+	if r.Error != nil {
+		if r.Error.Code != "" {
+			return nil, &vm.FSError{Code: r.Error.Code, Message: r.Error.Message, Fix: r.Error.Fix}
+		}
+		return nil, errors.New(r.Error.Message)
+	}
+	return r.Result, nil
+}
