@@ -5,23 +5,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
-)
 
-// jsonFields lists the JSON names of t's fields, embedded structs flattened.
-func jsonFields(t reflect.Type) []string {
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if f.Anonymous {
-			out = append(out, jsonFields(f.Type)...)
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
-}
+	"github.com/iii-go/iii/sandbox-libkrun/internal/jsonfields"
+)
 
 // sortedNames returns a sorted copy of names.
 func sortedNames(names ...string) []string {
@@ -54,7 +40,7 @@ func TestFieldsMatchTheReference(t *testing.T) {
 		"stop reply":     {reflect.TypeOf(StopReply{}), sortedNames("sandbox_id", "stopped")},
 		"fs::read reply": {reflect.TypeOf(ReadReply{}), sortedNames("content", "body", "size", "mode", "mtime")},
 	} {
-		if got := jsonFields(c.typ); strings.Join(got, ",") != strings.Join(c.want, ",") {
+		if got := jsonfields.Of(c.typ); strings.Join(got, ",") != strings.Join(c.want, ",") {
 			t.Errorf("%s fields differ from the 0.25 list\n0.25: %s\nnow:  %s", name, strings.Join(c.want, ", "), strings.Join(got, ", "))
 		}
 	}

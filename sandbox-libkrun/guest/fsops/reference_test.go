@@ -8,23 +8,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
-)
 
-// jsonFields lists the JSON names of t's fields, embedded structs flattened.
-func jsonFields(t reflect.Type) []string {
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if f.Anonymous {
-			out = append(out, jsonFields(f.Type)...)
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
-}
+	"github.com/iii-go/iii/sandbox-libkrun/internal/jsonfields"
+)
 
 func sorted(s ...string) []string { sort.Strings(s); return s }
 
@@ -58,7 +44,7 @@ func TestFSFieldsMatchTheReference(t *testing.T) {
 		"FsSedFileResult": {reflect.TypeOf(SedResult{}), sorted("path", "replacements", "success", "error")},
 	}
 	for name, r := range requests {
-		if d := diff(r.want, jsonFields(r.typ)); d != "" {
+		if d := diff(r.want, jsonfields.Of(r.typ)); d != "" {
 			t.Errorf("%s fields differ from the 0.25 list \n%s", name, d)
 		}
 	}
