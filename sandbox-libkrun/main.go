@@ -132,13 +132,13 @@ func main() {
 }
 
 func logf(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "sandbox-libkrun: "+format+"\n", a...)
+	fmt.Fprintf(os.Stderr, adapter.Name+": "+format+"\n", a...)
 }
 
 // parseFlags reads the command line; help is true when it printed the usage.
 func parseFlags(args []string) (o options, help bool, err error) {
 	var roots multiFlag
-	fs := flag.NewFlagSet("sandbox-libkrun", flag.ContinueOnError)
+	fs := flag.NewFlagSet(adapter.Name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.prefix, "prefix", envOr(envPrefix, adapter.Name), "")
 	fs.StringVar(&o.configFile, "config", "", "")
