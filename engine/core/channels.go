@@ -92,8 +92,9 @@ type channels struct {
 	attach   time.Duration
 	perChan  int
 	max      int
-	wg       sync.WaitGroup // end handlers
+	wg       sync.WaitGroup // requests to connect an end, from before their upgrade (enter)
 	mu       sync.Mutex
+	closing  bool // closeAll has begun: no request enters
 	byID     map[string]*channel
 	budgetMu sync.Mutex
 	used     int           // bytes buffered in all channels
@@ -274,9 +275,24 @@ func (cs *channels) expire(now time.Time) {
 	}
 }
 
+// enter looks up a channel for a request to connect one of its ends (nil when there is none),
+// and counts the request among those closeAll waits for: from before its upgrade, so that the
+// server is not closed under a connection being handed over (ok is false once closeAll has
+// begun). Every entered request calls cs.wg.Done when it ends.
+func (cs *channels) enter(id string) (ch *channel, ok bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closing {
+		return nil, false
+	}
+	cs.wg.Add(1)
+	return cs.byID[id], true
+}
+
 // closeAll aborts every channel and waits up to max for their connections to end.
 func (cs *channels) closeAll(max time.Duration) {
 	cs.mu.Lock()
+	cs.closing = true
 	all := make([]*channel, 0, len(cs.byID))
 	for _, ch := range cs.byID {
 		all = append(all, ch)
@@ -333,9 +349,12 @@ func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMess
 
 // serveChannel upgrades a request for /ws/channels/{id}?key= to one end of that channel.
 func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string) {
-	e.chans.mu.Lock()
-	ch := e.chans.byID[id]
-	e.chans.mu.Unlock()
+	ch, ok := e.chans.enter(id)
+	if !ok {
+		http.Error(w, "the engine is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer e.chans.wg.Done()
 	if ch == nil {
 		http.Error(w, "no such channel", http.StatusNotFound)
 		return
@@ -366,8 +385,6 @@ func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string)
 		e.chans.finish(ch, end)
 		return
 	}
-	e.chans.wg.Add(1)
-	defer e.chans.wg.Done()
 	if end == endWriter {
 		e.serveWriter(ch, ws)
 	} else {
