@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"runtime"
@@ -14,8 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -39,8 +36,7 @@ type workerInfo struct {
 // Options.WriteTimeout for one frame, is closed as SLOW_CONSUMER.
 type conn struct {
 	e           *Engine
-	ws          *websocket.Conn
-	bc          *batchconn.Conn // the socket under ws when Serve accepted it, else nil
+	ws          *batchconn.Conn
 	id          string
 	token       string // presented in the handshake; compared, never shown
 	owner       bool
@@ -71,7 +67,7 @@ type conn struct {
 
 // closeAfter is a close the writer performs once the frames queued before it are written.
 type closeAfter struct {
-	status websocket.StatusCode
+	status int
 	reason string
 }
 
@@ -136,7 +132,7 @@ func (c *conn) wake() {
 
 // closeAfterFlush closes the connection with status and reason once the frames already queued
 // are written; nothing queued later is sent.
-func (c *conn) closeAfterFlush(status websocket.StatusCode, reason string) {
+func (c *conn) closeAfterFlush(status int, reason string) {
 	c.outMu.Lock()
 	if c.outClose == nil {
 		c.outClose = &closeAfter{status, reason}
@@ -146,8 +142,8 @@ func (c *conn) closeAfterFlush(status websocket.StatusCode, reason string) {
 }
 
 // writeLoop is the connection's only writer of data frames. It takes every frame queued at
-// once and, when the socket is a batchconn.Conn (Serve wraps its listener), writes them with
-// one socket write: under load a wake-up of the peer carries many frames, not one.
+// once and writes them with one socket write: under load a wake-up of the peer carries many
+// frames, not one.
 func (c *conn) writeLoop() {
 	var batch [][]byte
 	yielded := false
@@ -202,27 +198,14 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// writeBatch writes frames in order and returns their size. On a batchconn.Conn they are framed
-// here and leave in one socket write (or one per batchconn.MaxHeld bytes), each with the write
-// deadline (the engine negotiates no extension, so a frame is its header and payload);
-// otherwise each frame is written through the WebSocket library with the deadline on its own.
+// writeBatch writes frames in order and returns their size. They are framed by batchconn and
+// leave in one socket write (or one per batchconn.MaxHeld bytes), each with the write deadline.
 func (c *conn) writeBatch(frames [][]byte) (int, error) {
 	n := 0
 	for _, b := range frames {
 		n += len(b)
 	}
-	if c.bc == nil {
-		for _, b := range frames {
-			ctx, cancel := context.WithTimeout(c.ctx, c.e.opts.WriteTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
-				return n, err
-			}
-		}
-		return n, nil
-	}
-	return n, c.bc.WriteText(frames, false)
+	return n, c.ws.WriteText(frames, false)
 }
 
 // kill closes the socket at once; code, when set, is logged as the reason.
@@ -235,12 +218,12 @@ func (c *conn) kill(code, msg string) {
 	c.outMu.Unlock()
 	c.closing.Store(true)
 	c.cancel()
-	c.ws.CloseNow()
+	_ = c.ws.Close()
 }
 
 // shut closes the connection with a close frame (status, reason), giving the peer a second to
 // answer it.
-func (c *conn) shut(status websocket.StatusCode, reason string) {
+func (c *conn) shut(status int, reason string) {
 	if c.closing.Swap(true) {
 		return
 	}
@@ -249,12 +232,12 @@ func (c *conn) shut(status websocket.StatusCode, reason string) {
 	c.outMu.Unlock()
 	go func() {
 		done := make(chan struct{})
-		go func() { c.ws.Close(status, closeReason(reason)); close(done) }()
+		go func() { _ = c.ws.CloseStatus(status, closeReason(reason), time.Second); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(time.Second):
 		}
-		c.ws.CloseNow()
+		_ = c.ws.Close()
 	}()
 }
 
@@ -275,50 +258,33 @@ var errFrameBudget = errors.New("frame budget spent")
 // reuseFrameBuf is the largest read buffer a connection keeps for its next frame.
 const reuseFrameBuf = 64 << 10
 
-// readFrame reads one frame, holding the bytes it grows its buffer to against the engine's
-// frame budget; the caller gives back held once the frame is handled. It reads without a
-// context (a cancellable one costs a registration per frame): whatever ends the connection
-// closes the socket, which ends the read.
+// readFrame reads one message, holding the memory it takes against the engine's frame budget;
+// the caller gives back held once the message is handled. It reads without a context: whatever
+// ends the connection closes the socket, which ends the read.
 //
-// buf is the buffer of the previous frame, reused when it is small (reuseFrameBuf): Decode
+// buf is the buffer of the previous message, reused when it is small (reuseFrameBuf): Decode
 // never keeps a reference into its input.
-func (e *Engine) readFrame(ws *websocket.Conn, buf []byte) (typ websocket.MessageType, b []byte, held int64, err error) {
-	typ, r, err := ws.Reader(context.Background())
+func (e *Engine) readFrame(ws *batchconn.Conn, buf []byte) (typ byte, b []byte, held int64, err error) {
+	typ, b, err = ws.ReadMessage(buf, func(n int) bool {
+		if !e.frames.take(int64(n)) {
+			return false
+		}
+		held += int64(n)
+		return true
+	})
 	if err != nil {
+		e.frames.give(held)
+		if errors.Is(err, batchconn.ErrHeld) {
+			err = errFrameBudget
+		}
 		return 0, nil, 0, err
 	}
-	b = buf[:0]
-	if held = int64(cap(b)); held > 0 && !e.frames.take(held) {
-		return 0, nil, 0, errFrameBudget
-	}
-	for {
-		if len(b) == cap(b) {
-			n := min(max(2*cap(b), 4096), protocol.MaxFrameBytes+1)
-			if n == cap(b) || !e.frames.take(int64(n-cap(b))) {
-				e.frames.give(held)
-				return 0, nil, 0, errFrameBudget
-			}
-			held += int64(n - cap(b))
-			nb := make([]byte, len(b), n)
-			copy(nb, b)
-			b = nb
-		}
-		k, rerr := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+k]
-		if rerr == io.EOF {
-			return typ, b, held, nil
-		}
-		if rerr != nil {
-			e.frames.give(held)
-			return 0, nil, 0, rerr
-		}
-	}
+	return typ, b, held, nil
 }
 
-func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token string) {
+func (e *Engine) serveConn(ws *batchconn.Conn, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	bc, _ := parent.Value(batchConnKey{}).(*batchconn.Conn)
-	c := &conn{e: e, ws: ws, bc: bc, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
+	c := &conn{e: e, ws: ws, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
 		pending: map[string]*pendingCall{}, calls: map[string]*conn{}, outWake: make(chan struct{}, 1)}
 	c.owner = e.isOwnerToken(token)
 	e.mu.Lock()
@@ -337,7 +303,7 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 			if errors.Is(err, errFrameBudget) {
 				msg := fmt.Sprintf("the engine is reading %d MiB of frames, its limit; try again later", e.opts.FrameBudget>>20)
 				e.log.Warn("closing connection", "code", errcode.FrameBudgetExceeded, "worker_id", c.id, "name", c.name(), "reason", msg)
-				c.shut(websocket.StatusTryAgainLater, errcode.FrameBudgetExceeded+": "+msg)
+				c.shut(batchconn.StatusTryAgainLater, errcode.FrameBudgetExceeded+": "+msg)
 			}
 			break
 		}
@@ -350,12 +316,12 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 	}
 	e.drop(c)
 	if !c.closing.Load() {
-		ws.CloseNow()
+		_ = ws.Close()
 	}
 }
 
-func (e *Engine) handleRaw(c *conn, typ websocket.MessageType, b []byte) {
-	if typ == websocket.MessageBinary && len(b) >= 4 {
+func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
+	if typ == batchconn.OpBinary && len(b) >= 4 {
 		switch string(b[:4]) {
 		case "OTLP", "MTRC", "LOGS":
 			return
@@ -379,7 +345,7 @@ func (e *Engine) registrationExpired(c *conn) {
 	}
 	msg := fmt.Sprintf("no engine::workers::register and no function registered within %s", e.opts.RegisterTimeout)
 	e.log.Warn("closing connection", "code", errcode.RegistrationTimeout, "worker_id", c.id, "reason", msg)
-	c.shut(websocket.StatusPolicyViolation, errcode.RegistrationTimeout+": "+msg)
+	c.shut(batchconn.StatusPolicyViolation, errcode.RegistrationTimeout+": "+msg)
 }
 
 // drop forgets a closed connection: its functions go, in-flight calls to it fail, and the calls
@@ -554,7 +520,7 @@ func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 		e.log.Warn("worker registration refused", "worker_id", c.id, "name", info.Name, "namespace", ns, "code", perr.Code)
 		c.sendResult(m, nil, perr)
 		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: perr.Code, Namespace: &ns, WorkerName: info.Name})
-		c.closeAfterFlush(websocket.StatusPolicyViolation, perr.Code)
+		c.closeAfterFlush(batchconn.StatusPolicyViolation, perr.Code)
 		return
 	}
 	c.mu.Lock()

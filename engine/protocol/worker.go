@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -18,8 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -273,10 +270,10 @@ func isRefusal(err error) bool {
 	return errors.As(err, &e) && (e.Code == errcode.TokenRequired || e.Code == errcode.TokenInvalid || e.Code == errcode.Forbidden)
 }
 
-// dialOptions adds the project token (read fresh from its file, else Config.Token) as a
+// dialHeader carries the project token (read fresh from its file, else Config.Token) as a
 // bearer header.
-func (w *Worker) dialOptions() (*websocket.DialOptions, error) {
-	opts := &websocket.DialOptions{}
+func (w *Worker) dialHeader() (http.Header, error) {
+	h := http.Header{}
 	token := strings.TrimSpace(w.cfg.Token)
 	if w.cfg.TokenFile != "" {
 		b, err := os.ReadFile(w.cfg.TokenFile)
@@ -286,22 +283,20 @@ func (w *Worker) dialOptions() (*websocket.DialOptions, error) {
 		token = strings.TrimSpace(string(b))
 	}
 	if token != "" {
-		h := http.Header{}
 		h.Set("Authorization", "Bearer "+token)
-		opts.HTTPHeader = h
 	}
-	return opts, nil
+	return h, nil
 }
 
 // connect dials, sends registrations and engine::workers::register, and waits for its reply.
 func (w *Worker) connect(ctx context.Context) error {
-	opts, err := w.dialOptions()
+	header, err := w.dialHeader()
 	if err != nil {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := dialLink(dctx, w.cfg.URL, opts)
+	c, err := dialLink(dctx, w.cfg.URL, header)
 	if err != nil {
 		return err
 	}
@@ -327,7 +322,7 @@ func (w *Worker) connect(ctx context.Context) error {
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer rcancel()
 	if _, err := w.callOn(rctx, c, FnRegisterWorker, reg, callOpts{}, 10*time.Second); err != nil {
-		c.ws.Close(websocket.StatusNormalClosure, "registration failed")
+		_ = c.ws.CloseStatus(batchconn.StatusNormalClosure, "registration failed", time.Second)
 		return err
 	}
 	w.mu.Lock()
@@ -360,9 +355,7 @@ func (w *Worker) keepalive(c *link) {
 		if !current {
 			return
 		}
-		ctx, cancel := context.WithTimeout(w.ctx, PingInterval)
-		err := c.ws.Ping(ctx)
-		cancel()
+		err := c.ws.Ping(PingInterval)
 		if err != nil && w.ctx.Err() == nil {
 			w.cfg.Logger.Warn("engine did not answer a ping; reconnecting", "err", err)
 			c.close()
@@ -376,25 +369,9 @@ const reuseReadBuf = 64 << 10
 
 // readMessage reads one message into buf's memory, growing it as needed. Decode never keeps a
 // reference into its input, so the buffer serves the next message too.
-func readMessage(ws *websocket.Conn, buf []byte) ([]byte, error) {
-	_, r, err := ws.Reader(context.Background())
-	if err != nil {
-		return nil, err
-	}
-	b := buf[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
+func readMessage(ws *batchconn.Conn, buf []byte) ([]byte, error) {
+	_, b, err := ws.ReadMessage(buf, nil)
+	return b, err
 }
 
 // readLoop dispatches frames of one connection until it fails, then reconnects unless stopped.
@@ -580,11 +557,10 @@ func (w *Worker) write(c *link, m *Message) error {
 }
 
 // link is one connection to the engine. Its frames go through a queue that one writer
-// goroutine (writeLoop) drains, writing every frame queued at once with one socket write when
-// the socket is a batchconn.Conn: under load a wake-up of the engine carries many frames.
+// goroutine (writeLoop) drains, writing every frame queued at once with one socket write:
+// under load a wake-up of the engine carries many frames.
 type link struct {
-	ws *websocket.Conn
-	bc *batchconn.Conn // the socket under ws, nil when the dial did not go through dialLink
+	ws *batchconn.Conn
 
 	mu      sync.Mutex
 	queue   [][]byte
@@ -604,8 +580,8 @@ const (
 
 var errLinkClosed = errors.New("connection to the engine closed")
 
-func newLink(ws *websocket.Conn, bc *batchconn.Conn) *link {
-	l := &link{ws: ws, bc: bc, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func newLink(ws *batchconn.Conn) *link {
+	l := &link{ws: ws, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	l.idle = sync.NewCond(&l.mu)
 	go l.writeLoop()
 	return l
@@ -668,7 +644,7 @@ func (l *link) close() {
 	l.queue = nil
 	l.idle.Broadcast()
 	l.mu.Unlock()
-	l.ws.CloseNow()
+	_ = l.ws.Close()
 }
 
 func (l *link) writeLoop() {
@@ -718,40 +694,17 @@ func (l *link) writeLoop() {
 }
 
 func (l *link) writeBatch(frames [][]byte) error {
-	if l.bc != nil {
-		return l.bc.WriteText(frames, true) // no extension is negotiated: a frame is header, key, payload
-	}
-	for _, b := range frames {
-		if err := l.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.ws.WriteText(frames, true) // a client masks its frames
 }
 
-// dialLink dials the engine with its socket wrapped in a batchconn.Conn.
-func dialLink(ctx context.Context, url string, opts *websocket.DialOptions) (*link, error) {
-	var bc *batchconn.Conn
-	var d net.Dialer
-	tr := &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			bc = batchconn.New(c, 0)
-			return bc, nil
-		},
-	}
-	defer tr.CloseIdleConnections()
-	opts.HTTPClient = &http.Client{Transport: tr}
-	ws, _, err := websocket.Dial(ctx, url, opts)
+// dialLink dials the engine.
+func dialLink(ctx context.Context, url string, header http.Header) (*link, error) {
+	ws, err := batchconn.Dial(ctx, url, header)
 	if err != nil {
 		return nil, err
 	}
 	ws.SetReadLimit(MaxFrameBytes)
-	return newLink(ws, bc), nil
+	return newLink(ws), nil
 }
 
 // CallOption changes one call.
@@ -958,7 +911,7 @@ func (w *Worker) Close() error {
 	}
 	w.cancel()
 	if c != nil {
-		return c.ws.Close(websocket.StatusNormalClosure, "worker closing")
+		return c.ws.CloseStatus(batchconn.StatusNormalClosure, "worker closing", time.Second)
 	}
 	return nil
 }

@@ -4,8 +4,10 @@
 package batchconn
 
 import (
+	"bufio"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,11 +23,22 @@ type Conn struct {
 
 	mu  sync.Mutex
 	buf []byte // frames being gathered by WriteText
+
+	client    bool          // this side dialled: its control frames are masked
+	closeSent atomic.Bool   // a close frame was written
+	pong      chan struct{} // capacity 1: a pong arrived
+
+	rmu       sync.Mutex // held by the one reader
+	br        *bufio.Reader
+	readLimit int64
+	skip      int64 // payload bytes of a refused frame still to drop
+	closeSeen bool  // the peer's close frame was read (or CloseStatus gave up waiting)
+	ctrl      [125]byte
 }
 
 // New wraps c; writeTimeout 0 means socket writes have no deadline.
 func New(c net.Conn, writeTimeout time.Duration) *Conn {
-	return &Conn{Conn: c, writeTimeout: writeTimeout}
+	return &Conn{Conn: c, writeTimeout: writeTimeout, pong: make(chan struct{}, 1)}
 }
 
 // Write sends p (the WebSocket library's own frames: handshake, control frames).
