@@ -1,6 +1,9 @@
-// Package batchconn wraps a net.Conn so that one writer can send many WebSocket frames with one
-// socket write (WriteText), where a WebSocket library writes and flushes each message on its
-// own: the sender makes one system call for the run and the peer wakes once for all of it.
+// Package batchconn is the worker connection's WebSocket (RFC 6455, no extensions) on a raw
+// net.Conn. One writer sends many frames with one socket write (WriteText), where a WebSocket
+// library writes and flushes each message on its own: the sender makes one system call for the
+// run and the peer wakes once for all of it. The reader (ReadMessage) parses frames from a
+// buffered reader with no lock or timer per message, answering pings and closes itself. Accept
+// and Dial do the handshakes (github.com/gobwas/ws); stream channels use coder/websocket.
 package batchconn
 
 import (
@@ -41,7 +44,7 @@ func New(c net.Conn, writeTimeout time.Duration) *Conn {
 	return &Conn{Conn: c, writeTimeout: writeTimeout, pong: make(chan struct{}, 1)}
 }
 
-// Write sends p (the WebSocket library's own frames: handshake, control frames).
+// Write sends p with one socket write (handshake bytes, a control frame).
 func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
