@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,12 +30,13 @@ type workerInfo struct {
 }
 
 // conn is one worker connection. Frames to it go through a bounded queue that one writer
-// goroutine drains with a write deadline (writeLoop), so no sender ever waits on a slow peer:
-// a peer that falls behind by more than Options.QueueBytes/QueueFrames, or takes longer than
-// Options.WriteTimeout for one frame, is closed as SLOW_CONSUMER.
+// goroutine drains with a write deadline (batchconn.Queue), so no sender ever waits on a slow
+// peer: a peer that falls behind by more than Options.QueueBytes/QueueFrames, or takes longer
+// than Options.WriteTimeout for one socket write, is closed as SLOW_CONSUMER.
 type conn struct {
 	e           *Engine
 	ws          *batchconn.Conn
+	q           *batchconn.Queue
 	id          string
 	token       string // presented in the handshake; compared, never shown
 	owner       bool
@@ -45,14 +45,6 @@ type conn struct {
 	cancel      context.CancelFunc
 	closing     atomic.Bool  // shut was called: it closes the socket
 	inflight    atomic.Int32 // engine-served calls running for this connection
-
-	outMu    sync.Mutex
-	out      [][]byte // encoded frames waiting for writeLoop
-	outBytes int      // bytes of out plus the frames being written
-	outClose *closeAfter
-	outDead  bool
-	outWake  chan struct{} // capacity 1: out changed
-	free     [][]byte      // written frames' buffers, for send to encode into
 
 	mu         sync.Mutex
 	registered bool
@@ -65,12 +57,6 @@ type conn struct {
 	calls      map[string]*conn        // calls this connection made that a worker serves: engine invocation id -> worker; nil once gone
 }
 
-// closeAfter is a close the writer performs once the frames queued before it are written.
-type closeAfter struct {
-	status int
-	reason string
-}
-
 var errConnGone = errors.New("connection closed")
 
 func (c *conn) nsOrDefault() string {
@@ -80,132 +66,40 @@ func (c *conn) nsOrDefault() string {
 	return c.namespace
 }
 
-// send queues a frame for the peer without waiting for it to be written. It encodes into a
-// buffer the writer gave back (free) when there is one.
+// send queues a frame for the peer without waiting for it to be written, encoding it into a
+// buffer a written frame left. A frame that would overflow a non-empty queue closes the
+// connection as SLOW_CONSUMER instead.
 func (c *conn) send(m *protocol.Message) error {
-	var buf []byte
-	c.outMu.Lock()
-	if n := len(c.free); n > 0 {
-		buf, c.free[n-1] = c.free[n-1], nil
-		c.free = c.free[:n-1]
+	err := c.q.Push(protocol.AppendEncode(c.q.Buf(), m))
+	if err == nil {
+		return nil
 	}
-	c.outMu.Unlock()
-	return c.enqueue(protocol.AppendEncode(buf, m))
-}
-
-// Frame buffers the writer keeps for send: at most maxFree, each of at most maxFreeCap bytes.
-const (
-	maxFree    = 256
-	maxFreeCap = 4 << 10
-)
-
-// enqueue adds an encoded frame to the outbound queue. A frame that would overflow a non-empty
-// queue closes the connection as SLOW_CONSUMER instead.
-func (c *conn) enqueue(b []byte) error {
-	lim := c.e.opts
-	c.outMu.Lock()
-	if c.outDead || c.outClose != nil {
-		c.outMu.Unlock()
-		return errConnGone
+	if full, ok := err.(*batchconn.FullError); ok {
+		lim := c.e.opts
+		c.kill(errcode.SlowConsumer, fmt.Sprintf("the peer does not read: %s, the limit is %d frames or %d bytes",
+			full, lim.QueueFrames, lim.QueueBytes))
 	}
-	if len(c.out) > 0 && (c.outBytes+len(b) > lim.QueueBytes || len(c.out) >= lim.QueueFrames) {
-		frames, bytes := len(c.out), c.outBytes
-		c.outDead = true
-		c.outMu.Unlock()
-		c.kill(errcode.SlowConsumer, fmt.Sprintf("the peer does not read: %d frames (%d bytes) wait to be written, the limit is %d frames or %d bytes",
-			frames, bytes, lim.QueueFrames, lim.QueueBytes))
-		return errConnGone
-	}
-	c.out = append(c.out, b)
-	c.outBytes += len(b)
-	c.outMu.Unlock()
-	c.wake()
-	return nil
-}
-
-func (c *conn) wake() {
-	select {
-	case c.outWake <- struct{}{}:
-	default:
-	}
+	return errConnGone
 }
 
 // closeAfterFlush closes the connection with status and reason once the frames already queued
 // are written; nothing queued later is sent.
 func (c *conn) closeAfterFlush(status int, reason string) {
-	c.outMu.Lock()
-	if c.outClose == nil {
-		c.outClose = &closeAfter{status, reason}
-	}
-	c.outMu.Unlock()
-	c.wake()
+	c.q.StopAfter(func() { c.shut(status, reason) })
 }
 
-// writeLoop is the connection's only writer of data frames. It takes every frame queued at
-// once and writes them with one socket write: under load a wake-up of the peer carries many
-// frames, not one.
+// writeLoop runs the connection's writer until the connection ends.
 func (c *conn) writeLoop() {
-	var batch [][]byte
-	yielded := false
-	for {
-		select {
-		case <-c.outWake:
-		case <-c.ctx.Done():
-			return
-		}
-		for {
-			c.outMu.Lock()
-			if len(c.out) == 0 {
-				yielded = false
-				cl := c.outClose
-				c.outMu.Unlock()
-				if cl != nil {
-					c.shut(cl.status, cl.reason)
-					return
-				}
-				break
-			}
-			if len(c.out) == 1 && !yielded {
-				// One frame: let the goroutines that are about to send run first, so
-				// that under load their frames join this write.
-				yielded = true
-				c.outMu.Unlock()
-				runtime.Gosched()
-				continue
-			}
-			yielded = false
-			batch, c.out = c.out, batch[:0]
-			c.outMu.Unlock()
-			n, err := c.writeBatch(batch)
-			c.outMu.Lock()
-			c.outBytes -= n
-			for _, b := range batch {
-				if cap(b) <= maxFreeCap && len(c.free) < maxFree {
-					c.free = append(c.free, b[:0])
-				}
-			}
-			c.outMu.Unlock()
-			clear(batch)
-			if err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-					c.kill(errcode.SlowConsumer, fmt.Sprintf("%d bytes of frames were not taken within the write deadline of %s", n, c.e.opts.WriteTimeout))
-				} else {
-					c.kill("", "")
-				}
-				return
-			}
-		}
+	err := c.q.Run()
+	var werr *batchconn.WriteError
+	if !errors.As(err, &werr) {
+		return
 	}
-}
-
-// writeBatch writes frames in order and returns their size. They are framed by batchconn and
-// leave in one socket write (or one per batchconn.MaxHeld bytes), each with the write deadline.
-func (c *conn) writeBatch(frames [][]byte) (int, error) {
-	n := 0
-	for _, b := range frames {
-		n += len(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.kill(errcode.SlowConsumer, fmt.Sprintf("%d bytes of frames were not taken within the write deadline of %s", werr.Bytes, c.e.opts.WriteTimeout))
+	} else {
+		c.kill("", "")
 	}
-	return n, c.ws.WriteText(frames, false)
 }
 
 // kill closes the socket at once; code, when set, is logged as the reason.
@@ -213,9 +107,7 @@ func (c *conn) kill(code, msg string) {
 	if code != "" && c.ctx.Err() == nil {
 		c.e.log.Warn("closing connection", "code", code, "worker_id", c.id, "name", c.name(), "reason", msg)
 	}
-	c.outMu.Lock()
-	c.outDead = true
-	c.outMu.Unlock()
+	c.q.Stop(errConnGone)
 	c.closing.Store(true)
 	c.cancel()
 	_ = c.ws.Close()
@@ -227,9 +119,7 @@ func (c *conn) shut(status int, reason string) {
 	if c.closing.Swap(true) {
 		return
 	}
-	c.outMu.Lock()
-	c.outDead = true
-	c.outMu.Unlock()
+	c.q.Stop(errConnGone)
 	go func() {
 		done := make(chan struct{})
 		go func() { _ = c.ws.CloseStatus(status, closeReason(reason), time.Second); close(done) }()
@@ -284,8 +174,8 @@ func (e *Engine) readFrame(ws *batchconn.Conn, buf []byte) (typ byte, b []byte, 
 
 func (e *Engine) serveConn(ws *batchconn.Conn, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{e: e, ws: ws, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
-		pending: map[string]*pendingCall{}, calls: map[string]*conn{}, outWake: make(chan struct{}, 1)}
+	c := &conn{e: e, ws: ws, q: batchconn.NewQueue(ws, false, e.opts.QueueBytes, e.opts.QueueFrames), id: newUUID(),
+		token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel, pending: map[string]*pendingCall{}, calls: map[string]*conn{}}
 	c.owner = e.isOwnerToken(token)
 	e.mu.Lock()
 	e.conns[c.id] = c
@@ -353,10 +243,7 @@ func (e *Engine) registrationExpired(c *conn) {
 // cancel frame to tell the worker).
 func (e *Engine) drop(c *conn) {
 	c.cancel()
-	c.outMu.Lock()
-	c.outDead = true
-	c.out, c.free = nil, nil
-	c.outMu.Unlock()
+	c.q.Stop(errConnGone)
 	defer c.failPending()
 	defer c.forgetCalls()
 	defer e.triggers.PeerGone(c)

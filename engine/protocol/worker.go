@@ -557,33 +557,22 @@ func (w *Worker) write(c *link, m *Message) error {
 }
 
 // link is one connection to the engine. Its frames go through a queue that one writer
-// goroutine (writeLoop) drains, writing every frame queued at once with one socket write:
+// goroutine drains (batchconn.Queue), writing every frame queued at once with one socket write:
 // under load a wake-up of the engine carries many frames.
 type link struct {
 	ws *batchconn.Conn
-
-	mu      sync.Mutex
-	queue   [][]byte
-	free    [][]byte // written frames' buffers, to encode the next ones into
-	writing bool     // writeLoop has been woken and not yet found the queue empty
-	err     error    // the first write failure or the close; the socket is closed then
-	wake    chan struct{}
-	done    chan struct{}
-	idle    *sync.Cond // signalled when writeLoop finds the queue empty
+	q  *batchconn.Queue
 }
-
-// Frame buffers a link keeps: at most maxFree, each of at most maxFreeCap bytes.
-const (
-	maxFree    = 256
-	maxFreeCap = 4 << 10
-)
 
 var errLinkClosed = errors.New("connection to the engine closed")
 
 func newLink(ws *batchconn.Conn) *link {
-	l := &link{ws: ws, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	l.idle = sync.NewCond(&l.mu)
-	go l.writeLoop()
+	l := &link{ws: ws, q: batchconn.NewQueue(ws, true, 0, 0)} // a client masks its frames
+	go func() {
+		if l.q.Run() != nil {
+			l.close()
+		}
+	}()
 	return l
 }
 
@@ -591,11 +580,7 @@ func newLink(ws *batchconn.Conn) *link {
 func (l *link) drain(d time.Duration) {
 	done := make(chan struct{})
 	go func() {
-		l.mu.Lock()
-		for l.writing && l.err == nil {
-			l.idle.Wait()
-		}
-		l.mu.Unlock()
+		l.q.Drain()
 		close(done)
 	}()
 	t := time.NewTimer(d)
@@ -603,98 +588,25 @@ func (l *link) drain(d time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
-		l.close() // wakes the waiter: err is set
+		l.close() // wakes the waiter: the queue is stopped
 	}
 }
 
-// send queues m for writeLoop. A write failure is reported to the senders that come after it;
+// send queues m for the writer. A write failure is reported to the senders that come after it;
 // the ones before learn of it as a lost connection.
 func (l *link) send(m *Message) error {
-	l.mu.Lock()
-	if l.err != nil {
-		err := l.err
-		l.mu.Unlock()
-		return err
+	err := l.q.Push(appendMessage(l.q.Buf(), m))
+	var werr *batchconn.WriteError
+	if errors.As(err, &werr) {
+		return errLinkClosed
 	}
-	var buf []byte
-	if n := len(l.free); n > 0 {
-		buf, l.free[n-1] = l.free[n-1], nil
-		l.free = l.free[:n-1]
-	}
-	l.queue = append(l.queue, appendMessage(buf, m))
-	wake := !l.writing
-	l.writing = true
-	l.mu.Unlock()
-	if wake {
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
-	}
-	return nil
+	return err
 }
 
-// close stops writeLoop and closes the socket.
+// close stops the writer and closes the socket.
 func (l *link) close() {
-	l.mu.Lock()
-	if l.err == nil {
-		l.err = errLinkClosed
-		close(l.done)
-	}
-	l.queue = nil
-	l.idle.Broadcast()
-	l.mu.Unlock()
+	l.q.Stop(errLinkClosed)
 	_ = l.ws.Close()
-}
-
-func (l *link) writeLoop() {
-	var batch [][]byte
-	yielded := false
-	for {
-		select {
-		case <-l.wake:
-		case <-l.done:
-			return
-		}
-		for {
-			l.mu.Lock()
-			if len(l.queue) == 0 || l.err != nil {
-				yielded = false
-				l.writing = false
-				l.idle.Broadcast()
-				l.mu.Unlock()
-				break
-			}
-			if len(l.queue) == 1 && !yielded {
-				// One frame: let the goroutines that are about to send run first, so
-				// that under load their frames join this write.
-				yielded = true
-				l.mu.Unlock()
-				runtime.Gosched()
-				continue
-			}
-			yielded = false
-			batch, l.queue = l.queue, batch[:0]
-			l.mu.Unlock()
-			err := l.writeBatch(batch)
-			l.mu.Lock()
-			for _, b := range batch {
-				if cap(b) <= maxFreeCap && len(l.free) < maxFree {
-					l.free = append(l.free, b[:0])
-				}
-			}
-			l.mu.Unlock()
-			clear(batch)
-			if err != nil {
-				l.close()
-				return
-			}
-		}
-	}
-}
-
-func (l *link) writeBatch(frames [][]byte) error {
-	return l.ws.WriteText(frames, true) // a client masks its frames
 }
 
 // dialLink dials the engine.
