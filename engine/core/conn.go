@@ -6,16 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -34,13 +30,13 @@ type workerInfo struct {
 }
 
 // conn is one worker connection. Frames to it go through a bounded queue that one writer
-// goroutine drains with a write deadline (writeLoop), so no sender ever waits on a slow peer:
-// a peer that falls behind by more than Options.QueueBytes/QueueFrames, or takes longer than
-// Options.WriteTimeout for one frame, is closed as SLOW_CONSUMER.
+// goroutine drains with a write deadline (batchconn.Queue), so no sender ever waits on a slow
+// peer: a peer that falls behind by more than Options.QueueBytes/QueueFrames, or takes longer
+// than Options.WriteTimeout for one socket write, is closed as SLOW_CONSUMER.
 type conn struct {
 	e           *Engine
-	ws          *websocket.Conn
-	bc          *batchconn.Conn // the socket under ws when Serve accepted it, else nil
+	ws          *batchconn.Conn
+	q           *batchconn.Queue
 	id          string
 	token       string // presented in the handshake; compared, never shown
 	owner       bool
@@ -49,14 +45,6 @@ type conn struct {
 	cancel      context.CancelFunc
 	closing     atomic.Bool  // shut was called: it closes the socket
 	inflight    atomic.Int32 // engine-served calls running for this connection
-
-	outMu    sync.Mutex
-	out      [][]byte // encoded frames waiting for writeLoop
-	outBytes int      // bytes of out plus the frames being written
-	outClose *closeAfter
-	outDead  bool
-	outWake  chan struct{} // capacity 1: out changed
-	free     [][]byte      // written frames' buffers, for send to encode into
 
 	mu         sync.Mutex
 	registered bool
@@ -69,12 +57,6 @@ type conn struct {
 	calls      map[string]*conn        // calls this connection made that a worker serves: engine invocation id -> worker; nil once gone
 }
 
-// closeAfter is a close the writer performs once the frames queued before it are written.
-type closeAfter struct {
-	status websocket.StatusCode
-	reason string
-}
-
 var errConnGone = errors.New("connection closed")
 
 func (c *conn) nsOrDefault() string {
@@ -84,145 +66,40 @@ func (c *conn) nsOrDefault() string {
 	return c.namespace
 }
 
-// send queues a frame for the peer without waiting for it to be written. It encodes into a
-// buffer the writer gave back (free) when there is one.
+// send queues a frame for the peer without waiting for it to be written, encoding it into a
+// buffer a written frame left. A frame that would overflow a non-empty queue closes the
+// connection as SLOW_CONSUMER instead.
 func (c *conn) send(m *protocol.Message) error {
-	var buf []byte
-	c.outMu.Lock()
-	if n := len(c.free); n > 0 {
-		buf, c.free[n-1] = c.free[n-1], nil
-		c.free = c.free[:n-1]
+	err := c.q.Push(protocol.AppendEncode(c.q.Buf(), m))
+	if err == nil {
+		return nil
 	}
-	c.outMu.Unlock()
-	return c.enqueue(protocol.AppendEncode(buf, m))
-}
-
-// Frame buffers the writer keeps for send: at most maxFree, each of at most maxFreeCap bytes.
-const (
-	maxFree    = 256
-	maxFreeCap = 4 << 10
-)
-
-// enqueue adds an encoded frame to the outbound queue. A frame that would overflow a non-empty
-// queue closes the connection as SLOW_CONSUMER instead.
-func (c *conn) enqueue(b []byte) error {
-	lim := c.e.opts
-	c.outMu.Lock()
-	if c.outDead || c.outClose != nil {
-		c.outMu.Unlock()
-		return errConnGone
+	if full, ok := err.(*batchconn.FullError); ok {
+		lim := c.e.opts
+		c.kill(errcode.SlowConsumer, fmt.Sprintf("the peer does not read: %s, the limit is %d frames or %d bytes",
+			full, lim.QueueFrames, lim.QueueBytes))
 	}
-	if len(c.out) > 0 && (c.outBytes+len(b) > lim.QueueBytes || len(c.out) >= lim.QueueFrames) {
-		frames, bytes := len(c.out), c.outBytes
-		c.outDead = true
-		c.outMu.Unlock()
-		c.kill(errcode.SlowConsumer, fmt.Sprintf("the peer does not read: %d frames (%d bytes) wait to be written, the limit is %d frames or %d bytes",
-			frames, bytes, lim.QueueFrames, lim.QueueBytes))
-		return errConnGone
-	}
-	c.out = append(c.out, b)
-	c.outBytes += len(b)
-	c.outMu.Unlock()
-	c.wake()
-	return nil
-}
-
-func (c *conn) wake() {
-	select {
-	case c.outWake <- struct{}{}:
-	default:
-	}
+	return errConnGone
 }
 
 // closeAfterFlush closes the connection with status and reason once the frames already queued
 // are written; nothing queued later is sent.
-func (c *conn) closeAfterFlush(status websocket.StatusCode, reason string) {
-	c.outMu.Lock()
-	if c.outClose == nil {
-		c.outClose = &closeAfter{status, reason}
-	}
-	c.outMu.Unlock()
-	c.wake()
+func (c *conn) closeAfterFlush(status int, reason string) {
+	c.q.StopAfter(func() { c.shut(status, reason) })
 }
 
-// writeLoop is the connection's only writer of data frames. It takes every frame queued at
-// once and, when the socket is a batchconn.Conn (Serve wraps its listener), writes them with
-// one socket write: under load a wake-up of the peer carries many frames, not one.
+// writeLoop runs the connection's writer until the connection ends.
 func (c *conn) writeLoop() {
-	var batch [][]byte
-	yielded := false
-	for {
-		select {
-		case <-c.outWake:
-		case <-c.ctx.Done():
-			return
-		}
-		for {
-			c.outMu.Lock()
-			if len(c.out) == 0 {
-				yielded = false
-				cl := c.outClose
-				c.outMu.Unlock()
-				if cl != nil {
-					c.shut(cl.status, cl.reason)
-					return
-				}
-				break
-			}
-			if len(c.out) == 1 && !yielded {
-				// One frame: let the goroutines that are about to send run first, so
-				// that under load their frames join this write.
-				yielded = true
-				c.outMu.Unlock()
-				runtime.Gosched()
-				continue
-			}
-			yielded = false
-			batch, c.out = c.out, batch[:0]
-			c.outMu.Unlock()
-			n, err := c.writeBatch(batch)
-			c.outMu.Lock()
-			c.outBytes -= n
-			for _, b := range batch {
-				if cap(b) <= maxFreeCap && len(c.free) < maxFree {
-					c.free = append(c.free, b[:0])
-				}
-			}
-			c.outMu.Unlock()
-			clear(batch)
-			if err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-					c.kill(errcode.SlowConsumer, fmt.Sprintf("%d bytes of frames were not taken within the write deadline of %s", n, c.e.opts.WriteTimeout))
-				} else {
-					c.kill("", "")
-				}
-				return
-			}
-		}
+	err := c.q.Run()
+	var werr *batchconn.WriteError
+	if !errors.As(err, &werr) {
+		return
 	}
-}
-
-// writeBatch writes frames in order and returns their size. On a batchconn.Conn they are framed
-// here and leave in one socket write (or one per batchconn.MaxHeld bytes), each with the write
-// deadline (the engine negotiates no extension, so a frame is its header and payload);
-// otherwise each frame is written through the WebSocket library with the deadline on its own.
-func (c *conn) writeBatch(frames [][]byte) (int, error) {
-	n := 0
-	for _, b := range frames {
-		n += len(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.kill(errcode.SlowConsumer, fmt.Sprintf("%d bytes of frames were not taken within the write deadline of %s", werr.Bytes, c.e.opts.WriteTimeout))
+	} else {
+		c.kill("", "")
 	}
-	if c.bc == nil {
-		for _, b := range frames {
-			ctx, cancel := context.WithTimeout(c.ctx, c.e.opts.WriteTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, b)
-			cancel()
-			if err != nil {
-				return n, err
-			}
-		}
-		return n, nil
-	}
-	return n, c.bc.WriteText(frames, false)
 }
 
 // kill closes the socket at once; code, when set, is logged as the reason.
@@ -230,31 +107,27 @@ func (c *conn) kill(code, msg string) {
 	if code != "" && c.ctx.Err() == nil {
 		c.e.log.Warn("closing connection", "code", code, "worker_id", c.id, "name", c.name(), "reason", msg)
 	}
-	c.outMu.Lock()
-	c.outDead = true
-	c.outMu.Unlock()
+	c.q.Stop(errConnGone)
 	c.closing.Store(true)
 	c.cancel()
-	c.ws.CloseNow()
+	_ = c.ws.Close()
 }
 
 // shut closes the connection with a close frame (status, reason), giving the peer a second to
 // answer it.
-func (c *conn) shut(status websocket.StatusCode, reason string) {
+func (c *conn) shut(status int, reason string) {
 	if c.closing.Swap(true) {
 		return
 	}
-	c.outMu.Lock()
-	c.outDead = true
-	c.outMu.Unlock()
+	c.q.Stop(errConnGone)
 	go func() {
 		done := make(chan struct{})
-		go func() { c.ws.Close(status, closeReason(reason)); close(done) }()
+		go func() { _ = c.ws.CloseStatus(status, closeReason(reason), time.Second); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(time.Second):
 		}
-		c.ws.CloseNow()
+		_ = c.ws.Close()
 	}()
 }
 
@@ -275,51 +148,34 @@ var errFrameBudget = errors.New("frame budget spent")
 // reuseFrameBuf is the largest read buffer a connection keeps for its next frame.
 const reuseFrameBuf = 64 << 10
 
-// readFrame reads one frame, holding the bytes it grows its buffer to against the engine's
-// frame budget; the caller gives back held once the frame is handled. It reads without a
-// context (a cancellable one costs a registration per frame): whatever ends the connection
-// closes the socket, which ends the read.
+// readFrame reads one message, holding the memory it takes against the engine's frame budget;
+// the caller gives back held once the message is handled. It reads without a context: whatever
+// ends the connection closes the socket, which ends the read.
 //
-// buf is the buffer of the previous frame, reused when it is small (reuseFrameBuf): Decode
+// buf is the buffer of the previous message, reused when it is small (reuseFrameBuf): Decode
 // never keeps a reference into its input.
-func (e *Engine) readFrame(ws *websocket.Conn, buf []byte) (typ websocket.MessageType, b []byte, held int64, err error) {
-	typ, r, err := ws.Reader(context.Background())
+func (e *Engine) readFrame(ws *batchconn.Conn, buf []byte) (typ byte, b []byte, held int64, err error) {
+	typ, b, err = ws.ReadMessage(buf, func(n int) bool {
+		if !e.frames.take(int64(n)) {
+			return false
+		}
+		held += int64(n)
+		return true
+	})
 	if err != nil {
+		e.frames.give(held)
+		if errors.Is(err, batchconn.ErrHeld) {
+			err = errFrameBudget
+		}
 		return 0, nil, 0, err
 	}
-	b = buf[:0]
-	if held = int64(cap(b)); held > 0 && !e.frames.take(held) {
-		return 0, nil, 0, errFrameBudget
-	}
-	for {
-		if len(b) == cap(b) {
-			n := min(max(2*cap(b), 4096), protocol.MaxFrameBytes+1)
-			if n == cap(b) || !e.frames.take(int64(n-cap(b))) {
-				e.frames.give(held)
-				return 0, nil, 0, errFrameBudget
-			}
-			held += int64(n - cap(b))
-			nb := make([]byte, len(b), n)
-			copy(nb, b)
-			b = nb
-		}
-		k, rerr := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+k]
-		if rerr == io.EOF {
-			return typ, b, held, nil
-		}
-		if rerr != nil {
-			e.frames.give(held)
-			return 0, nil, 0, rerr
-		}
-	}
+	return typ, b, held, nil
 }
 
-func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token string) {
+func (e *Engine) serveConn(ws *batchconn.Conn, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	bc, _ := parent.Value(batchConnKey{}).(*batchconn.Conn)
-	c := &conn{e: e, ws: ws, bc: bc, id: newUUID(), token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
-		pending: map[string]*pendingCall{}, calls: map[string]*conn{}, outWake: make(chan struct{}, 1)}
+	c := &conn{e: e, ws: ws, q: batchconn.NewQueue(ws, false, e.opts.QueueBytes, e.opts.QueueFrames), id: newUUID(),
+		token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel, pending: map[string]*pendingCall{}, calls: map[string]*conn{}}
 	c.owner = e.isOwnerToken(token)
 	e.mu.Lock()
 	e.conns[c.id] = c
@@ -337,7 +193,7 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 			if errors.Is(err, errFrameBudget) {
 				msg := fmt.Sprintf("the engine is reading %d MiB of frames, its limit; try again later", e.opts.FrameBudget>>20)
 				e.log.Warn("closing connection", "code", errcode.FrameBudgetExceeded, "worker_id", c.id, "name", c.name(), "reason", msg)
-				c.shut(websocket.StatusTryAgainLater, errcode.FrameBudgetExceeded+": "+msg)
+				c.shut(batchconn.StatusTryAgainLater, errcode.FrameBudgetExceeded+": "+msg)
 			}
 			break
 		}
@@ -350,12 +206,12 @@ func (e *Engine) serveConn(parent context.Context, ws *websocket.Conn, token str
 	}
 	e.drop(c)
 	if !c.closing.Load() {
-		ws.CloseNow()
+		_ = ws.Close()
 	}
 }
 
-func (e *Engine) handleRaw(c *conn, typ websocket.MessageType, b []byte) {
-	if typ == websocket.MessageBinary && len(b) >= 4 {
+func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
+	if typ == batchconn.OpBinary && len(b) >= 4 {
 		switch string(b[:4]) {
 		case "OTLP", "MTRC", "LOGS":
 			return
@@ -379,7 +235,7 @@ func (e *Engine) registrationExpired(c *conn) {
 	}
 	msg := fmt.Sprintf("no engine::workers::register and no function registered within %s", e.opts.RegisterTimeout)
 	e.log.Warn("closing connection", "code", errcode.RegistrationTimeout, "worker_id", c.id, "reason", msg)
-	c.shut(websocket.StatusPolicyViolation, errcode.RegistrationTimeout+": "+msg)
+	c.shut(batchconn.StatusPolicyViolation, errcode.RegistrationTimeout+": "+msg)
 }
 
 // drop forgets a closed connection: its functions go, in-flight calls to it fail, and the calls
@@ -387,10 +243,7 @@ func (e *Engine) registrationExpired(c *conn) {
 // cancel frame to tell the worker).
 func (e *Engine) drop(c *conn) {
 	c.cancel()
-	c.outMu.Lock()
-	c.outDead = true
-	c.out, c.free = nil, nil
-	c.outMu.Unlock()
+	c.q.Stop(errConnGone)
 	defer c.failPending()
 	defer c.forgetCalls()
 	defer e.triggers.PeerGone(c)
@@ -554,7 +407,7 @@ func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 		e.log.Warn("worker registration refused", "worker_id", c.id, "name", info.Name, "namespace", ns, "code", perr.Code)
 		c.sendResult(m, nil, perr)
 		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: perr.Code, Namespace: &ns, WorkerName: info.Name})
-		c.closeAfterFlush(websocket.StatusPolicyViolation, perr.Code)
+		c.closeAfterFlush(batchconn.StatusPolicyViolation, perr.Code)
 		return
 	}
 	c.mu.Lock()

@@ -295,22 +295,27 @@ func (e *Engine) Handler() http.Handler {
 			e.serveChannel(w, r, id)
 			return
 		}
-		ws, err := websocket.Accept(w, r, e.acceptOptions())
+		if r.URL.Path == "/otel" {
+			ws, err := websocket.Accept(w, r, e.acceptOptions())
+			if err != nil {
+				return
+			}
+			ws.SetReadLimit(protocol.MaxFrameBytes)
+			drain(ws) // SDK telemetry: accepted and dropped, never listed as a worker
+			return
+		}
+		ws, err := batchconn.Accept(w, r, e.opts.WriteTimeout)
 		if err != nil {
 			return
 		}
 		ws.SetReadLimit(protocol.MaxFrameBytes)
-		if r.URL.Path == "/otel" {
-			drain(ws) // SDK telemetry: accepted and dropped, never listed as a worker
-			return
-		}
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		e.serveConn(r.Context(), ws, strings.TrimSpace(token))
+		e.serveConn(ws, strings.TrimSpace(token))
 	})
 }
 
-// acceptOptions lets coder/websocket check the origin too, with the same patterns as
-// checkHandshake (which has already refused anything else with a coded message).
+// acceptOptions lets coder/websocket (channels, /otel) check the origin too, with the same
+// patterns as checkHandshake (which has already refused anything else with a coded message).
 func (e *Engine) acceptOptions() *websocket.AcceptOptions {
 	return &websocket.AcceptOptions{OriginPatterns: e.opts.AllowedOrigins}
 }
@@ -328,7 +333,7 @@ func drain(ws *websocket.Conn) {
 // Serve accepts workers on ln until ctx ends, then closes every connection.
 func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 	e.loopback.Store(isLoopbackAddr(ln.Addr()))
-	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: e.opts.HandshakeTimeout, ConnContext: withBatchConn}
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: e.opts.HandshakeTimeout}
 	go e.sweep(ctx, 20*time.Millisecond)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(batchconn.Listener{Listener: ln, WriteTimeout: e.opts.WriteTimeout}) }()
@@ -351,28 +356,20 @@ func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 		go func() {
 			defer wg.Done()
 			done := make(chan struct{})
-			go func() { c.ws.Close(websocket.StatusGoingAway, "engine shutting down"); close(done) }()
+			go func() {
+				_ = c.ws.CloseStatus(batchconn.StatusGoingAway, "engine shutting down", 200*time.Millisecond)
+				close(done)
+			}()
 			select {
 			case <-done:
 			case <-time.After(200 * time.Millisecond):
-				c.ws.CloseNow()
+				_ = c.ws.Close()
 			}
 		}()
 	}
 	wg.Wait()
 	_ = srv.Close()
 	return nil
-}
-
-type batchConnKey struct{}
-
-// withBatchConn makes the batchconn.Conn under a request available to the worker connection
-// its upgrade becomes (conn.writeBatch).
-func withBatchConn(ctx context.Context, c net.Conn) context.Context {
-	if bc, ok := c.(*batchconn.Conn); ok {
-		return context.WithValue(ctx, batchConnKey{}, bc)
-	}
-	return ctx
 }
 
 // Invoke calls id in ns on behalf of the engine itself (used by the sandbox router) and returns

@@ -451,3 +451,67 @@ func TestWriteDeadlineDropsStuckWorker(t *testing.T) {
 		return strings.Contains(s, errcode.SlowConsumer) && strings.Contains(s, "write deadline")
 	})
 }
+
+// TestFragmentedFramesAndPing: the worker connection joins a message sent in fragments (as
+// Node's ws may send a large one), answers a WebSocket ping, and closes with 1009 a message
+// over protocol.MaxFrameBytes.
+func TestFragmentedFramesAndPing(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	c := rawDial(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
+	defer cancel()
+	read := make(chan []byte, 16)
+	readErr := make(chan error, 1)
+	go func() {
+		for {
+			_, b, err := c.Read(ctx)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			read <- b
+		}
+	}()
+	b, _ := json.Marshal(invoke("frag", protocol.FnListWorkers, map[string]string{"pad": strings.Repeat("p", 20000)}))
+	w, err := c.Writer(ctx, websocket.MessageText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(b) > 0 { // each Write leaves as one fragment
+		n := min(len(b), 7000)
+		if _, err := w.Write(b[:n]); err != nil {
+			t.Fatal(err)
+		}
+		b = b[n:]
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for answered := false; !answered; {
+		select {
+		case b := <-read:
+			var m protocol.Message
+			_ = json.Unmarshal(b, &m)
+			answered = m.Type == protocol.TypeInvocationResult && m.InvocationID == "frag" && m.Error == nil
+		case err := <-readErr:
+			t.Fatalf("no answer to the fragmented call: %v", err)
+		}
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	w, err = c.Writer(ctx, websocket.MessageBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for range protocol.MaxFrameBytes>>20 + 1 {
+		if _, err := w.Write(chunk); err != nil {
+			break // the engine closed: it stopped reading
+		}
+	}
+	err = <-readErr
+	if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("got %v, want a 1009 close", err)
+	}
+}

@@ -2,8 +2,11 @@ package core
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -32,5 +35,32 @@ func TestWorkerCloseIsPrompt(t *testing.T) {
 	w.Close()
 	if d := time.Since(start); d > 500*time.Millisecond {
 		t.Fatalf("close took %v", d)
+	}
+}
+
+// TestShutdownCloseFrame: a worker connection is closed with 1001 "engine shutting down" when
+// the engine stops.
+func TestShutdownCloseFrame(t *testing.T) {
+	_, url, stop := serveEngine(t, Options{})
+	c := rawDial(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
+	defer cancel()
+	if _, _, err := c.Read(ctx); err != nil { // workerregistered: the engine holds the connection
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	stop()
+	err := <-errc
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusGoingAway || ce.Reason != "engine shutting down" {
+		t.Fatalf("got %v, want a 1001 close with \"engine shutting down\"", err)
 	}
 }

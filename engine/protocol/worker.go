@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -18,8 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -273,10 +270,10 @@ func isRefusal(err error) bool {
 	return errors.As(err, &e) && (e.Code == errcode.TokenRequired || e.Code == errcode.TokenInvalid || e.Code == errcode.Forbidden)
 }
 
-// dialOptions adds the project token (read fresh from its file, else Config.Token) as a
+// dialHeader carries the project token (read fresh from its file, else Config.Token) as a
 // bearer header.
-func (w *Worker) dialOptions() (*websocket.DialOptions, error) {
-	opts := &websocket.DialOptions{}
+func (w *Worker) dialHeader() (http.Header, error) {
+	h := http.Header{}
 	token := strings.TrimSpace(w.cfg.Token)
 	if w.cfg.TokenFile != "" {
 		b, err := os.ReadFile(w.cfg.TokenFile)
@@ -286,22 +283,20 @@ func (w *Worker) dialOptions() (*websocket.DialOptions, error) {
 		token = strings.TrimSpace(string(b))
 	}
 	if token != "" {
-		h := http.Header{}
 		h.Set("Authorization", "Bearer "+token)
-		opts.HTTPHeader = h
 	}
-	return opts, nil
+	return h, nil
 }
 
 // connect dials, sends registrations and engine::workers::register, and waits for its reply.
 func (w *Worker) connect(ctx context.Context) error {
-	opts, err := w.dialOptions()
+	header, err := w.dialHeader()
 	if err != nil {
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := dialLink(dctx, w.cfg.URL, opts)
+	c, err := dialLink(dctx, w.cfg.URL, header)
 	if err != nil {
 		return err
 	}
@@ -327,7 +322,7 @@ func (w *Worker) connect(ctx context.Context) error {
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer rcancel()
 	if _, err := w.callOn(rctx, c, FnRegisterWorker, reg, callOpts{}, 10*time.Second); err != nil {
-		c.ws.Close(websocket.StatusNormalClosure, "registration failed")
+		_ = c.ws.CloseStatus(batchconn.StatusNormalClosure, "registration failed", time.Second)
 		return err
 	}
 	w.mu.Lock()
@@ -360,9 +355,7 @@ func (w *Worker) keepalive(c *link) {
 		if !current {
 			return
 		}
-		ctx, cancel := context.WithTimeout(w.ctx, PingInterval)
-		err := c.ws.Ping(ctx)
-		cancel()
+		err := c.ws.Ping(PingInterval)
 		if err != nil && w.ctx.Err() == nil {
 			w.cfg.Logger.Warn("engine did not answer a ping; reconnecting", "err", err)
 			c.close()
@@ -376,25 +369,9 @@ const reuseReadBuf = 64 << 10
 
 // readMessage reads one message into buf's memory, growing it as needed. Decode never keeps a
 // reference into its input, so the buffer serves the next message too.
-func readMessage(ws *websocket.Conn, buf []byte) ([]byte, error) {
-	_, r, err := ws.Reader(context.Background())
-	if err != nil {
-		return nil, err
-	}
-	b := buf[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
+func readMessage(ws *batchconn.Conn, buf []byte) ([]byte, error) {
+	_, b, err := ws.ReadMessage(buf, nil)
+	return b, err
 }
 
 // readLoop dispatches frames of one connection until it fails, then reconnects unless stopped.
@@ -580,34 +557,22 @@ func (w *Worker) write(c *link, m *Message) error {
 }
 
 // link is one connection to the engine. Its frames go through a queue that one writer
-// goroutine (writeLoop) drains, writing every frame queued at once with one socket write when
-// the socket is a batchconn.Conn: under load a wake-up of the engine carries many frames.
+// goroutine drains (batchconn.Queue), writing every frame queued at once with one socket write:
+// under load a wake-up of the engine carries many frames.
 type link struct {
-	ws *websocket.Conn
-	bc *batchconn.Conn // the socket under ws, nil when the dial did not go through dialLink
-
-	mu      sync.Mutex
-	queue   [][]byte
-	free    [][]byte // written frames' buffers, to encode the next ones into
-	writing bool     // writeLoop has been woken and not yet found the queue empty
-	err     error    // the first write failure or the close; the socket is closed then
-	wake    chan struct{}
-	done    chan struct{}
-	idle    *sync.Cond // signalled when writeLoop finds the queue empty
+	ws *batchconn.Conn
+	q  *batchconn.Queue
 }
-
-// Frame buffers a link keeps: at most maxFree, each of at most maxFreeCap bytes.
-const (
-	maxFree    = 256
-	maxFreeCap = 4 << 10
-)
 
 var errLinkClosed = errors.New("connection to the engine closed")
 
-func newLink(ws *websocket.Conn, bc *batchconn.Conn) *link {
-	l := &link{ws: ws, bc: bc, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	l.idle = sync.NewCond(&l.mu)
-	go l.writeLoop()
+func newLink(ws *batchconn.Conn) *link {
+	l := &link{ws: ws, q: batchconn.NewQueue(ws, true, 0, 0)} // a client masks its frames
+	go func() {
+		if l.q.Run() != nil {
+			l.close()
+		}
+	}()
 	return l
 }
 
@@ -615,11 +580,7 @@ func newLink(ws *websocket.Conn, bc *batchconn.Conn) *link {
 func (l *link) drain(d time.Duration) {
 	done := make(chan struct{})
 	go func() {
-		l.mu.Lock()
-		for l.writing && l.err == nil {
-			l.idle.Wait()
-		}
-		l.mu.Unlock()
+		l.q.Drain()
 		close(done)
 	}()
 	t := time.NewTimer(d)
@@ -627,131 +588,35 @@ func (l *link) drain(d time.Duration) {
 	select {
 	case <-done:
 	case <-t.C:
-		l.close() // wakes the waiter: err is set
+		l.close() // wakes the waiter: the queue is stopped
 	}
 }
 
-// send queues m for writeLoop. A write failure is reported to the senders that come after it;
+// send queues m for the writer. A write failure is reported to the senders that come after it;
 // the ones before learn of it as a lost connection.
 func (l *link) send(m *Message) error {
-	l.mu.Lock()
-	if l.err != nil {
-		err := l.err
-		l.mu.Unlock()
-		return err
+	err := l.q.Push(appendMessage(l.q.Buf(), m))
+	var werr *batchconn.WriteError
+	if errors.As(err, &werr) {
+		return errLinkClosed
 	}
-	var buf []byte
-	if n := len(l.free); n > 0 {
-		buf, l.free[n-1] = l.free[n-1], nil
-		l.free = l.free[:n-1]
-	}
-	l.queue = append(l.queue, appendMessage(buf, m))
-	wake := !l.writing
-	l.writing = true
-	l.mu.Unlock()
-	if wake {
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
-	}
-	return nil
+	return err
 }
 
-// close stops writeLoop and closes the socket.
+// close stops the writer and closes the socket.
 func (l *link) close() {
-	l.mu.Lock()
-	if l.err == nil {
-		l.err = errLinkClosed
-		close(l.done)
-	}
-	l.queue = nil
-	l.idle.Broadcast()
-	l.mu.Unlock()
-	l.ws.CloseNow()
+	l.q.Stop(errLinkClosed)
+	_ = l.ws.Close()
 }
 
-func (l *link) writeLoop() {
-	var batch [][]byte
-	yielded := false
-	for {
-		select {
-		case <-l.wake:
-		case <-l.done:
-			return
-		}
-		for {
-			l.mu.Lock()
-			if len(l.queue) == 0 || l.err != nil {
-				yielded = false
-				l.writing = false
-				l.idle.Broadcast()
-				l.mu.Unlock()
-				break
-			}
-			if len(l.queue) == 1 && !yielded {
-				// One frame: let the goroutines that are about to send run first, so
-				// that under load their frames join this write.
-				yielded = true
-				l.mu.Unlock()
-				runtime.Gosched()
-				continue
-			}
-			yielded = false
-			batch, l.queue = l.queue, batch[:0]
-			l.mu.Unlock()
-			err := l.writeBatch(batch)
-			l.mu.Lock()
-			for _, b := range batch {
-				if cap(b) <= maxFreeCap && len(l.free) < maxFree {
-					l.free = append(l.free, b[:0])
-				}
-			}
-			l.mu.Unlock()
-			clear(batch)
-			if err != nil {
-				l.close()
-				return
-			}
-		}
-	}
-}
-
-func (l *link) writeBatch(frames [][]byte) error {
-	if l.bc != nil {
-		return l.bc.WriteText(frames, true) // no extension is negotiated: a frame is header, key, payload
-	}
-	for _, b := range frames {
-		if err := l.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// dialLink dials the engine with its socket wrapped in a batchconn.Conn.
-func dialLink(ctx context.Context, url string, opts *websocket.DialOptions) (*link, error) {
-	var bc *batchconn.Conn
-	var d net.Dialer
-	tr := &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			bc = batchconn.New(c, 0)
-			return bc, nil
-		},
-	}
-	defer tr.CloseIdleConnections()
-	opts.HTTPClient = &http.Client{Transport: tr}
-	ws, _, err := websocket.Dial(ctx, url, opts)
+// dialLink dials the engine.
+func dialLink(ctx context.Context, url string, header http.Header) (*link, error) {
+	ws, err := batchconn.Dial(ctx, url, header)
 	if err != nil {
 		return nil, err
 	}
 	ws.SetReadLimit(MaxFrameBytes)
-	return newLink(ws, bc), nil
+	return newLink(ws), nil
 }
 
 // CallOption changes one call.
@@ -958,7 +823,7 @@ func (w *Worker) Close() error {
 	}
 	w.cancel()
 	if c != nil {
-		return c.ws.Close(websocket.StatusNormalClosure, "worker closing")
+		return c.ws.CloseStatus(batchconn.StatusNormalClosure, "worker closing", time.Second)
 	}
 	return nil
 }

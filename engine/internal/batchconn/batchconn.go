@@ -1,11 +1,16 @@
-// Package batchconn wraps a net.Conn so that one writer can send many WebSocket frames with one
-// socket write (WriteText), where a WebSocket library writes and flushes each message on its
-// own: the sender makes one system call for the run and the peer wakes once for all of it.
+// Package batchconn is the worker connection's WebSocket (RFC 6455, no extensions) on a raw
+// net.Conn. One writer sends many frames with one socket write (WriteText), where a WebSocket
+// library writes and flushes each message on its own: the sender makes one system call for the
+// run and the peer wakes once for all of it. The reader (ReadMessage) parses frames from a
+// buffered reader with no lock or timer per message, answering pings and closes itself. Accept
+// and Dial do the handshakes (github.com/gobwas/ws); stream channels use coder/websocket.
 package batchconn
 
 import (
+	"bufio"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,14 +26,25 @@ type Conn struct {
 
 	mu  sync.Mutex
 	buf []byte // frames being gathered by WriteText
+
+	client    bool          // this side dialled: its control frames are masked
+	closeSent atomic.Bool   // a close frame was written
+	pong      chan struct{} // capacity 1: a pong arrived
+
+	rmu       sync.Mutex // held by the one reader
+	br        *bufio.Reader
+	readLimit int64
+	skip      int64 // payload bytes of a refused frame still to drop
+	closeSeen bool  // the peer's close frame was read (or CloseStatus gave up waiting)
+	ctrl      [125]byte
 }
 
 // New wraps c; writeTimeout 0 means socket writes have no deadline.
 func New(c net.Conn, writeTimeout time.Duration) *Conn {
-	return &Conn{Conn: c, writeTimeout: writeTimeout}
+	return &Conn{Conn: c, writeTimeout: writeTimeout, pong: make(chan struct{}, 1)}
 }
 
-// Write sends p (the WebSocket library's own frames: handshake, control frames).
+// Write sends p with one socket write (handshake bytes, a control frame).
 func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -14,7 +14,7 @@ func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
 	var keys []byte
 	if mask {
 		keys = make([]byte, 4*len(payloads))
-		if _, err := rand.Read(keys); err != nil {
+		if err := randRead(keys); err != nil {
 			return err
 		}
 	}
@@ -25,7 +25,7 @@ func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
 		if mask {
 			key = keys[4*i : 4*i+4]
 		}
-		c.buf = appendFrame(c.buf, p, key)
+		c.buf = appendFrameOp(c.buf, 0x80|OpText, p, key)
 		if len(c.buf) >= MaxHeld {
 			if err := c.flushLocked(); err != nil {
 				return err
@@ -35,13 +35,14 @@ func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
 	return c.flushLocked()
 }
 
-// appendFrame appends a final text frame carrying p, masked with key when key is set.
-func appendFrame(b, p, key []byte) []byte {
+// appendFrameOp appends a frame whose first byte is first (FIN and opcode) carrying p, masked
+// with key when key is set.
+func appendFrameOp(b []byte, first byte, p, key []byte) []byte {
 	var maskBit byte
 	if key != nil {
 		maskBit = 0x80
 	}
-	b = append(b, 0x81) // FIN, opcode 1 (text)
+	b = append(b, first)
 	switch n := len(p); {
 	case n < 126:
 		b = append(b, maskBit|byte(n))
@@ -60,6 +61,12 @@ func appendFrame(b, p, key []byte) []byte {
 	b = append(b, p...)
 	maskBytes(b[start:], key)
 	return b
+}
+
+// randRead fills b with random bytes (masking keys).
+func randRead(b []byte) error {
+	_, err := rand.Read(b)
+	return err
 }
 
 // maskBytes XORs b with the 4-byte key repeated, eight bytes at a time where it can.
