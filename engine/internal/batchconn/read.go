@@ -163,6 +163,12 @@ func (c *Conn) readHeader() (h header, err error) {
 		return h, c.fail(StatusProtocolError, "reserved bits set: no extension was negotiated")
 	}
 	h.fin, h.op, h.masked = p[0]&0x80 != 0, p[0]&0x0f, p[1]&0x80 != 0
+	if h.masked == c.client { // RFC 6455 §5.1: clients mask every frame, servers none
+		if c.client {
+			return h, c.fail(StatusProtocolError, "the server sent a masked frame")
+		}
+		return h, c.fail(StatusProtocolError, "the client sent an unmasked frame")
+	}
 	size := 2
 	switch p[1] & 0x7f {
 	case 126:

@@ -92,14 +92,14 @@ func readFull(br *bufio.Reader, p []byte) (int, error) {
 }
 
 // TestReadFragmentsAndPing: fragments are joined across a ping in the middle, which is answered
-// with a pong carrying its payload; masked and unmasked frames and all three length forms read.
+// with a pong carrying its payload; all three length forms read.
 func TestReadFragmentsAndPing(t *testing.T) {
 	c, peer := tcpPair(t, false)
 	long := strings.Repeat("L", 70000)
 	var in bytes.Buffer
 	in.Write(frame(OpText, "hel", true))                // FIN clear: more follows
 	in.Write(frame(0x80|opPing, "are you there", true)) // control frame between fragments
-	in.Write(frame(opContinuation, strings.Repeat("m", 300), false))
+	in.Write(frame(opContinuation, strings.Repeat("m", 300), true))
 	in.Write(frame(0x80|opContinuation, "lo", true))
 	in.Write(frame(0x80|OpBinary, long, true))
 	go func() { _, _ = peer.Write(in.Bytes()) }()
@@ -114,6 +114,22 @@ func TestReadFragmentsAndPing(t *testing.T) {
 	pop, p := readPeerFrame(t, bufio.NewReader(peer))
 	if pop != opPong || string(p) != "are you there" {
 		t.Fatalf("answer to the ping: op %d %q", pop, p)
+	}
+}
+
+// TestReadMaskRule: a server closes with 1002 on an unmasked frame, a client on a masked one
+// (RFC 6455 §5.1).
+func TestReadMaskRule(t *testing.T) {
+	for _, client := range []bool{false, true} {
+		c, peer := tcpPair(t, client)
+		go func() { _, _ = peer.Write(frame(0x80|OpText, "hi", client)) }()
+		if _, _, err := c.ReadMessage(nil, nil); err == nil || !strings.Contains(err.Error(), "status 1002") {
+			t.Fatalf("client %v: got %v, want a 1002 close", client, err)
+		}
+		op, p := readPeerFrame(t, bufio.NewReader(peer))
+		if op != opClose || binary.BigEndian.Uint16(p) != StatusProtocolError {
+			t.Fatalf("client %v: close sent: op %d %q", client, op, p)
+		}
 	}
 }
 
