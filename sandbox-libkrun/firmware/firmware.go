@@ -355,7 +355,7 @@ func Initramfs(agent string, mods, netMods, ninePMods []Module) ([]byte, error) 
 				return nil, err
 			}
 			name := m.Name + ".ko"
-			c.File("lib/modules/"+name, 0o644, StripSignature(data))
+			c.File("lib/modules/"+name, 0o644, HideUnwindTables(StripSignature(data)))
 			order.WriteString(name + "\n")
 		}
 		c.File("lib/modules/"+set.order, 0o644, []byte(order.String()))

@@ -38,7 +38,7 @@ func TestArgsX86Virtiofs(t *testing.T) {
 	a := argsOf(t, Options{Arch: guestarch.X86_64, Share: ShareVirtiofs}, "tcg", spec, []string{"/run/vfs0.sock"})
 	has(t, a, "-accel tcg,thread=multi", "-M microvm,memory-backend=mem", "memory-backend-memfd,id=mem,size=256M,share=on",
 		"virtio-mmio.force-legacy=false", "vhost-user-fs-device,chardev=vfs0,tag=root", "console=ttyS0", "tsc_early_khz",
-		"path=/run/c,,trl.sock,server=on", "virtserialport,chardev=ctrl,name=ctrl")
+		"path=/run/c,,trl.sock,server=on", "-device virtio-serial-device,max_ports=2 ", "virtserialport,chardev=ctrl,name=ctrl")
 	hasNot(t, a, "-cpu", "virtio-9p")
 }
 

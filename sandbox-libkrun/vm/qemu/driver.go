@@ -274,7 +274,10 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 				"-device", "vhost-user-fs-device,chardev="+id+",tag="+tagFor(i))
 		}
 	}
-	a = append(a, "-device", "virtio-serial-device",
+	// The agent's port is the only one: max_ports=2 (port 0 stays reserved for a console) makes
+	// the guest's virtio_console set up 6 virtqueues instead of 64, about 7 ms less module
+	// loading under TCG.
+	a = append(a, "-device", "virtio-serial-device,max_ports=2",
 		"-chardev", "socket,id=ctrl,path="+optEscape(c.ctrlSock)+",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctrl,name=ctrl")
 	if c.spec.Network {
