@@ -30,7 +30,7 @@ func measureDriver(ctx context.Context, d *qemu.Driver, rootfs string, n int) (D
 			return DriverStats{}, err
 		}
 		t0 := time.Now()
-		m, err := d.Boot(ctx, vm.Spec{RootFS: rootfs, CPUs: 1, MemoryMB: 256, StateDir: state, ScratchMB: 64})
+		m, err := d.Boot(ctx, vm.Spec{RootFS: rootfs, CPUs: 1, MemoryMB: sandboxMemoryMB, StateDir: state, ScratchMB: sandboxMemoryMB / 2})
 		if err != nil {
 			os.RemoveAll(state)
 			return DriverStats{}, err

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
 )
 
@@ -36,15 +37,19 @@ func summarize(ds []time.Duration) Stats {
 	return Stats{N: len(s), Median: med, P90: s[rank-1]}
 }
 
+// sandboxMemoryMB is the RAM of a sandbox created with the adapter's defaults; the floor and the
+// driver's machines get the same, so that every ratio compares machines of one size.
+var sandboxMemoryMB = int(settings.Defaults().DefaultMemoryMB)
+
 // measureFloor boots the firmware's kernel and initramfs n times with an /init that powers off at
-// once (a VM running `true`) and summarises the wall time from starting qemu to its exit, with
+// once (a VM running `true`, with sandboxMemoryMB of RAM) and summarises the wall time from starting qemu to its exit, with
 // its phases: the kernel from its clock's start to /init, and the rest (qemu's start, the
 // kernel's earliest boot before its clock runs, and the power-off).
 func measureFloor(ctx context.Context, d *qemu.Driver, n int) (Stats, Breakdown, error) {
 	var ds []time.Duration
 	var b Breakdown
 	for i := 0; i < n; i++ {
-		dur, toInit, err := d.FloorBoot(ctx)
+		dur, toInit, err := d.FloorBoot(ctx, sandboxMemoryMB)
 		if err != nil {
 			return Stats{}, b, err
 		}

@@ -50,7 +50,7 @@ func main() {
 		fmt.Println("bench (sandbox-libkrun): skipped: the floor boot fails:", err)
 		return
 	}
-	fmt.Printf("%-44s %s\n", "VM floor ("+d.Name()+", true):", floor)
+	fmt.Printf("%-44s %s\n", fmt.Sprintf("VM floor (%s, %d MiB, true):", d.Name(), sandboxMemoryMB), floor)
 	floorPhases.Print(os.Stdout, "the floor")
 
 	preset := debimage.Presets[0]
@@ -132,7 +132,7 @@ func guestSection(ctx context.Context, name, fw, accel string, n int) error {
 				fmt.Printf("%s guests: skipped: the floor boot fails: %v\n", a.Name, err)
 				return nil
 			}
-			fmt.Printf("%-44s %s\n", "VM floor ("+d.Name()+", true):", floor)
+			fmt.Printf("%-44s %s\n", fmt.Sprintf("VM floor (%s, %d MiB, true):", d.Name(), sandboxMemoryMB), floor)
 			floorPhases.Print(os.Stdout, "the floor")
 			if _, ok := cache.RootFS(debimage.Presets[0].Ref); !ok {
 				fmt.Printf("%s sandbox::run: skipped, image %s not in %s (go tool mage images)\n", a.Name, debimage.Presets[0].Ref, cache.Dir)

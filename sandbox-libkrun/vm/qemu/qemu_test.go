@@ -398,7 +398,7 @@ func TestFloor(t *testing.T) {
 	d := newDriver(t)
 	ctx := context.Background()
 	// The agent reports the kernel's uptime at /init after its marker: part of the whole.
-	if dur, toInit, err := d.FloorBoot(ctx); err != nil || toInit <= 0 || toInit >= dur {
+	if dur, toInit, err := d.FloorBoot(ctx, 256); err != nil || toInit <= 0 || toInit >= dur {
 		t.Fatalf("floor: %s, /init at %s, %v", dur, toInit, err)
 	}
 	bad := filepath.Join(t.TempDir(), "initrd")
@@ -409,7 +409,7 @@ func TestFloor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := broken.Floor(ctx); err == nil || !strings.Contains(err.Error(), "never reached /init") {
+	if _, err := broken.Floor(ctx, 256); err == nil || !strings.Contains(err.Error(), "never reached /init") {
 		t.Fatalf("floor of a kernel that panics: %v", err)
 	}
 }
