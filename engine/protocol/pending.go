@@ -22,9 +22,10 @@ var callExpired = &Message{}
 //
 // Whoever removes an entry (the reply, the sweeper, a lost connection) sends its one outcome on
 // the entry's channel; a caller that gives up removes the entry itself and sends nothing.
+// Nothing every call writes is shared between shards: a call reads ticks and sweeping, which
+// change once per sweep at most.
 type pendingCalls struct {
 	shards   [pendingShards]pendingShard
-	count    atomic.Int64  // entries in the table
 	ticks    atomic.Uint64 // sweeps so far: the table's clock, in units of sweepEvery
 	sweeping atomic.Bool   // a sweeper goroutine runs
 }
@@ -32,7 +33,7 @@ type pendingCalls struct {
 type pendingShard struct {
 	mu sync.Mutex
 	m  map[string]*pendingCall
-	_  [40]byte // keeps neighbouring shards' locks off one cache line
+	_  [48]byte // a shard fills its own 64-byte cache line
 }
 
 // pendingCall is one awaited call.
@@ -66,8 +67,7 @@ func (p *pendingCalls) add(id string, timeout time.Duration, done <-chan struct{
 	}
 	s.m[id] = pc
 	s.mu.Unlock()
-	p.count.Add(1)
-	if p.sweeping.CompareAndSwap(false, true) {
+	if !p.sweeping.Load() && p.sweeping.CompareAndSwap(false, true) {
 		go p.sweep()
 	}
 	return pc
@@ -82,9 +82,6 @@ func (p *pendingCalls) take(id string) *pendingCall {
 		delete(s.m, id)
 	}
 	s.mu.Unlock()
-	if pc != nil {
-		p.count.Add(-1)
-	}
 	return pc
 }
 
@@ -122,7 +119,6 @@ func (p *pendingCalls) settleIf(match func(*pendingCall) bool, m *Message) {
 			}
 		}
 		s.mu.Unlock()
-		p.count.Add(-int64(len(out)))
 		for _, pc := range out {
 			pc.ch <- m
 		}
@@ -151,14 +147,26 @@ func (p *pendingCalls) sweep() {
 	for range t.C {
 		now := p.ticks.Add(1)
 		p.settleIf(func(pc *pendingCall) bool { return pc.expired(now) }, callExpired)
-		if p.count.Load() > 0 {
+		if p.len() > 0 {
 			continue
 		}
 		p.sweeping.Store(false)
-		// A call added after the count was read but before the flag was cleared saw the flag
-		// set and started no sweeper: this one carries on for it.
-		if p.count.Load() == 0 || !p.sweeping.CompareAndSwap(false, true) {
+		// A call added after the table was found empty but before the flag was cleared saw the
+		// flag set and started no sweeper: this one carries on for it.
+		if p.len() == 0 || !p.sweeping.CompareAndSwap(false, true) {
 			return
 		}
 	}
+}
+
+// len counts the pending calls.
+func (p *pendingCalls) len() int {
+	n := 0
+	for i := range p.shards {
+		s := &p.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
 }

@@ -27,8 +27,8 @@ func TestPendingSettleOnce(t *testing.T) {
 		t.Fatalf("got %v, want the reply", got)
 	}
 	p.release(pc)
-	if n := p.count.Load(); n != 0 {
-		t.Fatalf("count = %d after the only call settled", n)
+	if n := p.len(); n != 0 {
+		t.Fatalf("%d calls pending after the only call settled", n)
 	}
 }
 
@@ -149,7 +149,7 @@ func TestCallExpiresWithoutReply(t *testing.T) {
 	if err := <-errc; errCode(err) != errcode.ClientTimeout {
 		t.Fatalf("cancelled context: got %v, want %s", err, errcode.ClientTimeout)
 	}
-	if n := w.pending.count.Load(); n != 0 {
+	if n := w.pending.len(); n != 0 {
 		t.Fatalf("%d calls still pending", n)
 	}
 }
