@@ -3,8 +3,10 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -28,9 +30,20 @@ func decodeFrame(b []byte) (*Message, error) {
 		if err := p.colon(); err != nil {
 			return err
 		}
-		if key == "type" {
+		switch key {
+		case "type":
 			if t, ok := p.knownType(); ok {
 				m.Type = t
+				return nil
+			}
+		case "function_id":
+			if raw, ok := p.plainStr(); ok {
+				m.FunctionID = *intern(raw)
+				return nil
+			}
+		case "namespace":
+			if raw, ok := p.plainStr(); ok {
+				m.Namespace = intern(raw)
 				return nil
 			}
 		}
@@ -322,6 +335,53 @@ func (p *parser) knownType() (string, bool) {
 		p.i = end + 1
 	}
 	return t, ok
+}
+
+// plainStr reads a string value at p.i written as plain ASCII (no escape, no control
+// character), returning its bytes; otherwise it reports false and reads nothing.
+func (p *parser) plainStr() ([]byte, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, false
+	}
+	end := p.i + 1
+	for end < len(p.b) && p.b[end] < utf8.RuneSelf && plain[p.b[end]] {
+		end++
+	}
+	if end >= len(p.b) || p.b[end] != '"' {
+		return nil, false
+	}
+	raw := p.b[p.i+1 : end]
+	p.i = end + 1
+	return raw, true
+}
+
+const (
+	internSlots = 1024 // strings interned at once, at most
+	internMax   = 128  // longer strings are not interned
+)
+
+// interned holds recently decoded function ids and namespaces. They repeat from frame to frame,
+// so a decode mostly finds the string already made instead of allocating it. A slot holds one
+// string at a time, replaced on a miss; the strings are never changed, so frames may share them
+// (a decoded Namespace may point to the same string as another frame's).
+var (
+	interned   [internSlots]atomic.Pointer[string]
+	internSeed = maphash.MakeSeed()
+)
+
+// intern returns a string equal to b, one made before when the slot still holds it.
+func intern(b []byte) *string {
+	if len(b) > internMax {
+		s := string(b)
+		return &s
+	}
+	slot := &interned[maphash.Bytes(internSeed, b)%internSlots]
+	if sp := slot.Load(); sp != nil && *sp == string(b) {
+		return sp
+	}
+	s := string(b)
+	slot.Store(&s)
+	return &s
 }
 
 var typeNames = func() map[string]string {

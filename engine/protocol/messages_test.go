@@ -109,6 +109,8 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		` {"type":"invocationresult","error":{"code":"c","message":"m","stacktrace":"s\nt"},"result":[ 1 , 2 ]} `,
 		`{"type":"registerfunction","id":"a","id":"b","request_format":{"type":"object"},"metadata":{}}`,
 		`{"type":"workerregistered","worker_id":"w","reattach_token":"\ud800x"}`,
+		`{"type":"invokefunction","function_id":"x\u003a:y","namespace":"n\u00e9s","Function_Id":"z::w"}`,
+		`{"type":"invokefunction","function_id":"café::x","namespace":"tab\there"}`,
 	}
 	for _, in := range inputs {
 		got, err := decodeFrame([]byte(in))
@@ -132,6 +134,29 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		if err1 == nil || err2 == nil {
 			t.Errorf("%q: decodeFrame err %v, encoding/json err %v; both should fail", bad, err1, err2)
 		}
+	}
+}
+
+// TestDecodeInternsRepeatedNames: function ids and namespaces that repeat from frame to frame
+// decode to the string made for an earlier frame, and a different name to its own.
+func TestDecodeInternsRepeatedNames(t *testing.T) {
+	frame := func(fn, ns string) *Message {
+		m, err := Decode([]byte(`{"type":"invokefunction","function_id":"` + fn + `","namespace":"` + ns + `"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b := frame("math::add", "math"), frame("math::add", "math")
+	if a.FunctionID != "math::add" || *a.Namespace != "math" || b.FunctionID != "math::add" {
+		t.Fatalf("decoded %q in %q", a.FunctionID, *a.Namespace)
+	}
+	if a.Namespace != b.Namespace {
+		t.Error("a repeated namespace was allocated again")
+	}
+	c := frame("math::sub", "other")
+	if c.FunctionID != "math::sub" || *c.Namespace != "other" || *a.Namespace != "math" {
+		t.Fatalf("decoded %q in %q after %q", c.FunctionID, *c.Namespace, *a.Namespace)
 	}
 }
 
