@@ -32,7 +32,7 @@ func decodeFrame(b []byte) (*Message, error) {
 		}
 		switch key {
 		case "type":
-			if t, ok := p.knownType(); ok {
+			if t, ok := p.typeName(); ok {
 				m.Type = t
 				return nil
 			}
@@ -317,9 +317,9 @@ func (p *parser) key() (string, error) {
 	return lowerASCII(k), err
 }
 
-// knownType reads a string value at p.i that is one of the known frame types, written
+// typeName reads a string value at p.i that is one of the known frame types, written
 // without escapes, and returns the constant: the type of every frame then costs no allocation.
-func (p *parser) knownType() (string, bool) {
+func (p *parser) typeName() (string, bool) {
 	if p.i >= len(p.b) || p.b[p.i] != '"' {
 		return "", false
 	}
@@ -330,7 +330,8 @@ func (p *parser) knownType() (string, bool) {
 	if end >= len(p.b) || p.b[end] != '"' {
 		return "", false
 	}
-	t, ok := typeNames[string(p.b[p.i+1:end])]
+	t := knownType(string(p.b[p.i+1 : end]))
+	ok := t != ""
 	if ok {
 		p.i = end + 1
 	}
@@ -383,14 +384,6 @@ func intern(b []byte) *string {
 	slot.Store(&s)
 	return &s
 }
-
-var typeNames = func() map[string]string {
-	m := make(map[string]string, len(knownTypes))
-	for t := range knownTypes {
-		m[t] = t
-	}
-	return m
-}()
 
 // Valid reports whether b is exactly one JSON value (white space around it allowed), like
 // json.Valid but without its per-byte state machine.
