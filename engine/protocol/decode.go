@@ -14,7 +14,9 @@ import (
 // decodeFrame parses one frame without reflection. It accepts what encoding/json accepts for
 // Message (keys matched exactly or ASCII case-insensitively, the last duplicate wins, unknown
 // keys skipped) and checks the whole input is one valid JSON object.
-func decodeFrame(b []byte) (*Message, error) {
+//
+// With borrow, the raw fields (Data, Result, ...) refer to b instead of copies.
+func decodeFrame(b []byte, borrow bool) (*Message, error) {
 	p := parser{b: b}
 	m := messages.Get().(*Message)
 	p.ws()
@@ -54,6 +56,10 @@ func decodeFrame(b []byte) (*Message, error) {
 		start := p.i
 		if err := p.skip(0); err != nil {
 			return err
+		}
+		if dst := m.rawField(key); dst != nil && borrow {
+			*dst = json.RawMessage(p.b[start:p.i:p.i])
+			return nil
 		}
 		return m.set(key, p.b[start:p.i])
 	})

@@ -157,12 +157,20 @@ var ErrUnknownType = errors.New("unknown message type")
 // Decode parses one frame. It fails on invalid JSON, a missing type, an unknown type, and on a
 // namespace that is present but not a string. The message never refers to b's memory, so the
 // caller may reuse b at once.
-func Decode(b []byte) (*Message, error) {
+func Decode(b []byte) (*Message, error) { return decode(b, false) }
+
+// DecodeBorrowed is Decode for a receiver that handles the frame before it reuses b: the raw
+// fields of the message (Data, Result, Metadata, Config and the formats) refer to b instead of
+// copies, which saves copying a payload that is only passed on. Own makes the message
+// independent of b, for a receiver that keeps it longer.
+func DecodeBorrowed(b []byte) (*Message, error) { return decode(b, true) }
+
+func decode(b []byte, borrow bool) (*Message, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, errors.New("frame is not a JSON object")
 	}
-	m, err := decodeFrame(b)
+	m, err := decodeFrame(b, borrow)
 	if err != nil {
 		return nil, fmt.Errorf("decoding frame: %w", err)
 	}
@@ -176,6 +184,17 @@ func Decode(b []byte) (*Message, error) {
 		return nil, fmt.Errorf("%w %q", ErrUnknownType, t)
 	}
 	return m, nil
+}
+
+// Own copies the raw fields of a message from DecodeBorrowed, so it no longer refers to the
+// decoded buffer.
+func (m *Message) Own() {
+	for _, f := range []*json.RawMessage{&m.RequestFormat, &m.ResponseFormat, &m.Config, &m.TriggerRequestFormat,
+		&m.CallRequestFormat, &m.Data, &m.Metadata, &m.Result} {
+		if *f != nil {
+			*f = append(json.RawMessage(nil), *f...)
+		}
+	}
 }
 
 // Encode renders a frame as JSON. Raw fields (data, result, formats, metadata, config) must

@@ -1,7 +1,9 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -113,7 +115,7 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		`{"type":"invokefunction","function_id":"café::x","namespace":"tab\there"}`,
 	}
 	for _, in := range inputs {
-		got, err := decodeFrame([]byte(in))
+		got, err := decodeFrame([]byte(in), false)
 		if err != nil {
 			t.Fatalf("%s: %v", in, err)
 		}
@@ -128,7 +130,7 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{`{"type":"x",}`, `{"type":1}`, `{"type":"x"} x`, `{"a":01}`, `{"a":"\x"}`, `{"timeout_ms":1.5,"type":"ping"}`, `{"a":[1,]}`, "{\"a\":\"\x01\"}"} {
-		_, err1 := decodeFrame([]byte(bad))
+		_, err1 := decodeFrame([]byte(bad), false)
 		var m Message
 		err2 := json.Unmarshal([]byte(bad), &m)
 		if err1 == nil || err2 == nil {
@@ -171,5 +173,43 @@ func TestValidAgreesWithEncodingJSON(t *testing.T) {
 		if got, want := Valid([]byte(s)), json.Valid([]byte(s)); got != want {
 			t.Errorf("Valid(%q) = %v, json.Valid = %v", s, got, want)
 		}
+	}
+}
+
+// TestDecodeBorrowedAndOwn: DecodeBorrowed's raw fields are the input's bytes; after Own they
+// are copies, unchanged when the input buffer is reused. Decode never refers to its input.
+func TestDecodeBorrowedAndOwn(t *testing.T) {
+	const frame = `{"type":"invokefunction","function_id":"f","data":{"a":1},"metadata":[2],"result":"r","config":{},"request_format":{"type":"object"}}`
+	b := []byte(frame)
+	m, err := DecodeBorrowed(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != `{"a":1}` || string(m.Metadata) != `[2]` || string(m.Result) != `"r"` {
+		t.Fatalf("decoded data %s metadata %s result %s", m.Data, m.Metadata, m.Result)
+	}
+	if &m.Data[0] != &b[strings.Index(frame, `{"a"`)] {
+		t.Error("DecodeBorrowed copied the data")
+	}
+	_ = append(m.Data, 'x')
+	if b[strings.Index(frame, `{"a"`)+len(`{"a":1}`)] != ',' {
+		t.Error("appending to a borrowed field wrote into the input")
+	}
+	m.Own()
+	copy(b, bytes.Repeat([]byte("#"), len(b)))
+	want := []string{`{"a":1}`, `[2]`, `"r"`, `{}`, `{"type":"object"}`}
+	for i, got := range []json.RawMessage{m.Data, m.Metadata, m.Result, m.Config, m.RequestFormat} {
+		if string(got) != want[i] {
+			t.Errorf("after Own and reuse of the input: field %d is %s, want %s", i, got, want[i])
+		}
+	}
+	b = []byte(frame)
+	d, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, bytes.Repeat([]byte("#"), len(b)))
+	if string(d.Data) != `{"a":1}` {
+		t.Errorf("Decode's data changed with its input: %s", d.Data)
 	}
 }
