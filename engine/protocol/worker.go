@@ -656,12 +656,22 @@ func IsEngineFunction(id string) bool {
 
 func (w *Worker) resolve(fn string, opts []CallOption) callOpts {
 	var o callOpts
-	for _, f := range opts {
-		f(&o)
+	if len(opts) > 0 {
+		o = applyCallOptions(opts)
 	}
 	if o.ns == nil && !IsEngineFunction(fn) && w.cfg.Namespace != DefaultNamespace {
 		ns := w.cfg.Namespace
 		o.ns = &ns
+	}
+	return o
+}
+
+// applyCallOptions is apart from resolve so that a call without options does not allocate its
+// callOpts (the options take its address).
+func applyCallOptions(opts []CallOption) callOpts {
+	var o callOpts
+	for _, f := range opts {
+		f(&o)
 	}
 	return o
 }
