@@ -599,6 +599,9 @@ func (l *link) drain(d time.Duration) {
 // the ones before learn of it as a lost connection.
 func (l *link) send(m *Message) error {
 	err := l.q.Push(appendMessage(l.q.Buf(), m))
+	if err == nil {
+		return nil // before errors.As, whose target would be allocated on every send
+	}
 	var werr *batchconn.WriteError
 	if errors.As(err, &werr) {
 		return errLinkClosed
