@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -217,7 +218,9 @@ func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
 			return
 		}
 	}
-	m, err := protocol.Decode(b)
+	// Borrowed: the frames forwarded to another connection, invocations and results, are
+	// encoded again before b is reused, and handleFrame makes every other frame Own its fields.
+	m, err := protocol.DecodeBorrowed(b)
 	if err != nil {
 		e.log.Debug("ignoring frame", "worker_id", c.id, "err", err)
 		return
@@ -267,16 +270,18 @@ func (e *Engine) drop(c *conn) {
 func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 	switch m.Type {
 	case protocol.TypeInvokeFunction:
+		enqueue := m.Action != nil && m.Action.Type == "enqueue"
+		if m.FunctionID != protocol.FnRegisterWorker && !enqueue && e.forwardAsync(c, m) {
+			m.Recycle() // forwarded: the frame sent on copied what it needed
+			return
+		}
+		m.Own() // from here on m may outlive the read buffer
 		if m.FunctionID == protocol.FnRegisterWorker {
 			e.registerWorker(c, m)
 			return
 		}
-		if m.Action != nil && m.Action.Type == "enqueue" {
+		if enqueue {
 			e.enqueue(c, m)
-			return
-		}
-		if e.forwardAsync(c, m) {
-			m.Recycle() // forwarded: the frame sent on copied what it needed
 			return
 		}
 		if e.isInline(m.FunctionID) {
@@ -298,12 +303,17 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 			if m.Error != nil {
 				pc.deliver(nil, m.Error)
 			} else {
-				pc.deliver(m.Result, nil)
+				res := m.Result
+				if pc.ch != nil {
+					res = bytes.Clone(res) // an engine call keeps it past the read buffer
+				}
+				pc.deliver(res, nil)
 			}
 		}
-		m.Recycle() // deliver keeps only Result and Error, not m
+		m.Recycle() // deliver keeps only Result and Error, not m (Error owns its bytes)
 	case protocol.TypeRegisterFunction, protocol.TypeUnregisterFunction, protocol.TypeRegisterTriggerType,
 		protocol.TypeUnregisterTriggerType, protocol.TypeRegisterTrigger, protocol.TypeUnregisterTrigger:
+		m.Own() // registrations are kept
 		c.mu.Lock()
 		if !c.registered {
 			c.parked = append(c.parked, m)
@@ -319,6 +329,7 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 	case protocol.TypePing:
 		_ = c.send(&protocol.Message{Type: protocol.TypePong})
 	default:
+		m.Own()
 		e.handleEventFrame(c, m)
 	}
 }

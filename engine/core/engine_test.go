@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -336,5 +337,37 @@ func TestQueuedFramesLeaveBeforeClose(t *testing.T) {
 			t.Fatalf("%d of %d void calls sent before Close arrived", k, n)
 		}
 		pollPause()
+	}
+}
+
+// TestInvokeResultsOutliveReadBuffer: the engine reads a worker's results into a buffer it
+// reuses for the next frame, forwarding them without a copy; a result the engine itself awaits
+// (Invoke) must still be its own bytes once later results have been read.
+func TestInvokeResultsOutliveReadBuffer(t *testing.T) {
+	e, url := startEngine(t, Options{})
+	worker(t, url, "default", map[string]protocol.Handler{
+		"echo::back": func(_ context.Context, in json.RawMessage) (any, error) { return in, nil },
+	})
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := `{"n":` + strings.Repeat("1", i+1) + `}`
+			for range 20 {
+				got, perr := e.Invoke(context.Background(), "default", "echo::back", json.RawMessage(want), 5*time.Second)
+				if perr != nil || string(got) != want {
+					errs <- fmt.Sprintf("got %s (%v), want %s", got, perr, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for msg := range errs {
+		t.Error(msg)
 	}
 }

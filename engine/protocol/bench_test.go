@@ -38,6 +38,21 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeBorrowed: the same frame decoded as the engine's worker connections do, its
+// payload left in the input (DecodeBorrowed).
+func BenchmarkDecodeBorrowed(b *testing.B) {
+	frame, _ := Encode(benchInvoke())
+	b.SetBytes(int64(len(frame)))
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := DecodeBorrowed(frame)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.Recycle()
+	}
+}
+
 // BenchmarkDecodeResult: an invocationresult frame, the other half of a round trip.
 func BenchmarkDecodeResult(b *testing.B) {
 	frame, _ := Encode(&Message{Type: TypeInvocationResult, InvocationID: "5f2b9c1e04a7-1k2j", FunctionID: "bench::echo", Result: benchData})

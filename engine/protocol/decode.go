@@ -3,8 +3,10 @@ package protocol
 import (
 	"encoding/json"
 	"errors"
+	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -12,7 +14,9 @@ import (
 // decodeFrame parses one frame without reflection. It accepts what encoding/json accepts for
 // Message (keys matched exactly or ASCII case-insensitively, the last duplicate wins, unknown
 // keys skipped) and checks the whole input is one valid JSON object.
-func decodeFrame(b []byte) (*Message, error) {
+//
+// With borrow, the raw fields (Data, Result, ...) refer to b instead of copies.
+func decodeFrame(b []byte, borrow bool) (*Message, error) {
 	p := parser{b: b}
 	m := messages.Get().(*Message)
 	p.ws()
@@ -28,9 +32,20 @@ func decodeFrame(b []byte) (*Message, error) {
 		if err := p.colon(); err != nil {
 			return err
 		}
-		if key == "type" {
-			if t, ok := p.knownType(); ok {
+		switch key {
+		case "type":
+			if t, ok := p.typeName(); ok {
 				m.Type = t
+				return nil
+			}
+		case "function_id":
+			if raw, ok := p.plainStr(); ok {
+				m.FunctionID = *intern(raw)
+				return nil
+			}
+		case "namespace":
+			if raw, ok := p.plainStr(); ok {
+				m.Namespace = intern(raw)
 				return nil
 			}
 		}
@@ -41,6 +56,10 @@ func decodeFrame(b []byte) (*Message, error) {
 		start := p.i
 		if err := p.skip(0); err != nil {
 			return err
+		}
+		if dst := m.rawField(key); dst != nil && borrow {
+			*dst = json.RawMessage(p.b[start:p.i:p.i])
+			return nil
 		}
 		return m.set(key, p.b[start:p.i])
 	})
@@ -304,9 +323,9 @@ func (p *parser) key() (string, error) {
 	return lowerASCII(k), err
 }
 
-// knownType reads a string value at p.i that is one of the known frame types, written
+// typeName reads a string value at p.i that is one of the known frame types, written
 // without escapes, and returns the constant: the type of every frame then costs no allocation.
-func (p *parser) knownType() (string, bool) {
+func (p *parser) typeName() (string, bool) {
 	if p.i >= len(p.b) || p.b[p.i] != '"' {
 		return "", false
 	}
@@ -317,20 +336,60 @@ func (p *parser) knownType() (string, bool) {
 	if end >= len(p.b) || p.b[end] != '"' {
 		return "", false
 	}
-	t, ok := typeNames[string(p.b[p.i+1:end])]
+	t := knownType(string(p.b[p.i+1 : end]))
+	ok := t != ""
 	if ok {
 		p.i = end + 1
 	}
 	return t, ok
 }
 
-var typeNames = func() map[string]string {
-	m := make(map[string]string, len(knownTypes))
-	for t := range knownTypes {
-		m[t] = t
+// plainStr reads a string value at p.i written as plain ASCII (no escape, no control
+// character), returning its bytes; otherwise it reports false and reads nothing.
+func (p *parser) plainStr() ([]byte, bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, false
 	}
-	return m
-}()
+	end := p.i + 1
+	for end < len(p.b) && p.b[end] < utf8.RuneSelf && plain[p.b[end]] {
+		end++
+	}
+	if end >= len(p.b) || p.b[end] != '"' {
+		return nil, false
+	}
+	raw := p.b[p.i+1 : end]
+	p.i = end + 1
+	return raw, true
+}
+
+const (
+	internSlots = 1024 // strings interned at once, at most
+	internMax   = 128  // longer strings are not interned
+)
+
+// interned holds recently decoded function ids and namespaces. They repeat from frame to frame,
+// so a decode mostly finds the string already made instead of allocating it. A slot holds one
+// string at a time, replaced on a miss; the strings are never changed, so frames may share them
+// (a decoded Namespace may point to the same string as another frame's).
+var (
+	interned   [internSlots]atomic.Pointer[string]
+	internSeed = maphash.MakeSeed()
+)
+
+// intern returns a string equal to b, one made before when the slot still holds it.
+func intern(b []byte) *string {
+	if len(b) > internMax {
+		s := string(b)
+		return &s
+	}
+	slot := &interned[maphash.Bytes(internSeed, b)%internSlots]
+	if sp := slot.Load(); sp != nil && *sp == string(b) {
+		return sp
+	}
+	s := string(b)
+	slot.Store(&s)
+	return &s
+}
 
 // Valid reports whether b is exactly one JSON value (white space around it allowed), like
 // json.Valid but without its per-byte state machine.

@@ -35,13 +35,48 @@ const (
 	TypeObserveResult = "observeresult"
 )
 
-var knownTypes = map[string]bool{
-	TypeRegisterFunction: true, TypeUnregisterFunction: true, TypeRegisterTriggerType: true,
-	TypeUnregisterTriggerType: true, TypeRegisterTrigger: true, TypeUnregisterTrigger: true,
-	TypeTriggerRegistrationResult: true, TypeRegisterService: true, TypeInvokeFunction: true,
-	TypeInvocationResult: true, TypeWorkerRegistered: true, TypeReattach: true,
-	TypeRegistrationRejected: true, TypePing: true, TypePong: true,
-	TypeObserve: true, TypeUnobserve: true, TypeObserveResult: true,
+// knownType returns the constant of the frame type t, "" when this implementation does not
+// know it. A switch, not a map: it runs on every frame, and costs no hashing.
+func knownType(t string) string {
+	switch t {
+	case TypeRegisterFunction:
+		return TypeRegisterFunction
+	case TypeUnregisterFunction:
+		return TypeUnregisterFunction
+	case TypeRegisterTriggerType:
+		return TypeRegisterTriggerType
+	case TypeUnregisterTriggerType:
+		return TypeUnregisterTriggerType
+	case TypeRegisterTrigger:
+		return TypeRegisterTrigger
+	case TypeUnregisterTrigger:
+		return TypeUnregisterTrigger
+	case TypeTriggerRegistrationResult:
+		return TypeTriggerRegistrationResult
+	case TypeRegisterService:
+		return TypeRegisterService
+	case TypeInvokeFunction:
+		return TypeInvokeFunction
+	case TypeInvocationResult:
+		return TypeInvocationResult
+	case TypeWorkerRegistered:
+		return TypeWorkerRegistered
+	case TypeReattach:
+		return TypeReattach
+	case TypeRegistrationRejected:
+		return TypeRegistrationRejected
+	case TypePing:
+		return TypePing
+	case TypePong:
+		return TypePong
+	case TypeObserve:
+		return TypeObserve
+	case TypeUnobserve:
+		return TypeUnobserve
+	case TypeObserveResult:
+		return TypeObserveResult
+	}
+	return ""
 }
 
 // Well-known engine function ids.
@@ -122,12 +157,20 @@ var ErrUnknownType = errors.New("unknown message type")
 // Decode parses one frame. It fails on invalid JSON, a missing type, an unknown type, and on a
 // namespace that is present but not a string. The message never refers to b's memory, so the
 // caller may reuse b at once.
-func Decode(b []byte) (*Message, error) {
+func Decode(b []byte) (*Message, error) { return decode(b, false) }
+
+// DecodeBorrowed is Decode for a receiver that handles the frame before it reuses b: the raw
+// fields of the message (Data, Result, Metadata, Config and the formats) refer to b instead of
+// copies, which saves copying a payload that is only passed on. Own makes the message
+// independent of b, for a receiver that keeps it longer.
+func DecodeBorrowed(b []byte) (*Message, error) { return decode(b, true) }
+
+func decode(b []byte, borrow bool) (*Message, error) {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
 		return nil, errors.New("frame is not a JSON object")
 	}
-	m, err := decodeFrame(b)
+	m, err := decodeFrame(b, borrow)
 	if err != nil {
 		return nil, fmt.Errorf("decoding frame: %w", err)
 	}
@@ -135,12 +178,23 @@ func Decode(b []byte) (*Message, error) {
 		m.Recycle()
 		return nil, errors.New("frame has no type")
 	}
-	if !knownTypes[m.Type] {
+	if knownType(m.Type) == "" {
 		t := m.Type
 		m.Recycle()
 		return nil, fmt.Errorf("%w %q", ErrUnknownType, t)
 	}
 	return m, nil
+}
+
+// Own copies the raw fields of a message from DecodeBorrowed, so it no longer refers to the
+// decoded buffer.
+func (m *Message) Own() {
+	for _, f := range []*json.RawMessage{&m.RequestFormat, &m.ResponseFormat, &m.Config, &m.TriggerRequestFormat,
+		&m.CallRequestFormat, &m.Data, &m.Metadata, &m.Result} {
+		if *f != nil {
+			*f = append(json.RawMessage(nil), *f...)
+		}
+	}
 }
 
 // Encode renders a frame as JSON. Raw fields (data, result, formats, metadata, config) must

@@ -1,7 +1,9 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -109,9 +111,11 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		` {"type":"invocationresult","error":{"code":"c","message":"m","stacktrace":"s\nt"},"result":[ 1 , 2 ]} `,
 		`{"type":"registerfunction","id":"a","id":"b","request_format":{"type":"object"},"metadata":{}}`,
 		`{"type":"workerregistered","worker_id":"w","reattach_token":"\ud800x"}`,
+		`{"type":"invokefunction","function_id":"x\u003a:y","namespace":"n\u00e9s","Function_Id":"z::w"}`,
+		`{"type":"invokefunction","function_id":"café::x","namespace":"tab\there"}`,
 	}
 	for _, in := range inputs {
-		got, err := decodeFrame([]byte(in))
+		got, err := decodeFrame([]byte(in), false)
 		if err != nil {
 			t.Fatalf("%s: %v", in, err)
 		}
@@ -126,12 +130,35 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{`{"type":"x",}`, `{"type":1}`, `{"type":"x"} x`, `{"a":01}`, `{"a":"\x"}`, `{"timeout_ms":1.5,"type":"ping"}`, `{"a":[1,]}`, "{\"a\":\"\x01\"}"} {
-		_, err1 := decodeFrame([]byte(bad))
+		_, err1 := decodeFrame([]byte(bad), false)
 		var m Message
 		err2 := json.Unmarshal([]byte(bad), &m)
 		if err1 == nil || err2 == nil {
 			t.Errorf("%q: decodeFrame err %v, encoding/json err %v; both should fail", bad, err1, err2)
 		}
+	}
+}
+
+// TestDecodeInternsRepeatedNames: function ids and namespaces that repeat from frame to frame
+// decode to the string made for an earlier frame, and a different name to its own.
+func TestDecodeInternsRepeatedNames(t *testing.T) {
+	frame := func(fn, ns string) *Message {
+		m, err := Decode([]byte(`{"type":"invokefunction","function_id":"` + fn + `","namespace":"` + ns + `"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b := frame("math::add", "math"), frame("math::add", "math")
+	if a.FunctionID != "math::add" || *a.Namespace != "math" || b.FunctionID != "math::add" {
+		t.Fatalf("decoded %q in %q", a.FunctionID, *a.Namespace)
+	}
+	if a.Namespace != b.Namespace {
+		t.Error("a repeated namespace was allocated again")
+	}
+	c := frame("math::sub", "other")
+	if c.FunctionID != "math::sub" || *c.Namespace != "other" || *a.Namespace != "math" {
+		t.Fatalf("decoded %q in %q after %q", c.FunctionID, *c.Namespace, *a.Namespace)
 	}
 }
 
@@ -146,5 +173,43 @@ func TestValidAgreesWithEncodingJSON(t *testing.T) {
 		if got, want := Valid([]byte(s)), json.Valid([]byte(s)); got != want {
 			t.Errorf("Valid(%q) = %v, json.Valid = %v", s, got, want)
 		}
+	}
+}
+
+// TestDecodeBorrowedAndOwn: DecodeBorrowed's raw fields are the input's bytes; after Own they
+// are copies, unchanged when the input buffer is reused. Decode never refers to its input.
+func TestDecodeBorrowedAndOwn(t *testing.T) {
+	const frame = `{"type":"invokefunction","function_id":"f","data":{"a":1},"metadata":[2],"result":"r","config":{},"request_format":{"type":"object"}}`
+	b := []byte(frame)
+	m, err := DecodeBorrowed(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Data) != `{"a":1}` || string(m.Metadata) != `[2]` || string(m.Result) != `"r"` {
+		t.Fatalf("decoded data %s metadata %s result %s", m.Data, m.Metadata, m.Result)
+	}
+	if &m.Data[0] != &b[strings.Index(frame, `{"a"`)] {
+		t.Error("DecodeBorrowed copied the data")
+	}
+	_ = append(m.Data, 'x')
+	if b[strings.Index(frame, `{"a"`)+len(`{"a":1}`)] != ',' {
+		t.Error("appending to a borrowed field wrote into the input")
+	}
+	m.Own()
+	copy(b, bytes.Repeat([]byte("#"), len(b)))
+	want := []string{`{"a":1}`, `[2]`, `"r"`, `{}`, `{"type":"object"}`}
+	for i, got := range []json.RawMessage{m.Data, m.Metadata, m.Result, m.Config, m.RequestFormat} {
+		if string(got) != want[i] {
+			t.Errorf("after Own and reuse of the input: field %d is %s, want %s", i, got, want[i])
+		}
+	}
+	b = []byte(frame)
+	d, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, bytes.Repeat([]byte("#"), len(b)))
+	if string(d.Data) != `{"a":1}` {
+		t.Errorf("Decode's data changed with its input: %s", d.Data)
 	}
 }

@@ -129,9 +129,9 @@ type Worker struct {
 	funcs        map[string]*function
 	trig         triggerState
 	conn         *link
-	up           chan struct{}            // closed while conn is registered
-	pmu          sync.Mutex               // guards pending alone: callers and the read loop meet here
-	pending      map[string]chan *Message // calls awaiting their invocationresult, by invocation id
+	up           chan struct{}                        // closed while conn is registered
+	fns          atomic.Pointer[map[string]*function] // a copy of funcs for serve, replaced on every change
+	pending      pendingCalls                         // calls awaiting their invocationresult
 	workerID     string
 	started      bool
 	everUp       bool // the first Start succeeded; later losses reconnect in the background
@@ -149,7 +149,7 @@ func NewWorker(cfg Config) *Worker {
 		cfg: cfg.withDefaults(), idPrefix: hex.EncodeToString(b[:]) + "-",
 		ctx: ctx, cancel: cancel,
 		funcs: map[string]*function{}, up: make(chan struct{}),
-		pending: map[string]chan *Message{}, done: make(chan struct{}),
+		done: make(chan struct{}),
 	}
 }
 
@@ -197,6 +197,7 @@ func (w *Worker) Register(id string, h Handler, opts ...FuncOption) error {
 	}
 	w.mu.Lock()
 	w.funcs[id] = &function{frame: m, handler: h}
+	w.publishFuncs()
 	c := w.liveConnLocked()
 	w.mu.Unlock()
 	if c != nil {
@@ -209,12 +210,22 @@ func (w *Worker) Register(id string, h Handler, opts ...FuncOption) error {
 func (w *Worker) Unregister(id string) error {
 	w.mu.Lock()
 	delete(w.funcs, id)
+	w.publishFuncs()
 	c := w.liveConnLocked()
 	w.mu.Unlock()
 	if c != nil {
 		return w.write(c, &Message{Type: TypeUnregisterFunction, ID: id})
 	}
 	return nil
+}
+
+// publishFuncs gives serve a copy of funcs, so a served call takes no lock; w.mu is held.
+func (w *Worker) publishFuncs() {
+	fns := make(map[string]*function, len(w.funcs))
+	for id, f := range w.funcs {
+		fns[id] = f
+	}
+	w.fns.Store(&fns)
 }
 
 func (w *Worker) liveConn() *link {
@@ -396,12 +407,8 @@ func (w *Worker) readLoop(c *link) {
 		}
 		switch m.Type {
 		case TypeInvocationResult:
-			w.pmu.Lock()
-			ch := w.pending[m.InvocationID]
-			delete(w.pending, m.InvocationID)
-			w.pmu.Unlock()
-			if ch != nil {
-				ch <- m
+			if !w.pending.settle(m.InvocationID, m) {
+				m.Recycle()
 			}
 		case TypeInvokeFunction:
 			go w.serve(c, m)
@@ -429,12 +436,7 @@ func (w *Worker) readLoop(c *link) {
 	registered := w.err == nil && w.everUp
 	w.mu.Unlock()
 	c.close() // first: a call that registers after the sweep below fails on its write
-	w.pmu.Lock()
-	for id, ch := range w.pending {
-		ch <- nil
-		delete(w.pending, id)
-	}
-	w.pmu.Unlock()
+	w.pending.settleAll()
 	if w.ctx.Err() != nil || w.cfg.NoReconnect {
 		if w.cfg.NoReconnect {
 			w.stop(errors.New("connection to the engine closed"))
@@ -492,9 +494,10 @@ func (w *Worker) reconnectLoop() {
 
 func (w *Worker) serve(c *link, m *Message) {
 	defer m.Recycle() // the reply is encoded before serve returns; the handler got m.Data only
-	w.mu.Lock()
-	f := w.funcs[m.FunctionID]
-	w.mu.Unlock()
+	var f *function
+	if fns := w.fns.Load(); fns != nil {
+		f = (*fns)[m.FunctionID]
+	}
 	var res any
 	var err error
 	if f == nil {
@@ -596,6 +599,9 @@ func (l *link) drain(d time.Duration) {
 // the ones before learn of it as a lost connection.
 func (l *link) send(m *Message) error {
 	err := l.q.Push(appendMessage(l.q.Buf(), m))
+	if err == nil {
+		return nil // before errors.As, whose target would be allocated on every send
+	}
 	var werr *batchconn.WriteError
 	if errors.As(err, &werr) {
 		return errLinkClosed
@@ -653,12 +659,22 @@ func IsEngineFunction(id string) bool {
 
 func (w *Worker) resolve(fn string, opts []CallOption) callOpts {
 	var o callOpts
-	for _, f := range opts {
-		f(&o)
+	if len(opts) > 0 {
+		o = applyCallOptions(opts)
 	}
 	if o.ns == nil && !IsEngineFunction(fn) && w.cfg.Namespace != DefaultNamespace {
 		ns := w.cfg.Namespace
 		o.ns = &ns
+	}
+	return o
+}
+
+// applyCallOptions is apart from resolve so that a call without options does not allocate its
+// callOpts (the options take its address).
+func applyCallOptions(opts []CallOption) callOpts {
+	var o callOpts
+	for _, f := range opts {
+		f(&o)
 	}
 	return o
 }
@@ -745,59 +761,35 @@ func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o 
 		return nil, err
 	}
 	id := w.idPrefix + strconv.FormatUint(w.nextID.Add(1), 36)
-	ch := make(chan *Message, 1)
-	w.pmu.Lock()
-	w.pending[id] = ch
-	w.pmu.Unlock()
+	pc := w.pending.add(id, timeout+time.Second, ctx.Done())
 	m := &Message{Type: TypeInvokeFunction, InvocationID: id, FunctionID: fn, Data: data, Namespace: o.ns, Metadata: o.meta, Action: o.action, TimeoutMS: timeout.Milliseconds()}
 	if err := w.write(c, m); err != nil {
-		w.drop(id)
+		w.pending.take(id)
 		return nil, NewError(errcode.NotConnected, "sending to the engine: %v", err)
 	}
-	t := getTimer(timeout + time.Second)
-	defer putTimer(t)
-	select {
-	case r := <-ch:
-		if r == nil {
-			return nil, NewError(errcode.NotConnected, "connection to the engine was lost before %s replied", fn)
-		}
-		res, rerr := r.Result, r.Error
-		r.Recycle()
-		if rerr != nil {
-			return nil, rerr
-		}
-		if len(res) == 0 {
-			return json.RawMessage("null"), nil
-		}
-		return res, nil
-	case <-t.C:
-	case <-ctx.Done():
+	// The reply, a lost connection, the deadline and the end of ctx all arrive here: the last
+	// two from the sweeper.
+	r := <-pc.ch
+	w.pending.release(pc)
+	switch r {
+	case nil:
+		return nil, NewError(errcode.NotConnected, "connection to the engine was lost before %s replied", fn)
+	case callExpired:
+		return nil, timedOut(timeout)
 	}
-	w.drop(id)
-	return nil, NewError(errcode.ClientTimeout, "invocation timed out after %dms", timeout.Milliseconds())
-}
-
-// timers holds stopped timers for callOn: a call's timeout then costs no allocation.
-var timers sync.Pool
-
-func getTimer(d time.Duration) *time.Timer {
-	if t, ok := timers.Get().(*time.Timer); ok {
-		t.Reset(d)
-		return t
+	res, rerr := r.Result, r.Error
+	r.Recycle()
+	if rerr != nil {
+		return nil, rerr
 	}
-	return time.NewTimer(d)
+	if len(res) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	return res, nil
 }
 
-// putTimer stops t and keeps it for reuse (since Go 1.23 a stopped timer's channel is empty).
-func putTimer(t *time.Timer) {
-	t.Stop()
-	timers.Put(t)
-}
-
-func (w *Worker) drop(id string) {
-	w.pmu.Lock()
-	delete(w.pending, id)
-	w.pmu.Unlock()
+func timedOut(timeout time.Duration) *Error {
+	return NewError(errcode.ClientTimeout, "invocation timed out after %dms", timeout.Milliseconds())
 }
 
 func (w *Worker) stop(err error) {
