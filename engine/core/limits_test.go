@@ -46,6 +46,22 @@ func invoke(id, fn string, data any) map[string]any {
 	return map[string]any{"type": protocol.TypeInvokeFunction, "invocation_id": id, "function_id": fn, "data": data}
 }
 
+// nextResult reads c until an invocationresult frame comes and returns it, decoded and raw.
+func nextResult(t *testing.T, ctx context.Context, c *websocket.Conn) (protocol.Message, []byte) {
+	t.Helper()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m protocol.Message
+		_ = json.Unmarshal(b, &m)
+		if m.Type == protocol.TypeInvocationResult {
+			return m, b
+		}
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after a generous deadline.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -227,17 +243,8 @@ func TestDefaultMaxCallTimeout(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
 	defer cancel()
-	for seen := 0; seen < 2; {
-		_, b, err := c.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m protocol.Message
-		_ = json.Unmarshal(b, &m)
-		if m.Type != protocol.TypeInvocationResult {
-			continue
-		}
-		seen++
+	for range 2 {
+		m, b := nextResult(t, ctx, c)
 		if m.Error == nil || m.Error.Code != errcode.Timeout {
 			t.Fatalf("call %s: %s", m.InvocationID, b)
 		}
@@ -312,38 +319,16 @@ func TestInflightCap(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
 	defer cancel()
-	for {
-		_, b, err := c.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m protocol.Message
-		_ = json.Unmarshal(b, &m)
-		if m.Type == protocol.TypeInvocationResult {
-			if m.InvocationID != "2" || m.Error == nil || m.Error.Code != errcode.TooManyCalls {
-				t.Fatalf("got %s, want call 2 refused %s", b, errcode.TooManyCalls)
-			}
-			break
-		}
+	if m, b := nextResult(t, ctx, c); m.InvocationID != "2" || m.Error == nil || m.Error.Code != errcode.TooManyCalls {
+		t.Fatalf("got %s, want call 2 refused %s", b, errcode.TooManyCalls)
 	}
 	// A built-in served inline (HandleInline) runs on the read loop and is not counted: it is
 	// answered while the cap is full.
 	if err := rawSend(t, c, invoke("list", protocol.FnListFunctions, map[string]any{})); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		_, b, err := c.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m protocol.Message
-		_ = json.Unmarshal(b, &m)
-		if m.Type == protocol.TypeInvocationResult {
-			if m.InvocationID != "list" || m.Error != nil {
-				t.Fatalf("got %s, want the answer to engine::functions::list", b)
-			}
-			return
-		}
+	if m, b := nextResult(t, ctx, c); m.InvocationID != "list" || m.Error != nil {
+		t.Fatalf("got %s, want the answer to engine::functions::list", b)
 	}
 }
 
@@ -364,20 +349,8 @@ func TestEnqueueWithoutQueue(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
 	defer cancel()
-	for {
-		_, b, err := c.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r protocol.Message
-		_ = json.Unmarshal(b, &r)
-		if r.Type != protocol.TypeInvocationResult {
-			continue
-		}
-		if r.Error == nil || r.Error.Code != errcode.EnqueueError || !strings.Contains(r.Error.Message, "'payment'") {
-			t.Fatalf("got %s", b)
-		}
-		break
+	if r, b := nextResult(t, ctx, c); r.Error == nil || r.Error.Code != errcode.EnqueueError || !strings.Contains(r.Error.Message, "'payment'") {
+		t.Fatalf("got %s", b)
 	}
 	select {
 	case <-ran:

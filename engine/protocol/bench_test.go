@@ -24,47 +24,36 @@ func BenchmarkEncode(b *testing.B) {
 	b.SetBytes(int64(len(buf)))
 }
 
-// BenchmarkDecode: the same frame parsed and its Message recycled, as the forward path does.
-func BenchmarkDecode(b *testing.B) {
-	frame, _ := Encode(benchInvoke())
+// benchDecode decodes frame with decode and recycles the Message, as the forward path does.
+func benchDecode(b *testing.B, frame []byte, decode func([]byte) (*Message, error)) {
 	b.SetBytes(int64(len(frame)))
 	b.ReportAllocs()
 	for b.Loop() {
-		m, err := Decode(frame)
+		m, err := decode(frame)
 		if err != nil {
 			b.Fatal(err)
 		}
 		m.Recycle()
 	}
+}
+
+// BenchmarkDecode: the invokefunction frame of BenchmarkEncode, parsed.
+func BenchmarkDecode(b *testing.B) {
+	frame, _ := Encode(benchInvoke())
+	benchDecode(b, frame, Decode)
 }
 
 // BenchmarkDecodeBorrowed: the same frame decoded as the engine's worker connections do, its
 // payload left in the input (DecodeBorrowed).
 func BenchmarkDecodeBorrowed(b *testing.B) {
 	frame, _ := Encode(benchInvoke())
-	b.SetBytes(int64(len(frame)))
-	b.ReportAllocs()
-	for b.Loop() {
-		m, err := DecodeBorrowed(frame)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m.Recycle()
-	}
+	benchDecode(b, frame, DecodeBorrowed)
 }
 
 // BenchmarkDecodeResult: an invocationresult frame, the other half of a round trip.
 func BenchmarkDecodeResult(b *testing.B) {
 	frame, _ := Encode(&Message{Type: TypeInvocationResult, InvocationID: "5f2b9c1e04a7-1k2j", FunctionID: "bench::echo", Result: benchData})
-	b.SetBytes(int64(len(frame)))
-	b.ReportAllocs()
-	for b.Loop() {
-		m, err := Decode(frame)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m.Recycle()
-	}
+	benchDecode(b, frame, Decode)
 }
 
 // BenchmarkValid: protocol.Valid against encoding/json's on the bench payload.
