@@ -99,13 +99,18 @@ type timedMachine struct {
 	rt *runTimes
 }
 
+// since adds the time since t to *d, one of rt's fields.
+func (m timedMachine) since(d *time.Duration, t time.Time) {
+	m.mu.Lock()
+	*d += time.Since(t)
+	m.mu.Unlock()
+}
+
 // Exec runs the command and adds its duration to the run's exec time.
 func (m timedMachine) Exec(ctx context.Context, req vm.ExecRequest) (vm.ExecResult, error) {
 	t := time.Now()
 	res, err := m.Machine.Exec(ctx, req)
-	m.mu.Lock()
-	m.rt.exec += time.Since(t)
-	m.mu.Unlock()
+	m.since(&m.rt.exec, t)
 	return res, err
 }
 
@@ -113,9 +118,7 @@ func (m timedMachine) Exec(ctx context.Context, req vm.ExecRequest) (vm.ExecResu
 func (m timedMachine) FS(ctx context.Context, op string, req json.RawMessage) (json.RawMessage, error) {
 	t := time.Now()
 	res, err := m.Machine.FS(ctx, op, req)
-	m.mu.Lock()
-	m.rt.fs += time.Since(t)
-	m.mu.Unlock()
+	m.since(&m.rt.fs, t)
 	return res, err
 }
 
@@ -137,9 +140,7 @@ func (m timedStreamer) FSRead(ctx context.Context, req json.RawMessage) (json.Ra
 func (m timedStreamer) FSWrite(ctx context.Context, req json.RawMessage, body io.Reader) (json.RawMessage, error) {
 	t := time.Now()
 	res, err := m.st.FSWrite(ctx, req, body)
-	m.mu.Lock()
-	m.rt.fs += time.Since(t)
-	m.mu.Unlock()
+	m.since(&m.rt.fs, t)
 	return res, err
 }
 
