@@ -10,6 +10,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/internal/unixmode"
 )
 
 // dirMode is a directory's mode and time, applied after every entry is written.
@@ -46,7 +48,7 @@ func extract(r io.Reader, dir string) error {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 		}
-		mode := entryMode(h.Mode)
+		mode := unixmode.FileMode(uint32(h.Mode))
 		if h.Typeflag == tar.TypeDir {
 			if err := root.MkdirAll(name, 0o755); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
@@ -59,21 +61,6 @@ func extract(r io.Reader, dir string) error {
 		}
 	}
 	return applyDirModes(root, dirs)
-}
-
-// entryMode turns a tar header's mode bits into permission, setuid, setgid and sticky bits.
-func entryMode(m int64) fs.FileMode {
-	mode := fs.FileMode(m & 0o777)
-	if m&0o4000 != 0 {
-		mode |= fs.ModeSetuid
-	}
-	if m&0o2000 != 0 {
-		mode |= fs.ModeSetgid
-	}
-	if m&0o1000 != 0 {
-		mode |= fs.ModeSticky
-	}
-	return mode
 }
 
 // writeEntry writes one non-directory entry named name (already cleaned) under root.

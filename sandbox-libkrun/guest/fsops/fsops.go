@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/internal/unixmode"
 )
 
 // Error is an operation failure with its S21x code.
@@ -117,32 +119,12 @@ func parseMode(s, def string) (fs.FileMode, *Error) {
 	if err != nil || n > 0o7777 {
 		return 0, invalid("invalid mode %q: want an octal string such as \"0644\"", s)
 	}
-	m := fs.FileMode(n & 0o777)
-	if n&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if n&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if n&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	return m, nil
+	return unixmode.FileMode(uint32(n)), nil
 }
 
 // modeString renders the permission bits as "0644".
 func modeString(m fs.FileMode) string {
-	n := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		n |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		n |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		n |= 0o1000
-	}
-	return fmt.Sprintf("%04o", n)
+	return fmt.Sprintf("%04o", unixmode.Bits(m))
 }
 
 // Entry is the FsEntry of the contract.
