@@ -21,17 +21,15 @@ import (
 type gstream struct {
 	in chan proto.Frame // a write's Data and End from the host
 
-	mu     sync.Mutex
-	credit int           // a read's bytes the host may still take
-	more   chan struct{} // capacity 1: credit was added
-	ended  chan struct{} // closed when the host ends a read early
-	once   sync.Once
+	win   *proto.Window // a read's bytes the host may still take
+	ended chan struct{} // closed when the host ends a read early
+	once  sync.Once
 }
 
 // openStream registers stream id; it is called by the read loop before the next frame is read.
 func (a *agent) openStream(id uint32) *gstream {
 	st := &gstream{in: make(chan proto.Frame, proto.StreamWindow/proto.StreamChunk+4),
-		credit: proto.StreamWindow, more: make(chan struct{}, 1), ended: make(chan struct{})}
+		win: proto.NewWindow(), ended: make(chan struct{})}
 	a.mu.Lock()
 	a.streams[id] = st
 	a.mu.Unlock()
@@ -60,13 +58,7 @@ func (a *agent) deliverStream(f proto.Frame) {
 			st.end()
 			return
 		}
-		st.mu.Lock()
-		st.credit += n
-		st.mu.Unlock()
-		select {
-		case st.more <- struct{}{}:
-		default:
-		}
+		st.win.Grant(n)
 	case proto.TypeEnd:
 		st.push(f) // first: a reader that sees ended still finds the End queued
 		st.end()
@@ -88,20 +80,14 @@ func (st *gstream) end() { st.once.Do(func() { close(st.ended) }) }
 
 // take waits until the host grants n bytes; false when it ended the stream instead.
 func (st *gstream) take(n int) bool {
-	for {
-		st.mu.Lock()
-		if st.credit >= n {
-			st.credit -= n
-			st.mu.Unlock()
-			return true
-		}
-		st.mu.Unlock()
+	for !st.win.TryTake(n) {
 		select {
-		case <-st.more:
+		case <-st.win.More():
 		case <-st.ended:
 			return false
 		}
 	}
+	return true
 }
 
 func (a *agent) fsReply(id uint32, res json.RawMessage, ferr *fsops.Error) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Streams (revision 5). A streamed fs op moves its file as Data frames of at most StreamChunk
@@ -44,3 +45,46 @@ func EndFrame(id uint32, reason string) Frame {
 
 // ErrStreamWindow is a sender that sent more than its credit allowed.
 var ErrStreamWindow = errors.New("proto: stream peer sent beyond its window")
+
+// Window is a sender's credit on one stream: StreamWindow bytes at the start, spent on each
+// Data frame it sends (TryTake) and regained from the receiver's Credit frames (Grant). It is
+// safe for concurrent use.
+type Window struct {
+	mu     sync.Mutex
+	credit int
+	more   chan struct{} // capacity 1: credit was granted
+}
+
+// NewWindow returns a full window.
+func NewWindow() *Window {
+	return &Window{credit: StreamWindow, more: make(chan struct{}, 1)}
+}
+
+// Grant adds n bytes of credit, wakes a sender waiting on More, and returns the credit now
+// held: above StreamWindow, the receiver granted more than it was sent.
+func (w *Window) Grant(n int) int {
+	w.mu.Lock()
+	w.credit += n
+	c := w.credit
+	w.mu.Unlock()
+	select {
+	case w.more <- struct{}{}:
+	default:
+	}
+	return c
+}
+
+// TryTake spends n bytes of credit when the window holds them; otherwise it spends nothing and
+// the sender waits on More before it tries again.
+func (w *Window) TryTake(n int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.credit < n {
+		return false
+	}
+	w.credit -= n
+	return true
+}
+
+// More receives after a Grant.
+func (w *Window) More() <-chan struct{} { return w.more }

@@ -20,3 +20,25 @@ func TestCreditAndEnd(t *testing.T) {
 		t.Fatalf("abort %+v", e)
 	}
 }
+
+func TestWindow(t *testing.T) {
+	w := NewWindow()
+	if !w.TryTake(StreamWindow) || w.TryTake(1) {
+		t.Fatal("a new window holds exactly StreamWindow bytes")
+	}
+	if got := w.Grant(StreamChunk); got != StreamChunk {
+		t.Fatalf("Grant returned %d, want %d", got, StreamChunk)
+	}
+	select {
+	case <-w.More():
+	default:
+		t.Fatal("Grant did not signal More")
+	}
+	if !w.TryTake(StreamChunk) || w.TryTake(1) {
+		t.Fatal("the granted bytes can be taken once")
+	}
+	w.Grant(StreamWindow)
+	if got := w.Grant(1); got <= StreamWindow {
+		t.Fatalf("an over-grant is reported: got %d", got)
+	}
+}

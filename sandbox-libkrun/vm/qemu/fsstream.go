@@ -27,15 +27,11 @@ type stream struct {
 	frames chan proto.Frame
 	broken chan struct{} // closed when the guest broke the protocol (overran the window)
 	once   sync.Once
-
-	mu     sync.Mutex
-	credit int
-	more   chan struct{} // capacity 1: credit was added
+	win    *proto.Window
 }
 
 func newStream() *stream {
-	return &stream{frames: make(chan proto.Frame, streamQueue), broken: make(chan struct{}),
-		credit: proto.StreamWindow, more: make(chan struct{}, 1)}
+	return &stream{frames: make(chan proto.Frame, streamQueue), broken: make(chan struct{}), win: proto.NewWindow()}
 }
 
 // deliver is called by readLoop: Credit adds to the credit, any other frame is queued. A guest
@@ -47,17 +43,8 @@ func (s *stream) deliver(f proto.Frame) {
 			s.fail()
 			return
 		}
-		s.mu.Lock()
-		s.credit += n
-		over := s.credit > proto.StreamWindow
-		s.mu.Unlock()
-		if over {
+		if s.win.Grant(n) > proto.StreamWindow {
 			s.fail()
-			return
-		}
-		select {
-		case s.more <- struct{}{}:
-		default:
 		}
 		return
 	}
@@ -273,15 +260,11 @@ func (m *machine) waitCredit(ctx context.Context, st *stream, n int) (*proto.Fra
 			continue
 		default:
 		}
-		st.mu.Lock()
-		if st.credit >= n {
-			st.credit -= n
-			st.mu.Unlock()
+		if st.win.TryTake(n) {
 			return nil, nil
 		}
-		st.mu.Unlock()
 		select {
-		case <-st.more:
+		case <-st.win.More():
 		case f := <-st.frames:
 			if f.Type == proto.TypeReply {
 				return &f, nil
