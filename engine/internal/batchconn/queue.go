@@ -79,8 +79,9 @@ func (q *Queue) Buf() []byte {
 	return nil
 }
 
-// Push queues the payload b. It fails with the queue's stop error, ErrStopping, or a
-// FullError (which stops the queue).
+// Push queues the payload b, which the queue owns from then on: once b is written its memory
+// serves a later Buf, so b must not be shared (encode each frame into Buf's buffer). It fails
+// with the queue's stop error, ErrStopping, or a FullError (which stops the queue).
 func (q *Queue) Push(b []byte) error {
 	q.mu.Lock()
 	if q.err != nil {
