@@ -5,7 +5,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"sync"
 
@@ -132,58 +131,32 @@ func (a *agent) streamRead(id uint32, st *gstream, req json.RawMessage) {
 // streamWrite answers a streamed fs::write once the host's bytes ended and the file is written.
 func (a *agent) streamWrite(id uint32, st *gstream, req json.RawMessage) {
 	defer a.closeStream(id)
-	res, ferr := fsops.WriteFrom(req, &hostReader{a: a, id: id, st: st})
+	res, ferr := fsops.WriteFrom(req, a.newHostReader(id, st))
 	a.fsReply(id, res, ferr)
 }
 
 // hostReader reads a host→guest stream and grants credit as its bytes are taken.
-type hostReader struct {
-	a     *agent
-	id    uint32
-	st    *gstream
-	cur   []byte // the rest of the Data frame being read
-	frame []byte // all of it, released to proto once taken
-	taken int
-	err   error
-}
+type hostReader struct{ proto.Receiver }
 
 var errOverrun = errors.New("the host sent beyond its window")
 
-// Read reads the host's bytes.
-func (r *hostReader) Read(p []byte) (int, error) {
-	for len(r.cur) == 0 {
-		if r.err != nil {
-			return 0, r.err
-		}
-		if r.taken > 0 {
-			r.a.send(proto.CreditFrame(r.id, r.taken))
-			r.taken = 0
-			proto.Release(r.frame)
-			r.frame = nil
-		}
-		var f proto.Frame
-		select {
-		case f = <-r.st.in:
-		case <-r.st.ended:
+func (a *agent) newHostReader(id uint32, st *gstream) *hostReader {
+	return &hostReader{proto.Receiver{
+		Next: func() (proto.Frame, error) {
 			select {
-			case f = <-r.st.in:
-			default:
-				r.err = errOverrun
-				continue
+			case f := <-st.in:
+				return f, nil
+			case <-st.ended:
+				select {
+				case f := <-st.in:
+					return f, nil
+				default:
+					return proto.Frame{}, errOverrun
+				}
 			}
-		}
-		switch {
-		case f.Type == proto.TypeData:
-			r.cur, r.frame, r.taken = f.Payload, f.Payload, len(f.Payload)
-		case len(f.Payload) == 0:
-			r.err = io.EOF
-		default:
-			r.err = fmt.Errorf("%s", f.Payload)
-		}
-	}
-	n := copy(p, r.cur)
-	r.cur = r.cur[n:]
-	return n, nil
+		},
+		Grant: func(n int) error { a.send(proto.CreditFrame(id, n)); return nil },
+	}}
 }
 
 // WriteChunksTo writes the host's bytes to w frame by frame, without copying them
@@ -191,19 +164,17 @@ func (r *hostReader) Read(p []byte) (int, error) {
 func (r *hostReader) WriteChunksTo(w io.Writer) (int64, error) {
 	var n int64
 	for {
-		if len(r.cur) > 0 {
-			k, err := w.Write(r.cur)
-			n += int64(k)
-			r.cur = r.cur[k:]
-			if err != nil {
-				return n, err
-			}
+		b, err := r.Chunk()
+		if err == io.EOF {
+			return n, nil
 		}
-		if _, err := r.Read(nil); err != nil {
-			if err == io.EOF {
-				return n, nil
-			}
+		if err != nil {
 			return n, &fsops.SourceError{Err: err}
+		}
+		k, err := w.Write(b)
+		n += int64(k)
+		if err != nil {
+			return n, err
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 )
 
@@ -88,3 +89,70 @@ func (w *Window) TryTake(n int) bool {
 
 // More receives after a Grant.
 func (w *Window) More() <-chan struct{} { return w.more }
+
+// Receiver is the receiving end of one stream as an io.Reader. It takes the stream's frames
+// from Next and grants Credit for a Data frame (through Grant) only once its bytes are read, so
+// the sender's window reopens as fast as the consumer reads and no faster. An End ends the
+// reads: with io.EOF when complete, else with an error of AbortPrefix and the End's reason.
+type Receiver struct {
+	Next        func() (Frame, error) // the stream's next frame; an error ends the reads with it
+	Grant       func(n int) error     // sends Credit for n bytes taken
+	AbortPrefix string                // begins the error of an aborting End
+
+	cur   []byte // the rest of the Data frame being read
+	frame []byte // all of it, released once taken
+	taken int    // the bytes of frame to grant
+	err   error
+}
+
+// Read reads the stream's bytes.
+func (r *Receiver) Read(p []byte) (int, error) {
+	b, err := r.peek()
+	if err != nil {
+		return 0, err
+	}
+	n := copy(p, b)
+	r.cur = b[n:]
+	return n, nil
+}
+
+// Chunk returns the rest of the Data frame being read, reading the next one when it is used
+// up, and counts it as taken; the bytes are valid until the next call.
+func (r *Receiver) Chunk() ([]byte, error) {
+	b, err := r.peek()
+	r.cur = nil
+	return b, err
+}
+
+// peek returns the unread bytes of the current Data frame; when there are none it grants the
+// credit of the frame taken and reads frames until a Data frame or the end of the stream.
+func (r *Receiver) peek() ([]byte, error) {
+	for len(r.cur) == 0 {
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.taken > 0 {
+			if err := r.Grant(r.taken); err != nil {
+				r.err = err
+				return nil, err
+			}
+			r.taken = 0
+			Release(r.frame)
+			r.frame = nil
+		}
+		f, err := r.Next()
+		switch {
+		case err != nil:
+			r.err = err
+		case f.Type == TypeData:
+			r.cur, r.frame, r.taken = f.Payload, f.Payload, len(f.Payload)
+		case f.Type == TypeEnd && len(f.Payload) == 0:
+			r.err = io.EOF
+		case f.Type == TypeEnd:
+			r.err = fmt.Errorf("%s%s", r.AbortPrefix, f.Payload)
+		default:
+			r.err = fmt.Errorf("proto: unexpected frame type %d in a stream", f.Type)
+		}
+	}
+	return r.cur, nil
+}

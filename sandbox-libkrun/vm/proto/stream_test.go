@@ -1,6 +1,10 @@
 package proto
 
-import "testing"
+import (
+	"io"
+	"slices"
+	"testing"
+)
 
 func TestCreditAndEnd(t *testing.T) {
 	f := CreditFrame(9, StreamChunk)
@@ -40,5 +44,49 @@ func TestWindow(t *testing.T) {
 	w.Grant(StreamWindow)
 	if got := w.Grant(1); got <= StreamWindow {
 		t.Fatalf("an over-grant is reported: got %d", got)
+	}
+}
+
+// TestReceiver: bytes read in pieces, credit granted for a Data frame only once it is taken
+// (before the next frame is read), and an End that completes or aborts the stream.
+func TestReceiver(t *testing.T) {
+	for _, c := range []struct {
+		end     string
+		wantErr string
+	}{{"", ""}, {"disk full", "the sender aborted: disk full"}} {
+		frames := []Frame{{Type: TypeData, Payload: []byte("hello")}, {Type: TypeData, Payload: []byte(" world")}, EndFrame(1, c.end)}
+		var granted []int
+		r := &Receiver{
+			Next: func() (Frame, error) {
+				f := frames[0]
+				frames = frames[1:]
+				return f, nil
+			},
+			Grant:       func(n int) error { granted = append(granted, n); return nil },
+			AbortPrefix: "the sender aborted: ",
+		}
+		p := make([]byte, 3)
+		n, err := r.Read(p)
+		if n != 3 || err != nil || string(p) != "hel" || len(granted) != 0 {
+			t.Fatalf("first read: %q %v, granted %v", p[:n], err, granted)
+		}
+		b, err := r.Chunk()
+		if string(b) != "lo" || err != nil {
+			t.Fatalf("chunk: %q %v", b, err)
+		}
+		b, err = r.Chunk()
+		if string(b) != " world" || err != nil || !slices.Equal(granted, []int{5}) {
+			t.Fatalf("second chunk: %q %v, granted %v", b, err, granted)
+		}
+		_, err = r.Read(p)
+		if !slices.Equal(granted, []int{5, 6}) {
+			t.Fatalf("granted %v, want [5 6]", granted)
+		}
+		if c.wantErr == "" && err != io.EOF || c.wantErr != "" && (err == nil || err.Error() != c.wantErr) {
+			t.Fatalf("end %q: got %v, want %q", c.end, err, c.wantErr)
+		}
+		if _, err2 := r.Read(p); err2 != err {
+			t.Fatalf("a read after the end: %v, want %v again", err2, err)
+		}
 	}
 }

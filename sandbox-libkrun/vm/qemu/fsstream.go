@@ -121,54 +121,31 @@ func (m *machine) FSRead(ctx context.Context, req json.RawMessage) (json.RawMess
 		}
 		return nil, nil, err
 	}
-	return head, &streamReader{m: m, id: id, st: st, closed: make(chan struct{})}, nil
+	return head, m.newStreamReader(id, st), nil
 }
 
 // streamReader reads a guest→host stream and grants credit as its bytes are taken.
 type streamReader struct {
+	proto.Receiver
 	m      *machine
 	id     uint32
-	st     *stream
-	cur    []byte // the rest of the Data frame being read
-	frame  []byte // all of it, released to proto once taken
-	taken  int    // bytes of the current frame taken
-	err    error
 	closed chan struct{}
 	once   sync.Once
 }
 
-// Read reads the file's bytes.
-func (r *streamReader) Read(p []byte) (int, error) {
-	for len(r.cur) == 0 {
-		if r.err != nil {
-			return 0, r.err
-		}
-		if r.taken > 0 {
-			if err := r.m.send(proto.CreditFrame(r.id, r.taken)); err != nil {
-				r.err = fmt.Errorf("%w: %v", ErrStopped, err)
-				return 0, r.err
+func (m *machine) newStreamReader(id uint32, st *stream) *streamReader {
+	r := &streamReader{m: m, id: id, closed: make(chan struct{})}
+	r.Receiver = proto.Receiver{
+		Next: func() (proto.Frame, error) { return m.next(closedCtx{r.closed}, st) },
+		Grant: func(n int) error {
+			if err := m.send(proto.CreditFrame(id, n)); err != nil {
+				return fmt.Errorf("%w: %v", ErrStopped, err)
 			}
-			r.taken = 0
-			proto.Release(r.frame)
-			r.frame = nil
-		}
-		f, err := r.m.next(closedCtx{r.closed}, r.st)
-		switch {
-		case err != nil:
-			r.err = err
-		case f.Type == proto.TypeData:
-			r.cur, r.frame, r.taken = f.Payload, f.Payload, len(f.Payload)
-		case f.Type == proto.TypeEnd && len(f.Payload) == 0:
-			r.err = io.EOF
-		case f.Type == proto.TypeEnd:
-			r.err = fmt.Errorf("the guest aborted the read: %s", f.Payload)
-		default:
-			r.err = fmt.Errorf("vm: unexpected frame type %d in a read stream", f.Type)
-		}
+			return nil
+		},
+		AbortPrefix: "the guest aborted the read: ",
 	}
-	n := copy(p, r.cur)
-	r.cur = r.cur[n:]
-	return n, nil
+	return r
 }
 
 // Close ends the stream; before its end the guest is told to stop sending. It may be called
