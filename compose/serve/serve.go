@@ -73,7 +73,7 @@ func Run(ctx context.Context, o Options) error {
 	defer s.teardown()
 	for _, phase := range []func(context.Context) error{
 		s.loadFile, s.prepareState, s.installPackages, s.startSupervisor,
-		s.startManagedEngine, s.connectDaemon, s.publishUserToken, s.startProject,
+		s.startManagedEngine, s.publishUserToken, s.connectDaemon, s.startProject,
 	} {
 		if err := phase(ctx); err != nil {
 			return err
@@ -124,6 +124,7 @@ type session struct {
 	p                  *project.Project
 	d                  *daemon.Daemon
 	release            func() // lets compose::* mutations through once the project started
+	userTokRecorded    bool   // this run wrote ~/.iii/compose/tokens/<key> (package usertoken)
 	teardowns          []func()
 }
 
@@ -268,27 +269,45 @@ func (s *session) connectDaemon(ctx context.Context) error {
 		return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v", s.url, err)
 	}
 	s.onTeardown(func() { s.w.Close() })
-	return checkServing(ctx, s.w, s.f.Namespace)
+	if err := checkServing(ctx, s.w, s.f.Namespace); err != nil {
+		return err
+	}
+	if !s.userTokRecorded {
+		s.recordUserToken() // the record publishUserToken saw held was stale: this daemon serves
+	}
+	fmt.Fprintf(s.o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", s.url, s.f.Namespace)
+	return nil
 }
 
 // publishUserToken records, for the user's `iii call compose::*` from any directory, the token to
 // present (removed when Compose stops; a killed Compose's is swept later): the project token on
 // an engine Compose starts, whose config lets it call what the owner token registered; on an
 // engine the user runs, which may accept nothing but the token that registered compose::*, the
-// daemon's own (owner) token.
+// daemon's own (owner) token. It runs before compose::* is registered, so a caller that sees
+// compose::up listed also finds the token; while another live Compose holds the record it
+// waits for connectDaemon, which refuses a second daemon for the namespace, to succeed.
 func (s *session) publishUserToken(context.Context) error {
+	if usertoken.Held(s.url, s.f.Namespace) == 0 {
+		s.recordUserToken()
+	}
+	return nil
+}
+
+// recordUserToken writes the record publishUserToken describes; a failure is a warning naming
+// the token file to use instead.
+func (s *session) recordUserToken() {
 	userTok := s.tokPath
 	if !s.managed {
 		userTok = s.ownerPath
 	}
-	if _, remove, err := usertoken.Publish(s.url, s.f.Namespace, userTok); err != nil {
+	_, remove, err := usertoken.Publish(s.url, s.f.Namespace, userTok)
+	if err != nil {
 		fmt.Fprintf(s.o.Err, "warning: cannot record the project token for iii call in ~/%s: %v; "+
 			"run iii call compose::* with III_TOKEN_FILE=%s\n", usertoken.Dir, err, userTok)
-	} else {
-		s.onTeardown(func() { _ = remove() })
+		return
 	}
-	fmt.Fprintf(s.o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", s.url, s.f.Namespace)
-	return nil
+	s.userTokRecorded = true
+	s.onTeardown(func() { _ = remove() })
 }
 
 // startProject starts the containers (--up), then lets compose::* mutations through; from here

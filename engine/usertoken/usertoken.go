@@ -132,6 +132,26 @@ func Publish(engineURL, namespace, tokenFile string) (path string, remove func()
 	return path, remove, nil
 }
 
+// Held returns the pid of another live Compose process whose record for engineURL and
+// namespace is in place, 0 when there is none. Compose publishes before it registers
+// compose::* only when nothing else holds the record, so a second daemon refused for the same
+// namespace never replaces (and then removes) the serving one's.
+func Held(engineURL, namespace string) int {
+	key, err := Key(engineURL, namespace)
+	if err != nil {
+		return 0
+	}
+	dir, err := DirPath()
+	if err != nil {
+		return 0
+	}
+	e, err := read(filepath.Join(dir, key))
+	if err != nil || e.PID <= 0 || e.PID == os.Getpid() || !procgroup.Alive(e.PID) {
+		return 0
+	}
+	return e.PID
+}
+
 // sweep removes the files of Compose processes that no longer run.
 func sweep(dir string) {
 	ents, err := os.ReadDir(dir)

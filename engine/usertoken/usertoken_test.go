@@ -131,6 +131,33 @@ func TestStaleFile(t *testing.T) {
 	}
 }
 
+// TestHeld: a record is held only by another live process; this process's own, a dead pid's
+// and a missing one are not.
+func TestHeld(t *testing.T) {
+	tf := setup(t)
+	if pid := Held("ws://127.0.0.1:4000", "shop"); pid != 0 {
+		t.Fatalf("no record: Held = %d", pid)
+	}
+	path, _, err := Publish("ws://127.0.0.1:4000", "shop", tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pid := Held("ws://127.0.0.1:4000", "shop"); pid != 0 {
+		t.Fatalf("own record: Held = %d", pid)
+	}
+	for _, c := range []struct {
+		pid, want int
+	}{{os.Getppid(), os.Getppid()}, {deadPID(t), 0}} {
+		b, _ := json.Marshal(Entry{PID: c.pid, Engine: "ws://127.0.0.1:4000", Namespace: "shop", TokenFile: tf})
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := Held("ws://localhost:4000", "shop"); got != c.want {
+			t.Errorf("record of pid %d: Held = %d, want %d", c.pid, got, c.want)
+		}
+	}
+}
+
 // TestLookupRefusesUntrusted: loose modes and symlinks are refused with the reason, never
 // followed, and the token never appears in the error.
 func TestLookupRefusesUntrusted(t *testing.T) {
