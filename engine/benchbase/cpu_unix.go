@@ -1,14 +1,14 @@
 //go:build unix
 
-package main
+package benchbase
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime is the CPU time (user + system) this process has used.
-func cpuTime() time.Duration {
+// CPUTime is the CPU time (user + system) this process has used.
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
