@@ -10,7 +10,9 @@
 //	w.Close()
 //
 // Environment read by Config defaults: III_URL (default ws://127.0.0.1:49134), III_NAMESPACE
-// (default "default"), III_WORKER_NAME, III_TOKEN_FILE, III_TOKEN (when no token file).
+// (default "default"), III_WORKER_NAME, III_TOKEN_FILE, III_TOKEN (when no token file). A
+// ws:// or wss:// engine that is not on loopback is reached through the HTTP proxy that
+// HTTP_PROXY, HTTPS_PROXY and NO_PROXY name for it, as net/http does (a CONNECT tunnel).
 //
 // Handshake. On open the SDK sends every registerfunction it holds, then calls
 // engine::workers::register synchronously with {runtime, version, name, description, os, pid,

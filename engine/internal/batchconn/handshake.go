@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -33,12 +34,22 @@ func Accept(w http.ResponseWriter, r *http.Request, writeTimeout time.Duration) 
 	return c, nil
 }
 
-// Dial opens a WebSocket connection to url (ws:// or wss://) sending header with the
-// handshake. Its frames are masked, as a client's must be.
-func Dial(ctx context.Context, url string, header http.Header) (*Conn, error) {
+// Dial opens a WebSocket connection to rawURL (ws:// or wss://) sending header with the
+// handshake, through the HTTP proxy the environment names for it if any. Its frames are
+// masked, as a client's must be.
+func Dial(ctx context.Context, rawURL string, header http.Header) (*Conn, error) {
+	target, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	dial, err := netDial(target)
+	if err != nil {
+		return nil, err
+	}
 	var msg strings.Builder
 	d := ws.Dialer{
-		Header: ws.HandshakeHeaderHTTP(header),
+		NetDial: dial,
+		Header:  ws.HandshakeHeaderHTTP(header),
 		OnStatusError: func(status int, reason []byte, resp io.Reader) {
 			fmt.Fprintf(&msg, "%d %s", status, reason)
 			if r, err := http.ReadResponse(bufio.NewReader(resp), nil); err == nil && r.ContentLength > 0 {
@@ -47,10 +58,10 @@ func Dial(ctx context.Context, url string, header http.Header) (*Conn, error) {
 			}
 		},
 	}
-	nc, br, _, err := d.Dial(ctx, url)
+	nc, br, _, err := d.Dial(ctx, rawURL)
 	if err != nil {
 		if msg.Len() > 0 {
-			return nil, fmt.Errorf("WebSocket handshake with %s refused: %s", url, msg.String())
+			return nil, fmt.Errorf("WebSocket handshake with %s refused: %s", rawURL, msg.String())
 		}
 		return nil, err
 	}
