@@ -2,34 +2,57 @@ package batchconn
 
 import (
 	"context"
+	"encoding/pem"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// echoServer answers one message per connection with "echo: " and the message.
+// echoHandler answers one message per connection with "echo: " and the message.
+var echoHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c, err := Accept(w, r, 5*time.Second)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	_, msg, err := c.ReadMessage(nil, nil)
+	if err != nil {
+		return
+	}
+	_ = c.WriteText([][]byte{append([]byte("echo: "), msg...)}, false)
+})
+
+// echoServer serves echoHandler on plain HTTP.
 func echoServer(t *testing.T) *httptest.Server {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, err := Accept(w, r, 5*time.Second)
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		_, msg, err := c.ReadMessage(nil, nil)
-		if err != nil {
-			return
-		}
-		_ = c.WriteText([][]byte{append([]byte("echo: "), msg...)}, false)
-	}))
+	srv := httptest.NewServer(echoHandler)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// TestDialWSS: a wss:// URL is dialled over TLS, verified against the system roots (here the
+// test server's certificate through SSL_CERT_FILE, which Go reads once per process: no other
+// test in this package may verify a certificate first), and messages go both ways on it.
+func TestDialWSS(t *testing.T) {
+	srv := httptest.NewTLSServer(echoHandler)
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", ca)
+	t.Setenv("SSL_CERT_DIR", t.TempDir())
+	if err := roundTrip(t, "wss://"+strings.TrimPrefix(srv.URL, "https://")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // connectProxy is an HTTP proxy that tunnels CONNECT requests carrying auth (when set) and
