@@ -14,9 +14,7 @@ func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
 	var keys []byte
 	if mask {
 		keys = make([]byte, 4*len(payloads))
-		if err := randRead(keys); err != nil {
-			return err
-		}
+		_, _ = rand.Read(keys) // never fails (crypto/rand)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -61,12 +59,6 @@ func appendFrameOp(b []byte, first byte, p, key []byte) []byte {
 	b = append(b, p...)
 	maskBytes(b[start:], key)
 	return b
-}
-
-// randRead fills b with random bytes (masking keys).
-func randRead(b []byte) error {
-	_, err := rand.Read(b)
-	return err
 }
 
 // maskBytes XORs b with the 4-byte key repeated, eight bytes at a time where it can.

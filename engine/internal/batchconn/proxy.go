@@ -73,24 +73,5 @@ func dialConnect(ctx context.Context, d *net.Dialer, proxy *url.URL, network, ad
 		return nil, fmt.Errorf("the proxy %s refused CONNECT %s: %s", proxy.Redacted(), addr, strings.TrimSpace(resp.Status))
 	}
 	_ = c.SetDeadline(time.Time{})
-	if br.Buffered() > 0 {
-		pending, _ := br.Peek(br.Buffered())
-		return &prefixConn{Conn: c, pending: append([]byte(nil), pending...)}, nil
-	}
-	return c, nil
-}
-
-// prefixConn yields bytes the proxy sent after its reply before reading the tunnel.
-type prefixConn struct {
-	net.Conn
-	pending []byte
-}
-
-func (c *prefixConn) Read(p []byte) (int, error) {
-	if len(c.pending) > 0 {
-		n := copy(p, c.pending)
-		c.pending = c.pending[n:]
-		return n, nil
-	}
-	return c.Conn.Read(p)
+	return withPending(c, br), nil
 }

@@ -2,10 +2,12 @@ package batchconn
 
 import (
 	"bufio"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 )
 
@@ -256,9 +258,7 @@ func (c *Conn) writeControl(op byte, payload []byte) error {
 	var key []byte
 	if c.client {
 		key = make([]byte, 4)
-		if err := randRead(key); err != nil {
-			return err
-		}
+		_, _ = rand.Read(key) // never fails (crypto/rand)
 	}
 	frame := appendFrameOp(make([]byte, 0, 14+len(payload)), 0x80|op, payload, key)
 	_, err := c.Write(frame)
@@ -316,14 +316,10 @@ func (c *Conn) Ping(d time.Duration) error {
 	}
 }
 
-// newReader is the buffered reader of a connection whose handshake left pending bytes in br
-// (nil when none).
-func newReader(raw io.Reader, br *bufio.Reader) *bufio.Reader {
-	if br != nil && br.Buffered() > 0 {
-		pending, _ := br.Peek(br.Buffered())
-		raw = io.MultiReader(&onceReader{b: append([]byte(nil), pending...)}, raw)
-	}
-	return bufio.NewReaderSize(raw, readBufSize)
+// newReader is the buffered reader of conn, whose handshake (or proxy tunnel) may have left
+// bytes of the peer's first frames in br (nil when none).
+func newReader(conn net.Conn, br *bufio.Reader) *bufio.Reader {
+	return bufio.NewReaderSize(withPending(conn, br), readBufSize)
 }
 
 const (
@@ -331,14 +327,27 @@ const (
 	minBuf      = 4 << 10 // the smallest message buffer ReadMessage allocates
 )
 
-// onceReader yields b once.
-type onceReader struct{ b []byte }
-
-func (r *onceReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
+// withPending is conn, first yielding the bytes of the peer that br read ahead of what its
+// reader consumed (br nil: none).
+func withPending(conn net.Conn, br *bufio.Reader) net.Conn {
+	if br == nil || br.Buffered() == 0 {
+		return conn
 	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
+	pending, _ := br.Peek(br.Buffered())
+	return &prefixConn{Conn: conn, pending: append([]byte(nil), pending...)}
+}
+
+// prefixConn yields pending bytes before it reads the connection.
+type prefixConn struct {
+	net.Conn
+	pending []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
