@@ -307,16 +307,10 @@ func frameKey(b []byte) string {
 // key reads an object key, lowercased (keys match ASCII case-insensitively, as with
 // encoding/json); a known key written exactly is returned as the constant.
 func (p *parser) key() (string, error) {
-	if p.i < len(p.b) && p.b[p.i] == '"' {
-		end := p.i + 1
-		for end < len(p.b) && p.b[end] != '"' && p.b[end] != '\\' {
-			end++
-		}
-		if end < len(p.b) && p.b[end] == '"' {
-			if k := frameKey(p.b[p.i+1 : end]); k != "" {
-				p.i = end + 1
-				return k, nil
-			}
+	if raw, next, ok := p.unescaped(); ok {
+		if k := frameKey(raw); k != "" {
+			p.i = next
+			return k, nil
 		}
 	}
 	k, err := p.str()
@@ -326,22 +320,32 @@ func (p *parser) key() (string, error) {
 // typeName reads a string value at p.i that is one of the known frame types, written
 // without escapes, and returns the constant: the type of every frame then costs no allocation.
 func (p *parser) typeName() (string, bool) {
-	if p.i >= len(p.b) || p.b[p.i] != '"' {
+	raw, next, ok := p.unescaped()
+	if !ok {
 		return "", false
+	}
+	t := knownType(string(raw))
+	if t == "" {
+		return "", false
+	}
+	p.i = next
+	return t, true
+}
+
+// unescaped returns the content of the string at p.i when it holds no escape, and the index
+// just past its closing quote; ok is false otherwise. It reads nothing: p.i stays.
+func (p *parser) unescaped() (raw []byte, next int, ok bool) {
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, 0, false
 	}
 	end := p.i + 1
 	for end < len(p.b) && p.b[end] != '"' && p.b[end] != '\\' {
 		end++
 	}
 	if end >= len(p.b) || p.b[end] != '"' {
-		return "", false
+		return nil, 0, false
 	}
-	t := knownType(string(p.b[p.i+1 : end]))
-	ok := t != ""
-	if ok {
-		p.i = end + 1
-	}
-	return t, ok
+	return p.b[p.i+1 : end], end + 1, true
 }
 
 // plainStr reads a string value at p.i written as plain ASCII (no escape, no control
