@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
 )
@@ -213,5 +214,43 @@ func TestStreams(t *testing.T) {
 	noParent, _ := json.Marshal(map[string]any{"path": filepath.Join(d, "x", "y")})
 	if _, e = WriteFrom(noParent, strings.NewReader("")); e == nil || e.Code != "S211" {
 		t.Fatalf("streamed write without parent: %v", e)
+	}
+}
+
+// TestWriteFromLikeInline: a streamed write goes through a symlink to its target, as an inline
+// write does, and (when run as root) an existing file keeps its owner.
+func TestWriteFromLikeInline(t *testing.T) {
+	d := t.TempDir()
+	target := filepath.Join(d, "target")
+	if err := os.WriteFile(target, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	owned := os.Geteuid() == 0
+	if owned {
+		if err := os.Chown(target, 1234, 5678); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		t.Log("not root: the owner is not checked")
+	}
+	link := filepath.Join(d, "link")
+	if err := os.Symlink("target", link); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := json.Marshal(map[string]any{"path": link})
+	if out, e := WriteFrom(req, strings.NewReader("new")); e != nil {
+		t.Fatalf("WriteFrom: %s %v", out, e)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the symlink was replaced: %v %v", fi, err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "new" {
+		t.Fatalf("target holds %q", b)
+	}
+	if owned {
+		fi, _ := os.Stat(target)
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1234 || st.Gid != 5678 {
+			t.Fatalf("owner %d:%d, want 1234:5678", st.Uid, st.Gid)
+		}
 	}
 }

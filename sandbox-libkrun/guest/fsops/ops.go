@@ -103,7 +103,7 @@ func write(req json.RawMessage) (any, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	hasContent := len(r.Content) > 0 && string(r.Content) != "null"
+	hasContent := r.hasContent()
 	if hasContent == (r.ContentB64 != nil) {
 		return nil, invalid("exactly one of `content` and `content_b64` is required")
 	}
@@ -338,6 +338,9 @@ type writeReq struct {
 	Content    json.RawMessage `json:"content"`
 	ContentB64 *string         `json:"content_b64"`
 }
+
+// hasContent reports whether r carries `content` (null counts as absent).
+func (r writeReq) hasContent() bool { return len(r.Content) > 0 && string(r.Content) != "null" }
 
 // rmReq is the request of fs::rm.
 type rmReq struct {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -83,15 +84,16 @@ type SourceError struct{ Err error }
 func (e *SourceError) Error() string { return e.Err.Error() }
 
 // WriteFrom runs fs::write of req, which carries no content, with the file's bytes read from
-// src; a ChunkSource writes them itself, sparing a copy. The bytes go to a temporary file beside the target that replaces it once src ends, so
-// a source that fails midway (returned as a *Error whose message is the SourceError's) leaves
-// the target as it was.
+// src; a ChunkSource writes them itself, sparing a copy. The bytes go to a temporary file
+// beside the target that replaces it once src ends, so a source that fails midway (returned
+// as a *Error whose message is the SourceError's) leaves the target as it was. As with an
+// inline write, a symlink is written through and an existing file keeps its owner.
 func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
 	var r writeReq
 	if e := decode(req, &r, need("path", &r.Path)); e != nil {
 		return nil, e
 	}
-	if (len(r.Content) > 0 && string(r.Content) != "null") || r.ContentB64 != nil {
+	if r.hasContent() || r.ContentB64 != nil {
 		return nil, invalid("a streamed write carries no `content` or `content_b64`")
 	}
 	mode, e := parseMode(r.Mode, "0644")
@@ -101,9 +103,13 @@ func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
 	if e := prepareWrite(r); e != nil {
 		return nil, e
 	}
+	target := r.Path
+	if p, err := filepath.EvalSymlinks(r.Path); err == nil {
+		target = p
+	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(filepath.Dir(r.Path), "."+filepath.Base(r.Path)+".iii-"+hex.EncodeToString(rnd[:]))
+	tmp := filepath.Join(filepath.Dir(target), ".iii-write-"+hex.EncodeToString(rnd[:]))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode.Perm())
 	if err != nil {
 		return nil, fsErr(r.Path, err)
@@ -114,6 +120,9 @@ func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
 	} else {
 		n, err = io.CopyBuffer(struct{ io.Writer }{f}, sourceOnly{src}, make([]byte, copyBuffer))
 	}
+	if err == nil {
+		err = keepOwner(f, target)
+	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -121,7 +130,7 @@ func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
 		err = chmodFull(tmp, mode)
 	}
 	if err == nil {
-		err = os.Rename(tmp, r.Path)
+		err = os.Rename(tmp, target)
 	}
 	if err != nil {
 		os.Remove(tmp)
@@ -132,6 +141,19 @@ func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
 	}
 	b, _ := json.Marshal(map[string]any{"bytes_written": n, "path": r.Path})
 	return b, nil
+}
+
+// keepOwner gives f the owner and group of the file at target, when there is one.
+func keepOwner(f *os.File, target string) error {
+	fi, err := os.Stat(target)
+	if err != nil {
+		return nil // a new file: the writer owns it, as with an inline write
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || (int(st.Uid) == os.Geteuid() && int(st.Gid) == os.Getegid()) {
+		return nil
+	}
+	return f.Chown(int(st.Uid), int(st.Gid))
 }
 
 // ChunkSource is a source that writes its bytes to w itself, reporting its own failures as
