@@ -23,14 +23,14 @@ type agent struct {
 
 	mu      sync.Mutex
 	execs   map[uint32]*running
-	streams map[uint32]*gstream // streamed fs ops (stream.go)
+	streams map[uint32]*proto.Stream // streamed fs ops (stream.go)
 
 	spawnMu  sync.Mutex   // held while starting a command and while reaping orphans
 	children map[int]bool // PIDs of running commands, reaped by their own Wait
 }
 
 func newAgent(port *os.File) *agent {
-	a := &agent{port: port, execs: map[uint32]*running{}, streams: map[uint32]*gstream{}, children: map[int]bool{}}
+	a := &agent{port: port, execs: map[uint32]*running{}, streams: map[uint32]*proto.Stream{}, children: map[int]bool{}}
 	go a.reapOrphans()
 	return a
 }

@@ -4,9 +4,7 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
-	"sync"
 
 	"github.com/iii-go/iii/sandbox-libkrun/guest/fsops"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
@@ -16,19 +14,9 @@ import (
 // in Data frames of at most proto.StreamChunk bytes under a window of proto.StreamWindow, so
 // the agent holds at most a window of it.
 
-// gstream is the guest end of one streamed fs op.
-type gstream struct {
-	in chan proto.Frame // a write's Data and End from the host
-
-	win   *proto.Window // a read's bytes the host may still take
-	ended chan struct{} // closed when the host ends a read early
-	once  sync.Once
-}
-
 // openStream registers stream id; it is called by the read loop before the next frame is read.
-func (a *agent) openStream(id uint32) *gstream {
-	st := &gstream{in: make(chan proto.Frame, proto.StreamWindow/proto.StreamChunk+4),
-		win: proto.NewWindow(), ended: make(chan struct{})}
+func (a *agent) openStream(id uint32) *proto.Stream {
+	st := proto.NewStream()
 	a.mu.Lock()
 	a.streams[id] = st
 	a.mu.Unlock()
@@ -42,7 +30,8 @@ func (a *agent) closeStream(id uint32) {
 }
 
 // deliverStream routes a Data, End or Credit frame to its stream; frames of a stream that has
-// ended are dropped.
+// ended are dropped. The host's End also stops the stream: a read stops sending, and a write's
+// reader still finds the End queued before it.
 func (a *agent) deliverStream(f proto.Frame) {
 	a.mu.Lock()
 	st := a.streams[f.ID]
@@ -50,43 +39,10 @@ func (a *agent) deliverStream(f proto.Frame) {
 	if st == nil {
 		return
 	}
-	switch f.Type {
-	case proto.TypeCredit:
-		n, err := proto.ParseCredit(f.Payload)
-		if err != nil {
-			st.end()
-			return
-		}
-		st.win.Grant(n)
-	case proto.TypeEnd:
-		st.push(f) // first: a reader that sees ended still finds the End queued
-		st.end()
-	case proto.TypeData:
-		st.push(f)
+	st.Deliver(f)
+	if f.Type == proto.TypeEnd {
+		st.Stop()
 	}
-}
-
-// push queues a frame of a write; a host that overruns the window ends the stream.
-func (st *gstream) push(f proto.Frame) {
-	select {
-	case st.in <- f:
-	default:
-		st.end()
-	}
-}
-
-func (st *gstream) end() { st.once.Do(func() { close(st.ended) }) }
-
-// take waits until the host grants n bytes; false when it ended the stream instead.
-func (st *gstream) take(n int) bool {
-	for !st.win.TryTake(n) {
-		select {
-		case <-st.win.More():
-		case <-st.ended:
-			return false
-		}
-	}
-	return true
 }
 
 func (a *agent) fsReply(id uint32, res json.RawMessage, ferr *fsops.Error) {
@@ -99,7 +55,7 @@ func (a *agent) fsReply(id uint32, res json.RawMessage, ferr *fsops.Error) {
 
 // streamRead answers a streamed fs::read: the Reply with the head, then the file in Data
 // frames as the host grants credit, then an End (with a reason when reading failed).
-func (a *agent) streamRead(id uint32, st *gstream, req json.RawMessage) {
+func (a *agent) streamRead(id uint32, st *proto.Stream, req json.RawMessage) {
 	defer a.closeStream(id)
 	rd, ferr := fsops.OpenRead(req)
 	if ferr != nil {
@@ -112,7 +68,7 @@ func (a *agent) streamRead(id uint32, st *gstream, req json.RawMessage) {
 	for {
 		n, err := io.ReadFull(rd, buf)
 		if n > 0 {
-			if !st.take(n) {
+			if !st.Take(n) {
 				return
 			}
 			a.send(proto.Frame{Type: proto.TypeData, ID: id, Payload: buf[:n]})
@@ -129,7 +85,7 @@ func (a *agent) streamRead(id uint32, st *gstream, req json.RawMessage) {
 }
 
 // streamWrite answers a streamed fs::write once the host's bytes ended and the file is written.
-func (a *agent) streamWrite(id uint32, st *gstream, req json.RawMessage) {
+func (a *agent) streamWrite(id uint32, st *proto.Stream, req json.RawMessage) {
 	defer a.closeStream(id)
 	res, ferr := fsops.WriteFrom(req, a.newHostReader(id, st))
 	a.fsReply(id, res, ferr)
@@ -138,20 +94,18 @@ func (a *agent) streamWrite(id uint32, st *gstream, req json.RawMessage) {
 // hostReader reads a host→guest stream and grants credit as its bytes are taken.
 type hostReader struct{ proto.Receiver }
 
-var errOverrun = errors.New("the host sent beyond its window")
-
-func (a *agent) newHostReader(id uint32, st *gstream) *hostReader {
+func (a *agent) newHostReader(id uint32, st *proto.Stream) *hostReader {
 	return &hostReader{proto.Receiver{
 		Next: func() (proto.Frame, error) {
 			select {
-			case f := <-st.in:
+			case f := <-st.Frames:
 				return f, nil
-			case <-st.ended:
+			case <-st.Stopped():
 				select {
-				case f := <-st.in:
+				case f := <-st.Frames:
 					return f, nil
 				default:
-					return proto.Frame{}, errOverrun
+					return proto.Frame{}, proto.ErrStreamWindow
 				}
 			}
 		},

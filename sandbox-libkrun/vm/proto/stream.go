@@ -44,8 +44,76 @@ func EndFrame(id uint32, reason string) Frame {
 	return Frame{Type: TypeEnd, ID: id, Payload: []byte(reason)}
 }
 
-// ErrStreamWindow is a sender that sent more than its credit allowed.
-var ErrStreamWindow = errors.New("proto: stream peer sent beyond its window")
+// ErrStreamWindow is a peer that broke a stream's protocol: it sent beyond its window, or a
+// malformed frame (see Stream.Deliver).
+var ErrStreamWindow = errors.New("proto: the stream's peer sent beyond its window or a malformed frame")
+
+// StreamQueue bounds the frames a Stream queues for its consumer: a reply, a window of full
+// Data frames, the End, and slack for a last short frame.
+const StreamQueue = StreamWindow/StreamChunk + 4
+
+// Stream is one end of a stream as the read loop of its port sees it: the peer's frames for it
+// in order (Frames), the credit the peer granted this end (Win), and Stopped, closed once the
+// stream cannot go on. The host and the guest agent each keep one per streamed fs op.
+type Stream struct {
+	Frames  chan Frame
+	Win     *Window
+	stopped chan struct{}
+	once    sync.Once
+}
+
+// NewStream returns a stream with an empty queue and a full window.
+func NewStream() *Stream {
+	return &Stream{Frames: make(chan Frame, StreamQueue), Win: NewWindow(), stopped: make(chan struct{})}
+}
+
+// Deliver routes a frame of the peer without blocking: a Credit adds to Win, any other frame
+// is queued. A peer that breaks the protocol (a malformed Credit, credit past the window, a
+// Data frame over StreamChunk, more frames than the window allows) stops the stream instead.
+func (s *Stream) Deliver(f Frame) {
+	if f.Type == TypeCredit {
+		n, err := ParseCredit(f.Payload)
+		if err != nil || s.Win.Grant(n) > StreamWindow {
+			s.Stop()
+		}
+		return
+	}
+	if f.Type == TypeData && len(f.Payload) > StreamChunk {
+		s.Stop()
+		return
+	}
+	select {
+	case s.Frames <- f:
+	default:
+		s.Stop()
+	}
+}
+
+// Stop closes Stopped, once.
+func (s *Stream) Stop() { s.once.Do(func() { close(s.stopped) }) }
+
+// Stopped is closed once the stream stopped.
+func (s *Stream) Stopped() <-chan struct{} { return s.stopped }
+
+// Take spends n bytes of credit, waiting for the peer to grant them; false once the stream
+// stopped, even with credit left.
+func (s *Stream) Take(n int) bool {
+	for {
+		select {
+		case <-s.stopped:
+			return false
+		default:
+		}
+		if s.Win.TryTake(n) {
+			return true
+		}
+		select {
+		case <-s.Win.More():
+		case <-s.stopped:
+			return false
+		}
+	}
+}
 
 // Window is a sender's credit on one stream: StreamWindow bytes at the start, spent on each
 // Data frame it sends (TryTake) and regained from the receiver's Credit frames (Grant). It is

@@ -90,3 +90,46 @@ func TestReceiver(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamDeliver: frames are queued in order and credit is granted; a malformed Credit,
+// credit past the window, an oversized Data frame or a full queue stops the stream, and Take
+// then fails even with credit left.
+func TestStreamDeliver(t *testing.T) {
+	s := NewStream()
+	s.Deliver(Frame{Type: TypeData, ID: 1, Payload: []byte("a")})
+	s.Deliver(EndFrame(1, ""))
+	if f := <-s.Frames; string(f.Payload) != "a" {
+		t.Fatalf("first frame %v", f)
+	}
+	if f := <-s.Frames; f.Type != TypeEnd {
+		t.Fatalf("second frame %v", f)
+	}
+	if !s.Take(StreamWindow) {
+		t.Fatal("a full window was not taken")
+	}
+	s.Deliver(CreditFrame(1, StreamChunk))
+	if !s.Take(StreamChunk) {
+		t.Fatal("granted credit was not taken")
+	}
+	for name, breaks := range map[string]func(*Stream){
+		"malformed credit": func(s *Stream) { s.Deliver(Frame{Type: TypeCredit, Payload: []byte{1}}) },
+		"over-grant":       func(s *Stream) { s.Deliver(CreditFrame(1, 1)) },
+		"oversized data":   func(s *Stream) { s.Deliver(Frame{Type: TypeData, Payload: make([]byte, StreamChunk+1)}) },
+		"full queue": func(s *Stream) {
+			for range StreamQueue + 1 {
+				s.Deliver(Frame{Type: TypeData})
+			}
+		},
+	} {
+		s := NewStream()
+		breaks(s)
+		select {
+		case <-s.Stopped():
+		default:
+			t.Errorf("%s: the stream did not stop", name)
+		}
+		if s.Take(1) {
+			t.Errorf("%s: Take succeeded on a stopped stream", name)
+		}
+	}
+}

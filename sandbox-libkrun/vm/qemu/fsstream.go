@@ -17,53 +17,9 @@ import (
 // proto.StreamChunk bytes under the window of proto.StreamWindow, so the host holds at most a
 // window of it, and readLoop never blocks on a slow consumer.
 
-// streamQueue bounds the frames a stream queues for its consumer: its reply, a window of full
-// Data frames, its End, and slack for a last short frame.
-const streamQueue = proto.StreamWindow/proto.StreamChunk + 4
-
-// stream is the host end of one streamed fs op: the guest's frames for it in order, and the
-// credit the guest granted for host→guest Data.
-type stream struct {
-	frames chan proto.Frame
-	broken chan struct{} // closed when the guest broke the protocol (overran the window)
-	once   sync.Once
-	win    *proto.Window
-}
-
-func newStream() *stream {
-	return &stream{frames: make(chan proto.Frame, streamQueue), broken: make(chan struct{}), win: proto.NewWindow()}
-}
-
-// deliver is called by readLoop: Credit adds to the credit, any other frame is queued. A guest
-// that sends beyond its window breaks the stream instead of blocking readLoop.
-func (s *stream) deliver(f proto.Frame) {
-	if f.Type == proto.TypeCredit {
-		n, err := proto.ParseCredit(f.Payload)
-		if err != nil {
-			s.fail()
-			return
-		}
-		if s.win.Grant(n) > proto.StreamWindow {
-			s.fail()
-		}
-		return
-	}
-	if f.Type == proto.TypeData && len(f.Payload) > proto.StreamChunk {
-		s.fail()
-		return
-	}
-	select {
-	case s.frames <- f:
-	default:
-		s.fail()
-	}
-}
-
-func (s *stream) fail() { s.once.Do(func() { close(s.broken) }) }
-
-func (m *machine) openStream() (uint32, *stream) {
+func (m *machine) openStream() (uint32, *proto.Stream) {
 	id := m.nextID.Add(1)
-	st := newStream()
+	st := proto.NewStream()
 	m.mu.Lock()
 	m.pending[id] = &call{stream: st}
 	m.mu.Unlock()
@@ -71,16 +27,16 @@ func (m *machine) openStream() (uint32, *stream) {
 }
 
 // next waits for the stream's next frame.
-func (m *machine) next(ctx context.Context, st *stream) (proto.Frame, error) {
+func (m *machine) next(ctx context.Context, st *proto.Stream) (proto.Frame, error) {
 	select {
-	case f := <-st.frames:
+	case f := <-st.Frames:
 		return f, nil
 	default:
 	}
 	select {
-	case f := <-st.frames:
+	case f := <-st.Frames:
 		return f, nil
-	case <-st.broken:
+	case <-st.Stopped():
 		return proto.Frame{}, proto.ErrStreamWindow
 	case <-m.connErr:
 		return proto.Frame{}, ErrStopped
@@ -133,7 +89,7 @@ type streamReader struct {
 	once   sync.Once
 }
 
-func (m *machine) newStreamReader(id uint32, st *stream) *streamReader {
+func (m *machine) newStreamReader(id uint32, st *proto.Stream) *streamReader {
 	r := &streamReader{m: m, id: id, closed: make(chan struct{})}
 	r.Receiver = proto.Receiver{
 		Next: func() (proto.Frame, error) { return m.next(closedCtx{r.closed}, st) },
@@ -227,26 +183,26 @@ func (m *machine) FSWrite(ctx context.Context, req json.RawMessage, body io.Read
 
 // waitCredit takes n bytes of credit, waiting for the guest to grant them. A Reply that comes
 // first (the guest refused the write) is returned as early.
-func (m *machine) waitCredit(ctx context.Context, st *stream, n int) (*proto.Frame, error) {
+func (m *machine) waitCredit(ctx context.Context, st *proto.Stream, n int) (*proto.Frame, error) {
 	for {
 		select {
-		case f := <-st.frames:
+		case f := <-st.Frames:
 			if f.Type == proto.TypeReply {
 				return &f, nil
 			}
 			continue
 		default:
 		}
-		if st.win.TryTake(n) {
+		if st.Win.TryTake(n) {
 			return nil, nil
 		}
 		select {
-		case <-st.win.More():
-		case f := <-st.frames:
+		case <-st.Win.More():
+		case f := <-st.Frames:
 			if f.Type == proto.TypeReply {
 				return &f, nil
 			}
-		case <-st.broken:
+		case <-st.Stopped():
 			return nil, proto.ErrStreamWindow
 		case <-m.connErr:
 			return nil, ErrStopped

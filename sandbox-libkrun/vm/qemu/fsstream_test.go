@@ -162,7 +162,7 @@ func TestFSReadErrors(t *testing.T) {
 		reply(t, gc, f.ID, map[string]any{})
 		// Write errors are not reported: once the stream breaks the test ends and closes the
 		// connection while this guest may still be writing.
-		for i := 0; i < streamQueue+2; i++ {
+		for i := 0; i < proto.StreamQueue+2; i++ {
 			if proto.Write(gc, proto.Frame{Type: proto.TypeData, ID: f.ID, Payload: make([]byte, proto.StreamChunk)}) != nil {
 				return
 			}
@@ -176,7 +176,7 @@ func TestFSReadErrors(t *testing.T) {
 	c := m.pending[m.nextID.Load()]
 	m.mu.Unlock()
 	select {
-	case <-c.stream.broken:
+	case <-c.stream.Stopped():
 	case <-time.After(10 * time.Second):
 		t.Fatal("a guest beyond its window did not break the stream")
 	}

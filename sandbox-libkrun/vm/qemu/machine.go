@@ -50,11 +50,11 @@ type machine struct {
 }
 
 // call is a request waiting for its answer; out receives streamed output of an exec. A streamed
-// fs op has a *stream instead of reply (see fsstream.go).
+// fs op has a *proto.Stream instead of reply (see fsstream.go).
 type call struct {
 	reply  chan proto.Frame
 	out    func(stream int, data []byte)
-	stream *stream
+	stream *proto.Stream
 }
 
 // boot checks spec, makes the machine's directories, starts virtiofsd and qemu and waits for
@@ -426,7 +426,7 @@ func (m *machine) readLoop() {
 			m.mu.Unlock()
 			switch {
 			case c != nil && c.stream != nil:
-				c.stream.deliver(f)
+				c.stream.Deliver(f)
 			case final:
 				c.reply <- f
 			}
