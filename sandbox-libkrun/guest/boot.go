@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/iii-go/iii/sandbox-libkrun/internal/unixmode"
 )
 
 func mountPseudo() error {
@@ -149,11 +151,11 @@ func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
 			return fmt.Errorf("mount %s: %w", m.dst, err)
 		}
 	}
-	// /tmp is world-writable and sticky (Go's mode bits: 0o1777 would lose the sticky bit). A
-	// chmod copies the image's /tmp up into the overlay, so only when its mode is not right yet.
-	const tmpMode = os.ModePerm | os.ModeSticky
+	// /tmp is world-writable and sticky. A chmod copies the image's /tmp up into the overlay,
+	// so only when its mode is not right yet.
+	tmpMode := unixmode.FileMode(0o1777)
 	if err := os.MkdirAll("/newroot/tmp", tmpMode); err == nil {
-		if st, err := os.Stat("/newroot/tmp"); err != nil || st.Mode()&(os.ModePerm|os.ModeSticky|os.ModeSetuid|os.ModeSetgid) != tmpMode {
+		if st, err := os.Stat("/newroot/tmp"); err != nil || unixmode.Bits(st.Mode()) != 0o1777 {
 			_ = os.Chmod("/newroot/tmp", tmpMode)
 		}
 	}

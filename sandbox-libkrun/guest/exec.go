@@ -5,7 +5,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -65,8 +64,6 @@ type capWriter struct {
 	truncated bool
 	forward   func([]byte)
 }
-
-var _ io.Writer = (*capWriter)(nil)
 
 // Write keeps what fits under the cap and always reports the whole of p as written.
 func (w *capWriter) Write(p []byte) (int, error) {

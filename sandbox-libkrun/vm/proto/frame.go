@@ -54,12 +54,18 @@ func Encode(dst []byte, f Frame) ([]byte, error) {
 	if len(f.Payload) > MaxPayload {
 		return dst, ErrTooLarge
 	}
+	h := header(f)
+	dst = append(dst, h[:]...)
+	return append(dst, f.Payload...), nil
+}
+
+// header is f's frame header: its length (type, id and payload), type and id.
+func header(f Frame) [headerLen]byte {
 	var h [headerLen]byte
 	binary.BigEndian.PutUint32(h[0:4], uint32(len(f.Payload)+5))
 	h[4] = byte(f.Type)
 	binary.BigEndian.PutUint32(h[5:9], f.ID)
-	dst = append(dst, h[:]...)
-	return append(dst, f.Payload...), nil
+	return h
 }
 
 // Write writes f to w: a small frame in a single Write call, a large one (a stream's Data) as
@@ -74,18 +80,14 @@ func Write(w io.Writer, f Frame) error {
 		_, err = w.Write(b)
 		return err
 	}
-	h, err := Encode(make([]byte, 0, headerLen), Frame{Type: f.Type, ID: f.ID})
-	if err != nil {
-		return err
-	}
 	if len(f.Payload) > MaxPayload {
 		return ErrTooLarge
 	}
-	binary.BigEndian.PutUint32(h[0:4], uint32(len(f.Payload)+5))
-	if _, err := w.Write(h); err != nil {
+	h := header(f)
+	if _, err := w.Write(h[:]); err != nil {
 		return err
 	}
-	_, err = w.Write(f.Payload)
+	_, err := w.Write(f.Payload)
 	return err
 }
 
