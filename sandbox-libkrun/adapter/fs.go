@@ -117,12 +117,12 @@ func (s *Service) fsWrite(ctx context.Context, sid string, body map[string]json.
 	defer rc.Close()
 	delete(body, "content")
 	fwd, _ := json.Marshal(body)
-	src := &source{r: rc}
-	return s.onMachine(ctx, sid, func(ctx context.Context, m vm.Machine) (json.RawMessage, error) {
-		st, ok := m.(vm.FSStreamer)
+	return s.onMachine(ctx, sid, func(ctx context.Context, box *sandbox) (json.RawMessage, error) {
+		st, ok := box.machine.(vm.FSStreamer)
 		if !ok {
 			return nil, unsupported()
 		}
+		src := &source{r: rc, onRead: func() { s.touch(box) }}
 		out, err := st.FSWrite(ctx, fwd, src)
 		if src.err != nil {
 			return nil, scode.ChannelAborted(channelDetail(src.err))
@@ -131,16 +131,21 @@ func (s *Service) fsWrite(ctx context.Context, sid string, body map[string]json.
 	})
 }
 
-// source remembers the error its reader failed with.
+// source remembers the error its reader failed with, and calls onRead after each read that
+// moved bytes: a stream in progress keeps its sandbox from being reaped as idle.
 type source struct {
-	r   io.Reader
-	err error
+	r      io.Reader
+	onRead func()
+	err    error
 }
 
 func (s *source) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	if err != nil && err != io.EOF {
 		s.err = err
+	}
+	if n > 0 {
+		s.onRead()
 	}
 	return n, err
 }
@@ -151,14 +156,17 @@ func unsupported() *scode.Error {
 
 // fsRead starts the guest's read and hands its bytes out through a fresh channel as they come.
 func (s *Service) fsRead(ctx context.Context, sid string, req json.RawMessage) (any, error) {
-	var body io.ReadCloser
-	raw, err := s.onMachine(ctx, sid, func(ctx context.Context, m vm.Machine) (json.RawMessage, error) {
-		st, ok := m.(vm.FSStreamer)
+	var (
+		body io.ReadCloser
+		box  *sandbox
+	)
+	raw, err := s.onMachine(ctx, sid, func(ctx context.Context, b *sandbox) (json.RawMessage, error) {
+		st, ok := b.machine.(vm.FSStreamer)
 		if !ok {
 			return nil, unsupported()
 		}
 		head, rc, err := st.FSRead(ctx, req)
-		body = rc
+		body, box = rc, b
 		return head, err
 	})
 	if err != nil {
@@ -197,7 +205,7 @@ func (s *Service) fsRead(ctx context.Context, sid string, req json.RawMessage) (
 		stop := context.AfterFunc(sctx, func() { body.Close() })
 		defer stop()
 		defer body.Close()
-		src := &source{r: body}
+		src := &source{r: body, onRead: func() { s.touch(box) }}
 		if _, err := io.CopyBuffer(w, src, make([]byte, copyChunk)); err != nil {
 			if src.err != nil && sctx.Err() == nil {
 				_ = abortWriter(w, "the guest's read failed: "+src.err.Error())
@@ -220,14 +228,14 @@ func abortWriter(w io.WriteCloser, reason string) error {
 
 // fs runs one fs op on a live sandbox. Guest failures keep their S21x code.
 func (s *Service) fs(ctx context.Context, sandboxID, op string, req json.RawMessage) (json.RawMessage, error) {
-	return s.onMachine(ctx, sandboxID, func(ctx context.Context, m vm.Machine) (json.RawMessage, error) {
-		return m.FS(ctx, op, req)
+	return s.onMachine(ctx, sandboxID, func(ctx context.Context, box *sandbox) (json.RawMessage, error) {
+		return box.machine.FS(ctx, op, req)
 	})
 }
 
 // onMachine runs do on the machine of a live sandbox and maps its failure to an S-code: a
 // guest failure keeps its S21x code, an *scode.Error passes as it is.
-func (s *Service) onMachine(ctx context.Context, sandboxID string, do func(context.Context, vm.Machine) (json.RawMessage, error)) (json.RawMessage, error) {
+func (s *Service) onMachine(ctx context.Context, sandboxID string, do func(context.Context, *sandbox) (json.RawMessage, error)) (json.RawMessage, error) {
 	id, err := checkID(sandboxID)
 	if err != nil {
 		return nil, err
@@ -236,7 +244,7 @@ func (s *Service) onMachine(ctx context.Context, sandboxID string, do func(conte
 	if err != nil {
 		return nil, err
 	}
-	reply, err := do(ctx, box.machine)
+	reply, err := do(ctx, box)
 	s.touch(box)
 	if err != nil {
 		if e, ok := scode.As(err); ok {

@@ -347,3 +347,31 @@ func TestFSReadReaderLeaves(t *testing.T) {
 		t.Fatal("the guest's read was not ended after its reader left")
 	}
 }
+
+// TestFSReadStreamKeepsSandboxAlive: bytes moving on an fs::read channel count as activity, so
+// the reaper does not stop a sandbox whose file is still being read past its idle timeout.
+func TestFSReadStreamKeepsSandboxAlive(t *testing.T) {
+	h, w, mem, id := channelHarness(t)
+	mem.files["/big"] = make([]byte, 20<<20)
+	r := h.mustCall(t, "fs::read", `{"sandbox_id":"`+id+`","path":"/big"}`)
+	rd, err := w.OpenReader(context.Background(), refOf(t, r["content"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if _, err := io.ReadFull(rd, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	// The channel's buffers hold a few MiB at most: reading the rest makes the adapter read
+	// most of the file from the guest after the clock moved.
+	h.clock.Add(24 * time.Hour)
+	if n, err := io.Copy(io.Discard, rd); err != nil || n != 19<<20 {
+		t.Fatalf("read %d more bytes: %v", n, err)
+	}
+	h.svc.Reap()
+	for _, row := range h.mustCall(t, "list", `{}`)["sandboxes"].([]any) {
+		if row := row.(map[string]any); row["sandbox_id"] == id && row["stopped"] != false {
+			t.Fatalf("reaped while its file was being read: %v", row)
+		}
+	}
+}
