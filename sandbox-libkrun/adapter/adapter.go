@@ -339,7 +339,7 @@ func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)
-		return nil, scode.BootFailed(tail(bootDetail(err), bootErrorTail))
+		return nil, scode.BootFailed(tail(vm.BootDetail(err), bootErrorTail))
 	}
 	return s.addBox(req, id, img.Name, p.idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB", p.cpus, p.mem)), nil
 }
@@ -727,14 +727,4 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
-}
-
-// bootDetail is what a failed boot's S300 message says: the detail of a *vm.BootError without its
-// "VM boot failed: " prefix, or the error's text.
-func bootDetail(err error) string {
-	var be *vm.BootError
-	if errors.As(err, &be) {
-		return be.Detail
-	}
-	return err.Error()
 }

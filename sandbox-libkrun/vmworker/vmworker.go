@@ -336,7 +336,7 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 		StateDir: filepath.Join(m.opt.RunDir, hex.EncodeToString(sum[:6])), ScratchMB: mem / 2,
 	})
 	if err != nil {
-		return nil, scode.BootFailed(bootDetail(err))
+		return nil, scode.BootFailed(vm.BootDetail(err))
 	}
 	return machine, nil
 }
@@ -558,14 +558,4 @@ func parseEnv(raw json.RawMessage) ([]string, error) {
 		}
 	}
 	return list, nil
-}
-
-// bootDetail is what a failed boot's S300 message says: the detail of a *vm.BootError without its
-// "VM boot failed: " prefix, or the error's text.
-func bootDetail(err error) string {
-	var be *vm.BootError
-	if errors.As(err, &be) {
-		return be.Detail
-	}
-	return err.Error()
 }

@@ -11,7 +11,7 @@ import (
 // uptime when the control port opened). A machine returned by Boot reports them.
 type BootTimes struct {
 	Start       time.Time   // Boot was called
-	SharesReady time.Time   // every virtiofsd socket exists (Start when qemu serves the files)
+	SharesReady time.Time   // every virtiofsd socket exists (under 9p, where qemu serves the files, at once)
 	QemuStarted time.Time   // the qemu process was started
 	Hello       time.Time   // the agent's Hello arrived
 	Ready       time.Time   // the agent answered Init: the root is assembled

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"time"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
@@ -85,14 +84,22 @@ type streamReader struct {
 	proto.Receiver
 	m      *machine
 	id     uint32
-	closed chan struct{}
+	ctx    context.Context // cancelled by Close, with errReaderClosed as its cause
+	cancel context.CancelCauseFunc
 	once   sync.Once
 }
 
 func (m *machine) newStreamReader(id uint32, st *proto.Stream) *streamReader {
-	r := &streamReader{m: m, id: id, closed: make(chan struct{})}
+	r := &streamReader{m: m, id: id}
+	r.ctx, r.cancel = context.WithCancelCause(context.Background())
 	r.Receiver = proto.Receiver{
-		Next: func() (proto.Frame, error) { return m.next(closedCtx{r.closed}, st) },
+		Next: func() (proto.Frame, error) {
+			f, err := m.next(r.ctx, st)
+			if err != nil && r.ctx.Err() != nil {
+				err = context.Cause(r.ctx)
+			}
+			return f, err
+		},
 		Grant: func(n int) error {
 			if err := m.send(proto.CreditFrame(id, n)); err != nil {
 				return fmt.Errorf("%w: %v", ErrStopped, err)
@@ -104,30 +111,16 @@ func (m *machine) newStreamReader(id uint32, st *proto.Stream) *streamReader {
 	return r
 }
 
-// Close ends the stream; before its end the guest is told to stop sending. It may be called
-// while a Read waits, which then fails.
+// Close ends the stream and tells the guest to stop sending (a guest that already finished
+// drops the End). It may be called while a Read waits, which then fails; later Reads return
+// what was already queued, then fail.
 func (r *streamReader) Close() error {
 	r.once.Do(func() {
-		close(r.closed)
+		r.cancel(errReaderClosed)
 		r.m.forget(r.id)
 		_ = r.m.send(proto.EndFrame(r.id, "closed by the host"))
 	})
 	return nil
-}
-
-// closedCtx is a context that is done when its channel closes.
-type closedCtx struct{ done chan struct{} }
-
-func (c closedCtx) Deadline() (deadline time.Time, ok bool) { return }
-func (c closedCtx) Done() <-chan struct{}                   { return c.done }
-func (c closedCtx) Value(any) any                           { return nil }
-func (c closedCtx) Err() error {
-	select {
-	case <-c.done:
-		return errReaderClosed
-	default:
-		return nil
-	}
 }
 
 var errReaderClosed = errors.New("vm: the read stream was closed")

@@ -26,8 +26,7 @@ var ErrStopped = errors.New("vm: machine has exited")
 type machine struct {
 	spec    vm.Spec
 	release string
-	hello   proto.Hello
-	times   BootTimes
+	times   BootTimes // its Guest is the agent's Hello
 
 	qemu     *proc
 	vfsd     []*proc
@@ -278,7 +277,6 @@ func (d *Driver) awaitHello(ctx context.Context, m *machine) error {
 			return fmt.Errorf("the firmware's guest agent is %q, this adapter speaks %q: rebuild the firmware with `go tool mage firmware`", h.Agent, proto.AgentVersion)
 		}
 		m.release = h.KernelRelease
-		m.hello = h
 		m.times.Hello, m.times.Guest = time.Now(), h
 		return nil
 	case <-m.connErr:
@@ -595,7 +593,7 @@ func (m *machine) Done() <-chan struct{} { return m.done }
 
 // BootInfo reports what the guest agent said about its boot: uptime when its control port
 // opened and time spent loading kernel modules.
-func (m *machine) BootInfo() proto.Hello { return m.hello }
+func (m *machine) BootInfo() proto.Hello { return m.times.Guest }
 
 // bootError is a failed boot found before any process started.
 func bootError(err error) error { return &vm.BootError{Detail: err.Error(), Err: err} }
