@@ -124,7 +124,7 @@ type session struct {
 	p                  *project.Project
 	d                  *daemon.Daemon
 	release            func() // lets compose::* mutations through once the project started
-	userTokRecorded    bool   // this run wrote ~/.iii/compose/tokens/<key> (package usertoken)
+	userTokDeferred    bool   // another live Compose held ~/.iii/compose/tokens/<key>: record once serving
 	teardowns          []func()
 }
 
@@ -244,7 +244,8 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 }
 
 // connectDaemon registers compose::* and connects the daemon to the engine, holding mutations
-// off until the project has started.
+// off until the project has started; once it serves, it records the user's token if
+// publishUserToken left that for later, and says "compose serving".
 func (s *session) connectDaemon(ctx context.Context) error {
 	s.w = protocol.NewWorker(protocol.Config{URL: s.url, Namespace: s.f.Namespace, Name: "compose", Version: s.o.Version,
 		Description: "iii compose daemon", TokenFile: s.ownerPath})
@@ -272,7 +273,7 @@ func (s *session) connectDaemon(ctx context.Context) error {
 	if err := checkServing(ctx, s.w, s.f.Namespace); err != nil {
 		return err
 	}
-	if !s.userTokRecorded {
+	if s.userTokDeferred {
 		s.recordUserToken() // the record publishUserToken saw held was stale: this daemon serves
 	}
 	fmt.Fprintf(s.o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", s.url, s.f.Namespace)
@@ -287,7 +288,8 @@ func (s *session) connectDaemon(ctx context.Context) error {
 // compose::up listed also finds the token; while another live Compose holds the record it
 // waits for connectDaemon, which refuses a second daemon for the namespace, to succeed.
 func (s *session) publishUserToken(context.Context) error {
-	if usertoken.Held(s.url, s.f.Namespace) == 0 {
+	s.userTokDeferred = usertoken.Held(s.url, s.f.Namespace)
+	if !s.userTokDeferred {
 		s.recordUserToken()
 	}
 	return nil
@@ -306,7 +308,6 @@ func (s *session) recordUserToken() {
 			"run iii call compose::* with III_TOKEN_FILE=%s\n", usertoken.Dir, err, userTok)
 		return
 	}
-	s.userTokRecorded = true
 	s.onTeardown(func() { _ = remove() })
 }
 

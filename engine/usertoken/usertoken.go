@@ -3,8 +3,9 @@
 // file per engine address and namespace in ~/.iii/compose/tokens/ (the directory mode 0700,
 // each file mode 0600, both owned by the user), named <host>_<port>_<namespace>, holding JSON
 // {pid, engine, namespace, token_file}: the path of the project token file, never the token.
-// Compose writes it atomically once it serves and removes it when it stops; a file left by a
-// Compose that was killed names a dead pid, is ignored by Lookup and swept by the next Publish.
+// Compose writes it atomically before it registers compose::* and removes it when it stops; a
+// file left by a Compose that was killed names a dead pid, is ignored by Lookup and swept by
+// the next Publish.
 //
 // Lookup trusts only what the user alone could have written: the directory and the file must
 // not be symlinks, must belong to the user and must not be readable by group or others, and so
@@ -132,24 +133,21 @@ func Publish(engineURL, namespace, tokenFile string) (path string, remove func()
 	return path, remove, nil
 }
 
-// Held returns the pid of another live Compose process whose record for engineURL and
-// namespace is in place, 0 when there is none. Compose publishes before it registers
+// Held reports whether another live Compose process's record for engineURL and namespace is
+// in place. Compose publishes before it registers
 // compose::* only when nothing else holds the record, so a second daemon refused for the same
 // namespace never replaces (and then removes) the serving one's.
-func Held(engineURL, namespace string) int {
+func Held(engineURL, namespace string) bool {
 	key, err := Key(engineURL, namespace)
 	if err != nil {
-		return 0
+		return false
 	}
 	dir, err := DirPath()
 	if err != nil {
-		return 0
+		return false
 	}
 	e, err := read(filepath.Join(dir, key))
-	if err != nil || e.PID <= 0 || e.PID == os.Getpid() || !procgroup.Alive(e.PID) {
-		return 0
-	}
-	return e.PID
+	return err == nil && e.PID > 0 && e.PID != os.Getpid() && procgroup.Alive(e.PID)
 }
 
 // sweep removes the files of Compose processes that no longer run.

@@ -135,25 +135,26 @@ func TestStaleFile(t *testing.T) {
 // and a missing one are not.
 func TestHeld(t *testing.T) {
 	tf := setup(t)
-	if pid := Held("ws://127.0.0.1:4000", "shop"); pid != 0 {
-		t.Fatalf("no record: Held = %d", pid)
+	if Held("ws://127.0.0.1:4000", "shop") {
+		t.Fatal("no record: held")
 	}
 	path, _, err := Publish("ws://127.0.0.1:4000", "shop", tf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pid := Held("ws://127.0.0.1:4000", "shop"); pid != 0 {
-		t.Fatalf("own record: Held = %d", pid)
+	if Held("ws://127.0.0.1:4000", "shop") {
+		t.Fatal("own record: held")
 	}
 	for _, c := range []struct {
-		pid, want int
-	}{{os.Getppid(), os.Getppid()}, {deadPID(t), 0}} {
+		pid  int
+		want bool
+	}{{os.Getppid(), true}, {deadPID(t), false}} {
 		b, _ := json.Marshal(Entry{PID: c.pid, Engine: "ws://127.0.0.1:4000", Namespace: "shop", TokenFile: tf})
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if got := Held("ws://localhost:4000", "shop"); got != c.want {
-			t.Errorf("record of pid %d: Held = %d, want %d", c.pid, got, c.want)
+			t.Errorf("record of pid %d: Held = %v, want %v", c.pid, got, c.want)
 		}
 	}
 }
