@@ -49,6 +49,12 @@ func main() {
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	memprof := flag.String("memprofile", "", "write an allocation profile of the run to this file")
 	flag.Parse()
+	switch only {
+	case "", "http", "peer", "queue":
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -only %q: want http, peer or queue\n", only)
+		os.Exit(2)
+	}
 	if *memprof != "" {
 		defer func() {
 			if f, err := os.Create(*memprof); err == nil {

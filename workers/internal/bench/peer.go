@@ -68,58 +68,59 @@ func startNATS() (call func() error, stop func(), err error) {
 	return call, stop, nil
 }
 
-// runPeer prints the engine, NATS and echo side by side at each concurrency of concs.
+// runPeer prints the engine, NATS and echo side by side at each concurrency of concs (the
+// engine alone with -engine-only, which then starts neither NATS nor the echo).
 func runPeer(ctx context.Context, url string, d time.Duration, concs string) error {
-	server := protocol.NewWorker(protocol.Config{URL: url, Name: "bench-echo"})
-	_ = server.Register(benchbase.EchoFunction, func(_ context.Context, in json.RawMessage) (any, error) { return in, nil })
+	echoWorker := protocol.NewWorker(protocol.Config{URL: url, Name: "bench-echo"})
+	_ = echoWorker.Register(benchbase.EchoFunction, func(_ context.Context, in json.RawMessage) (any, error) { return in, nil })
 	client := protocol.NewWorker(protocol.Config{URL: url, Name: "bench-caller"})
-	for _, w := range []*protocol.Worker{server, client} {
+	for _, w := range []*protocol.Worker{echoWorker, client} {
 		if err := w.Start(ctx); err != nil {
 			return err
 		}
 		defer w.Close()
 	}
-	natsCall, stopNATS, err := startNATS()
-	if err != nil {
-		return err
-	}
-	defer stopNATS()
-	eln, err := listen()
-	if err != nil {
-		return err
-	}
-	defer eln.Close()
-	go func() { _ = benchbase.ServeEcho(eln) }()
-	echo, err := benchbase.DialEcho("ws://" + eln.Addr().String())
-	if err != nil {
-		return err
-	}
-	defer echo.Close()
-	viaEngine := func() error {
+	cases := []func() error{func() error {
 		_, err := client.Call(ctx, benchbase.EchoFunction, benchbase.Payload)
 		return err
+	}}
+	if !engineOnly {
+		natsCall, stopNATS, err := startNATS()
+		if err != nil {
+			return err
+		}
+		defer stopNATS()
+		eln, err := listen()
+		if err != nil {
+			return err
+		}
+		defer eln.Close()
+		go func() { _ = benchbase.ServeEcho(eln) }()
+		echo, err := benchbase.DialEcho("ws://" + eln.Addr().String())
+		if err != nil {
+			return err
+		}
+		defer echo.Close()
+		cases = append(cases, natsCall, echo.Call)
+		fmt.Printf("peer: engine round trip vs NATS request/reply (embedded nats-server, loopback TCP) vs one-hop WebSocket echo, %v each, alternating slices\n", d)
+	} else {
+		fmt.Printf("peer: engine round trip alone, %v each\n", d)
 	}
-
-	fmt.Printf("peer: engine round trip vs NATS request/reply (embedded nats-server, loopback TCP) vs one-hop WebSocket echo, %v each, alternating slices\n", d)
 	for _, f := range strings.Split(concs, ",") {
 		conc, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || conc < 1 {
 			return fmt.Errorf("bad -pc value %q", f)
 		}
-		if engineOnly {
-			r, err := benchbase.Compare(conc, d, viaEngine)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("  c=%-3d engine %s\n", conc, r[0])
-			continue
-		}
-		r, err := benchbase.Compare(conc, d, viaEngine, natsCall, echo.Call)
+		r, err := benchbase.Compare(conc, d, cases...)
 		if err != nil {
 			return err
 		}
-		e, n, w := r[0], r[1], r[2]
+		e := r[0]
 		fmt.Printf("  c=%-3d engine %s\n", conc, e)
+		if len(r) < 3 {
+			continue
+		}
+		n, w := r[1], r[2]
 		fmt.Printf("        nats   %s\n", n)
 		fmt.Printf("        echo   %s\n", w)
 		fmt.Printf("        engine/NATS: %.0f%% of calls/s (%.0f%% per CPU-second), p99 %.2fx NATS's; engine/echo: %.0f%% of calls/s\n",
