@@ -460,7 +460,7 @@ func (p *parser) containerKey(f *File, ct *Container, c pair, k pair, n *contain
 		if ct.ConfigName, err = p.expanded(k); err != nil {
 			return err
 		}
-		if !regexp.MustCompile(`^[a-z0-9_-]{1,64}$`).MatchString(ct.ConfigName) {
+		if !configNameRE.MatchString(ct.ConfigName) {
 			return p.at(errcode.InvalidConfigName, k.val, k.where, "%q is not a configuration id: 1 to 64 of a-z, 0-9, _ and -", ct.ConfigName)
 		}
 	case "config_override":
@@ -522,6 +522,9 @@ func (p *parser) checkContainer(ct *Container, c pair, n *containerNodes) error 
 }
 
 var packageNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// configNameRE is what a container's config_name may be.
+var configNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
 func (p *parser) source(f *File, k pair, s string) (Source, error) {
 	src := Source{Raw: s}

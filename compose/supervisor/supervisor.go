@@ -114,8 +114,7 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	}
 	if err := Spawn(cmd); err != nil {
 		if capture != nil {
-			capture.log.Close()
-			capture.closePipes()
+			capture.close()
 		}
 		return nil, err
 	}
@@ -164,12 +163,17 @@ func openCapture(path string) (*logCapture, error) {
 	c := &logCapture{log: log}
 	for i := range c.pipes {
 		if c.pipes[i][0], c.pipes[i][1], err = os.Pipe(); err != nil {
-			c.closePipes()
-			log.Close()
+			c.close()
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// close closes the log and every pipe, for a capture whose process did not start.
+func (c *logCapture) close() {
+	c.closePipes()
+	c.log.Close()
 }
 
 // closePipes closes every pipe end still open.
