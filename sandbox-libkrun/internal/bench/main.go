@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/iii-go/iii/engine/platform"
@@ -72,7 +73,11 @@ func main() {
 
 	fmt.Printf("sandbox::run end to end (client -> engine -> router -> adapter -> VM), image %s, default cpus/memory;\n", preset.Name)
 	fmt.Printf("each run starts once the previous VM is gone (and the pool is full again); ratio = median / floor median;\n")
-	fmt.Printf("targets (issue 18): shell at most 1.10x the floor, python at most 1.20x\n")
+	var targets []string
+	for _, c := range runCases {
+		targets = append(targets, fmt.Sprintf("%s at most %.2fx the floor", c.Lang, c.Target))
+	}
+	fmt.Printf("targets (issue 18): %s\n", strings.Join(targets, ", "))
 	for _, mode := range []struct {
 		label string
 		pool  int
@@ -180,11 +185,12 @@ func defaultFirmware() string {
 // fsSection runs measureFS with at most 5 runs (each moves 64 MiB twice under emulation).
 func fsSection(ctx context.Context, d *qemu.Driver, n int) {
 	cache := image.NewCache("")
-	if _, ok := cache.RootFS(debimage.Presets[0].Ref); !ok {
+	root, ok := cache.RootFS(debimage.Presets[0].Ref)
+	if !ok {
 		fmt.Printf("fs::read / fs::write: skipped, image %s not cached (go tool mage images)\n", debimage.Presets[0].Ref)
 		return
 	}
-	if err := measureFS(ctx, d, min(n, 5), cache); err != nil {
+	if err := measureFS(ctx, d, min(n, 5), cache, root); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: fs:", err)
 		os.Exit(1)
 	}
