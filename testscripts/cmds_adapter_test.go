@@ -208,7 +208,9 @@ func cmdUnprivileged(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(os.Mkdir(home, 0o777))
 	ts.Check(os.Chmod(home, 0o777))
 	prog := filepath.Join(dir, args[0])
-	ts.Check(copyFile(filepath.Join(ts.Getenv("BIN"), args[0]), prog, 0o755))
+	b, err := os.ReadFile(filepath.Join(ts.Getenv("BIN"), args[0]))
+	ts.Check(err)
+	ts.Check(writeProgram(prog, b, 0o755))
 	argv := []string{}
 	for _, a := range args[1:] {
 		if st, err := os.Stat(ts.MkAbs(a)); err == nil && st.Mode().IsRegular() && !strings.HasPrefix(a, "/dev/") {
@@ -242,14 +244,6 @@ func cmdUnprivileged(ts *testscript.TestScript, neg bool, args []string) {
 
 // unprivilegedEnv are the variables unprivileged passes on from the scenario.
 var unprivilegedEnv = []string{"PATH", "III_URL", "III_QEMU", "III_VIRTIOFSD", "III_KVM_DEVICE", "III_LIBCAPNG", "III_LIB_DIR", "III_SANDBOX_ACCELERATOR"}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(dst, b, mode)
-}
 
 // vmpids [-timeout=20s] FILE SUBSTRING: wait until at least one live process has SUBSTRING in
 // its command line (e.g. a sandbox's state directory) and write their PIDs to FILE, one per line.
@@ -329,4 +323,12 @@ func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("waitcall: %s %s is not %s after %v (last: %s)", fn, path, want, *d, last)
 	}
 	ts.Stdout().Write([]byte(last))
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, mode)
 }

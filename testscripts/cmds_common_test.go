@@ -22,6 +22,31 @@ func init() {
 	registerCmd("json", cmdJSON)
 	registerCmd("jsonenv", cmdJSONEnv)
 	registerCmd("waitgone", cmdWaitGone)
+	registerCmd("install", cmdInstall)
+}
+
+// install SRC DST: cp of one file, its mode kept, written as writeProgram writes. Scenarios use
+// it, not cp, for a program that something runs afterwards.
+func cmdInstall(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: install SRC DST")
+	}
+	src := ts.MkAbs(args[0])
+	st, err := os.Stat(src)
+	ts.Check(err)
+	b, err := os.ReadFile(src)
+	ts.Check(err)
+	ts.Check(writeProgram(ts.MkAbs(args[1]), b, st.Mode().Perm()))
+}
+
+// writeProgram writes a file that will be executed while holding syscall.ForkLock, so that no
+// process forked meanwhile by another scenario holds a copy of the write descriptor: such a
+// child, slow to reach its exec on a loaded machine, makes a later exec of path fail with
+// "text file busy" (ETXTBSY).
+func writeProgram(path string, data []byte, mode os.FileMode) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	return os.WriteFile(path, data, mode)
 }
 
 // timeoutFlag parses a leading -timeout=DURATION from args.

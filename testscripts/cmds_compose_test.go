@@ -72,7 +72,7 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 			Artifacts: targets, Targets: adapterTargets, Config: config}))
 	}
 	hello := filepath.Join(ts.MkAbs(""), ".hello-worker")
-	ts.Check(os.WriteFile(hello, []byte("#!/bin/sh\necho hello from $III_WORKER_NAME\n"), 0o755))
+	ts.Check(writeProgram(hello, []byte("#!/bin/sh\necho hello from $III_WORKER_NAME\n"), 0o755))
 	helloTargets := map[string]string{}
 	for _, t := range allTargets {
 		helloTargets[t] = hello

@@ -78,7 +78,7 @@ func buildReleaseTree() (releaseTree, error) {
 	for _, name := range []string{"iii-worker", "iii-init"} {
 		p := filepath.Join(fakes, name)
 		script := fmt.Sprintf("#!/bin/sh\necho %s %s\n", name, oldVersion)
-		if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		if err := writeProgram(p, []byte(script), 0o755); err != nil {
 			return releaseTree{}, err
 		}
 		old[name] = p
