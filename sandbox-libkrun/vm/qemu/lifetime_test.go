@@ -30,7 +30,12 @@ func TestMain(m *testing.M) {
 }
 
 func helper(root, state string) int {
-	d, err := New(testFirmware(guestarch.Host()))
+	opt, err := testFirmware(guestarch.Host())
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	d, err := New(opt)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1

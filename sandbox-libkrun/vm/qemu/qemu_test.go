@@ -24,7 +24,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// newDriver returns a driver or skips the test with the reason it cannot run.
+// newDriver returns a driver of the checkout's firmware or skips the test with the reason it
+// cannot run; under CI=true a missing prerequisite fails the test instead.
 func newDriver(t *testing.T) *Driver {
 	t.Helper()
 	if testing.Short() {
@@ -33,25 +34,57 @@ func newDriver(t *testing.T) *Driver {
 	if os.Geteuid() != 0 {
 		t.Skip("virtiofsd needs root")
 	}
-	d, err := New(testFirmware(guestarch.Host()))
-	if err != nil {
-		t.Skipf("no VM driver on this host: %v", err)
-	}
 	if _, err := exec.LookPath("busybox"); err != nil {
-		t.Skip("busybox (busybox-static) is needed for the test root filesystem")
+		cannotRun(t, "busybox (busybox-static) is needed for the test root filesystem")
+	}
+	opt, err := testFirmware(guestarch.Host())
+	if err != nil {
+		cannotRun(t, err.Error())
+	}
+	d, err := New(opt)
+	if err != nil {
+		cannotRun(t, fmt.Sprintf("no VM driver on this host: %v", err))
 	}
 	return d
 }
 
-// testFirmware points the driver at the firmware of a that mage builds in this checkout
-// (dist/firmware/<linux target>/, from `go tool mage firmware`), so the tests boot the agent of
-// these sources; without it, at the installed one (~/.iii/lib).
-func testFirmware(a guestarch.Arch) Options {
+// cannotRun skips the test with reason, or fails it under CI=true, where every VM test must run.
+func cannotRun(t *testing.T, reason string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true and this VM test cannot run: %s", reason)
+	}
+	t.Skip(reason)
+}
+
+// testFirmware is the firmware of a that mage builds in this checkout (dist/firmware/<linux
+// target>/, from `go tool mage firmware`), so the tests boot the agent of these sources and never
+// read a firmware an earlier run installed in ~/.iii/lib.
+func testFirmware(a guestarch.Arch) (Options, error) {
 	fw := firmware.At(filepath.Join("..", "..", "..", "dist", "firmware", a.Triple))
 	if _, err := os.Stat(fw.Manifest); err != nil {
-		return Options{Arch: a}
+		return Options{}, fmt.Errorf("no firmware built in this checkout for %s (run `go tool mage firmware`): %w", a.Triple, err)
 	}
-	return Options{Arch: a, Kernel: fw.Kernel, Initrd: fw.Initrd}
+	return Options{Arch: a, Kernel: fw.Kernel, Initrd: fw.Initrd}, nil
+}
+
+// brokenInitrd is a driver of the checkout's kernel with an initrd that is not an initramfs.
+func brokenInitrd(t *testing.T, timeout time.Duration) *Driver {
+	t.Helper()
+	opt, err := testFirmware(guestarch.Host())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Initrd = filepath.Join(t.TempDir(), "initrd")
+	if err := os.WriteFile(opt.Initrd, []byte("not an initramfs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opt.BootTimeout = timeout
+	d, err := New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // busyboxRoot builds a tiny root filesystem with a static busybox as /bin/*.
@@ -364,16 +397,9 @@ func TestMachine(t *testing.T) {
 
 func TestBootFailureShowsConsole(t *testing.T) {
 	newDriver(t)
-	bad := filepath.Join(t.TempDir(), "initrd")
-	if err := os.WriteFile(bad, []byte("not an initramfs"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(Options{Initrd: bad, BootTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := brokenInitrd(t, 30*time.Second)
 	state := t.TempDir()
-	_, err = d.Boot(context.Background(), vm.Spec{RootFS: busyboxRoot(t), CPUs: 1, MemoryMB: 128, StateDir: state})
+	_, err := d.Boot(context.Background(), vm.Spec{RootFS: busyboxRoot(t), CPUs: 1, MemoryMB: 128, StateDir: state})
 	if err == nil || !strings.Contains(err.Error(), "VM boot failed") || !strings.Contains(err.Error(), "--- VM console") || !strings.Contains(err.Error(), "panic") {
 		t.Fatalf("got %v", err)
 	}
@@ -401,14 +427,7 @@ func TestFloor(t *testing.T) {
 	if dur, toInit, err := d.FloorBoot(ctx, 256); err != nil || toInit <= 0 || toInit >= dur {
 		t.Fatalf("floor: %s, /init at %s, %v", dur, toInit, err)
 	}
-	bad := filepath.Join(t.TempDir(), "initrd")
-	if err := os.WriteFile(bad, []byte("not an initramfs"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	broken, err := New(Options{Initrd: bad})
-	if err != nil {
-		t.Fatal(err)
-	}
+	broken := brokenInitrd(t, 0)
 	if _, err := broken.Floor(ctx, 256); err == nil || !strings.Contains(err.Error(), "never reached /init") {
 		t.Fatalf("floor of a kernel that panics: %v", err)
 	}
