@@ -3,6 +3,7 @@
 package qemu
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestPresets(t *testing.T) {
 		t.Run(p.Name, func(t *testing.T) {
 			root, ok := cache.RootFS(p.Ref)
 			if !ok {
-				t.Skipf("image %s not in the cache %s; build it with `go tool mage images`", p.Ref, cache.Dir)
+				cannotRun(t, fmt.Sprintf("image %s not in the cache %s; build it with `go tool mage images`", p.Ref, cache.Dir))
 			}
 			m := boot(t, d, vm.Spec{RootFS: root})
 			start := time.Now()
