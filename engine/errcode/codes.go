@@ -90,7 +90,8 @@ const (
 	// ConfigInvalid: config.yaml is not valid (bad YAML, unknown key, wrong type).
 	ConfigInvalid = "CONFIG_INVALID"
 	// ConfigUnsupported: config.yaml sets a key this engine does not implement (rbac,
-	// middleware_function_id, a #instance listener, a non-zero ttl_seconds, iii-stream or
+	// middleware_function_id, a second instance of an engine worker such as a #instance or a
+	// second iii-worker-manager listener, a non-zero ttl_seconds, iii-stream or
 	// iii-http-functions settings); refused rather than accepted and ignored.
 	ConfigUnsupported = "CONFIG_UNSUPPORTED"
 	// ConfigNotFound: the file named by --config does not exist.
