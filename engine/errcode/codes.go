@@ -26,6 +26,9 @@ const (
 	// FunctionPrefixConflict: the id is under a prefix the engine keeps to one worker (the bound
 	// sandbox adapter's "<adapter>::"), and another live worker already serves a function there.
 	FunctionPrefixConflict = "FUNCTION_PREFIX_CONFLICT"
+	// HTTPInvocationUnsupported: a registerfunction carries an invocation (iii's HTTP-invoked
+	// function); this engine invokes no function over HTTP, so it refuses the registration.
+	HTTPInvocationUnsupported = "HTTP_INVOCATION_UNSUPPORTED"
 	// ReservedNamespace: engine::*, configuration::* and sandbox::* belong to the engine.
 	ReservedNamespace = "RESERVED_FUNCTION_ID"
 	// TokenRequired: the namespace is token-protected and the worker presented no token.
