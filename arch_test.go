@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"encoding/binary"
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -60,4 +64,74 @@ func TestNothingImportsTheAdapter(t *testing.T) {
 	if files < 100 {
 		t.Fatalf("walked only %d Go files; is the test running from the repository root?", files)
 	}
+}
+
+// TestNoTrackedExecutables fails on any file git tracks that is an executable binary (ELF,
+// Mach-O, PE): a go build in the checkout leaves such outputs beside the sources, and a commit
+// of one adds megabytes to every clone for good. Build outputs belong in dist/ or bin/, ignored.
+func TestNoTrackedExecutables(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("git is not installed: %v", err)
+		}
+		t.Skipf("git is not installed, so the tracked files cannot be listed: %v", err)
+	}
+	out, err := exec.Command("git", "ls-files", "-z").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	files := 0
+	for _, path := range strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		st, err := os.Lstat(path)
+		if err != nil || !st.Mode().IsRegular() {
+			continue // deleted in the working tree, or a symbolic link
+		}
+		files++
+		kind, err := executableKind(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind != "" {
+			t.Errorf("%s is a tracked %s executable (%d bytes): git rm --cached it and add it to .gitignore", path, kind, st.Size())
+		}
+	}
+	if files < 100 {
+		t.Fatalf("git tracks only %d regular files here; is the test running from the repository root?", files)
+	}
+}
+
+// executableKind names the executable format of the file at path by its magic bytes ("ELF",
+// "Mach-O", "PE"), or returns "" for any other file.
+func executableKind(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	head := make([]byte, 64)
+	n, err := io.ReadFull(f, head)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return "", err
+	}
+	head = head[:n]
+	if n < 4 {
+		return "", nil
+	}
+	switch m := binary.BigEndian.Uint32(head); {
+	case bytes.HasPrefix(head, []byte("\x7fELF")):
+		return "ELF", nil
+	case m == 0xfeedface || m == 0xfeedfacf || m == 0xcefaedfe || m == 0xcffaedfe:
+		return "Mach-O", nil
+	case m == 0xcafebabe && n >= 8 && binary.BigEndian.Uint32(head[4:]) < 45:
+		// A universal binary counts its architectures here; a Java class file, which shares
+		// the magic, has its version (45 and up).
+		return "Mach-O", nil
+	case bytes.HasPrefix(head, []byte("MZ")) && n >= 0x40:
+		// DOS header; e_lfanew at 0x3c points at the "PE\0\0" signature.
+		sig := make([]byte, 4)
+		if _, err := f.ReadAt(sig, int64(binary.LittleEndian.Uint32(head[0x3c:]))); err == nil && string(sig) == "PE\x00\x00" {
+			return "PE", nil
+		}
+	}
+	return "", nil
 }

@@ -13,6 +13,10 @@ const (
 	LeftoverPath = "LEFTOVER_PATH"
 	// OldVMState: a 0.25 VM worker's <state dir>/vm/<key>/ that nothing reads (req J1).
 	OldVMState = "OLD_VM_STATE"
+	// SymlinkNotFollowed: a symbolic link on the path of a LEFTOVER_PATH or OLD_VM_STATE
+	// candidate, below ~/.iii or the project's state directory; doctor reports the link and
+	// neither reports nor moves what it leads to.
+	SymlinkNotFollowed = "SYMLINK_NOT_FOLLOWED"
 	// AdapterRange02: the adapter is declared or locked on 0.2 (req B7, B8, B9).
 	AdapterRange02 = "ADAPTER_RANGE_0_2"
 	// TokenExposed: a path:// VM worker under an adapter before 0.3.1 could read the token (req B10).

@@ -31,6 +31,9 @@ type Finding struct {
 	Fixable bool `json:"fixable"`
 	// movable marks a leftover that Fix moves into the trash.
 	movable bool
+	// root is the tree a movable leftover was found in (the project's directory,
+	// $III_COMPOSE_STATE_DIR, ~/.iii); Fix moves nothing a symbolic link below it leads to.
+	root string
 }
 
 // Options say what to check.

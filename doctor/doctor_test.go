@@ -312,3 +312,162 @@ func TestOldVMStateUnderTheStateDirVariable(t *testing.T) {
 		t.Fatalf("%v %+v", err, res)
 	}
 }
+
+// findings lists code and path of each finding, paths relative to root.
+func findings(r *Report, root string) []string {
+	var out []string
+	for _, f := range r.Findings {
+		rel, err := filepath.Rel(root, f.Path)
+		if err != nil {
+			rel = f.Path
+		}
+		out = append(out, f.Code+" "+rel)
+	}
+	return out
+}
+
+// A symbolic link on the way to a leftover is reported itself, and neither --fix nor the
+// advice touches what it leads to (review N5, row B28).
+func TestLinksAreReportedNeverFollowed(t *testing.T) {
+	t.Setenv("III_URL", deadURL(t))
+	root := t.TempDir()
+	stateRoot := filepath.Join(root, "state")
+	t.Setenv("III_COMPOSE_STATE_DIR", stateRoot)
+	home := filepath.Join(root, "home")
+	proj := filepath.Join(root, "proj")
+	compose := filepath.Join(proj, "worker-compose.yaml")
+	write(t, compose, "containers:\n  api: {worker: path://., scripts: {run: ./api}}\n")
+	canon, err := state.Canonical(compose)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victims := filepath.Join(root, "victims")
+	for _, p := range []string{"projA/src/main.go", "projB/notes.txt", "ns/vm/kept/disk", "cache/bundles/b.tar.gz", "managed/w/disk", "slug/default/vm/s/disk"} {
+		write(t, filepath.Join(victims, p), "precious")
+	}
+	link := func(target, at string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(at), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The review's setup: vm itself; then a namespace, an entry of vm, and under ~/.iii the
+	// leftover itself and a directory on its way; the whole slug under III_COMPOSE_STATE_DIR.
+	link("../../../../victims", filepath.Join(proj, ".iii/compose/default/vm"))
+	link(filepath.Join(victims, "ns"), filepath.Join(proj, ".iii/compose/other"))
+	write(t, filepath.Join(proj, ".iii/compose/third/vm/real/disk"), "old")
+	link(filepath.Join(victims, "projA"), filepath.Join(proj, ".iii/compose/third/vm/entry"))
+	link(filepath.Join(victims, "managed"), filepath.Join(home, ".iii/managed"))
+	link(filepath.Join(victims, "cache"), filepath.Join(home, ".iii/cache"))
+	link(filepath.Join(victims, "slug"), filepath.Join(stateRoot, state.Slug(canon)))
+	// A link that leads to no VM state is left unmentioned.
+	link(filepath.Join(victims, "projB"), filepath.Join(proj, ".iii/compose/fourth"))
+
+	o := opts(home, compose)
+	r, err := Check(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"SYMLINK_NOT_FOLLOWED home/.iii/managed",
+		"SYMLINK_NOT_FOLLOWED home/.iii/cache",
+		"SYMLINK_NOT_FOLLOWED proj/.iii/compose/default/vm",
+		"SYMLINK_NOT_FOLLOWED proj/.iii/compose/other",
+		"SYMLINK_NOT_FOLLOWED proj/.iii/compose/third/vm/entry",
+		"OLD_VM_STATE proj/.iii/compose/third/vm/real",
+		"SYMLINK_NOT_FOLLOWED " + filepath.Join("state", state.Slug(canon)),
+	}
+	if d := cmp.Diff(want, findings(r, root)); d != "" {
+		t.Errorf("findings (-want +got):\n%s", d)
+	}
+	for _, f := range r.Findings {
+		if f.Code != SymlinkNotFollowed {
+			continue
+		}
+		if f.Fixable || f.Severity != Warning || f.Fix != "if the link should not be there, remove the link itself, never what it points at: rm "+f.Path ||
+			!strings.Contains(f.Message, "a symbolic link to ") {
+			t.Errorf("link finding: %+v", f)
+		}
+	}
+	vm := filepath.Join(proj, ".iii/compose/default/vm")
+	if f := r.Findings[2]; !strings.HasPrefix(f.Message, "a symbolic link to ../../../../victims ("+victims+") where iii doctor looks for 0.25 VM state") {
+		t.Errorf("vm link message: %s", f.Message)
+	}
+
+	res, err := Fix(r, o, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Actions) != 1 || res.Actions[0].Code != OldVMState || res.Actions[0].Did != "moved" {
+		t.Errorf("actions: %+v", res.Actions)
+	}
+	if _, err := os.Lstat(vm); err != nil {
+		t.Errorf("the link itself was moved: %v", err)
+	}
+	for _, p := range []string{"projA/src/main.go", "projB/notes.txt", "ns/vm/kept/disk", "cache/bundles/b.tar.gz", "managed/w/disk", "slug/default/vm/s/disk"} {
+		if b, err := os.ReadFile(filepath.Join(victims, p)); err != nil || string(b) != "precious" {
+			t.Errorf("%s behind a link: %q %v", p, b, err)
+		}
+	}
+}
+
+// Fix checks the path again: a link that appears after Check is not followed either.
+func TestFixRefusesALinkThatAppearedAfterCheck(t *testing.T) {
+	t.Setenv("III_URL", deadURL(t))
+	t.Setenv("III_COMPOSE_STATE_DIR", "")
+	root := t.TempDir()
+	home := filepath.Join(root, "home")
+	proj := filepath.Join(root, "proj")
+	compose := filepath.Join(proj, "worker-compose.yaml")
+	write(t, compose, "containers:\n  api: {worker: path://., scripts: {run: ./api}}\n")
+	write(t, filepath.Join(proj, ".iii/compose/default/vm/api/disk"), "old")
+	write(t, filepath.Join(root, "victims/api/disk"), "precious")
+	o := opts(home, compose)
+	r, err := Check(context.Background(), o)
+	if err != nil || len(r.Findings) != 1 {
+		t.Fatalf("%v %+v", err, r.Findings)
+	}
+	vm := filepath.Join(proj, ".iii/compose/default/vm")
+	if err := os.Rename(vm, filepath.Join(root, "vm-was")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "victims"), vm); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Fix(r, o, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Actions) != 1 || res.Actions[0].Did != "refused" || !strings.Contains(res.Actions[0].Why, "the symbolic link "+vm+" on its path leads out of "+proj) {
+		t.Errorf("actions: %+v", res.Actions)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "victims/api/disk")); err != nil || string(b) != "precious" {
+		t.Errorf("behind the link: %q %v", b, err)
+	}
+}
+
+// The printed advice quotes the path for the shell, as restore.sh does (review row B29).
+func TestRemoveAdviceIsQuoted(t *testing.T) {
+	t.Setenv("III_URL", deadURL(t))
+	t.Setenv("III_COMPOSE_STATE_DIR", "")
+	root := t.TempDir()
+	proj := filepath.Join(root, "proj")
+	compose := filepath.Join(proj, "worker-compose.yaml")
+	write(t, compose, "containers:\n  api: {worker: path://., scripts: {run: ./api}}\n")
+	name := "a'b $(touch PWNED)"
+	write(t, filepath.Join(proj, ".iii/compose/default/vm", name, "disk"), "old")
+	r, err := Check(context.Background(), opts(filepath.Join(root, "home"), compose))
+	if err != nil || len(r.Findings) != 1 {
+		t.Fatalf("%v %+v", err, r.Findings)
+	}
+	want := "rm -r '" + filepath.Join(proj, ".iii/compose/default/vm") + `/a'\''b $(touch PWNED)'` + fixByMove
+	if got := r.Findings[0].Fix; got != want {
+		t.Errorf("fix:\n got %s\nwant %s", got, want)
+	}
+	if got := removeCommand("/h/.iii/managed", true); got != "rm -r /h/.iii/managed" {
+		t.Errorf("plain path: %s", got)
+	}
+}

@@ -41,8 +41,8 @@ type FixResult struct {
 // moves every LEFTOVER_BINARY, LEFTOVER_PATH and OLD_VM_STATE path into
 // ~/.iii/trash/<UTC timestamp>/, keeping its path relative to the home directory (or, outside it,
 // its absolute path under root/). It deletes nothing, and it refuses to move a path that a
-// running process holds open, executes or works in (Linux), naming the process. Everything else
-// stays advice.
+// running process holds open, executes or works in (Linux), naming the process, or one a
+// symbolic link below the tree it was found in leads to. Everything else stays advice.
 func Fix(r *Report, o Options, now time.Time) (*FixResult, error) {
 	o, err := o.withDefaults()
 	if err != nil {
@@ -79,6 +79,17 @@ func Fix(r *Report, o Options, now time.Time) (*FixResult, error) {
 	for _, f := range moves {
 		src := trimSep(f.Path)
 		a := Action{Code: f.Code, Path: src}
+		if f.root != "" {
+			// Checked again: the tree may have changed since Check looked.
+			if link, err := firstLink(f.root, src); err != nil || link != "" {
+				a.Did, a.Why = "refused", fmt.Sprintf("the symbolic link %s on its path leads out of %s, and iii doctor --fix moves nothing through a link", link, f.root)
+				if err != nil {
+					a.Why = err.Error()
+				}
+				res.Actions = append(res.Actions, a)
+				continue
+			}
+		}
 		if hs := held[src]; len(hs) > 0 {
 			var why []string
 			for _, h := range hs {

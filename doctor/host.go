@@ -45,7 +45,7 @@ func checkBinaries(ctx context.Context, r *Report, o Options) {
 		for _, it := range leftover.FindBinaries(d, exeSuffix()) {
 			r.add(Finding{Code: LeftoverBinary, Severity: Warning, Path: it.Path,
 				Message: it.About + ": iii 0.26 ships neither iii-worker nor iii-init, and nothing runs it",
-				Fix:     it.RemoveCommand() + fixByMove, Fixable: true, movable: true})
+				Fix:     removeCommand(it.Path, it.Dir) + fixByMove, Fixable: true, movable: true})
 		}
 	}
 	installed := filepath.Join(o.BinDir, self+exeSuffix())
@@ -64,15 +64,27 @@ func checkBinaries(ctx context.Context, r *Report, o Options) {
 }
 
 // checkHomeLeftovers reports each of iii-worker's paths under ~/.iii that exists, with its size
-// (req J2), and never the rest of ~/.iii/lib/ or ~/.iii/cache/.
+// (req J2), and never the rest of ~/.iii/lib/ or ~/.iii/cache/. A symbolic link below ~/.iii on
+// the way to one (~/.iii/managed itself, ~/.iii/cache of cache/bundles) is reported instead, as
+// SYMLINK_NOT_FOLLOWED: what it leads to lies outside ~/.iii.
 func checkHomeLeftovers(r *Report, o Options) {
-	items := leftover.FindHome(o.Home)
-	for _, it := range items {
+	root := filepath.Join(o.Home, ".iii")
+	n := 0
+	for _, it := range leftover.FindHome(o.Home) {
+		link, err := firstLink(root, it.Path)
+		if err != nil {
+			continue
+		}
+		if link != "" {
+			r.addLink(link, root, "iii-worker's leftovers")
+			continue
+		}
+		n++
 		r.add(Finding{Code: LeftoverPath, Severity: Warning, Path: it.Display(), Size: size(it.Path),
 			Message: fmt.Sprintf("%s (%s): sandbox-libkrun reads none of it", it.About, human(size(it.Path))),
-			Fix:     it.RemoveCommand() + fixByMove, Fixable: true, movable: true})
+			Fix:     removeCommand(it.Path, it.Dir) + fixByMove, Fixable: true, movable: true, root: root})
 	}
-	if len(items) > 0 {
+	if n > 0 {
 		r.note(leftover.KeepNote(o.Home))
 	}
 }

@@ -207,34 +207,79 @@ func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare
 }
 
 // checkOldVMState reports each <state dir>/vm/<key>/ of the project, under the compose
-// directory and under $III_COMPOSE_STATE_DIR, for any namespace (req J1).
+// directory and under $III_COMPOSE_STATE_DIR, for any namespace (req J1). It follows no symbolic
+// link below the project's directory or $III_COMPOSE_STATE_DIR: a link on the way (.iii,
+// compose, the namespace, vm, an entry of vm) that leads to such state is reported instead, as
+// SYMLINK_NOT_FOLLOWED.
 func checkOldVMState(r *Report, composePath string) {
 	canon, err := state.Canonical(composePath)
 	if err != nil {
 		return
 	}
-	bases := []string{filepath.Join(filepath.Dir(canon), ".iii", "compose")}
+	type tree struct{ root, base string }
+	dir := filepath.Dir(canon)
+	trees := []tree{{dir, filepath.Join(dir, ".iii", "compose")}}
 	if root := os.Getenv(state.EnvStateDir); root != "" {
 		if abs, err := filepath.Abs(root); err == nil {
-			bases = append(bases, filepath.Join(abs, state.Slug(canon)))
+			trees = append(trees, tree{abs, filepath.Join(abs, state.Slug(canon))})
 		}
 	}
-	var dirs []string
-	for _, b := range bases {
-		m, _ := filepath.Glob(filepath.Join(b, "*", state.LegacyVMDir, "*"))
-		dirs = append(dirs, m...)
-	}
-	sort.Strings(dirs)
-	for _, d := range dirs {
-		st, err := os.Lstat(d)
-		if err != nil || !st.IsDir() {
+	const what = "0.25 VM state (<state dir>/vm/<key>/)"
+	var found []Finding
+	link := func(p, root string) { found = append(found, linkFinding(p, root, what)) }
+	for _, t := range trees {
+		if l, err := firstLink(t.root, t.base); err != nil {
+			continue
+		} else if l != "" {
+			if vmStateBehind(t.base, 2) {
+				link(l, t.root)
+			}
 			continue
 		}
-		ns := filepath.Base(filepath.Dir(filepath.Dir(d)))
-		n := size(d)
-		r.add(Finding{Code: OldVMState, Severity: Warning, Path: d + string(filepath.Separator), Size: n,
-			Message: fmt.Sprintf("0.25 kept the state of VM worker '%s' of namespace '%s' here (%s); nothing in 0.26 reads <state dir>/vm/, and the worker's first 0.26 boot starts from fresh state", filepath.Base(d), ns, human(n)),
-			Fix:     "rm -r " + d + fixByMove, Fixable: true, movable: true})
+		nss, _ := os.ReadDir(t.base)
+		for _, ns := range nss {
+			nsDir := filepath.Join(t.base, ns.Name())
+			if isLink(ns) {
+				if vmStateBehind(nsDir, 1) {
+					link(nsDir, t.root)
+				}
+				continue
+			}
+			vm := filepath.Join(nsDir, state.LegacyVMDir)
+			st, err := os.Lstat(vm)
+			switch {
+			case err != nil:
+				continue
+			case st.Mode()&fs.ModeSymlink != 0:
+				if vmStateBehind(vm, 0) {
+					link(vm, t.root)
+				}
+				continue
+			case !st.IsDir():
+				continue
+			}
+			ents, _ := os.ReadDir(vm)
+			for _, e := range ents {
+				d := filepath.Join(vm, e.Name())
+				if isLink(e) {
+					if st, err := os.Stat(d); err == nil && st.IsDir() {
+						link(d, t.root)
+					}
+					continue
+				}
+				if !e.IsDir() {
+					continue
+				}
+				n := size(d)
+				found = append(found, Finding{Code: OldVMState, Severity: Warning, Path: d + string(filepath.Separator), Size: n,
+					Message: fmt.Sprintf("0.25 kept the state of VM worker '%s' of namespace '%s' here (%s); nothing in 0.26 reads <state dir>/vm/, and the worker's first 0.26 boot starts from fresh state", e.Name(), ns.Name(), human(n)),
+					Fix:     removeCommand(d, true) + fixByMove, Fixable: true, movable: true, root: t.root})
+			}
+		}
+	}
+	sort.Slice(found, func(i, j int) bool { return found[i].Path < found[j].Path })
+	for _, f := range found {
+		r.add(f)
 	}
 }
 

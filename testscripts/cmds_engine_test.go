@@ -85,36 +85,63 @@ func cmdWaitFn(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// wsprobe URL: open a raw WebSocket to the engine, send undecodable JSON, a frame of an unknown
-// type and a binary telemetry frame, then a ping; print each frame received until the pong
-// ("pong" on stdout proves the connection survived).
+// wsprobe URL [FRAME...]: open a raw WebSocket to the engine and send undecodable JSON, a frame
+// of an unknown type and a binary telemetry frame, or the FRAMEs given, then a ping; print each
+// frame received until the pong and a reply to every invokefunction sent with an invocation_id
+// ("pong" on stdout proves the connection survived). A registrationrejected prints as
+// "registrationrejected CODE FUNCTION_ID", an invocationresult as "invocationresult ID ok|CODE".
 func cmdWSProbe(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) != 1 {
-		ts.Fatalf("usage: wsprobe URL")
+	if len(args) < 1 {
+		ts.Fatalf("usage: wsprobe URL [FRAME...]")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, args[0], nil)
 	ts.Check(err)
 	defer c.CloseNow()
-	for _, f := range []string{`{"type":`, `not json at all`, `{"type":"frobnicate","x":1}`, `{"no_type":true}`} {
+	frames := args[1:]
+	if len(frames) == 0 {
+		frames = []string{`{"type":`, `not json at all`, `{"type":"frobnicate","x":1}`, `{"no_type":true}`}
+	}
+	waiting := map[string]bool{}
+	for _, f := range frames {
+		var m struct {
+			Type         string `json:"type"`
+			InvocationID string `json:"invocation_id"`
+		}
+		if json.Unmarshal([]byte(f), &m) == nil && m.Type == protocol.TypeInvokeFunction && m.InvocationID != "" {
+			waiting[m.InvocationID] = true
+		}
 		ts.Check(c.Write(ctx, websocket.MessageText, []byte(f)))
 	}
-	ts.Check(c.Write(ctx, websocket.MessageBinary, []byte("OTLP{}")))
+	if len(args) == 1 {
+		ts.Check(c.Write(ctx, websocket.MessageBinary, []byte("OTLP{}")))
+	}
 	ts.Check(c.Write(ctx, websocket.MessageText, []byte(`{"type":"ping"}`)))
-	for {
+	pong := false
+	for !pong || len(waiting) > 0 {
 		_, b, err := c.Read(ctx)
 		if err != nil {
-			ts.Fatalf("wsprobe: connection ended before pong: %v", err)
+			ts.Fatalf("wsprobe: connection ended before pong and every reply (pong %v, waiting for %v): %v", pong, waiting, err)
 		}
-		var m struct {
-			Type string `json:"type"`
+		m, err := protocol.Decode(b)
+		if err != nil {
+			ts.Fatalf("wsprobe: engine sent %s: %v", b, err)
 		}
-		_ = json.Unmarshal(b, &m)
-		fmt.Fprintln(ts.Stdout(), m.Type)
-		if m.Type == "pong" {
-			return
+		switch m.Type {
+		case protocol.TypeRegistrationRejected:
+			fmt.Fprintln(ts.Stdout(), m.Type, m.Code, m.FunctionID)
+		case protocol.TypeInvocationResult:
+			delete(waiting, m.InvocationID)
+			res := "ok"
+			if m.Error != nil {
+				res = m.Error.Code
+			}
+			fmt.Fprintln(ts.Stdout(), m.Type, m.InvocationID, res)
+		default:
+			fmt.Fprintln(ts.Stdout(), m.Type)
 		}
+		pong = pong || m.Type == protocol.TypePong
 	}
 }
 

@@ -25,8 +25,9 @@
 //
 // Keys this engine parses but does not implement are refused with CONFIG_UNSUPPORTED naming the
 // key, never accepted and ignored: rbac and middleware_function_id on iii-worker-manager, a
-// "#instance" second listener, a non-zero ttl_seconds, and any setting of iii-stream or
-// iii-http-functions (which may be declared, bare, for compatibility).
+// second instance of an engine worker ("#instance" or a second entry of the same name: one
+// listener only), a non-zero ttl_seconds, and any setting of iii-stream or iii-http-functions
+// (which may be declared, bare, for compatibility).
 package config
 
 import (
@@ -167,6 +168,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 	}
 	var unsupported []string
 	seen := map[string]bool{}
+	entries := map[string]int{} // engine worker name -> line of its entry, across workers and modules
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if seen[k.Value] {
@@ -179,7 +181,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 				return nil, err
 			}
 		case "workers", "modules":
-			u, err := c.parseWorkers(k.Value, v)
+			u, err := c.parseWorkers(k.Value, v, entries)
 			if err != nil {
 				return nil, err
 			}
@@ -234,7 +236,9 @@ func Advice(name string) string {
 	return "move this worker to worker-compose.yaml"
 }
 
-func (c *Config) parseWorkers(key string, v *yaml.Node) ([]string, error) {
+// parseWorkers reads one workers: (or modules:) list; entries holds the line of each engine
+// worker already declared, so a second entry of one is refused.
+func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) ([]string, error) {
 	if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
 		return nil, invalid(v.Line, "%s: must be a list; write `%s: []` for none", key, key)
 	}
@@ -276,6 +280,15 @@ func (c *Config) parseWorkers(key string, v *yaml.Node) ([]string, error) {
 		if instance != "" {
 			return nil, refuseKey(e.Line, "%s[%d]: %q is a second instance of %s (a \"#%s\" suffix)", key, i, name, base, instance)
 		}
+		if first, ok := entries[base]; ok {
+			why := "this engine runs one " + base
+			if base == "iii-worker-manager" {
+				why = "only one listener is supported today"
+			}
+			return nil, refuseKey(e.Line, "%s[%d]: a second %q entry, after the one on line %d, is a second instance of %s: %s",
+				key, i, name, first, base, why)
+		}
+		entries[base] = e.Line
 		c.Declared = append(c.Declared, name)
 		if cfg == nil {
 			continue

@@ -87,6 +87,12 @@ func TestParseErrors(t *testing.T) {
 		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {default: deny}}\n", errcode.ConfigUnsupported, `line 3: iii-worker-manager config: key "rbac"`},
 		{"workers:\n  - name: iii-worker-manager\n    config: {middleware_function_id: auth::check}\n", errcode.ConfigUnsupported, `key "middleware_function_id"`},
 		{"workers:\n  - name: iii-worker-manager#rbac\n    config: {port: 49135}\n", errcode.ConfigUnsupported, `"iii-worker-manager#rbac" is a second instance`},
+		// A second entry of an engine worker would be a second instance: refused, naming both lines
+		// (review row B32), also across workers: and modules:.
+		{"workers:\n  - name: iii-worker-manager\n    config: {port: 47002}\n  - name: iii-worker-manager\n    config: {port: 47003}\n",
+			errcode.ConfigUnsupported, `line 4: workers[1]: a second "iii-worker-manager" entry, after the one on line 2, is a second instance of iii-worker-manager: only one listener is supported today`},
+		{"modules:\n  - name: configuration\nworkers:\n  - name: iii-stream\n  - name: configuration\n", errcode.ConfigUnsupported,
+			`line 5: workers[1]: a second "configuration" entry, after the one on line 2, is a second instance of configuration: this engine runs one configuration`},
 		{"workers:\n  - name: configuration\n    config: {ttl_seconds: 1}\n", errcode.ConfigUnsupported, "ttl_seconds: 1"},
 		{"workers:\n  - name: iii-stream\n    config: {anything_at_all: [1]}\n", errcode.ConfigUnsupported, `iii-stream: key "anything_at_all"`},
 		{"workers:\n  - name: iii-http-functions\n    config: {bogus_key: 1}\n", errcode.ConfigUnsupported, `key "bogus_key"`},

@@ -377,6 +377,14 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 			Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: "engine"})
 		return
 	}
+	if m.HasInvocation() {
+		// Registered as is, calls would go back to this socket, which never answers them.
+		e.log.Warn("function registration refused", "code", errcode.HTTPInvocationUnsupported, "function", m.ID, "namespace", ns, "worker_id", c.id,
+			"reason", "the frame carries an invocation (an HTTP-invoked function), and this engine invokes no function over HTTP")
+		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: errcode.HTTPInvocationUnsupported,
+			Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: "engine"})
+		return
+	}
 	if m.Protected && c.token == "" {
 		e.log.Warn("function registration refused", "code", errcode.TokenRequired, "function", m.ID, "namespace", ns,
 			"reason", "a protected function needs a worker that connected with a token")

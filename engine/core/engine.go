@@ -17,7 +17,9 @@
 // registered), invocation_failed (from the worker), invocation_stopped (the serving worker
 // disconnected), timeout (the call's timeout_ms passed; checked every 20 ms), and at
 // registration NAMESPACE_TOKEN_REQUIRED / NAMESPACE_TOKEN_INVALID, FUNCTION_NAMESPACE_CONFLICT,
-// FUNCTION_PREFIX_CONFLICT, RESERVED_FUNCTION_ID (engine::, configuration:: and sandbox:: belong to the engine).
+// FUNCTION_PREFIX_CONFLICT, RESERVED_FUNCTION_ID (engine::, configuration:: and sandbox:: belong
+// to the engine), HTTP_INVOCATION_UNSUPPORTED (a registerfunction with an invocation: iii's
+// HTTP-invoked functions are not implemented, and the function is not registered).
 //
 // Project tokens: a namespace listed in config.yaml's namespaces: admits registrations only from
 // connections whose handshake carried "Authorization: Bearer <token>" matching its token_file

@@ -371,3 +371,60 @@ func TestInvokeResultsOutliveReadBuffer(t *testing.T) {
 		t.Error(msg)
 	}
 }
+
+// A registerfunction with an invocation (iii's HTTP-invoked function) is refused with
+// HTTP_INVOCATION_UNSUPPORTED and not registered, instead of routing its calls back to a socket
+// that never answers them (review N7, row B33). The other fields iii-sdk 0.22 sends
+// (description, request_format, response_format, metadata) and a null invocation register as
+// before.
+func TestHTTPInvokedFunctionIsRefused(t *testing.T) {
+	e, url := startEngine(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	for _, f := range []string{
+		`{"type":"registerfunction","id":"x::h","description":"hook","invocation":{"url":"http://127.0.0.1:9/hook","method":"POST","timeout_ms":1000}}`,
+		`{"type":"registerfunction","id":"x::sdk","description":"d","request_format":{"type":"object"},"response_format":{"type":"object"},"metadata":{"team":"a"}}`,
+		`{"type":"registerfunction","id":"x::null","invocation":null}`,
+		`{"type":"invokefunction","invocation_id":"r1","function_id":"engine::workers::register","data":{"name":"raw","namespace":"default"}}`,
+	} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rejected []*protocol.Message
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("no reply to engine::workers::register: %v", err)
+		}
+		m, err := protocol.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Type == protocol.TypeRegistrationRejected {
+			rejected = append(rejected, m)
+		}
+		if m.Type == protocol.TypeInvocationResult && m.InvocationID == "r1" {
+			break
+		}
+	}
+	if len(rejected) != 1 {
+		t.Fatalf("%d registrationrejected frames, want 1: %+v", len(rejected), rejected)
+	}
+	if r := rejected[0]; r.Code != errcode.HTTPInvocationUnsupported || r.FunctionID != "x::h" || r.NamespaceOr("") != "default" || r.OwnerWorkerID != "engine" {
+		t.Errorf("rejection: %+v", r)
+	}
+	if _, ok := e.Lookup("default", "x::h"); ok {
+		t.Error("the HTTP-invoked function was registered")
+	}
+	for _, id := range []string{"x::sdk", "x::null"} {
+		if _, ok := e.Lookup("default", id); !ok {
+			t.Errorf("%s was not registered", id)
+		}
+	}
+}

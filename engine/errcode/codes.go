@@ -26,6 +26,9 @@ const (
 	// FunctionPrefixConflict: the id is under a prefix the engine keeps to one worker (the bound
 	// sandbox adapter's "<adapter>::"), and another live worker already serves a function there.
 	FunctionPrefixConflict = "FUNCTION_PREFIX_CONFLICT"
+	// HTTPInvocationUnsupported: a registerfunction carries an invocation (iii's HTTP-invoked
+	// function); this engine invokes no function over HTTP, so it refuses the registration.
+	HTTPInvocationUnsupported = "HTTP_INVOCATION_UNSUPPORTED"
 	// ReservedNamespace: engine::*, configuration::* and sandbox::* belong to the engine.
 	ReservedNamespace = "RESERVED_FUNCTION_ID"
 	// TokenRequired: the namespace is token-protected and the worker presented no token.
@@ -90,7 +93,8 @@ const (
 	// ConfigInvalid: config.yaml is not valid (bad YAML, unknown key, wrong type).
 	ConfigInvalid = "CONFIG_INVALID"
 	// ConfigUnsupported: config.yaml sets a key this engine does not implement (rbac,
-	// middleware_function_id, a #instance listener, a non-zero ttl_seconds, iii-stream or
+	// middleware_function_id, a second instance of an engine worker such as a #instance or a
+	// second iii-worker-manager listener, a non-zero ttl_seconds, iii-stream or
 	// iii-http-functions settings); refused rather than accepted and ignored.
 	ConfigUnsupported = "CONFIG_UNSUPPORTED"
 	// ConfigNotFound: the file named by --config does not exist.

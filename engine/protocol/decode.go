@@ -147,6 +147,8 @@ func (m *Message) rawField(key string) *json.RawMessage {
 		return &m.ResponseFormat
 	case "config":
 		return &m.Config
+	case "invocation":
+		return &m.Invocation
 	case "trigger_request_format":
 		return &m.TriggerRequestFormat
 	case "call_request_format":
@@ -262,6 +264,8 @@ func frameKey(b []byte) string {
 		return "config"
 	case "protected":
 		return "protected"
+	case "invocation":
+		return "invocation"
 	case "trigger_request_format":
 		return "trigger_request_format"
 	case "call_request_format":

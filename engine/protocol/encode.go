@@ -36,6 +36,7 @@ func appendMessage(b []byte, m *Message) []byte {
 	if m.Protected {
 		b = append(b, `,"protected":true`...)
 	}
+	raw("invocation", m.Invocation)
 	raw("trigger_request_format", m.TriggerRequestFormat)
 	raw("call_request_format", m.CallRequestFormat)
 	str("invocation_id", m.InvocationID)

@@ -103,6 +103,11 @@ type Message struct {
 	// call to the function only from a connection holding the registering worker's token (or a
 	// token the same protected namespace accepts). Other engines ignore it.
 	Protected bool `json:"protected,omitempty"`
+	// Invocation (registerfunction) is iii's HTTP-invoked function, {url, method, timeout_ms,
+	// headers, auth}: the engine would call the URL instead of the registering worker. This
+	// engine invokes nothing over HTTP and refuses such a registration
+	// (HTTP_INVOCATION_UNSUPPORTED); null counts as absent, as in iii.
+	Invocation json.RawMessage `json:"invocation,omitempty"`
 	// registertriggertype: JSON Schemas of a trigger's config and of the payload it fires with.
 	TriggerRequestFormat json.RawMessage `json:"trigger_request_format,omitempty"`
 	CallRequestFormat    json.RawMessage `json:"call_request_format,omitempty"`
@@ -142,6 +147,12 @@ func (m *Message) IsVoid() bool {
 	return m.Action != nil && m.Action.Type == "void" || m.Type == TypeInvokeFunction && m.InvocationID == ""
 }
 
+// HasInvocation reports whether a registerfunction asks for an HTTP-invoked function: an
+// invocation that is present and not null.
+func (m *Message) HasInvocation() bool {
+	return len(m.Invocation) != 0 && string(m.Invocation) != "null"
+}
+
 // NamespaceOr returns the frame's namespace, or def when it has none.
 func (m *Message) NamespaceOr(def string) string {
 	if m.Namespace == nil {
@@ -160,7 +171,7 @@ var ErrUnknownType = errors.New("unknown message type")
 func Decode(b []byte) (*Message, error) { return decode(b, false) }
 
 // DecodeBorrowed is Decode for a receiver that handles the frame before it reuses b: the raw
-// fields of the message (Data, Result, Metadata, Config and the formats) refer to b instead of
+// fields of the message (Data, Result, Metadata, Config, Invocation and the formats) refer to b instead of
 // copies, which saves copying a payload that is only passed on. Own makes the message
 // independent of b, for a receiver that keeps it longer.
 func DecodeBorrowed(b []byte) (*Message, error) { return decode(b, true) }
@@ -189,7 +200,7 @@ func decode(b []byte, borrow bool) (*Message, error) {
 // Own copies the raw fields of a message from DecodeBorrowed, so it no longer refers to the
 // decoded buffer.
 func (m *Message) Own() {
-	for _, f := range []*json.RawMessage{&m.RequestFormat, &m.ResponseFormat, &m.Config, &m.TriggerRequestFormat,
+	for _, f := range []*json.RawMessage{&m.RequestFormat, &m.ResponseFormat, &m.Config, &m.Invocation, &m.TriggerRequestFormat,
 		&m.CallRequestFormat, &m.Data, &m.Metadata, &m.Result} {
 		if *f != nil {
 			*f = append(json.RawMessage(nil), *f...)
