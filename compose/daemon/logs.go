@@ -55,9 +55,12 @@ func (d *Daemon) logs(ctx context.Context, r Request) (any, error) {
 	if r.WaitMS < 0 || wait > LogsMaxWait {
 		return nil, errcode.New(errcode.InvalidRequest, "wait_ms=%d: write a number of milliseconds from 0 to %d", r.WaitMS, LogsMaxWait.Milliseconds())
 	}
-	for k := range r.Cursors {
+	for k, c := range r.Cursors {
 		if !slices.Contains(keys, k) {
 			return nil, errcode.New(errcode.UnknownContainer, "cursors names '%s', which is not a container of %s", k, d.Project.File().Path)
+		}
+		if err := c.Validate(); err != nil {
+			return nil, errcode.New(errcode.InvalidRequest, "cursors.%s: %v", k, err)
 		}
 	}
 	deadline := time.Now().Add(wait)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -259,5 +260,21 @@ func TestAdapterConfigLayersAndRemovedKeyKeepsValue(t *testing.T) {
 	imgs := v["custom_images"].(map[string]any)
 	if imgs["a"] != "r/a" || imgs["b"] != "r/b" || len(v["image_allowlist"].([]any)) != 1 {
 		t.Fatalf("layered value %v", v)
+	}
+}
+
+// A start cut short by Compose's context (a SIGINT or SIGTERM to Compose) fails
+// OPERATION_CANCELLED naming the cause, not a bare "context canceled" (issue 24).
+func TestInterruptedStartNamesTheCause(t *testing.T) {
+	p, _, _ := setup(t, `containers:
+  slow:
+    worker: path://.
+    scripts: { run: "while :; do sleep 0.05; done" }
+`)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	time.AfterFunc(200*time.Millisecond, func() { cancel(errors.New("terminated signal received")) })
+	_, err := p.Up(ctx, "")
+	if err == nil || !strings.Contains(err.Error(), "OPERATION_CANCELLED") || !strings.Contains(err.Error(), "terminated signal received") {
+		t.Fatalf("Up error = %v", err)
 	}
 }

@@ -546,7 +546,7 @@ func (p *Project) waitReady(ctx context.Context, f *composefile.File, key string
 			}
 			return errcode.New(errcode.StartupTimeout, "container '%s' did not register within %v; see %s", key, timeout, p.opts.State.LogPath(key))
 		case <-ctx.Done():
-			return errcode.New(errcode.OperationCancelled, "container '%s': %v", key, ctx.Err())
+			return errcode.New(errcode.OperationCancelled, "container '%s': the start was interrupted before it registered: %v", key, context.Cause(ctx))
 		case <-tick.C:
 		}
 	}

@@ -67,6 +67,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	// A signal ends Compose's ctx with the signal as its cause (context.Cause), which an
+	// interrupted start names.
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	s := &session{o: o}
@@ -392,7 +394,7 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.D
 			return nil, errcode.New(errcode.EngineExited, "the managed engine exited before it listened on %s; the end of %s:\n%s", addr, sd.Join(state.EngineLogFile), tailFile(sd.Join(state.EngineLogFile), 10))
 		case <-ctx.Done():
 			_, _ = sup.Stop("engine", time.Second)
-			return nil, errcode.New(errcode.OperationCancelled, "interrupted while the engine started")
+			return nil, errcode.New(errcode.OperationCancelled, "interrupted while the engine started: %v", context.Cause(ctx))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {

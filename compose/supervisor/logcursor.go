@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -14,6 +15,24 @@ import (
 type Cursor struct {
 	Generation int64 `json:"generation"`
 	Offset     int64 `json:"offset"`
+}
+
+// MaxCursorValue is the largest generation or offset a cursor may hold: the largest integer a
+// JSON number carries exactly (2^53-1), far beyond any log Compose writes.
+const MaxCursorValue = 1<<53 - 1
+
+// Validate reports a cursor no read can have returned: a generation or offset below 0 or above
+// MaxCursorValue.
+func (c Cursor) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"generation", c.Generation}, {"offset", c.Offset}} {
+		if f.v < 0 || f.v > MaxCursorValue {
+			return fmt.Errorf("%s=%d: write a number from 0 to %d, as a previous compose::logs reply gave it", f.name, f.v, int64(MaxCursorValue))
+		}
+	}
+	return nil
 }
 
 // Entry is one line of a worker's log.
@@ -107,29 +126,47 @@ func completeSize(f *os.File) (int64, error) {
 	return 0, nil
 }
 
-// readLines returns the lines of g between from and g.size with the offset after each.
-func readLines(g generation, from int64) ([]string, []int64, error) {
-	if from >= g.size {
-		return nil, nil, nil
+// maxEntryBytes bounds one line a read takes from a log: every line Compose writes (a stream tag
+// and at most MaxLineBytes) fits; a longer one, put into the file by something else, is read
+// in pieces of this size, each its own entry.
+const maxEntryBytes = MaxLineBytes + 64
+
+// scanLines calls fn with each line of g between from (clamped to [0, g.size]) and g.size,
+// without its newline, and the offsets where it starts and just after it ends, until fn returns
+// false. It reads through one buffer of maxEntryBytes, so neither the distance to the end nor a
+// huge line makes it allocate more; line is valid only during the call.
+func scanLines(g generation, from int64, fn func(line []byte, start, end int64) bool) error {
+	from = min(max(from, 0), g.size)
+	if from == g.size {
+		return nil
 	}
-	b := make([]byte, g.size-from)
-	if _, err := g.f.ReadAt(b, from); err != nil && !errors.Is(err, io.EOF) {
-		return nil, nil, err
-	}
-	var lines []string
-	var ends []int64
+	r := bufio.NewReaderSize(io.NewSectionReader(g.f, from, g.size-from), maxEntryBytes)
 	off := from
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			break
+	for {
+		b, err := r.ReadSlice('\n')
+		if len(b) > 0 && (err == nil || errors.Is(err, bufio.ErrBufferFull)) {
+			start := off
+			off += int64(len(b))
+			if !fn(bytes.TrimSuffix(b, []byte{'\n'}), start, off) {
+				return nil
+			}
 		}
-		lines = append(lines, string(b[:i]))
-		off += int64(i) + 1
-		ends = append(ends, off)
-		b = b[i+1:]
+		switch {
+		case err == nil, errors.Is(err, bufio.ErrBufferFull):
+		case errors.Is(err, io.EOF):
+			return nil // the file ended early (truncated meanwhile), or on a piece without newline
+		default:
+			return err
+		}
 	}
-	return lines, ends, nil
+}
+
+// streamOf is the stream of a log line, as ParseLine reads it, without copying the line.
+func streamOf(line []byte) string {
+	if bytes.HasPrefix(line, []byte(StreamStderr+" ")) {
+		return StreamStderr
+	}
+	return StreamStdout
 }
 
 func wanted(stream, filter string) bool { return filter == "" || stream == filter }
@@ -146,33 +183,76 @@ func TailLog(path string, keep, n int, stream string) (Page, error) {
 	if len(gens) > 0 && gens[len(gens)-1].gen == g {
 		page.Cursor.Offset = gens[len(gens)-1].size
 	}
-	var rev []Entry
-	for i := len(gens) - 1; i >= 0 && len(rev) <= n; i-- {
-		lines, _, err := readLines(gens[i], 0)
+	// One entry more than n tells that earlier ones exist. Each generation, newest first, gives
+	// its last wanted lines as spans; only the kept ones are read again.
+	need := n + 1
+	var spans [][]span // per generation, newest first
+	found := 0
+	for i := len(gens) - 1; i >= 0 && found < need; i-- {
+		s, err := lastSpans(gens[i], need-found, stream)
 		if err != nil {
 			return Page{}, err
 		}
-		for j := len(lines) - 1; j >= 0; j-- {
-			s, m := ParseLine(lines[j])
-			if !wanted(s, stream) {
-				continue
-			}
-			rev = append(rev, Entry{Stream: s, Message: m})
-			if len(rev) > n {
-				break
-			}
-		}
+		spans = append(spans, s)
+		found += len(s)
 	}
-	if len(rev) > n {
-		rev, page.Truncated = rev[:n], true
+	skip := 0
+	if found > n {
+		skip, page.Truncated = found-n, true
 	}
 	if len(gens) > 0 && gens[0].gen > 0 {
 		page.Truncated = true // rotation already dropped the oldest generations
 	}
-	for i := len(rev) - 1; i >= 0; i-- {
-		page.Entries = append(page.Entries, rev[i])
+	for i := len(spans) - 1; i >= 0; i-- {
+		gen := gens[len(gens)-1-i]
+		for _, sp := range spans[i] {
+			if skip > 0 {
+				skip--
+				continue
+			}
+			e, err := sp.read(gen)
+			if err != nil {
+				return Page{}, err
+			}
+			page.Entries = append(page.Entries, e)
+		}
 	}
 	return page, nil
+}
+
+// span is where one line lies in a generation's file.
+type span struct{ start, end int64 }
+
+// read reads the entry at s back from g.
+func (s span) read(g generation) (Entry, error) {
+	b := make([]byte, s.end-s.start)
+	if _, err := g.f.ReadAt(b, s.start); err != nil && !errors.Is(err, io.EOF) {
+		return Entry{}, err
+	}
+	st, m := ParseLine(string(bytes.TrimSuffix(b, []byte{'\n'})))
+	return Entry{Stream: st, Message: m}, nil
+}
+
+// lastSpans returns the spans of the last k lines of g (of stream, when set), oldest first.
+func lastSpans(g generation, k int, stream string) ([]span, error) {
+	ring := make([]span, 0, min(k, 1024))
+	next := 0
+	err := scanLines(g, 0, func(line []byte, start, end int64) bool {
+		if !wanted(streamOf(line), stream) {
+			return true
+		}
+		if len(ring) < k {
+			ring = append(ring, span{start, end})
+		} else {
+			ring[next] = span{start, end}
+			next = (next + 1) % k
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(ring[next:len(ring):len(ring)], ring[:next]...), nil
 }
 
 // ReadLog returns at most limit entries of the log at path after cursor c (only those of
@@ -193,6 +273,8 @@ func ReadLog(path string, keep int, c Cursor, limit int, stream string) (Page, e
 	}
 	oldest, active := gens[0], gens[len(gens)-1]
 	switch {
+	case c.Validate() != nil:
+		c, page.Truncated = Cursor{Generation: oldest.gen}, true
 	case c.Generation > g || (c.Generation == g && active.gen == g && c.Offset > active.size):
 		c, page.Truncated = Cursor{Generation: oldest.gen}, true
 	case c.Generation < oldest.gen:
@@ -205,23 +287,28 @@ func ReadLog(path string, keep int, c Cursor, limit int, stream string) (Page, e
 		}
 		from := int64(0)
 		if gn.gen == c.Generation {
-			from = min(c.Offset, gn.size)
+			from = min(max(c.Offset, 0), gn.size)
 		}
-		lines, ends, err := readLines(gn, from)
+		page.Cursor = Cursor{Generation: gn.gen, Offset: from}
+		full := false
+		err := scanLines(gn, from, func(line []byte, _, end int64) bool {
+			if len(page.Entries) >= limit {
+				full = true
+				return false
+			}
+			if s := streamOf(line); wanted(s, stream) {
+				_, m := ParseLine(string(line))
+				page.Entries = append(page.Entries, Entry{Stream: s, Message: m})
+			}
+			page.Cursor.Offset = end
+			return true
+		})
 		if err != nil {
 			return Page{}, err
 		}
-		page.Cursor = Cursor{Generation: gn.gen, Offset: from}
-		for j, l := range lines {
-			if len(page.Entries) >= limit {
-				page.More = true
-				return page, nil
-			}
-			s, m := ParseLine(l)
-			if wanted(s, stream) {
-				page.Entries = append(page.Entries, Entry{Stream: s, Message: m})
-			}
-			page.Cursor.Offset = ends[j]
+		if full {
+			page.More = true
+			return page, nil
 		}
 		if gn.gen < g {
 			// This generation is finished: continue at the start of the next one, so that a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -218,5 +219,88 @@ func TestLineWriter(t *testing.T) {
 	}
 	if s, m := ParseLine("no tag here"); s != StreamStdout || m != "no tag here" {
 		t.Fatalf("untagged: %s %s", s, m)
+	}
+}
+
+// allocated is how many bytes f allocates on the heap.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A hostile cursor (negative, or beyond what any log has) neither fails the read nor makes it
+// allocate by its distance to the log: the read restarts at the oldest entry with truncated
+// (issue 24, N2: offset -2^40 had Compose allocate 1 TiB and die). Validate refuses them.
+func TestHostileCursorsAllocateNothing(t *testing.T) {
+	path, l := openSmall(t)
+	writeLines(t, l, 0, 3)
+	for _, c := range []Cursor{{0, -64 << 20}, {0, -1 << 40}, {-5, 0}, {-1, -1}, {0, 1<<63 - 1}, {1<<63 - 1, 5}} {
+		var p Page
+		var err error
+		n := allocated(func() { p, err = ReadLog(path, 3, c, 1000, "") })
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		if n > 1<<20 {
+			t.Fatalf("%+v: the read allocated %d bytes", c, n)
+		}
+		if !p.Truncated {
+			t.Fatalf("%+v: not truncated: %+v", c, p)
+		}
+		eq(t, fmt.Sprintf("%+v", c), messages(p), want(0, 3, 1))
+		if c.Validate() == nil {
+			t.Fatalf("%+v: Validate accepted it", c)
+		}
+	}
+	if err := (Cursor{Generation: MaxCursorValue, Offset: MaxCursorValue}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A huge line that something other than Compose put into a log is read in pieces of at most
+// maxEntryBytes: neither ReadLog nor TailLog allocates by its length.
+func TestHugeLineReadInPieces(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.log")
+	huge := "stdout " + strings.Repeat("x", 8<<20) + "\nstderr after\n"
+	if err := os.WriteFile(path, []byte(huge), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var p, tail Page
+	var err, terr error
+	n := allocated(func() { p, err = ReadLog(path, 3, Cursor{}, 2, "") })
+	if err != nil || n > 1<<20 {
+		t.Fatalf("ReadLog: %v, allocated %d bytes", err, n)
+	}
+	if len(p.Entries) != 2 || len(p.Entries[0].Message) != maxEntryBytes-len("stdout ") || !p.More || p.Cursor.Offset != 2*maxEntryBytes {
+		t.Fatalf("ReadLog: %d entries, first %d bytes, more %v, cursor %+v", len(p.Entries), len(p.Entries[0].Message), p.More, p.Cursor)
+	}
+	n = allocated(func() { tail, terr = TailLog(path, 3, 2, "") })
+	if terr != nil || n > 1<<20 {
+		t.Fatalf("TailLog: %v, allocated %d bytes", terr, n)
+	}
+	if len(tail.Entries) != 2 || tail.Entries[1] != (Entry{StreamStderr, "after"}) || !tail.Truncated || tail.Cursor.Offset != int64(len(huge)) {
+		t.Fatalf("TailLog: %+v", tail)
+	}
+	// Following with cursors reads the whole line, piece by piece, then the next.
+	total, c := 0, Cursor{}
+	for {
+		q, err := ReadLog(path, 3, c, 100, StreamStdout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range q.Entries {
+			total += len(e.Message)
+		}
+		c = q.Cursor
+		if !q.More {
+			break
+		}
+	}
+	if want := 8<<20 + (8<<20/maxEntryBytes)*len("stdout "); total < 8<<20 || total > want || c.Offset != int64(len(huge)) {
+		t.Fatalf("followed %d message bytes to %+v", total, c)
 	}
 }
