@@ -225,7 +225,7 @@ func (c *Conn) readMessage(buf []byte, hold func(int) bool, discard bool) (byte,
 		}
 		for off, left := 0, h.n; left > 0; {
 			if len(b) == cap(b) {
-				n := c.grow(cap(b), need)
+				n := c.grow(cap(b), need, h.fin)
 				if hold != nil && !hold(n-cap(b)) {
 					c.skip, c.dropMsg = left, !h.fin
 					c.disarm(&k)
@@ -266,13 +266,13 @@ func (c *Conn) readMessage(buf []byte, hold func(int) bool, discard bool) (byte,
 	}
 }
 
-// grow is the capacity the buffer of a message grows to from have, need bytes declared so far:
-// double (from minBuf), so that a buffer reused for the next message rarely grows again, but
-// never past the read limit, nor past need once a message is larger than MaxHeld (such a
-// buffer is not kept for reuse).
-func (c *Conn) grow(have int, need int64) int {
+// grow is the capacity the buffer of a message grows to from have, need bytes declared so far
+// (last: by its final frame): double (from minBuf), so that a buffer reused for the next message
+// or the next fragment rarely grows again, but never past the read limit, nor past the length
+// of a whole message larger than MaxHeld (such a buffer is not kept for reuse).
+func (c *Conn) grow(have int, need int64, last bool) int {
 	n := max(2*int64(have), minBuf)
-	if need > MaxHeld {
+	if last && need > MaxHeld {
 		n = min(n, need)
 	}
 	if c.readLimit > 0 {
