@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -227,6 +228,12 @@ func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
 		case "OTLP", "MTRC", "LOGS":
 			return
 		}
+	}
+	if typ == batchconn.OpBinary && !utf8.Valid(b) {
+		// Its raw JSON would reach other peers in text frames, which must be UTF-8 (the reader
+		// checks text messages itself).
+		e.log.Debug("ignoring frame", "worker_id", c.id, "err", "a binary frame of JSON that is not UTF-8")
+		return
 	}
 	// Borrowed: the frames forwarded to another connection, invocations and results, are
 	// encoded again before b is reused, and handleFrame makes every other frame Own its fields.

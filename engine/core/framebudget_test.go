@@ -278,3 +278,21 @@ func TestFrameTimeout(t *testing.T) {
 	}
 	waitFor(t, "the budget to be given back", func() bool { return framesHeld(e) <= 4096 })
 }
+
+// TestBinaryFrameNotUTF8Ignored: a binary frame of JSON with bytes that are not UTF-8 is
+// ignored, not forwarded in a text frame that its receiver would have to fail with 1007.
+func TestBinaryFrameNotUTF8Ignored(t *testing.T) {
+	_, url := startEngine(t, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	a := dialRaw(t, url)
+	a.register(t, "bin")
+	bad := []byte(`{"type":"invokefunction","invocation_id":"b","function_id":"engine::workers::list","data":{"x":"` + "\xff" + `"}}`)
+	if _, err := a.Write(append(rawHeader(2, uint64(len(bad))), bad...)); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(invoke("l", protocol.FnListWorkers, nil))
+	a.send(t, b)
+	p, err := a.until(func(p []byte) bool { return isResult("b")(p) || isResult("l")(p) })
+	if err != nil || !isResult("l")(p) {
+		t.Fatalf("got %s, %v; want the invalid frame ignored and the next one answered", p, err)
+	}
+}
