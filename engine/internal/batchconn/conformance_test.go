@@ -47,6 +47,7 @@ const (
 	framewise
 	octetwise
 	chops997 // chops of 997 bytes
+	chops    // writes ending at splitAt
 )
 
 type acase struct {
@@ -54,12 +55,13 @@ type acase struct {
 	frames   [][]byte
 	how      int
 	want     []exp // after them: if the last is no close, a 1000 close must be echoed (the connection still works)
+	splitAt  []int // how == chops: the offsets in the frames' bytes where a write ends
 }
 
 func autobahnCases() []acase {
 	var cs []acase
 	add := func(id, desc string, how int, frames [][]byte, want ...exp) {
-		cs = append(cs, acase{id, desc, frames, how, want})
+		cs = append(cs, acase{id: id, desc: desc, frames: frames, how: how, want: want})
 	}
 	fs := func(f ...[]byte) [][]byte { return f }
 	text := func(p string) []byte { return fr(0x80|OpText, []byte(p)) }
@@ -194,10 +196,14 @@ func autobahnCases() []acase {
 		fs(fr(OpText, kosme), fr(opContinuation, []byte("\xf4\x90\x80\x80"))), closed(StatusInvalidPayload))
 	add("6.4.2", "fragments valid+\\xf4, \\x90 (an impossible prefix), ...: fails before the 3rd", framewise,
 		fs(fr(OpText, append(append([]byte{}, kosme...), 0xf4)), fr(opContinuation, []byte{0x90})), closed(StatusInvalidPayload))
-	add("6.4.3", "one frame sent in 3 chops: valid, invalid, rest (detected at the frame's end: non-strict)", octetwise,
-		fs(fr(0x81, append(append(append([]byte{}, kosme...), 0xf4, 0x90, 0x80, 0x80), "edited"...))), closed(StatusInvalidPayload))
-	add("6.4.4", "as 6.4.3, the invalid byte alone in its chop (non-strict)", octetwise,
-		fs(fr(0x81, append(append(append([]byte{}, kosme...), 0xf4, 0x90, 0x80, 0x80), "edited"...))), closed(StatusInvalidPayload))
+	badOne := fr(0x81, append(append(append([]byte{}, kosme...), 0xf4, 0x90, 0x80, 0x80), "edited"...))
+	head := 6 + len(kosme) // a short masked frame's header is 6 bytes
+	add("6.4.3", "one frame in 3 chops: header and valid part, the invalid 4 bytes, the rest (detected at the frame's end: non-strict)", chops,
+		fs(badOne), closed(StatusInvalidPayload))
+	cs[len(cs)-1].splitAt = []int{head, head + 4}
+	add("6.4.4", "one frame in 3 chops: header and valid part, \\xf4, the rest (non-strict)", chops,
+		fs(badOne), closed(StatusInvalidPayload))
+	cs[len(cs)-1].splitAt = []int{head, head + 1}
 	for i, cat := range utf8Sequences() {
 		for j, s := range cat.seqs {
 			id := fmt.Sprintf("6.%d.%d", i+5, j+1)
@@ -381,6 +387,12 @@ func runCase(t *testing.T, addr string, c acase) (string, error) {
 		chunks = [][]byte{bytes.Join(c.frames, nil)}
 	case framewise:
 		chunks = c.frames
+	case chops:
+		all, from := bytes.Join(c.frames, nil), 0
+		for _, at := range append(c.splitAt, len(bytes.Join(c.frames, nil))) {
+			chunks = append(chunks, all[from:at])
+			from = at
+		}
 	case octetwise, chops997:
 		n := 1
 		if c.how == chops997 {

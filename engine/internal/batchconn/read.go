@@ -456,11 +456,6 @@ func (c *Conn) fail(status int, reason string) error {
 	return fmt.Errorf("batchconn: closed with status %d: %s", status, reason)
 }
 
-// writeControl queues the control frame op (payload) for the socket, without waiting for it.
-func (c *Conn) writeControl(op byte, payload []byte) {
-	c.queueControl(op, payload)
-}
-
 // closePayload is a close frame's payload: status and reason, the reason made UTF-8 and cut at
 // a rune boundary to the 123 bytes a control frame leaves for it. A status no close frame may
 // carry (1005, 1006, 1015, unassigned ones) gives an empty payload, a close without status.
@@ -519,7 +514,7 @@ func (c *Conn) Ping(d time.Duration) error {
 	if c.closeSent.Load() {
 		return ErrCloseSent
 	}
-	c.writeControl(opPing, nil)
+	c.queueControl(opPing, nil)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
