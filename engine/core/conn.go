@@ -154,8 +154,9 @@ const reuseFrameBuf = 64 << 10
 
 // readFrame reads one message, taking the memory it takes from the engine's frame budget as
 // its bytes arrive. buf is the buffer of the previous message, whose capacity c already holds:
-// a message that fits in it takes nothing. It reads without a context: whatever ends the
-// connection closes the socket, which ends the read.
+// a message that fits in it takes nothing (it is reused when small, reuseFrameBuf: Decode never
+// keeps a reference into its input). It reads without a context: whatever ends the connection
+// closes the socket, which ends the read.
 func (e *Engine) readFrame(c *conn, buf []byte) (typ byte, b []byte, err error) {
 	typ, b, err = c.ws.ReadMessage(buf, c.holdFn)
 	if errors.Is(err, batchconn.ErrHeld) {

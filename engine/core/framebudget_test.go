@@ -20,6 +20,9 @@ import (
 	"github.com/iii-go/iii/engine/protocol"
 )
 
+// framesHeld is how many bytes of the engine's frame budget are held.
+func framesHeld(e *Engine) int64 { return e.frames.inUse() }
+
 // rawWS is a hand-driven client socket of the engine: the attacker of the frame-budget tests.
 type rawWS struct {
 	net.Conn
