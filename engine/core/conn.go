@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -46,6 +47,8 @@ type conn struct {
 	cancel      context.CancelFunc
 	closing     atomic.Bool  // shut was called: it closes the socket
 	inflight    atomic.Int32 // engine-served calls running for this connection
+	hold        holder       // its part of the engine's frame budget
+	holdFn      func(n int) bool
 
 	mu         sync.Mutex
 	registered bool
@@ -149,28 +152,17 @@ var errFrameBudget = errors.New("frame budget spent")
 // reuseFrameBuf is the largest read buffer a connection keeps for its next frame.
 const reuseFrameBuf = 64 << 10
 
-// readFrame reads one message, holding the memory it takes against the engine's frame budget;
-// the caller gives back held once the message is handled. It reads without a context: whatever
-// ends the connection closes the socket, which ends the read.
-//
-// buf is the buffer of the previous message, reused when it is small (reuseFrameBuf): Decode
-// never keeps a reference into its input.
-func (e *Engine) readFrame(ws *batchconn.Conn, buf []byte) (typ byte, b []byte, held int64, err error) {
-	typ, b, err = ws.ReadMessage(buf, func(n int) bool {
-		if !e.frames.take(int64(n)) {
-			return false
-		}
-		held += int64(n)
-		return true
-	})
-	if err != nil {
-		e.frames.give(held)
-		if errors.Is(err, batchconn.ErrHeld) {
-			err = errFrameBudget
-		}
-		return 0, nil, 0, err
+// readFrame reads one message, taking the memory it takes from the engine's frame budget as
+// its bytes arrive. buf is the buffer of the previous message, whose capacity c already holds:
+// a message that fits in it takes nothing (it is reused when small, reuseFrameBuf: Decode never
+// keeps a reference into its input). It reads without a context: whatever ends the connection
+// closes the socket, which ends the read.
+func (e *Engine) readFrame(c *conn, buf []byte) (typ byte, b []byte, err error) {
+	typ, b, err = c.ws.ReadMessage(buf, c.holdFn)
+	if errors.Is(err, batchconn.ErrHeld) {
+		err = errFrameBudget
 	}
-	return typ, b, held, nil
+	return typ, b, err
 }
 
 func (e *Engine) serveConn(ws *batchconn.Conn, token string) {
@@ -178,6 +170,10 @@ func (e *Engine) serveConn(ws *batchconn.Conn, token string) {
 	c := &conn{e: e, ws: ws, q: batchconn.NewQueue(ws, false, e.opts.QueueBytes, e.opts.QueueFrames), id: newUUID(),
 		token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel, pending: map[string]*pendingCall{}, calls: map[string]*conn{}}
 	c.owner = e.isOwnerToken(token)
+	c.holdFn = func(n int) bool { return e.frames.take(&c.hold, int64(n)) }
+	c.hold.evict = func() {
+		c.budgetExceeded(fmt.Sprintf("the engine's %d MiB frame budget is spent and this connection held the most; try again later", e.opts.FrameBudget>>20))
+	}
 	e.mu.Lock()
 	e.conns[c.id] = c
 	e.mu.Unlock()
@@ -189,26 +185,42 @@ func (e *Engine) serveConn(ws *batchconn.Conn, token string) {
 	_ = c.send(&protocol.Message{Type: protocol.TypeWorkerRegistered, WorkerID: c.id, ReattachToken: newUUID()})
 	var buf []byte
 	for {
-		typ, b, held, err := e.readFrame(ws, buf)
+		typ, b, err := e.readFrame(c, buf)
 		if err != nil {
-			if errors.Is(err, errFrameBudget) {
-				msg := fmt.Sprintf("the engine is reading %d MiB of frames, its limit; try again later", e.opts.FrameBudget>>20)
-				e.log.Warn("closing connection", "code", errcode.FrameBudgetExceeded, "worker_id", c.id, "name", c.name(), "reason", msg)
-				c.shut(batchconn.StatusTryAgainLater, errcode.FrameBudgetExceeded+": "+msg)
+			switch {
+			case errors.Is(err, errFrameBudget):
+				e.frames.mu.Lock()
+				why := c.hold.refused
+				e.frames.mu.Unlock()
+				c.budgetExceeded(why + "; try again later")
+			case errors.Is(err, batchconn.ErrFrameTimeout):
+				msg := strings.TrimPrefix(err.Error(), batchconn.ErrFrameTimeout.Error()+": ")
+				e.log.Warn("closing connection", "code", errcode.FrameTimeout, "worker_id", c.id, "name", c.name(), "reason", msg)
+				c.shut(batchconn.StatusPolicyViolation, errcode.FrameTimeout+": a message did not arrive in time: "+msg)
 			}
 			break
 		}
 		e.handleRaw(c, typ, b)
-		e.frames.give(held)
 		buf = nil
 		if cap(b) <= reuseFrameBuf {
-			buf = b
+			buf = b[:0]
 		}
+		e.frames.keep(&c.hold, int64(cap(buf))) // the reused buffer stays held
 	}
+	e.frames.keep(&c.hold, 0)
 	e.drop(c)
 	if !c.closing.Load() {
 		_ = ws.Close()
 	}
+}
+
+// budgetExceeded closes c with 1013 FRAME_BUDGET_EXCEEDED.
+func (c *conn) budgetExceeded(msg string) {
+	if c.closing.Load() {
+		return
+	}
+	c.e.log.Warn("closing connection", "code", errcode.FrameBudgetExceeded, "worker_id", c.id, "name", c.name(), "reason", msg)
+	c.shut(batchconn.StatusTryAgainLater, errcode.FrameBudgetExceeded+": "+msg)
 }
 
 func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
@@ -217,6 +229,12 @@ func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
 		case "OTLP", "MTRC", "LOGS":
 			return
 		}
+	}
+	if typ == batchconn.OpBinary && !utf8.Valid(b) {
+		// Its raw JSON would reach other peers in text frames, which must be UTF-8 (the reader
+		// checks text messages itself).
+		e.log.Debug("ignoring frame", "worker_id", c.id, "err", "a binary frame of JSON that is not UTF-8")
+		return
 	}
 	// Borrowed: the frames forwarded to another connection, invocations and results, are
 	// encoded again before b is reused, and handleFrame makes every other frame Own its fields.

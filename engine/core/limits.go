@@ -17,9 +17,20 @@ const (
 	// gets through.
 	DefaultQueueBytes  = 16 << 20
 	DefaultQueueFrames = 4096
-	// DefaultFrameBudget bounds the memory of the frames all connections are reading at once;
-	// a frame that would pass it closes its connection as FRAME_BUDGET_EXCEEDED.
+	// DefaultFrameBudget bounds the memory of the frames all connections are reading at once,
+	// taken as their bytes arrive (never as a header declares them) and including each
+	// connection's reused read buffer (at most 64 KiB). One connection may hold at most a
+	// quarter of it; past that it is closed as FRAME_BUDGET_EXCEEDED. When a take would pass
+	// the budget, the connection holding the most is closed as FRAME_BUDGET_EXCEEDED instead of
+	// the one asking (unless that one holds the most); a message that fits in a connection's
+	// held buffer needs no budget.
 	DefaultFrameBudget = 256 << 20
+	// DefaultFrameTimeout and DefaultFrameMinRate bound how long a message may take to arrive
+	// once its first frame header did: all of it within DefaultFrameTimeout plus one second per
+	// DefaultFrameMinRate bytes read so far, or the connection is closed as FRAME_TIMEOUT. The
+	// time between messages is not bounded.
+	DefaultFrameTimeout = 10 * time.Second
+	DefaultFrameMinRate = 64 << 10
 	// DefaultMaxInflight is how many engine-served calls (built-ins that may block, the sandbox
 	// router; not the HandleInline ones, served on the read loop) one
 	// connection may have running; one more is answered TOO_MANY_CALLS.
@@ -61,10 +72,12 @@ func (o Options) withDefaults() Options {
 	set(&o.WriteTimeout, DefaultWriteTimeout)
 	set(&o.MaxCallTimeout, DefaultMaxCallTimeout)
 	set(&o.RegisterTimeout, DefaultRegisterTimeout)
+	set(&o.FrameTimeout, DefaultFrameTimeout)
 	set(&o.ChannelAttach, DefaultChannelAttach)
 	seti(&o.QueueBytes, DefaultQueueBytes)
 	seti(&o.QueueFrames, DefaultQueueFrames)
 	seti(&o.FrameBudget, DefaultFrameBudget)
+	seti(&o.FrameMinRate, DefaultFrameMinRate)
 	seti(&o.MaxInflight, DefaultMaxInflight)
 	seti(&o.ChannelBytes, DefaultChannelBytes)
 	seti(&o.ChannelBudget, DefaultChannelBudget)

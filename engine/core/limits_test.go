@@ -273,9 +273,9 @@ func TestRegistrationDeadline(t *testing.T) {
 	waitFor(t, "one connection left", func() bool { return connCount(e) == 1 })
 }
 
-// TestFrameBudget: a frame that would take the engine past its budget for frames being read
-// closes its connection with 1013 FRAME_BUDGET_EXCEEDED, and gives the budget back (review
-// row #10).
+// TestFrameBudget: a frame that would take a connection past its share of the budget for
+// frames being read (a quarter) closes its connection with 1013 FRAME_BUDGET_EXCEEDED, and
+// gives the budget back (review row #10).
 func TestFrameBudget(t *testing.T) {
 	e, url := startEngine(t, Options{FrameBudget: 4 << 20})
 	c := rawDial(t, url)
@@ -291,9 +291,9 @@ func TestFrameBudget(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != websocket.StatusTryAgainLater || !strings.HasPrefix(ce.Reason, errcode.FrameBudgetExceeded) {
 		t.Fatalf("got %v, want a 1013 close with %s", err, errcode.FrameBudgetExceeded)
 	}
-	waitFor(t, "the budget to be given back", func() bool { return e.frames.used.Load() == 0 })
+	waitFor(t, "the budget to be given back", func() bool { return e.frames.inUse() == 0 })
 	w := worker(t, url, "default", nil)
-	if _, err := w.Call(context.Background(), protocol.FnListWorkers, map[string]string{"pad": strings.Repeat("y", 2<<20)}); err != nil {
+	if _, err := w.Call(context.Background(), protocol.FnListWorkers, map[string]string{"pad": strings.Repeat("y", 900<<10)}); err != nil {
 		t.Fatalf("a frame within the budget: %v", err)
 	}
 }

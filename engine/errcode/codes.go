@@ -56,9 +56,13 @@ const (
 	// SlowConsumer: a connection's outbound queue overflowed or a write missed its deadline; the
 	// connection is closed.
 	SlowConsumer = "SLOW_CONSUMER"
-	// FrameBudgetExceeded: the engine-wide budget for frames being read is spent; the connection
-	// reading a frame is closed (status 1013, try again later).
+	// FrameBudgetExceeded: the engine-wide budget for frames being read is spent, and the
+	// connection holding the most of it is closed (status 1013, try again later); or a connection
+	// is reading more than its share (a quarter) of the budget.
 	FrameBudgetExceeded = "FRAME_BUDGET_EXCEEDED"
+	// FrameTimeout: a message's bytes did not arrive within the frame deadline (a time plus a
+	// minimum rate, from its first frame header); the connection is closed (status 1008).
+	FrameTimeout = "FRAME_TIMEOUT"
 	// RegistrationTimeout: a connection neither called engine::workers::register nor registered a
 	// function within the registration deadline; it is closed.
 	RegistrationTimeout = "REGISTRATION_TIMEOUT"

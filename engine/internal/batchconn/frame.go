@@ -9,7 +9,9 @@ import (
 // with one socket write (or one per MaxHeld bytes). Clients pass mask true: their frames carry
 // a random masking key, as the RFC requires of them; servers send unmasked frames. It is for a
 // connection without negotiated extensions, whose WebSocket library writes only whole frames
-// with one Write each (control frames), so that frames never interleave.
+// with one Write each (control frames), so that frames never interleave. Control frames that
+// wait go out before each socket write; once a close frame is queued, WriteText sends no more
+// data and fails with ErrCloseSent.
 func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
 	var keys []byte
 	if mask {
@@ -17,10 +19,16 @@ func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
 		_, _ = rand.Read(keys) // never fails (crypto/rand)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	err := c.writeTextLocked(payloads, keys)
+	c.mu.Unlock()
+	c.kickControl()
+	return err
+}
+
+func (c *Conn) writeTextLocked(payloads [][]byte, keys []byte) error {
 	for i, p := range payloads {
 		var key []byte
-		if mask {
+		if keys != nil {
 			key = keys[4*i : 4*i+4]
 		}
 		c.buf = appendFrameOp(c.buf, 0x80|OpText, p, key)
@@ -31,6 +39,13 @@ func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
 		}
 	}
 	return c.flushLocked()
+}
+
+// newMaskKey is a random masking key.
+func newMaskKey() []byte {
+	key := make([]byte, 4)
+	_, _ = rand.Read(key) // never fails (crypto/rand)
+	return key
 }
 
 // appendFrameOp appends a frame whose first byte is first (FIN and opcode) carrying p, masked
@@ -62,7 +77,17 @@ func appendFrameOp(b []byte, first byte, p, key []byte) []byte {
 }
 
 // maskBytes XORs b with the 4-byte key repeated, eight bytes at a time where it can.
-func maskBytes(b, key []byte) {
+func maskBytes(b, key []byte) { maskBytesAt(b, key, 0) }
+
+// maskBytesAt is maskBytes for b starting at offset off of the frame's payload.
+func maskBytesAt(b, key []byte, off int) {
+	if off&3 != 0 {
+		var r [4]byte
+		for i := range r {
+			r[i] = key[(i+off)&3]
+		}
+		key = r[:]
+	}
 	k := uint64(binary.LittleEndian.Uint32(key))
 	k |= k << 32
 	i := 0

@@ -155,8 +155,9 @@ func (q *Queue) Drain() {
 	q.mu.Unlock()
 }
 
-// Run writes queued frames until Stop, a StopAfter's function ran, or a write fails (a
-// *WriteError, after which the queue is stopped with it).
+// Run writes queued frames until Stop, a StopAfter's function ran, a close frame was sent
+// (ErrCloseSent stops the queue), or a write fails (a *WriteError, after which the queue is
+// stopped with it).
 func (q *Queue) Run() error {
 	var batch [][]byte
 	yielded := false
@@ -206,6 +207,11 @@ func (q *Queue) Run() error {
 				if cap(b) <= maxFreeCap && len(q.free) < maxFree && q.err == nil {
 					q.free = append(q.free, b[:0])
 				}
+			}
+			if errors.Is(err, ErrCloseSent) { // the connection is closing: not a failed write
+				q.stopLocked(err)
+				q.mu.Unlock()
+				return nil
 			}
 			if err != nil {
 				werr := &WriteError{Bytes: n, Err: err}
