@@ -21,8 +21,8 @@
 // Limits: request headers must arrive within read_header_timeout and the body within
 // body_read_timeout (else 408); bodies over max_body_bytes get 413. A request takes one of the
 // concurrency_request_limit slots only once its body is read (more at once get 503), so clients
-// that upload slowly hold connections, not slots; and one client address may have at most
-// per_client_request_limit requests in the worker at once, uploading or running (more get 429).
+// that upload slowly hold connections, never slots; and one client address may hold at most
+// per_client_request_limit slots at once (more get 429), so it cannot take every slot.
 // CORS: a request whose Origin is in cors.allowed_origins ("*" for any) gets
 // Access-Control-Allow-Origin; OPTIONS preflights are answered by the worker.
 package httpworker
@@ -69,8 +69,8 @@ type Config struct {
 	DefaultTimeoutMS        int    `yaml:"default_timeout" json:"default_timeout"`
 	MaxBodyBytes            int64  `yaml:"max_body_bytes" json:"max_body_bytes"`
 	ConcurrencyRequestLimit int    `yaml:"concurrency_request_limit" json:"concurrency_request_limit"`
-	// PerClientRequestLimit bounds the requests of one client address in the worker at once
-	// (uploading or running); 0 means a quarter of ConcurrencyRequestLimit.
+	// PerClientRequestLimit bounds the slots one client address holds at once (requests whose
+	// body is read); 0 means a quarter of ConcurrencyRequestLimit.
 	PerClientRequestLimit int `yaml:"per_client_request_limit" json:"per_client_request_limit"`
 	// ReadHeaderTimeoutMS bounds the time to read a request's headers.
 	ReadHeaderTimeoutMS int `yaml:"read_header_timeout" json:"read_header_timeout"`
@@ -139,7 +139,7 @@ type Server struct {
 	sem  chan struct{}
 
 	clientMu  sync.Mutex
-	clients   map[string]int // requests in the worker by client address
+	clients   map[string]int // slots held by client address
 	perClient int
 
 	mu     sync.RWMutex
@@ -350,9 +350,9 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// ServeHTTP routes one request to its function. The request counts against its client's
-// per_client_request_limit from the start, and takes a slot of concurrency_request_limit only
-// once its body is read (within body_read_timeout and max_body_bytes).
+// ServeHTTP routes one request to its function. Only once its body is read (within
+// body_read_timeout and max_body_bytes) does the request count against its client's
+// per_client_request_limit and take a slot of concurrency_request_limit.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.cors(w, r)
 	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
@@ -363,12 +363,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	client := clientOf(r)
-	if !s.enter(client) {
-		writeJSON(w, http.StatusTooManyRequests, errorBody(CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests in the http worker (per_client_request_limit)", client, s.perClient)))
-		return
-	}
-	defer s.leave(client)
 	segs := splitPath(r.URL.Path)
 	rt, params, allow := s.match(r.Method, segs)
 	if rt == nil {
@@ -390,6 +384,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	client := clientOf(r)
+	if !s.enter(client) {
+		writeJSON(w, http.StatusTooManyRequests, errorBody(CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests running in the http worker (per_client_request_limit)", client, s.perClient)))
+		return
+	}
+	defer s.leave(client)
 	select {
 	case s.sem <- struct{}{}:
 		defer func() { <-s.sem }()

@@ -8,7 +8,7 @@
 //	default_timeout: 30000            # ms a function may take before 504
 //	max_body_bytes: 1048576           # larger bodies get 413
 //	concurrency_request_limit: 1024   # more requests at once (bodies read) get 503
-//	per_client_request_limit: 0       # per client address, uploading or running; 0: a quarter of the above; more get 429
+//	per_client_request_limit: 0       # slots one client address may hold; 0: a quarter of the above; more get 429
 //	read_header_timeout: 10000        # ms to read a request's headers
 //	body_read_timeout: 30000          # ms to read a request's body after its headers, else 408
 //	idle_timeout: 120000              # ms a keep-alive connection may wait for its next request
