@@ -1,11 +1,16 @@
 // Package httpworker is the http worker: the "http" trigger type, config {api_path,
 // http_method, condition_function_id?}, served on one listener, as iii's http worker of the
-// 0.26 era (0.23.x) serves its trigger-era routes.
+// 0.26 era (0.23.x) serves its trigger-era routes. Any other key of a trigger's config
+// (middleware_function_ids among them: middleware is not supported yet) refuses the trigger
+// with TRIGGER_CONFIG_UNSUPPORTED rather than being ignored.
 //
 // A path template is a slash-separated path whose segments are literal or parameters (":id" or
 // "{id}"). A request is matched on its path, then its method:
 //
 //   - no route has the path: 404; routes of other methods only: 405 with Allow;
+//   - a path parameter holding a NUL byte (%00): 400 INVALID_PATH_PARAMETER; every other value,
+//     "." and ".." included, reaches the function as it is (matching never resolves dot
+//     segments), so a function that uses a parameter as a file name must check it;
 //   - a route with condition_function_id: that function gets the request first, and a false
 //     (or null) answer is 422;
 //   - otherwise the bound function gets {method, path, path_params, query_params, headers, body,
@@ -13,19 +18,26 @@
 //     its {status_code, headers, body} is the response (body: a string as is, any other value as
 //     JSON). A function error is 500 {error}; no answer within timeout_ms is 504.
 //
-// Limits: request bodies over max_body_bytes get 413, more than concurrency_request_limit
-// requests at once get 503. CORS: a request whose Origin is in cors.allowed_origins ("*" for
-// any) gets Access-Control-Allow-Origin; OPTIONS preflights are answered by the worker.
+// Limits: request headers must arrive within read_header_timeout and the body within
+// body_read_timeout (else 408); bodies over max_body_bytes get 413. A request takes one of the
+// concurrency_request_limit slots only once its body is read (more at once get 503), so clients
+// that upload slowly hold connections, never slots; and one client address may hold at most
+// per_client_request_limit slots at once (more get 429), so it cannot take every slot.
+// CORS: a request whose Origin is in cors.allowed_origins ("*" for any) gets
+// Access-Control-Allow-Origin; OPTIONS preflights are answered by the worker.
 package httpworker
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -35,8 +47,20 @@ import (
 	"github.com/iii-go/iii/engine/protocol"
 )
 
-// CodeRouteConflict refuses a trigger whose method and path shape another trigger already serves.
-const CodeRouteConflict = "HTTP_ROUTE_CONFLICT"
+// Error codes of the http worker: of a refused trigger, and of request errors.
+const (
+	// CodeRouteConflict refuses a trigger whose method and path shape another trigger already serves.
+	CodeRouteConflict = "HTTP_ROUTE_CONFLICT"
+	// CodeTriggerConfigUnsupported refuses a trigger whose config has a key the worker does not
+	// implement (middleware_function_ids, or any unknown key), instead of ignoring it.
+	CodeTriggerConfigUnsupported = "TRIGGER_CONFIG_UNSUPPORTED"
+	// CodeInvalidPathParameter answers 400 to a request whose path parameter holds a NUL byte.
+	CodeInvalidPathParameter = "INVALID_PATH_PARAMETER"
+	// CodeBodyTimeout answers 408 to a request whose body did not arrive within body_read_timeout.
+	CodeBodyTimeout = "BODY_TIMEOUT"
+	// CodeClientLimit answers 429 to a client already at per_client_request_limit requests.
+	CodeClientLimit = "CLIENT_REQUEST_LIMIT"
+)
 
 // Config is the http worker's configuration.
 type Config struct {
@@ -45,7 +69,16 @@ type Config struct {
 	DefaultTimeoutMS        int    `yaml:"default_timeout" json:"default_timeout"`
 	MaxBodyBytes            int64  `yaml:"max_body_bytes" json:"max_body_bytes"`
 	ConcurrencyRequestLimit int    `yaml:"concurrency_request_limit" json:"concurrency_request_limit"`
-	CORS                    CORS   `yaml:"cors" json:"cors"`
+	// PerClientRequestLimit bounds the slots one client address holds at once (requests whose
+	// body is read); 0 means a quarter of ConcurrencyRequestLimit.
+	PerClientRequestLimit int `yaml:"per_client_request_limit" json:"per_client_request_limit"`
+	// ReadHeaderTimeoutMS bounds the time to read a request's headers.
+	ReadHeaderTimeoutMS int `yaml:"read_header_timeout" json:"read_header_timeout"`
+	// BodyReadTimeoutMS bounds the time to read a request's body, from the end of its headers.
+	BodyReadTimeoutMS int `yaml:"body_read_timeout" json:"body_read_timeout"`
+	// IdleTimeoutMS is how long a keep-alive connection may wait for its next request.
+	IdleTimeoutMS int  `yaml:"idle_timeout" json:"idle_timeout"`
+	CORS          CORS `yaml:"cors" json:"cors"`
 }
 
 // CORS says which browser origins may call the routes.
@@ -57,7 +90,34 @@ type CORS struct {
 // Defaults are the configuration of a worker configured with nothing.
 func Defaults() Config {
 	return Config{Host: "127.0.0.1", Port: 3111, DefaultTimeoutMS: 30000, MaxBodyBytes: 1 << 20, ConcurrencyRequestLimit: 1024,
+		ReadHeaderTimeoutMS: 10000, BodyReadTimeoutMS: 30000, IdleTimeoutMS: 120000,
 		CORS: CORS{AllowedMethods: []string{"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}}}
+}
+
+// Validate refuses limits and timeouts that are not positive, naming the key.
+func (c Config) Validate() error {
+	for _, k := range []struct {
+		key string
+		v   int64
+	}{{"default_timeout", int64(c.DefaultTimeoutMS)}, {"max_body_bytes", c.MaxBodyBytes},
+		{"concurrency_request_limit", int64(c.ConcurrencyRequestLimit)}, {"read_header_timeout", int64(c.ReadHeaderTimeoutMS)},
+		{"body_read_timeout", int64(c.BodyReadTimeoutMS)}, {"idle_timeout", int64(c.IdleTimeoutMS)}} {
+		if k.v <= 0 {
+			return fmt.Errorf("%s must be positive, got %d", k.key, k.v)
+		}
+	}
+	if c.PerClientRequestLimit < 0 {
+		return fmt.Errorf("per_client_request_limit must be positive (or 0 for a quarter of concurrency_request_limit), got %d", c.PerClientRequestLimit)
+	}
+	return nil
+}
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// HTTPServer is the listener's server for handler h: the header and idle timeouts of cfg (the
+// body timeout is the handler's, see Server.ServeHTTP).
+func HTTPServer(cfg Config, h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: ms(cfg.ReadHeaderTimeoutMS), IdleTimeout: ms(cfg.IdleTimeoutMS)}
 }
 
 // Caller runs a function through the engine.
@@ -78,13 +138,50 @@ type Server struct {
 	log  *slog.Logger
 	sem  chan struct{}
 
+	clientMu  sync.Mutex
+	clients   map[string]int // slots held by client address
+	perClient int
+
 	mu     sync.RWMutex
 	routes map[string]*route // by trigger id
 }
 
 // New returns a server with no routes.
 func New(cfg Config, call Caller, log *slog.Logger) *Server {
-	return &Server{cfg: cfg, call: call, log: log, sem: make(chan struct{}, max(cfg.ConcurrencyRequestLimit, 1)), routes: map[string]*route{}}
+	limit := max(cfg.ConcurrencyRequestLimit, 1)
+	perClient := cfg.PerClientRequestLimit
+	if perClient <= 0 {
+		perClient = max(limit/4, 1)
+	}
+	return &Server{cfg: cfg, call: call, log: log, sem: make(chan struct{}, limit), clients: map[string]int{}, perClient: perClient,
+		routes: map[string]*route{}}
+}
+
+// enter counts a request of client; false when the client is at its limit.
+func (s *Server) enter(client string) bool {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	if s.clients[client] >= s.perClient {
+		return false
+	}
+	s.clients[client]++
+	return true
+}
+
+func (s *Server) leave(client string) {
+	s.clientMu.Lock()
+	defer s.clientMu.Unlock()
+	if s.clients[client]--; s.clients[client] <= 0 {
+		delete(s.clients, client)
+	}
+}
+
+// clientOf is the address a request came from (without its port).
+func clientOf(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }
 
 func splitPath(p string) []string {
@@ -118,15 +215,46 @@ func shape(segs []string) string {
 	return "/" + strings.Join(out, "/")
 }
 
-// RegisterTrigger adds a route: config {api_path, http_method, condition_function_id?}.
+// configKeys are the keys of an http trigger's config the worker implements.
+var configKeys = map[string]bool{"api_path": true, "http_method": true, "condition_function_id": true}
+
+// unsupportedKey refuses the first key of config (a JSON object) the worker does not implement.
+func unsupportedKey(config json.RawMessage) error {
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(config, &keys) != nil {
+		return nil // not an object: the decoding below says so
+	}
+	if _, ok := keys["middleware_function_ids"]; ok {
+		return protocol.NewError(CodeTriggerConfigUnsupported, "http trigger config: key \"middleware_function_ids\": middleware is not supported yet by this http worker; "+
+			"the trigger is refused rather than served without its middleware (use condition_function_id to guard a route)")
+	}
+	var unknown []string
+	for k := range keys {
+		if !configKeys[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	return protocol.NewError(CodeTriggerConfigUnsupported, "http trigger config: unknown key %q (the keys are api_path, http_method, condition_function_id); "+
+		"the trigger is refused rather than the key ignored", unknown[0])
+}
+
+// RegisterTrigger adds a route: config {api_path, http_method, condition_function_id?}; any
+// other key refuses the trigger (TRIGGER_CONFIG_UNSUPPORTED).
 func (s *Server) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	if err := unsupportedKey(t.Config); err != nil {
+		return err
+	}
 	var cfg struct {
 		APIPath     string `json:"api_path"`
 		HTTPMethod  string `json:"http_method"`
 		ConditionFn string `json:"condition_function_id"`
 	}
 	if err := json.Unmarshal(t.Config, &cfg); err != nil || cfg.APIPath == "" {
-		return protocol.NewError(errcode.InvalidArguments, "http trigger config must be {api_path, http_method?}")
+		return protocol.NewError(errcode.InvalidArguments, "http trigger config must be {api_path, http_method?, condition_function_id?}")
 	}
 	method := strings.ToUpper(cfg.HTTPMethod)
 	if method == "" {
@@ -222,7 +350,9 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// ServeHTTP routes one request to its function.
+// ServeHTTP routes one request to its function. Only once its body is read (within
+// body_read_timeout and max_body_bytes) does the request count against its client's
+// per_client_request_limit and take a slot of concurrency_request_limit.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.cors(w, r)
 	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
@@ -231,13 +361,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Access-Control-Allow-Headers", h)
 		}
 		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	select {
-	case s.sem <- struct{}{}:
-		defer func() { <-s.sem }()
-	default:
-		writeJSON(w, http.StatusServiceUnavailable, errorBody("TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests"))
 		return
 	}
 	segs := splitPath(r.URL.Path)
@@ -251,8 +374,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody("NOT_FOUND", "no route serves "+r.URL.Path))
 		return
 	}
+	for name, v := range params {
+		if strings.IndexByte(v, 0) >= 0 {
+			writeJSON(w, http.StatusBadRequest, errorBody(CodeInvalidPathParameter, fmt.Sprintf("path parameter %q holds a NUL byte", name)))
+			return
+		}
+	}
 	body, ok := s.readBody(w, r)
 	if !ok {
+		return
+	}
+	client := clientOf(r)
+	if !s.enter(client) {
+		writeJSON(w, http.StatusTooManyRequests, errorBody(CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests running in the http worker (per_client_request_limit)", client, s.perClient)))
+		return
+	}
+	defer s.leave(client)
+	select {
+	case s.sem <- struct{}{}:
+		defer func() { <-s.sem }()
+	default:
+		writeJSON(w, http.StatusServiceUnavailable, errorBody("TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests (concurrency_request_limit)"))
 		return
 	}
 	req := request(r, rt, params, body)
@@ -277,14 +419,27 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.respond(w, out)
 }
 
-// readBody reads the body of r within max_body_bytes: the JSON value for a JSON request, else
-// the text, nil when empty. On failure it writes the error response and returns false.
+// readBody reads the body of r within max_body_bytes and body_read_timeout: the JSON value for
+// a JSON request, else the text, nil when empty. On failure it writes the error response and
+// returns false.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (any, bool) {
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(ms(s.cfg.BodyReadTimeoutMS))) == nil
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if deadline {
+		// No deadline while the function runs: the server reads on in the background to
+		// notice a client that leaves, and a timeout there would cancel the request.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody("BODY_TOO_LARGE", "the request body is over the limit (max_body_bytes)"))
+			return nil, false
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			writeJSON(w, http.StatusRequestTimeout, errorBody(CodeBodyTimeout, fmt.Sprintf("the request body did not arrive within %d ms (body_read_timeout)", s.cfg.BodyReadTimeoutMS)))
 			return nil, false
 		}
 		writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", err.Error()))

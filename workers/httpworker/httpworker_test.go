@@ -1,10 +1,12 @@
 package httpworker
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -112,5 +114,79 @@ func TestRoutes(t *testing.T) {
 	res, _ = do(t, "OPTIONS", ts.URL+"/users/1/orders/2", "", map[string]string{"Origin": "https://app.example", "Access-Control-Request-Method": "POST"})
 	if res.StatusCode != 204 || !strings.Contains(res.Header.Get("Access-Control-Allow-Methods"), "POST") {
 		t.Errorf("preflight %d %v", res.StatusCode, res.Header)
+	}
+}
+
+// Keys the worker does not implement refuse the trigger, naming the key, instead of being
+// ignored (N4): a route registered with middleware would otherwise be served without it.
+func TestUnsupportedTriggerKeys(t *testing.T) {
+	s := New(Defaults(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, c := range []struct{ config, want string }{
+		{`{"api_path":"/mw","http_method":"GET","middleware_function_ids":["auth::deny"]}`, "middleware is not supported yet"},
+		{`{"api_path":"/mw","middleware_function_ids":[],"bogus":1}`, `"middleware_function_ids"`},
+		{`{"api_path":"/mw","bogus":1}`, `unknown key "bogus"`},
+	} {
+		err := s.RegisterTrigger(context.Background(), protocol.Trigger{ID: "m", FunctionID: "t::http", Config: json.RawMessage(c.config)})
+		pe, ok := err.(*protocol.Error)
+		if !ok || pe.Code != CodeTriggerConfigUnsupported || !strings.Contains(pe.Message, c.want) {
+			t.Errorf("%s: %v, want %s mentioning %s", c.config, err, CodeTriggerConfigUnsupported, c.want)
+		}
+	}
+	if len(s.routes) != 0 {
+		t.Errorf("refused triggers were routed: %v", s.routes)
+	}
+}
+
+// A NUL in a path parameter (%00) is refused with 400; "." and ".." reach the function as they
+// are, and matching never resolves dot segments. A raw NUL in the request line never reaches
+// routing: net/http answers it 400 itself.
+func TestPathParameters(t *testing.T) {
+	ts := server(t)
+	c, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.WriteString(c, "POST /users/a\x00b/orders/7 HTTP/1.1\r\nHost: x\r\n\r\n")
+	if res, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || res.StatusCode != 400 {
+		t.Errorf("raw NUL: %v %v", res, err)
+	}
+	for _, c := range []struct {
+		path   string
+		status int
+		id     string
+	}{
+		{"/users/%00/orders/7", 400, ""},
+		{"/users/a%00b/orders/7", 400, ""},
+		{"/users/../orders/7", 201, ".."},
+		{"/users/%2e%2e/orders/7", 201, ".."},
+		{"/users/./orders/7", 201, "."},
+		{"/users/x/../users/1/orders/7", 404, ""},
+	} {
+		req, _ := http.NewRequest("POST", ts.URL, nil)
+		req.URL.Opaque = c.path // sent as written: no client-side cleaning
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != c.status {
+			t.Errorf("%s: %d %s, want %d", c.path, res.StatusCode, b, c.status)
+			continue
+		}
+		if c.status == 400 && !strings.Contains(string(b), CodeInvalidPathParameter) {
+			t.Errorf("%s: %s", c.path, b)
+		}
+		if c.id != "" {
+			var got struct {
+				PathParams map[string]string `json:"path_params"`
+			}
+			_ = json.Unmarshal(b, &got)
+			if got.PathParams["id"] != c.id {
+				t.Errorf("%s: path_params %v, want id %q", c.path, got.PathParams, c.id)
+			}
+		}
 	}
 }

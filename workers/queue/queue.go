@@ -5,13 +5,21 @@
 // Two kinds of message share one stream per namespace (IIIQ_<namespace>):
 //
 //   - Jobs: an invocation with action {type: enqueue, queue: Q}. The engine hands it to
-//     queue::enqueue {queue, function_id, namespace?, data, metadata?, group?}, which stores it
-//     and answers {messageReceiptId} once it is on disk; the worker then calls function_id with
-//     data. One durable consumer per queue.
-//   - Topic messages: queue::publish {topic, data, group?} -> {messageReceiptId}. Each "queue"
-//     trigger {topic, max_retries?, backoff_ms?, concurrency?} is a subscriber with its own
-//     durable consumer (named by topic and function), created when the trigger is registered;
-//     it gets every message published from then on.
+//     queue::enqueue {queue, function_id, namespace?, data, metadata?, group?, message_id?},
+//     which stores it and answers {messageReceiptId, message_id} once it is on disk; the worker
+//     then calls function_id with data. One durable consumer per queue.
+//   - Topic messages: queue::publish {topic, data, group?, message_id?} -> {messageReceiptId,
+//     message_id}. Each "queue" trigger {topic, max_retries?, backoff_ms?, concurrency?} is a
+//     subscriber with its own durable consumer (named by topic and function), created when the
+//     trigger is registered; it gets every message published from then on.
+//
+// Delivery is at least once: a worker that dies (or stops) between a call and its
+// acknowledgement leaves the message to be delivered again. Every message has a stable id, the
+// caller's message_id or a generated UUID, stored as JetStream's Nats-Msg-Id: a second
+// enqueue or publish of the same id within the stream's duplicate window (DuplicateWindow) is
+// not stored again (the reply says duplicate: true), and every delivery of a message passes
+// the id to the function as message_id in the invocation's metadata, for the function to
+// deduplicate on.
 //
 // A durable consumer is shared by every queue worker on the same NATS: workers of several
 // engines split its messages, each delivered to one of them. A call that fails is retried
@@ -25,7 +33,6 @@ package queue
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -38,6 +45,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -54,6 +62,7 @@ const (
 	hError     = "Iii-Error"
 	hAttempts  = "Iii-Attempts"
 	hOrigin    = "Iii-Origin"
+	hMessageID = "Iii-Message-Id" // a dead letter's original id (Nats-Msg-Id is cleared there)
 
 	metaQueue = "iii-queue" // consumer metadata: the queue a job consumer serves
 )
@@ -65,6 +74,13 @@ type Settings struct {
 	Concurrency int `yaml:"concurrency" json:"concurrency"`
 	TimeoutMS   int `yaml:"timeout_ms" json:"timeout_ms"`
 }
+
+// DuplicateWindow is how long JetStream remembers a message id: an enqueue or publish repeating
+// the id within it is not stored twice.
+const DuplicateWindow = 2 * time.Minute
+
+// MaxMessageIDLen bounds a caller's message_id.
+const MaxMessageIDLen = 256
 
 // DefaultSettings are the settings of a queue or trigger that names none.
 var DefaultSettings = Settings{MaxRetries: 3, BackoffMS: 1000, Concurrency: 10, TimeoutMS: 30000}
@@ -160,7 +176,7 @@ func Open(ctx context.Context, js jetstream.JetStream, namespace string, cfg Con
 		subs: map[string]*sub{}, subT: map[string]string{}}
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: s.name, Subjects: []string{s.prefix + ">"},
 		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy, MaxAge: time.Duration(cfg.RetentionHours) * time.Hour,
-		Replicas: cfg.Replicas, Duplicates: 2 * time.Minute, Description: "iii queue of namespace " + namespace})
+		Replicas: cfg.Replicas, Duplicates: DuplicateWindow, Description: "iii queue of namespace " + namespace})
 	if err != nil {
 		return nil, fmt.Errorf("opening the queue stream %s: %w", s.name, err)
 	}
@@ -196,22 +212,57 @@ func (s *Service) dlqSubject(kind, name string) string {
 	return s.prefix + "dlq." + kind + "." + enc.EncodeToString([]byte(name))
 }
 
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-func (s *Service) publish(ctx context.Context, subject string, data json.RawMessage, hdr nats.Header) (string, error) {
-	id := newID()
-	msg := &nats.Msg{Subject: subject, Data: data, Header: hdr}
-	if _, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
-		return "", protocol.NewError(errcode.EnqueueError, "storing the message: %v", err)
+// messageID is the caller's id for a message (fn names the function for errors), or a new UUID.
+func messageID(fn, id string) (string, error) {
+	if id == "" {
+		return uuid.NewString(), nil
+	}
+	if len(id) > MaxMessageIDLen {
+		return "", protocol.NewError(errcode.InvalidArguments, "%s: message_id is %d bytes, the limit is %d", fn, len(id), MaxMessageIDLen)
+	}
+	for _, c := range []byte(id) {
+		if c < 0x20 || c == 0x7f {
+			return "", protocol.NewError(errcode.InvalidArguments, "%s: message_id holds a control character", fn)
+		}
 	}
 	return id, nil
+}
+
+// receipt is the reply of enqueue and publish.
+func receipt(id string, dup bool) map[string]any {
+	r := map[string]any{"messageReceiptId": id, "message_id": id}
+	if dup {
+		r["duplicate"] = true
+	}
+	return r
+}
+
+// publish stores a message under id (Nats-Msg-Id); dup: JetStream already held one of that id
+// within DuplicateWindow and stored nothing.
+func (s *Service) publish(ctx context.Context, subject, id string, data json.RawMessage, hdr nats.Header) (dup bool, err error) {
+	msg := &nats.Msg{Subject: subject, Data: data, Header: hdr}
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+	if err != nil {
+		return false, protocol.NewError(errcode.EnqueueError, "storing the message: %v", err)
+	}
+	return ack.Duplicate, nil
+}
+
+// withMessageID is the invocation metadata of a delivery: meta (a JSON object, or none) with
+// message_id set to id. Metadata that is not an object is passed on unchanged.
+func withMessageID(meta json.RawMessage, id string) json.RawMessage {
+	if id == "" {
+		return meta
+	}
+	m := map[string]json.RawMessage{}
+	if len(meta) > 0 && string(meta) != "null" {
+		if json.Unmarshal(meta, &m) != nil || m == nil {
+			return meta
+		}
+	}
+	m["message_id"], _ = json.Marshal(id)
+	out, _ := json.Marshal(m)
+	return out
 }
 
 // Enqueue stores a job (the engine's action enqueue).
@@ -223,9 +274,14 @@ func (s *Service) Enqueue(ctx context.Context, payload json.RawMessage) (any, er
 		Data       json.RawMessage `json:"data"`
 		Metadata   json.RawMessage `json:"metadata"`
 		Group      string          `json:"group"`
+		MessageID  string          `json:"message_id"`
 	}
 	if err := json.Unmarshal(payload, &in); err != nil || in.Queue == "" || in.FunctionID == "" {
-		return nil, protocol.NewError(errcode.InvalidArguments, "queue::enqueue needs {queue, function_id, data}")
+		return nil, protocol.NewError(errcode.InvalidArguments, "queue::enqueue needs {queue, function_id, data, message_id?}")
+	}
+	id, err := messageID("queue::enqueue", in.MessageID)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.ensureJobs(in.Queue); err != nil {
 		return nil, protocol.NewError(errcode.EnqueueError, "%v", err)
@@ -241,32 +297,37 @@ func (s *Service) Enqueue(ctx context.Context, payload json.RawMessage) (any, er
 	if in.Group != "" {
 		hdr.Set(hGroup, in.Group)
 	}
-	id, err := s.publish(ctx, s.jobSubject(in.Queue), orNull(in.Data), hdr)
+	dup, err := s.publish(ctx, s.jobSubject(in.Queue), id, orNull(in.Data), hdr)
 	if err != nil {
 		return nil, err
 	}
-	return map[string]string{"messageReceiptId": id}, nil
+	return receipt(id, dup), nil
 }
 
 // Publish stores a topic message for every subscriber of the topic.
 func (s *Service) Publish(ctx context.Context, payload json.RawMessage) (any, error) {
 	var in struct {
-		Topic string          `json:"topic"`
-		Data  json.RawMessage `json:"data"`
-		Group string          `json:"group"`
+		Topic     string          `json:"topic"`
+		Data      json.RawMessage `json:"data"`
+		Group     string          `json:"group"`
+		MessageID string          `json:"message_id"`
 	}
 	if err := json.Unmarshal(payload, &in); err != nil || in.Topic == "" {
-		return nil, protocol.NewError(errcode.InvalidArguments, "queue::publish needs {topic, data, group?}")
+		return nil, protocol.NewError(errcode.InvalidArguments, "queue::publish needs {topic, data, group?, message_id?}")
+	}
+	id, err := messageID("queue::publish", in.MessageID)
+	if err != nil {
+		return nil, err
 	}
 	hdr := nats.Header{}
 	if in.Group != "" {
 		hdr.Set(hGroup, in.Group)
 	}
-	id, err := s.publish(ctx, s.topicSubject(in.Topic), orNull(in.Data), hdr)
+	dup, err := s.publish(ctx, s.topicSubject(in.Topic), id, orNull(in.Data), hdr)
 	if err != nil {
 		return nil, err
 	}
-	return map[string]string{"messageReceiptId": id}, nil
+	return receipt(id, dup), nil
 }
 
 func orNull(v json.RawMessage) json.RawMessage {
@@ -402,7 +463,8 @@ func (s *Service) keepAlive(m jetstream.Msg) chan struct{} {
 }
 
 // deliver calls the message's function until it succeeds, then acknowledges it; past
-// max_retries it moves the message to the dead-letter subject.
+// max_retries it moves the message to the dead-letter subject. The function gets the message's
+// id as message_id in the invocation metadata, the same on every delivery.
 func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 	fn, ns, meta := tg.functionID, tg.namespace, tg.metadata
 	if tg.kind == "queue" {
@@ -411,6 +473,7 @@ func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 			meta = json.RawMessage(h)
 		}
 	}
+	meta = withMessageID(meta, m.Headers().Get(jetstream.MsgIDHeader))
 	attempts := 0
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 {
 		attempts = int(md.NumDelivered) - 1 // tries made before a restart (at least one each)
@@ -463,6 +526,9 @@ func (s *Service) deadLetter(m jetstream.Msg, tg target, fn string, cause error,
 	for k, v := range m.Headers() {
 		hdr[k] = v
 	}
+	if id := hdr.Get(jetstream.MsgIDHeader); id != "" {
+		hdr.Set(hMessageID, id)
+	}
 	hdr.Del(jetstream.MsgIDHeader) // else the dead letter is dropped as a duplicate of the original
 	hdr.Set(hFunction, fn)
 	hdr.Set(hError, string(protocol.AsError(cause).Raw()))
@@ -508,6 +574,7 @@ func (s *Service) DLQ(ctx context.Context, payload json.RawMessage) (any, error)
 		Error      json.RawMessage `json:"error"`
 		Attempts   int             `json:"attempts"`
 		Group      string          `json:"group,omitempty"`
+		MessageID  string          `json:"message_id,omitempty"`
 	}
 	rows := []row{}
 	for len(rows) < total && len(rows) < 1000 {
@@ -520,7 +587,8 @@ func (s *Service) DLQ(ctx context.Context, payload json.RawMessage) (any, error)
 			n++
 			a, _ := strconv.Atoi(m.Headers().Get(hAttempts))
 			rows = append(rows, row{FunctionID: m.Headers().Get(hFunction), Data: json.RawMessage(m.Data()),
-				Error: json.RawMessage(m.Headers().Get(hError)), Attempts: a, Group: m.Headers().Get(hGroup)})
+				Error: json.RawMessage(m.Headers().Get(hError)), Attempts: a, Group: m.Headers().Get(hGroup),
+				MessageID: m.Headers().Get(hMessageID)})
 		}
 		if n == 0 {
 			break

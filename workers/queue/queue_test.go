@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
@@ -18,16 +21,36 @@ import (
 type calls struct {
 	mu   sync.Mutex
 	seen map[string][]string // function -> payloads in call order
+	meta map[string][]string // function -> invocation metadata in call order
+	// block, when set, holds calls of block::fn until ctx ends.
+	block bool
 }
 
-func (c *calls) call(_ context.Context, fn, _ string, data, _ json.RawMessage, _ time.Duration) (json.RawMessage, error) {
+func (c *calls) call(ctx context.Context, fn, _ string, data, meta json.RawMessage, _ time.Duration) (json.RawMessage, error) {
 	c.mu.Lock()
 	c.seen[fn] = append(c.seen[fn], string(data))
+	if c.meta == nil {
+		c.meta = map[string][]string{}
+	}
+	c.meta[fn] = append(c.meta[fn], string(meta))
+	n := len(c.seen[fn])
 	c.mu.Unlock()
-	if fn == "bad::fn" {
+	switch {
+	case fn == "bad::fn":
 		return nil, errors.New("always fails")
+	case fn == "flaky::fn" && n == 1:
+		return nil, errors.New("fails the first time")
+	case fn == "block::fn" && c.block:
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
 	return json.RawMessage(`{}`), nil
+}
+
+func (c *calls) metas(fn string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.meta[fn]...)
 }
 
 func (c *calls) get(fn string) []string {
@@ -53,14 +76,26 @@ func openService(t *testing.T, cfg Config) (*Service, *calls) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(st.Close)
 	c := &calls{seen: map[string][]string{}}
+	svc, _ := openOn(t, st, cfg, c)
+	return svc, c
+}
+
+// openOn opens a queue service on st whose calls go to c; stop ends it (as a worker that
+// stops), and the test's end does too.
+func openOn(t *testing.T, st *jsstore.Store, cfg Config, c *calls) (svc *Service, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	svc, err := Open(ctx, st.JS, "default", cfg, c.call, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); svc.Close(); st.Close() })
-	return svc, c
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); svc.Close() }) }
+	t.Cleanup(stop)
+	return svc, stop
 }
 
 // Jobs of one group run in order one at a time, even with concurrency; a failing job is tried
@@ -74,7 +109,7 @@ func TestJobsGroupsAndDeadLetters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if id := out.(map[string]string)["messageReceiptId"]; len(id) != 36 {
+		if id, _ := out.(map[string]any)["messageReceiptId"].(string); len(id) != 36 {
 			t.Fatalf("receipt %q", id)
 		}
 	}
@@ -101,7 +136,7 @@ func TestJobsGroupsAndDeadLetters(t *testing.T) {
 		t.Errorf("bad::fn tried %d times, want 3", n)
 	}
 	row := dl["messages"].([]any)[0].(map[string]any)
-	if row["attempts"] != float64(3) || row["function_id"] != "bad::fn" {
+	if id, _ := row["message_id"].(string); row["attempts"] != float64(3) || row["function_id"] != "bad::fn" || len(id) != 36 {
 		t.Errorf("dead letter %v", row)
 	}
 }
@@ -129,5 +164,114 @@ func TestTopicSubscribers(t *testing.T) {
 	eventually(t, "subscriber a", func() bool { return len(c.get("sub::a")) == 2 })
 	if n := len(c.get("sub::b")); n != 1 {
 		t.Errorf("unregistered subscriber got %d messages", n)
+	}
+}
+
+func messageIDOf(t *testing.T, meta string) string {
+	t.Helper()
+	var m struct {
+		MessageID string `json:"message_id"`
+		From      string `json:"from"`
+	}
+	if err := json.Unmarshal([]byte(meta), &m); err != nil {
+		t.Fatalf("metadata %q: %v", meta, err)
+	}
+	return m.MessageID
+}
+
+// Every message has a stable id: the caller's message_id, or a generated UUID, returned in the
+// reply and passed to the function as metadata.message_id on every delivery (here a retry).
+// Enqueueing or publishing the same id again within the duplicate window stores nothing.
+func TestMessageIDs(t *testing.T) {
+	svc, c := openService(t, Config{Queues: map[string]Settings{"q": {BackoffMS: 5}}})
+	ctx := context.Background()
+	out, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"flaky::fn","data":1,"metadata":{"from":"caller"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := out.(map[string]any)
+	id, _ := r["message_id"].(string)
+	if _, err := uuid.Parse(id); err != nil || r["messageReceiptId"] != id || r["duplicate"] != nil {
+		t.Fatalf("reply %v: want a UUID message_id equal to messageReceiptId", r)
+	}
+	eventually(t, "the retry", func() bool { return len(c.metas("flaky::fn")) == 2 })
+	for _, m := range c.metas("flaky::fn") {
+		if got := messageIDOf(t, m); got != id || !strings.Contains(m, `"from":"caller"`) {
+			t.Errorf("delivery metadata %s, want message_id %s and the caller's metadata", m, id)
+		}
+	}
+
+	for i := range 2 {
+		out, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"ok::fn","data":"x","message_id":"order-7"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := out.(map[string]any)
+		if r["message_id"] != "order-7" || r["messageReceiptId"] != "order-7" || (r["duplicate"] == true) != (i == 1) {
+			t.Errorf("enqueue %d of order-7: %v", i+1, r)
+		}
+	}
+	if err := svc.RegisterTrigger(ctx, protocol.Trigger{ID: "s", FunctionID: "sub::fn", Config: json.RawMessage(`{"topic":"t"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := svc.Publish(ctx, json.RawMessage(`{"topic":"t","data":1,"message_id":"evt-1"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.Publish(ctx, json.RawMessage(`{"topic":"t","data":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the ok job and both topic messages", func() bool { return len(c.get("ok::fn")) >= 1 && len(c.get("sub::fn")) >= 2 })
+	// The queue and the topic are drained when a later message arrived after the duplicates.
+	if _, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"ok::fn","data":"y"}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second ok job", func() bool { return len(c.get("ok::fn")) >= 2 })
+	if got := c.get("ok::fn"); len(got) != 2 || messageIDOf(t, c.metas("ok::fn")[0]) != "order-7" {
+		t.Errorf("ok::fn got %v %v, want the order-7 job once", got, c.metas("ok::fn"))
+	}
+	if got := c.get("sub::fn"); len(got) != 2 || messageIDOf(t, c.metas("sub::fn")[0]) != "evt-1" {
+		t.Errorf("sub::fn got %v %v, want evt-1 once", got, c.metas("sub::fn"))
+	}
+
+	for _, bad := range []string{`"` + strings.Repeat("x", MaxMessageIDLen+1) + `"`, `"a\nb"`} {
+		if _, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"ok::fn","message_id":`+bad+`}`)); err == nil {
+			t.Errorf("message_id %.20s accepted", bad)
+		}
+	}
+}
+
+// At least once: a worker that stops while a call runs leaves the message unacknowledged, and
+// the next worker delivers it again with the same message_id.
+func TestRedeliveryKeepsTheMessageID(t *testing.T) {
+	st, err := jsstore.Open(context.Background(), jsstore.Config{Sync: "interval"}, t.TempDir(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	first := &calls{seen: map[string][]string{}, block: true}
+	svc, stop := openOn(t, st, Config{}, first)
+	out, err := svc.Enqueue(context.Background(), json.RawMessage(`{"queue":"q","function_id":"block::fn","data":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := out.(map[string]any)["message_id"].(string)
+	eventually(t, "the first delivery", func() bool { return len(first.metas("block::fn")) == 1 })
+	stop()
+	second := &calls{seen: map[string][]string{}}
+	openOn(t, st, Config{}, second)
+	deadline := time.Now().Add(3 * AckWait)
+	for len(second.metas("block::fn")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered again within %v", 3*AckWait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := messageIDOf(t, first.metas("block::fn")[0]); got != id {
+		t.Errorf("first delivery message_id %q, want %q", got, id)
+	}
+	if got := messageIDOf(t, second.metas("block::fn")[0]); got != id {
+		t.Errorf("redelivery message_id %q, want %q", got, id)
 	}
 }

@@ -7,7 +7,11 @@
 //	port: 3111
 //	default_timeout: 30000            # ms a function may take before 504
 //	max_body_bytes: 1048576           # larger bodies get 413
-//	concurrency_request_limit: 1024   # more requests at once get 503
+//	concurrency_request_limit: 1024   # more requests at once (bodies read) get 503
+//	per_client_request_limit: 0       # slots one client address may hold; 0: a quarter of the above; more get 429
+//	read_header_timeout: 10000        # ms to read a request's headers
+//	body_read_timeout: 30000          # ms to read a request's body after its headers, else 408
+//	idle_timeout: 120000              # ms a keep-alive connection may wait for its next request
 //	cors: {allowed_origins: [], allowed_methods: [GET, POST, PUT, DELETE, PATCH, OPTIONS]}
 package main
 
@@ -22,6 +26,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/httpworker"
 	"github.com/iii-go/iii/workers/wmain"
@@ -32,6 +37,9 @@ var version = "0.0.0-dev"
 func main() {
 	cfg := httpworker.Defaults()
 	wmain.Main{Name: "http", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		if err := cfg.Validate(); err != nil {
+			return nil, errcode.New(errcode.ConfigInvalid, "http worker configuration: %v", err)
+		}
 		call := func(ctx context.Context, t protocol.Trigger, fn string, payload any, timeout time.Duration) (json.RawMessage, error) {
 			return w.Call(ctx, fn, payload, append(t.CallOptions(), protocol.WithTimeout(timeout))...)
 		}
@@ -41,7 +49,7 @@ func main() {
 		if err != nil {
 			return nil, fmt.Errorf("listening on %s (host, port): %w", addr, err)
 		}
-		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		hs := httpworker.HTTPServer(cfg, srv)
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("serving http", "err", err)

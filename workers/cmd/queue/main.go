@@ -1,6 +1,7 @@
 // Command queue is the iii queue worker (package "queue" in the worker registry): the engine's
 // action enqueue (queue::enqueue), queue::publish, queue::dlq::list and the "queue" trigger
-// type on NATS JetStream (see package queue).
+// type on NATS JetStream (see package queue). Delivery is at least once; each delivery passes
+// the message's id as message_id in the invocation metadata.
 //
 // Configuration (YAML, --config or $III_CONFIG):
 //
