@@ -33,6 +33,7 @@ import (
 
 	"github.com/iii-go/iii/compose/registry"
 	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/internal/release"
 )
 
@@ -245,9 +246,12 @@ func (r *run) startCompose() error {
 	cmd := exec.Command(r.iii, "compose", "--up")
 	cmd.Dir, cmd.Env = r.project, r.env
 	cmd.Stdout, cmd.Stderr = r.out, r.out
-	// Should this process die, Compose gets the Ctrl-C it would get from a terminal.
+	// Should this process die, Compose gets the Ctrl-C it would get from a terminal. Linux sends
+	// a parent-death signal when the *thread* that forked the child exits, so Compose starts
+	// from the process-lifetime spawn thread: started from any goroutine's thread, it would get
+	// SIGINT, mid-start, whenever that thread ended.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGINT}
-	if err := cmd.Start(); err != nil {
+	if err := procgroup.Start(cmd); err != nil {
 		return fmt.Errorf("starting iii compose: %w", err)
 	}
 	r.compose, r.composeDone = cmd, make(chan struct{})

@@ -3,43 +3,15 @@ package qemu
 import (
 	"os"
 	"os/exec"
-	"runtime"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/iii-go/iii/engine/procgroup"
 )
 
-// Pdeathsig fires when the parent *thread* exits, not the process. Every child is therefore
-// started from one goroutine locked to an OS thread that lives as long as the process, so the
-// signal comes exactly when the adapter dies.
-var (
-	spawnOnce sync.Once
-	spawnReq  chan func()
-)
-
-func onSpawnThread(f func()) {
-	spawnOnce.Do(func() {
-		spawnReq = make(chan func())
-		go func() {
-			runtime.LockOSThread()
-			for g := range spawnReq {
-				g()
-			}
-		}()
-	})
-	done := make(chan struct{})
-	spawnReq <- func() { f(); close(done) }
-	<-done
-}
-
-// startCmd starts cmd on the spawn thread.
-func startCmd(cmd *exec.Cmd) error {
-	var err error
-	onSpawnThread(func() { err = cmd.Start() })
-	return err
-}
+// startCmd starts cmd on the process-lifetime spawn thread, so its parent-death signal comes
+// exactly when the adapter dies (procgroup.Start).
+func startCmd(cmd *exec.Cmd) error { return procgroup.Start(cmd) }
 
 // proc is a child process owned by a machine: killed with SIGKILL by PID when the machine ends,
 // and by the kernel (Pdeathsig) when the adapter process dies.
