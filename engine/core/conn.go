@@ -468,7 +468,7 @@ func (c *conn) sendResult(m *protocol.Message, res json.RawMessage, perr *protoc
 	if perr != nil {
 		out.Error = perr
 	} else {
-		out.Result = res
+		out.Result = resultField(res)
 	}
 	_ = c.send(out)
 }
