@@ -90,14 +90,11 @@ package core
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,10 +179,8 @@ type fnEntry struct {
 
 // Engine routes functions between connected workers.
 type Engine struct {
-	opts     Options
-	log      *slog.Logger
-	idPrefix string
-	nextID   atomic.Uint64
+	opts Options
+	log  *slog.Logger
 
 	mu       sync.RWMutex
 	builtins map[string]builtin
@@ -222,10 +217,8 @@ func New(opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
 	e := &Engine{
-		opts: opts, log: opts.Logger, idPrefix: hex.EncodeToString(b[:]) + "-",
+		opts: opts, log: opts.Logger,
 		builtins: map[string]builtin{}, funcs: map[fkey]*fnEntry{}, conns: map[string]*conn{},
 		chans: newChannels(opts),
 	}
@@ -279,9 +272,8 @@ func (e *Engine) WorkerGone(id string) <-chan struct{} {
 	return c.ctx.Done()
 }
 
-func (e *Engine) newID() string {
-	return e.idPrefix + strconv.FormatUint(e.nextID.Add(1), 36)
-}
+// newID is a fresh invocation id: a random UUID, the type iii's SDKs decode it as.
+func (e *Engine) newID() string { return newUUID() }
 
 // Handler is the HTTP handler of the worker listener: /ws/channels/{id} upgrades to one end of a
 // stream channel, /otel takes SDK telemetry, every other path upgrades to a worker connection.

@@ -25,7 +25,6 @@ package queue
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -38,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -196,14 +196,7 @@ func (s *Service) dlqSubject(kind, name string) string {
 	return s.prefix + "dlq." + kind + "." + enc.EncodeToString([]byte(name))
 }
 
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+func newID() string { return uuid.NewString() }
 
 func (s *Service) publish(ctx context.Context, subject string, data json.RawMessage, hdr nats.Header) (string, error) {
 	id := newID()
