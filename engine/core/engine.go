@@ -52,8 +52,9 @@
 // engine::channels::create {buffer_size?} -> {channel_id, reader, writer}. Each end connects once
 // with a WebSocket to /ws/channels/{channel_id}?key={access_key} on the worker listener; the key
 // (compared in constant time) says which end it is. Unknown or forgotten channel: HTTP 404; wrong
-// key: 403; an end already connected: 409. The writer sends binary (or text) frames of at most
-// protocol.MaxChannelFrame bytes; the reader gets them in order as binary frames. At most
+// key: 403; an end already connected: 409. The writer sends binary or text frames of at most
+// protocol.MaxChannelFrame bytes; the reader gets them in order, each with its opcode (iii's SDKs
+// read text frames as messages and binary ones as the byte stream). At most
 // buffer_size frames (default DefaultChannelBuffer, at most MaxChannelBuffer) and
 // Options.ChannelBytes wait between the two, and all channels together hold at most
 // Options.ChannelBudget; the buffer grows as frames come. A full buffer stops reading the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +186,89 @@ func TestEngineIDsAreUUIDs(t *testing.T) {
 func str(v any) string {
 	s, _ := v.(string)
 	return s
+}
+
+// TestChannelKeepsOpcodes: a stream channel passes each frame with the opcode it was written
+// with, text as text and binary as binary, as iii does: iii's SDKs hand text frames to the
+// reader's onMessage and binary ones to its byte stream. The Go SDK does the same with
+// ChannelWriter.SendMessage and ChannelReader.OnMessage, and without a callback keeps the text
+// in the stream.
+func TestChannelKeepsOpcodes(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	w := worker(t, url, "default", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type fr struct {
+		typ websocket.MessageType
+		b   string
+	}
+	sent := []fr{{websocket.MessageText, `{"progress":1}`}, {websocket.MessageBinary, "abc"},
+		{websocket.MessageText, `{"progress":2}`}, {websocket.MessageBinary, "def"}}
+
+	// Raw ends: the frames arrive as they were sent.
+	p := channelPair(t, w, nil)
+	raw := rawWriter(t, url, p.Writer)
+	for _, f := range sent {
+		if err := raw.Write(ctx, f.typ, []byte(f.b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw.Close(websocket.StatusNormalClosure, "")
+	u, _ := protocol.ChannelURL(url, p.Reader)
+	rd, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.CloseNow()
+	for i, want := range sent {
+		typ, b, err := rd.Read(ctx)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if got := (fr{typ, string(b)}); got != want {
+			t.Errorf("frame %d: got %v %q, want %v %q", i, got.typ, got.b, want.typ, want.b)
+		}
+	}
+
+	// Go SDK ends: messages to OnMessage, bytes to Read; no callback, everything to Read.
+	for _, withCallback := range []bool{true, false} {
+		p := channelPair(t, w, nil)
+		wr, err := protocol.DialWriter(ctx, url, p.Writer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range sent {
+			if f.typ == websocket.MessageText {
+				err = wr.SendMessage(f.b)
+			} else {
+				_, err = wr.Write([]byte(f.b))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := wr.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := protocol.DialReader(ctx, url, p.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []string
+		if withCallback {
+			r.OnMessage(func(m string) { msgs = append(msgs, m) })
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantMsgs := `abcdef`, []string{`{"progress":1}`, `{"progress":2}`}
+		if !withCallback {
+			want, wantMsgs = `{"progress":1}abc{"progress":2}def`, nil
+		}
+		if string(got) != want || fmt.Sprint(msgs) != fmt.Sprint(wantMsgs) {
+			t.Errorf("callback %v: stream %q, messages %q; want %q, %q", withCallback, got, msgs, want, wantMsgs)
+		}
+	}
 }
