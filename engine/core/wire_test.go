@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -270,5 +272,94 @@ func TestChannelKeepsOpcodes(t *testing.T) {
 		if string(got) != want || fmt.Sprint(msgs) != fmt.Sprint(wantMsgs) {
 			t.Errorf("callback %v: stream %q, messages %q; want %q, %q", withCallback, got, msgs, want, wantMsgs)
 		}
+	}
+}
+
+// listTriggersCall calls engine::registered-triggers::list with payload.
+func listTriggersCall(t *testing.T, w *protocol.Worker, payload any) []map[string]any {
+	t.Helper()
+	raw, err := w.Call(context.Background(), FnListTriggers, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Rows []map[string]any `json:"registered_triggers"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Rows
+}
+
+// TestRegisteredTriggersListLikeIII: engine::registered-triggers::list answers iii's rows by
+// default: only the active triggers, each with config_summary and with worker_name the worker
+// serving its function (not the one that registered it); include_pending adds the triggers not
+// accepted yet and include_refused also the refused ones, with their status and error.
+func TestRegisteredTriggersListLikeIII(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	server := protocol.NewWorker(protocol.Config{URL: url, Name: "jobs-worker"})
+	_ = server.Register("jobs::on-tick", func(context.Context, json.RawMessage) (any, error) { return nil, nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := server.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	registrant := worker(t, url, "default", nil) // named t-default
+	long := strings.Repeat("x", 100)
+	for _, cfg := range []map[string]any{{"every": long}, {"bad": true}} {
+		if _, err := registrant.RegisterTrigger("tick", "jobs::on-tick", cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := registrant.RegisterTrigger("nobody-provides", "nowhere::fn", nil); err != nil {
+		t.Fatal(err)
+	}
+	if rows := listTriggersCall(t, registrant, nil); len(rows) != 0 {
+		t.Fatalf("parked triggers listed by default: %v", rows)
+	}
+	prov, _ := startProvider(t, url)
+	defer prov.Close()
+	eventually(t, "one active and one failed trigger", func() bool {
+		n := map[any]int{}
+		for _, r := range listTriggersCall(t, registrant, map[string]any{"include_refused": true, "trigger_type": "tick"}) {
+			n[r["status"]]++
+		}
+		return n["active"] == 1 && n["failed"] == 1
+	})
+	rows := listTriggersCall(t, registrant, map[string]any{})
+	if len(rows) != 1 {
+		t.Fatalf("rows %v", rows)
+	}
+	r := rows[0]
+	wantSummary := `{"every":"` + strings.Repeat("x", 70) + `…`
+	if r["status"] != "active" || r["worker_name"] != "jobs-worker" || r["config_summary"] != wantSummary || r["function_id"] != "jobs::on-tick" {
+		t.Errorf("row %v", r)
+	}
+	if rows := listTriggersCall(t, registrant, map[string]any{"worker": "jobs-worker"}); len(rows) != 1 {
+		t.Errorf("worker filter: %v", rows)
+	}
+	if rows := listTriggersCall(t, registrant, map[string]any{"worker": "t-default"}); len(rows) != 0 {
+		t.Errorf("worker filter matched the registrant: %v", rows)
+	}
+	pending := listTriggersCall(t, registrant, map[string]any{"include_pending": true})
+	if len(pending) != 2 || pending[0]["status"] == "failed" || pending[1]["status"] == "failed" {
+		t.Errorf("include_pending: %v", pending)
+	}
+	all := listTriggersCall(t, registrant, map[string]any{"include_refused": true})
+	var refused map[string]any
+	for _, r := range all {
+		if r["status"] == "failed" {
+			refused = r
+		}
+		if r["function_id"] == "nowhere::fn" && (r["status"] != "parked" || r["worker_name"] != "nowhere") {
+			t.Errorf("parked row %v", r)
+		}
+	}
+	if len(all) != 3 || refused == nil || refused["error"].(map[string]any)["code"] != "INVALID_TICK" {
+		t.Errorf("include_refused: %v", all)
+	}
+	if _, err := registrant.Call(ctx, FnListTriggers, map[string]any{"include_refused": "yes"}); code(err) != errcode.InvalidArguments {
+		t.Errorf("a malformed filter: %v", err)
 	}
 }
