@@ -27,6 +27,7 @@ type workerInfo struct {
 	Description string  `json:"description"`
 	OS          string  `json:"os"`
 	PID         int     `json:"pid"`
+	Isolation   string  `json:"isolation"`
 	Namespace   *string `json:"namespace"`
 }
 

@@ -5,7 +5,7 @@
 // Built-in functions (served whatever namespace a call names, listed in default):
 //
 //	engine::workers::register  {name, namespace?, runtime, version, ...} -> {success, worker_id, namespace}
-//	engine::workers::list      -> {workers: [{id, name, namespace, runtime, version, pid, registered, functions}]}
+//	engine::workers::list      {search?, runtime?, status?} -> {workers: [{id, name, namespace, description, version, runtime, os, status, function_count, connected_at_ms, active_invocations, isolation, ip_address, pid, registered, functions, connected_at}]}
 //	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
 //	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   (stream channels, below)
 //	engine::triggers::list     -> {triggers: [{id, description, namespace, worker_id, worker_name, instance_count, ...}]}
@@ -460,37 +460,73 @@ func stopped(id string) *protocol.Error {
 // reserved reports whether a worker may not register id: the engine's own families.
 func reserved(id string) bool { return protocol.IsEngineFunction(id) }
 
-func (e *Engine) listWorkers(_ context.Context, _ Caller, _ json.RawMessage) (any, error) {
+// workerRow is one row of engine::workers::list: iii's WorkerSummary (its optional strings null
+// when unknown; status "connected", as iii's for a live connection; ip_address null, as iii's
+// without an RBAC session) and this engine's pid, registered, functions and connected_at.
+type workerRow struct {
+	ID                string   `json:"id"`
+	Name              string   `json:"name"`
+	Namespace         string   `json:"namespace"`
+	Description       *string  `json:"description"`
+	Version           *string  `json:"version"`
+	Runtime           *string  `json:"runtime"`
+	OS                *string  `json:"os"`
+	Status            string   `json:"status"`
+	FunctionCount     int      `json:"function_count"`
+	ConnectedAtMS     int64    `json:"connected_at_ms"`
+	ActiveInvocations int      `json:"active_invocations"`
+	Isolation         *string  `json:"isolation"`
+	IPAddress         *string  `json:"ip_address"`
+	PID               int      `json:"pid,omitempty"`
+	Registered        bool     `json:"registered"`
+	Functions         []string `json:"functions"`
+	ConnectedAt       string   `json:"connected_at"`
+}
+
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// listWorkers answers engine::workers::list {search?, runtime?, status?}, iii's filters: search
+// is a case-insensitive substring of the name, runtime and status match exactly.
+func (e *Engine) listWorkers(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Search  string `json:"search"`
+		Runtime string `json:"runtime"`
+		Status  string `json:"status"`
+	}
+	if len(payload) > 0 && string(payload) != "null" {
+		if err := json.Unmarshal(payload, &in); err != nil {
+			return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {search?, runtime?, status?}: %v", protocol.FnListWorkers, err)
+		}
+	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	byConn := map[*conn][]string{}
 	for k, f := range e.funcs {
 		byConn[f.conn] = append(byConn[f.conn], k.id)
 	}
-	type worker struct {
-		ID          string   `json:"id"`
-		Name        string   `json:"name"`
-		Namespace   string   `json:"namespace"`
-		Runtime     string   `json:"runtime,omitempty"`
-		Version     string   `json:"version,omitempty"`
-		Description string   `json:"description,omitempty"`
-		OS          string   `json:"os,omitempty"`
-		PID         int      `json:"pid,omitempty"`
-		Registered  bool     `json:"registered"`
-		Functions   []string `json:"functions"`
-		ConnectedAt string   `json:"connected_at"`
-	}
-	out := []worker{}
+	out := []workerRow{}
 	for _, c := range e.conns {
 		c.mu.Lock()
-		w := worker{ID: c.id, Name: c.info.Name, Namespace: c.nsOrDefault(), Runtime: c.info.Runtime,
-			Version: c.info.Version, Description: c.info.Description, OS: c.info.OS, PID: c.info.PID,
-			Registered: c.registered, Functions: byConn[c], ConnectedAt: c.connectedAt.UTC().Format(time.RFC3339)}
+		w := workerRow{ID: c.id, Name: c.info.Name, Namespace: c.nsOrDefault(), Runtime: orNull(c.info.Runtime),
+			Version: orNull(c.info.Version), Description: orNull(c.info.Description), OS: orNull(c.info.OS),
+			Status: "connected", ConnectedAtMS: c.connectedAt.UnixMilli(), ActiveInvocations: len(c.pending),
+			Isolation: orNull(c.info.Isolation), PID: c.info.PID, Registered: c.registered, Functions: byConn[c],
+			ConnectedAt: c.connectedAt.UTC().Format(time.RFC3339)}
 		c.mu.Unlock()
 		if w.Functions == nil {
 			w.Functions = []string{}
 		}
 		sort.Strings(w.Functions)
+		w.FunctionCount = len(w.Functions)
+		if in.Search != "" && !strings.Contains(strings.ToLower(w.Name), strings.ToLower(in.Search)) ||
+			in.Runtime != "" && (w.Runtime == nil || *w.Runtime != in.Runtime) || in.Status != "" && in.Status != w.Status {
+			continue
+		}
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -363,3 +363,81 @@ func TestRegisteredTriggersListLikeIII(t *testing.T) {
 		t.Errorf("a malformed filter: %v", err)
 	}
 }
+
+// TestWorkersListLikeIII: engine::workers::list rows carry iii's WorkerSummary fields with iii's
+// types (status, function_count, connected_at_ms, active_invocations, isolation, ip_address,
+// optional strings null when unknown) beside this engine's own (registered, pid, functions),
+// and take iii's filters search, runtime and status.
+func TestWorkersListLikeIII(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{}, 1)
+	serving := worker(t, url, "default", map[string]protocol.Handler{
+		"w::a": func(context.Context, json.RawMessage) (any, error) { return nil, nil },
+		"w::hold": func(ctx context.Context, _ json.RawMessage) (any, error) {
+			started <- struct{}{}
+			<-release
+			return nil, nil
+		},
+	})
+	before := time.Now().UnixMilli()
+	rw := dialRawWorker(t, url)
+	if err := rawSend(t, rw.c, invoke(uuid.NewString(), protocol.FnRegisterWorker, map[string]any{"name": "raw-node", "runtime": "node", "isolation": "vm"})); err != nil {
+		t.Fatal(err)
+	}
+	rw.next(t, protocol.TypeInvocationResult)
+	caller := worker(t, url, "default", nil)
+	go func() { _, _ = caller.Call(context.Background(), "w::hold", nil) }()
+	<-started
+
+	list := func(payload any) map[string]map[string]any {
+		t.Helper()
+		raw, err := caller.Call(context.Background(), protocol.FnListWorkers, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct{ Workers []map[string]any }
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatal(err)
+		}
+		rows := map[string]map[string]any{}
+		for _, r := range out.Workers {
+			rows[str(r["id"])] = r
+		}
+		return rows
+	}
+	rows := list(map[string]any{})
+	s := rows[serving.WorkerID()]
+	if s["status"] != "connected" || s["function_count"] != 2.0 || s["active_invocations"] != 1.0 || s["runtime"] != "go" ||
+		s["registered"] != true || fmt.Sprint(s["functions"]) != "[w::a w::hold]" || s["pid"] == nil {
+		t.Errorf("serving worker row %v", s)
+	}
+	for _, k := range []string{"ip_address", "isolation", "description", "version"} {
+		if v, ok := s[k]; !ok || v != nil {
+			t.Errorf("%s: %v (present %v), want null", k, v, ok)
+		}
+	}
+	var raw map[string]any
+	for _, r := range rows {
+		if r["name"] == "raw-node" {
+			raw = r
+		}
+	}
+	if raw == nil || raw["isolation"] != "vm" || raw["function_count"] != 0.0 || raw["active_invocations"] != 0.0 ||
+		raw["connected_at_ms"].(float64) < float64(before) || raw["connected_at_ms"].(float64) > float64(time.Now().UnixMilli()) {
+		t.Errorf("raw worker row %v", raw)
+	}
+	if got := list(map[string]any{"runtime": "node"}); len(got) != 1 {
+		t.Errorf("runtime filter: %v", got)
+	}
+	if got := list(map[string]any{"search": "RAW-"}); len(got) != 1 {
+		t.Errorf("search filter: %v", got)
+	}
+	if got := list(map[string]any{"status": "disconnected"}); len(got) != 0 {
+		t.Errorf("status filter: %v", got)
+	}
+	if _, err := caller.Call(context.Background(), protocol.FnListWorkers, map[string]any{"runtime": 7}); code(err) != errcode.InvalidArguments {
+		t.Errorf("a malformed filter: %v", err)
+	}
+}
