@@ -9,7 +9,7 @@
 //	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
 //	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   (stream channels, below)
 //	engine::triggers::list     -> {triggers: [{id, description, namespace, worker_id, worker_name, instance_count, ...}]}
-//	engine::registered-triggers::list  {trigger_type?, function_id?, worker?, include_pending?, include_refused?} -> {registered_triggers: [{id, trigger_type, function_id, worker_name, status, config, config_summary, ...}]}
+//	engine::registered-triggers::list  {trigger_type?, function_id?, worker?, search?, include_internal?, include_pending?, include_refused?} -> {registered_triggers: [{id, trigger_type, function_id, worker_name, status, config, config_summary, ...}]}
 //	configuration::*           see package configuration (publish is owner-only)
 //	sandbox::*, engine::sandbox::bind   see package sandbox (bind is owner-only)
 //

@@ -34,7 +34,7 @@ func (e *Engine) initTriggers() {
 	e.HandleInline(FnListTriggerTypes, "List trigger types and the workers that provide them", func(context.Context, Caller, json.RawMessage) (any, error) {
 		return map[string]any{"triggers": e.triggers.Types()}, nil
 	})
-	e.HandleInline(FnListTriggers, "List active triggers (optional {trigger_type, function_id, worker, include_pending, include_refused})", e.listTriggers)
+	e.HandleInline(FnListTriggers, "List active triggers (optional {trigger_type, function_id, worker, search, include_internal, include_pending, include_refused})", e.listTriggers)
 }
 
 // listTriggers answers engine::registered-triggers::list as iii does: the active triggers, each
@@ -43,21 +43,26 @@ func (e *Engine) initTriggers() {
 func (e *Engine) listTriggers(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		triggers.Filter
-		Worker string `json:"worker"` // worker_name of the rows, as iii's filter
+		Worker          string `json:"worker"`           // worker_name of the rows, as iii's filter
+		Search          string `json:"search"`           // case-insensitive, in id, trigger_type or function_id
+		IncludeInternal bool   `json:"include_internal"` // also triggers of engine::* functions
 	}
 	if len(payload) > 0 && string(payload) != "null" {
 		if err := json.Unmarshal(payload, &in); err != nil {
 			return nil, protocol.NewError(errcode.InvalidArguments,
-				"%s takes {trigger_type?, function_id?, worker?, include_pending?, include_refused?}: %v", FnListTriggers, err)
+				"%s takes {trigger_type?, function_id?, worker?, search?, include_internal?, include_pending?, include_refused?}: %v", FnListTriggers, err)
 		}
 	}
 	rows := e.triggers.Triggers(in.Filter)
 	out := rows[:0]
 	for _, r := range rows {
 		r.WorkerName = e.functionOwner(r.Namespace, r.FunctionID)
-		if in.Worker == "" || in.Worker == r.WorkerName {
-			out = append(out, r)
+		needle := strings.ToLower(in.Search)
+		if in.Worker != "" && in.Worker != r.WorkerName || !in.IncludeInternal && strings.HasPrefix(r.FunctionID, "engine::") ||
+			needle != "" && !strings.Contains(strings.ToLower(r.ID+"\x00"+r.TriggerType+"\x00"+r.FunctionID), needle) {
+			continue
 		}
+		out = append(out, r)
 	}
 	return map[string]any{"registered_triggers": out}, nil
 }

@@ -342,6 +342,12 @@ func TestRegisteredTriggersListLikeIII(t *testing.T) {
 	if rows := listTriggersCall(t, registrant, map[string]any{"worker": "t-default"}); len(rows) != 0 {
 		t.Errorf("worker filter matched the registrant: %v", rows)
 	}
+	if rows := listTriggersCall(t, registrant, map[string]any{"search": "ON-TICK"}); len(rows) != 1 {
+		t.Errorf("search: %v", rows)
+	}
+	if rows := listTriggersCall(t, registrant, map[string]any{"search": "nowhere", "include_pending": true}); len(rows) != 1 {
+		t.Errorf("search with include_pending: %v", rows)
+	}
 	pending := listTriggersCall(t, registrant, map[string]any{"include_pending": true})
 	if len(pending) != 2 || pending[0]["status"] == "failed" || pending[1]["status"] == "failed" {
 		t.Errorf("include_pending: %v", pending)
@@ -358,6 +364,16 @@ func TestRegisteredTriggersListLikeIII(t *testing.T) {
 	}
 	if len(all) != 3 || refused == nil || refused["error"].(map[string]any)["code"] != "INVALID_TICK" {
 		t.Errorf("include_refused: %v", all)
+	}
+	// Triggers of engine functions only with include_internal, as iii's.
+	if _, err := registrant.RegisterTrigger("nobody-provides", "engine::functions::list", nil); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the internal trigger listed with include_internal", func() bool {
+		return len(listTriggersCall(t, registrant, map[string]any{"include_refused": true, "include_internal": true})) == 4
+	})
+	if rows := listTriggersCall(t, registrant, map[string]any{"include_refused": true}); len(rows) != 3 {
+		t.Errorf("the internal trigger listed without include_internal: %v", rows)
 	}
 	if _, err := registrant.Call(ctx, FnListTriggers, map[string]any{"include_refused": "yes"}); code(err) != errcode.InvalidArguments {
 		t.Errorf("a malformed filter: %v", err)
