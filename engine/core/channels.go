@@ -46,13 +46,20 @@ type channel struct {
 	space     chan struct{} // capacity 1: a frame was taken (the writer waits on it)
 
 	mu       sync.Mutex
-	buf      [][]byte // frames waiting for the reader; grows as frames come (nothing up front)
-	bytes    int      // bytes in buf, also held in the engine's channel budget
-	eof      bool     // the writer closed normally
+	buf      []frame // frames waiting for the reader; grows as frames come (nothing up front)
+	bytes    int     // bytes in buf, also held in the engine's channel budget
+	eof      bool    // the writer closed normally
 	attached [2]bool
 	done     [2]bool
 	detail   string // why the channel was aborted; "" while it was not
 	last     time.Time
+}
+
+// frame is one message through a channel: its bytes and its opcode, kept end to end (iii's SDKs
+// take text frames as messages and binary frames as the byte stream).
+type frame struct {
+	typ websocket.MessageType
+	b   []byte
 }
 
 func signal(c chan struct{}) {
@@ -140,7 +147,8 @@ func (e *Engine) ChannelBytes() int {
 // push queues frame b for the reader, waiting while the channel holds buffer_size frames or
 // Options.ChannelBytes, or the engine Options.ChannelBudget (back-pressure: the writer's socket
 // is not read meanwhile). It reports false when the channel ended first.
-func (cs *channels) push(ch *channel, b []byte) bool {
+func (cs *channels) push(ch *channel, f frame) bool {
+	b := f.b
 	for {
 		ch.mu.Lock()
 		room := len(ch.buf) == 0 || len(ch.buf) < ch.maxFrames && ch.bytes+len(b) <= cs.perChan
@@ -155,7 +163,7 @@ func (cs *channels) push(ch *channel, b []byte) bool {
 					cs.give(len(b))
 					return false
 				}
-				ch.buf = append(ch.buf, b)
+				ch.buf = append(ch.buf, f)
 				ch.bytes += len(b)
 				ch.mu.Unlock()
 				signal(ch.wake)
@@ -172,24 +180,24 @@ func (cs *channels) push(ch *channel, b []byte) bool {
 }
 
 // pop takes the next frame for the reader; ok is false when none waits (eof: none ever will).
-func (cs *channels) pop(ch *channel) (b []byte, eof, ok bool) {
+func (cs *channels) pop(ch *channel) (f frame, eof, ok bool) {
 	ch.mu.Lock()
 	if len(ch.buf) == 0 {
 		eof = ch.eof
 		ch.mu.Unlock()
-		return nil, eof, false
+		return frame{}, eof, false
 	}
-	b = ch.buf[0]
-	ch.buf[0] = nil
+	f = ch.buf[0]
+	ch.buf[0] = frame{}
 	ch.buf = ch.buf[1:]
 	if len(ch.buf) == 0 {
 		ch.buf = nil
 	}
-	ch.bytes -= len(b)
+	ch.bytes -= len(f.b)
 	ch.mu.Unlock()
-	cs.give(len(b))
+	cs.give(len(f.b))
 	signal(ch.space)
-	return b, false, true
+	return f, false, true
 }
 
 // free drops every frame ch buffers and gives their bytes back.
@@ -422,7 +430,7 @@ func (e *Engine) serveWriter(ch *channel, ws *websocket.Conn) {
 		ws.CloseNow()
 	}()
 	for {
-		_, b, err := ws.Read(context.Background())
+		typ, b, err := ws.Read(context.Background())
 		if err != nil {
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure && ch.ctx.Err() == nil {
 				ch.mu.Lock()
@@ -440,7 +448,7 @@ func (e *Engine) serveWriter(ch *channel, ws *websocket.Conn) {
 			return
 		}
 		ch.touch()
-		if !e.chans.push(ch, b) {
+		if !e.chans.push(ch, frame{typ, b}) {
 			return
 		}
 	}
@@ -450,10 +458,10 @@ func (e *Engine) serveReader(ch *channel, ws *websocket.Conn) {
 	defer ws.CloseNow()
 	gone := ws.CloseRead(context.Background())
 	for {
-		b, eof, ok := e.chans.pop(ch)
+		f, eof, ok := e.chans.pop(ch)
 		if ok {
 			ch.touch()
-			if err := writeFrame(ws, b, e.chans.idle); err != nil {
+			if err := writeFrame(ws, f, e.chans.idle); err != nil {
 				ch.abort("reader connection failed: " + err.Error())
 				return
 			}
@@ -476,12 +484,12 @@ func (e *Engine) serveReader(ch *channel, ws *websocket.Conn) {
 	}
 }
 
-// writeFrame passes one frame to the reader; a reader that takes none for the idle deadline has
-// stalled.
-func writeFrame(ws *websocket.Conn, b []byte, limit time.Duration) error {
+// writeFrame passes one frame to the reader with the opcode the writer sent it with; a reader
+// that takes none for the idle deadline has stalled.
+func writeFrame(ws *websocket.Conn, f frame, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	return ws.Write(ctx, websocket.MessageBinary, b)
+	return ws.Write(ctx, f.typ, f.b)
 }
 
 // abortDrainTimeout bounds how long an aborted channel keeps delivering its buffered frames.
@@ -493,8 +501,8 @@ func deliverBuffered(ch *channel, ws *websocket.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), abortDrainTimeout)
 	defer cancel()
 	for {
-		b, _, ok := ch.cs.pop(ch)
-		if !ok || ws.Write(ctx, websocket.MessageBinary, b) != nil {
+		f, _, ok := ch.cs.pop(ch)
+		if !ok || ws.Write(ctx, f.typ, f.b) != nil {
 			ch.cs.free(ch)
 			return
 		}

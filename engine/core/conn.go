@@ -28,6 +28,7 @@ type workerInfo struct {
 	Description string  `json:"description"`
 	OS          string  `json:"os"`
 	PID         int     `json:"pid"`
+	Isolation   string  `json:"isolation"`
 	Namespace   *string `json:"namespace"`
 }
 
@@ -494,7 +495,7 @@ func (c *conn) sendResult(m *protocol.Message, res json.RawMessage, perr *protoc
 	if perr != nil {
 		out.Error = perr
 	} else {
-		out.Result = res
+		out.Result = resultField(res)
 	}
 	_ = c.send(out)
 }

@@ -5,11 +5,11 @@
 // Built-in functions (served whatever namespace a call names, listed in default):
 //
 //	engine::workers::register  {name, namespace?, runtime, version, ...} -> {success, worker_id, namespace}
-//	engine::workers::list      -> {workers: [{id, name, namespace, runtime, version, pid, registered, functions}]}
+//	engine::workers::list      {search?, runtime?, status?} -> {workers: [{id, name, namespace, description, version, runtime, os, status, function_count, connected_at_ms, active_invocations, isolation, ip_address, pid, registered, functions, connected_at}]}
 //	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
 //	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   (stream channels, below)
 //	engine::triggers::list     -> {triggers: [{id, description, namespace, worker_id, worker_name, instance_count, ...}]}
-//	engine::registered-triggers::list  {trigger_type?, function_id?} -> {registered_triggers: [{id, trigger_type, function_id, status, ...}]}
+//	engine::registered-triggers::list  {trigger_type?, function_id?, worker?, search?, include_internal?, include_pending?, include_refused?} -> {registered_triggers: [{id, trigger_type, function_id, worker_name, status, config, config_summary, ...}]}
 //	configuration::*           see package configuration (publish is owner-only)
 //	sandbox::*, engine::sandbox::bind   see package sandbox (bind is owner-only)
 //
@@ -54,8 +54,9 @@
 // engine::channels::create {buffer_size?} -> {channel_id, reader, writer}. Each end connects once
 // with a WebSocket to /ws/channels/{channel_id}?key={access_key} on the worker listener; the key
 // (compared in constant time) says which end it is. Unknown or forgotten channel: HTTP 404; wrong
-// key: 403; an end already connected: 409. The writer sends binary (or text) frames of at most
-// protocol.MaxChannelFrame bytes; the reader gets them in order as binary frames. At most
+// key: 403; an end already connected: 409. The writer sends binary or text frames of at most
+// protocol.MaxChannelFrame bytes; the reader gets them in order, each with its opcode (iii's SDKs
+// read text frames as messages and binary ones as the byte stream). At most
 // buffer_size frames (default DefaultChannelBuffer, at most MaxChannelBuffer) and
 // Options.ChannelBytes wait between the two, and all channels together hold at most
 // Options.ChannelBudget; the buffer grows as frames come. A full buffer stops reading the
@@ -92,15 +93,12 @@ package core
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,10 +185,8 @@ type fnEntry struct {
 
 // Engine routes functions between connected workers.
 type Engine struct {
-	opts     Options
-	log      *slog.Logger
-	idPrefix string
-	nextID   atomic.Uint64
+	opts Options
+	log  *slog.Logger
 
 	mu       sync.RWMutex
 	builtins map[string]builtin
@@ -289,10 +285,8 @@ func New(opts Options) *Engine {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
 	e := &Engine{
-		opts: opts, log: opts.Logger, idPrefix: hex.EncodeToString(b[:]) + "-",
+		opts: opts, log: opts.Logger,
 		builtins: map[string]builtin{}, funcs: map[fkey]*fnEntry{}, conns: map[string]*conn{},
 		chans: newChannels(opts),
 	}
@@ -347,9 +341,8 @@ func (e *Engine) WorkerGone(id string) <-chan struct{} {
 	return c.ctx.Done()
 }
 
-func (e *Engine) newID() string {
-	return e.idPrefix + strconv.FormatUint(e.nextID.Add(1), 36)
-}
+// newID is a fresh invocation id: a random UUID, the type iii's SDKs decode it as.
+func (e *Engine) newID() string { return newUUID() }
 
 // Handler is the HTTP handler of the worker listener: /ws/channels/{id} upgrades to one end of a
 // stream channel, /otel takes SDK telemetry, every other path upgrades to a worker connection.
@@ -536,37 +529,73 @@ func stopped(id string) *protocol.Error {
 // reserved reports whether a worker may not register id: the engine's own families.
 func reserved(id string) bool { return protocol.IsEngineFunction(id) }
 
-func (e *Engine) listWorkers(_ context.Context, _ Caller, _ json.RawMessage) (any, error) {
+// workerRow is one row of engine::workers::list: iii's WorkerSummary (its optional strings null
+// when unknown; status "connected", as iii's for a live connection; ip_address null, as iii's
+// without an RBAC session) and this engine's pid, registered, functions and connected_at.
+type workerRow struct {
+	ID                string   `json:"id"`
+	Name              string   `json:"name"`
+	Namespace         string   `json:"namespace"`
+	Description       *string  `json:"description"`
+	Version           *string  `json:"version"`
+	Runtime           *string  `json:"runtime"`
+	OS                *string  `json:"os"`
+	Status            string   `json:"status"`
+	FunctionCount     int      `json:"function_count"`
+	ConnectedAtMS     int64    `json:"connected_at_ms"`
+	ActiveInvocations int      `json:"active_invocations"`
+	Isolation         *string  `json:"isolation"`
+	IPAddress         *string  `json:"ip_address"`
+	PID               int      `json:"pid,omitempty"`
+	Registered        bool     `json:"registered"`
+	Functions         []string `json:"functions"`
+	ConnectedAt       string   `json:"connected_at"`
+}
+
+func orNull(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// listWorkers answers engine::workers::list {search?, runtime?, status?}, iii's filters: search
+// is a case-insensitive substring of the name, runtime and status match exactly.
+func (e *Engine) listWorkers(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Search  string `json:"search"`
+		Runtime string `json:"runtime"`
+		Status  string `json:"status"`
+	}
+	if len(payload) > 0 && string(payload) != "null" {
+		if err := json.Unmarshal(payload, &in); err != nil {
+			return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {search?, runtime?, status?}: %v", protocol.FnListWorkers, err)
+		}
+	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	byConn := map[*conn][]string{}
 	for k, f := range e.funcs {
 		byConn[f.conn] = append(byConn[f.conn], k.id)
 	}
-	type worker struct {
-		ID          string   `json:"id"`
-		Name        string   `json:"name"`
-		Namespace   string   `json:"namespace"`
-		Runtime     string   `json:"runtime,omitempty"`
-		Version     string   `json:"version,omitempty"`
-		Description string   `json:"description,omitempty"`
-		OS          string   `json:"os,omitempty"`
-		PID         int      `json:"pid,omitempty"`
-		Registered  bool     `json:"registered"`
-		Functions   []string `json:"functions"`
-		ConnectedAt string   `json:"connected_at"`
-	}
-	out := []worker{}
+	out := []workerRow{}
 	for _, c := range e.conns {
 		c.mu.Lock()
-		w := worker{ID: c.id, Name: c.info.Name, Namespace: c.nsOrDefault(), Runtime: c.info.Runtime,
-			Version: c.info.Version, Description: c.info.Description, OS: c.info.OS, PID: c.info.PID,
-			Registered: c.registered, Functions: byConn[c], ConnectedAt: c.connectedAt.UTC().Format(time.RFC3339)}
+		w := workerRow{ID: c.id, Name: c.info.Name, Namespace: c.nsOrDefault(), Runtime: orNull(c.info.Runtime),
+			Version: orNull(c.info.Version), Description: orNull(c.info.Description), OS: orNull(c.info.OS),
+			Status: "connected", ConnectedAtMS: c.connectedAt.UnixMilli(), ActiveInvocations: len(c.pending),
+			Isolation: orNull(c.info.Isolation), PID: c.info.PID, Registered: c.registered, Functions: byConn[c],
+			ConnectedAt: c.connectedAt.UTC().Format(time.RFC3339)}
 		c.mu.Unlock()
 		if w.Functions == nil {
 			w.Functions = []string{}
 		}
 		sort.Strings(w.Functions)
+		w.FunctionCount = len(w.Functions)
+		if in.Search != "" && !strings.Contains(strings.ToLower(w.Name), strings.ToLower(in.Search)) ||
+			in.Runtime != "" && (w.Runtime == nil || *w.Runtime != in.Runtime) || in.Status != "" && in.Status != w.Status {
+			continue
+		}
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool {

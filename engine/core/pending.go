@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -39,12 +40,18 @@ func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
 	if perr != nil {
 		out.Error = perr
 	} else {
-		if len(res) == 0 {
-			res = json.RawMessage("null")
-		}
-		out.Result = res
+		out.Result = resultField(res)
 	}
 	_ = pc.caller.send(out)
+}
+
+// resultField is res as an invocationresult carries it: nothing (the key omitted) for a function
+// that returned nothing or null, as iii's engine sends it (its result is an Option).
+func resultField(res json.RawMessage) json.RawMessage {
+	if string(bytes.TrimSpace(res)) == "null" {
+		return nil
+	}
+	return res
 }
 
 // take removes and returns the pending call iid of c, nil when it was already settled.

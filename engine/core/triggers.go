@@ -3,7 +3,9 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"strings"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/triggers"
 )
@@ -32,11 +34,53 @@ func (e *Engine) initTriggers() {
 	e.HandleInline(FnListTriggerTypes, "List trigger types and the workers that provide them", func(context.Context, Caller, json.RawMessage) (any, error) {
 		return map[string]any{"triggers": e.triggers.Types()}, nil
 	})
-	e.HandleInline(FnListTriggers, "List registered triggers (optional {trigger_type, function_id})", func(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
-		var f triggers.Filter
-		_ = json.Unmarshal(payload, &f)
-		return map[string]any{"registered_triggers": e.triggers.Triggers(f)}, nil
-	})
+	e.HandleInline(FnListTriggers, "List active triggers (optional {trigger_type, function_id, worker, search, include_internal, include_pending, include_refused})", e.listTriggers)
+}
+
+// listTriggers answers engine::registered-triggers::list as iii does: the active triggers, each
+// with worker_name the owner of its function; include_pending and include_refused add the
+// others, with their status (and error).
+func (e *Engine) listTriggers(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		triggers.Filter
+		Worker          string `json:"worker"`           // worker_name of the rows, as iii's filter
+		Search          string `json:"search"`           // case-insensitive, in id, trigger_type or function_id
+		IncludeInternal bool   `json:"include_internal"` // also triggers of engine::* functions
+	}
+	if len(payload) > 0 && string(payload) != "null" {
+		if err := json.Unmarshal(payload, &in); err != nil {
+			return nil, protocol.NewError(errcode.InvalidArguments,
+				"%s takes {trigger_type?, function_id?, worker?, search?, include_internal?, include_pending?, include_refused?}: %v", FnListTriggers, err)
+		}
+	}
+	rows := e.triggers.Triggers(in.Filter)
+	out := rows[:0]
+	for _, r := range rows {
+		r.WorkerName = e.functionOwner(r.Namespace, r.FunctionID)
+		needle := strings.ToLower(in.Search)
+		if in.Worker != "" && in.Worker != r.WorkerName || !in.IncludeInternal && strings.HasPrefix(r.FunctionID, "engine::") ||
+			needle != "" && !strings.Contains(strings.ToLower(r.ID+"\x00"+r.TriggerType+"\x00"+r.FunctionID), needle) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return map[string]any{"registered_triggers": out}, nil
+}
+
+// functionOwner is the name of the worker serving function id in ns, as iii's
+// registered-triggers rows name it: the first "::" segment of the id when no worker serves it
+// (an engine function, or one not registered yet).
+func (e *Engine) functionOwner(ns, id string) string {
+	e.mu.RLock()
+	f := e.funcs[fkey{ns, id}]
+	e.mu.RUnlock()
+	if f != nil {
+		if name := f.conn.name(); name != "" {
+			return name
+		}
+	}
+	first, _, _ := strings.Cut(id, "::")
+	return first
 }
 
 // isTriggerRegistration reports whether m is a trigger frame that waits, like a function

@@ -138,7 +138,7 @@ func TestTriggersThroughEngine(t *testing.T) {
 	if len(types.Triggers) != 1 || types.Triggers[0].ID != "tick" || types.Triggers[0].WorkerName != "ticker" {
 		t.Errorf("trigger types %s", out)
 	}
-	out, _ = cl.Call(context.Background(), FnListTriggers, map[string]string{"trigger_type": "tick"})
+	out, _ = cl.Call(context.Background(), FnListTriggers, map[string]any{"trigger_type": "tick", "include_refused": true})
 	var regs struct {
 		RegisteredTriggers []struct{ ID, Status string } `json:"registered_triggers"`
 	}
@@ -195,7 +195,7 @@ func TestObserveUnsupported(t *testing.T) {
 	}
 }
 
-var filterAll = triggers.Filter{}
+var filterAll = triggers.Filter{IncludeRefused: true}
 
 // action enqueue goes to the queue worker's queue::enqueue, whose answer is the caller's result;
 // the target function does not run now.

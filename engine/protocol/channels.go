@@ -122,12 +122,45 @@ func dialChannel(ctx context.Context, engineURL string, ref ChannelRef, directio
 
 // ChannelReader is the read end of a channel. Read returns the bytes the writer sent, then
 // io.EOF when it closed normally, or a *ChannelAbortedError when the channel was aborted.
+//
+// A channel carries binary frames (the byte stream) and text frames (messages: a writer's
+// SendMessage, iii's sendMessage). With an OnMessage callback, as in iii's SDKs, Read returns
+// only the binary frames and each text frame goes to the callbacks, in order, from Read; without
+// one, Read returns the text frames' bytes in the stream too, so nothing sent is lost.
 type ChannelReader struct {
 	c    *websocket.Conn
 	ctx  context.Context
 	stop func() bool
 	cur  io.Reader
 	err  error
+
+	mu    sync.Mutex
+	onMsg []func(msg string)
+}
+
+// OnMessage registers a callback for the channel's text messages; register it before reading.
+func (r *ChannelReader) OnMessage(f func(msg string)) {
+	r.mu.Lock()
+	r.onMsg = append(r.onMsg, f)
+	r.mu.Unlock()
+}
+
+// message passes a text frame to the OnMessage callbacks; it reports false when there are none.
+func (r *ChannelReader) message(fr io.Reader) (bool, error) {
+	r.mu.Lock()
+	cbs := r.onMsg
+	r.mu.Unlock()
+	if len(cbs) == 0 {
+		return false, nil
+	}
+	b, err := io.ReadAll(fr)
+	if err != nil {
+		return true, err
+	}
+	for _, f := range cbs {
+		f(string(b))
+	}
+	return true, nil
 }
 
 // DialReader connects to the read end ref on the engine at engineURL. ctx bounds the whole
@@ -163,7 +196,13 @@ func (r *ChannelReader) Read(p []byte) (int, error) {
 			}
 			return n, r.err
 		}
-		_, cur, err := r.c.Reader(context.Background())
+		typ, cur, err := r.c.Reader(context.Background())
+		if err == nil && typ == websocket.MessageText {
+			var taken bool
+			if taken, err = r.message(cur); taken && err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			r.err = r.fail(err)
 			continue
@@ -235,6 +274,21 @@ func (w *ChannelWriter) Write(p []byte) (int, error) {
 		p = p[k:]
 	}
 	return n, nil
+}
+
+// SendMessage sends msg as one text frame: a message beside the byte stream, which iii's SDKs
+// hand to the reader's onMessage callbacks (ChannelReader.OnMessage here).
+func (w *ChannelWriter) SendMessage(msg string) error {
+	if len(msg) > MaxChannelFrame {
+		return fmt.Errorf("channel message of %d bytes: a frame holds at most %d", len(msg), MaxChannelFrame)
+	}
+	if err := w.c.Write(w.gone, websocket.MessageText, []byte(msg)); err != nil {
+		if w.ctx.Err() != nil {
+			return w.ctx.Err()
+		}
+		return &ChannelAbortedError{Detail: "the engine closed the channel: " + err.Error()}
+	}
+	return nil
 }
 
 // Close ends the stream normally: the reader gets io.EOF after the bytes written.

@@ -43,5 +43,8 @@
 // (Abort, a dropped connection, the engine's idle deadline) closes the other end with
 // ChannelAbortStatus and a reason, which the reader returns as a *ChannelAbortedError. The ctx
 // given to OpenReader/OpenWriter bounds the whole stream. Refs are plain JSON, so a function can
-// return one and its caller open it.
+// return one and its caller open it. Write sends binary frames (the byte stream); SendMessage
+// sends a text frame (a message, iii's sendMessage), which the engine passes on as text and a
+// reader with ChannelReader.OnMessage callbacks gets there instead of in the stream, as iii's
+// SDKs do (without a callback it stays in the stream).
 package protocol

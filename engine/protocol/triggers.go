@@ -2,12 +2,12 @@ package protocol
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
+
+	"github.com/google/uuid"
 
 	"github.com/iii-go/iii/engine/errcode"
 )
@@ -151,9 +151,7 @@ func (w *Worker) RegisterTrigger(triggerType, functionID string, config any, opt
 	if err != nil {
 		return "", err
 	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	id := hex.EncodeToString(b[:])
+	id := uuid.NewString() // as iii's SDKs make trigger ids
 	m := &Message{Type: TypeRegisterTrigger, ID: id, TriggerType: triggerType, FunctionID: functionID, Config: cfg}
 	for _, o := range opts {
 		o(m)

@@ -2,8 +2,6 @@ package protocol
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,11 +10,12 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -118,9 +117,7 @@ type function struct {
 
 // Worker is a connection to the engine that serves registered functions and makes calls.
 type Worker struct {
-	cfg      Config
-	idPrefix string
-	nextID   atomic.Uint64
+	cfg Config
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -143,10 +140,8 @@ type Worker struct {
 // NewWorker returns an unconnected worker. Register functions, then Start it.
 func NewWorker(cfg Config) *Worker {
 	ctx, cancel := context.WithCancel(context.Background())
-	var b [6]byte
-	_, _ = rand.Read(b[:])
 	return &Worker{
-		cfg: cfg.withDefaults(), idPrefix: hex.EncodeToString(b[:]) + "-",
+		cfg: cfg.withDefaults(),
 		ctx: ctx, cancel: cancel,
 		funcs: map[string]*function{}, up: make(chan struct{}),
 		done: make(chan struct{}),
@@ -760,7 +755,7 @@ func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o 
 	if err != nil {
 		return nil, err
 	}
-	id := w.idPrefix + strconv.FormatUint(w.nextID.Add(1), 36)
+	id := uuid.NewString() // iii's engine decodes invocation ids as UUIDs
 	pc := w.pending.add(id, timeout+time.Second, ctx.Done())
 	m := &Message{Type: TypeInvokeFunction, InvocationID: id, FunctionID: fn, Data: data, Namespace: o.ns, Metadata: o.meta, Action: o.action, TimeoutMS: timeout.Milliseconds()}
 	if err := w.write(c, m); err != nil {

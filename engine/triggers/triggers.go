@@ -25,12 +25,14 @@
 package triggers
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
 	"maps"
 	"slices"
 	"sort"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
@@ -307,19 +309,23 @@ type TypeInfo struct {
 	InstanceCount        int             `json:"instance_count"`
 }
 
-// TriggerInfo is one row of engine::registered-triggers::list.
+// TriggerInfo is one row of engine::registered-triggers::list: iii's row (id, trigger_type,
+// function_id, worker_name, status, config, config_summary) and this engine's extras.
 type TriggerInfo struct {
-	ID          string          `json:"id"`
-	TriggerType string          `json:"trigger_type"`
-	FunctionID  string          `json:"function_id"`
-	Namespace   string          `json:"namespace"`
-	WorkerID    string          `json:"worker_id"`
-	WorkerName  string          `json:"worker_name"`
-	Config      json.RawMessage `json:"config"`
-	Metadata    json.RawMessage `json:"metadata,omitempty"`
-	Status      Status          `json:"status"`
-	ProviderID  string          `json:"provider_worker_id,omitempty"`
-	Error       *protocol.Error `json:"error,omitempty"`
+	ID          string `json:"id"`
+	TriggerType string `json:"trigger_type"`
+	FunctionID  string `json:"function_id"`
+	Namespace   string `json:"namespace"`
+	WorkerID    string `json:"worker_id"` // the worker that registered the trigger
+	// WorkerName is the worker that owns the trigger's function, as iii names it; the registry
+	// sets the registering worker's name; the engine (core) replaces it with the function's owner.
+	WorkerName    string          `json:"worker_name"`
+	Config        json.RawMessage `json:"config"`
+	ConfigSummary string          `json:"config_summary"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	Status        Status          `json:"status"`
+	ProviderID    string          `json:"provider_worker_id,omitempty"`
+	Error         *protocol.Error `json:"error,omitempty"`
 }
 
 // Types lists the registered trigger types, by namespace then id.
@@ -347,10 +353,53 @@ func (r *Registry) Types() []TypeInfo {
 	return out
 }
 
-// Filter selects rows of Triggers; empty fields match everything.
+// Filter selects rows of Triggers; empty fields match everything. Without IncludePending or
+// IncludeRefused only active triggers are listed, as iii lists them.
 type Filter struct {
 	TriggerType string `json:"trigger_type"`
 	FunctionID  string `json:"function_id"`
+	// IncludePending (iii's include_pending) adds the triggers not accepted yet: parked (no
+	// provider) and pending (sent, unanswered).
+	IncludePending bool `json:"include_pending"`
+	// IncludeRefused adds, beside those, the triggers their provider refused (failed, with
+	// the error): every registered trigger, this engine's status view.
+	IncludeRefused bool `json:"include_refused"`
+}
+
+// shows reports whether f lists a trigger of status st.
+func (f Filter) shows(st Status) bool {
+	switch st {
+	case Active:
+		return true
+	case Parked, Pending:
+		return f.IncludePending || f.IncludeRefused
+	}
+	return f.IncludeRefused
+}
+
+// SummaryMax is how many characters of its config's JSON a row's config_summary keeps, as iii.
+const SummaryMax = 80
+
+// ConfigSummary is iii's config_summary: the config as compact JSON, cut to SummaryMax
+// characters followed by "…" when longer.
+func ConfigSummary(cfg json.RawMessage) string {
+	var b bytes.Buffer
+	if len(cfg) == 0 || json.Compact(&b, cfg) != nil {
+		b.Reset()
+		b.WriteString("null")
+	}
+	s := b.String()
+	if utf8.RuneCountInString(s) <= SummaryMax {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == SummaryMax {
+			return s[:i] + "…"
+		}
+		n++
+	}
+	return s
 }
 
 // Triggers lists the registered triggers matching f, by id.
@@ -360,7 +409,7 @@ func (r *Registry) Triggers(f Filter) []TriggerInfo {
 	out := []TriggerInfo{}
 	for _, id := range r.sortedIDs() {
 		t := r.triggers[id]
-		if f.TriggerType != "" && f.TriggerType != t.frame.TriggerType || f.FunctionID != "" && f.FunctionID != t.frame.FunctionID {
+		if f.TriggerType != "" && f.TriggerType != t.frame.TriggerType || f.FunctionID != "" && f.FunctionID != t.frame.FunctionID || !f.shows(t.status) {
 			continue
 		}
 		cfg := t.frame.Config
@@ -368,7 +417,7 @@ func (r *Registry) Triggers(f Filter) []TriggerInfo {
 			cfg = json.RawMessage("null")
 		}
 		ti := TriggerInfo{ID: id, TriggerType: t.frame.TriggerType, FunctionID: t.frame.FunctionID, Namespace: t.ns,
-			WorkerID: t.owner.ID(), WorkerName: t.owner.WorkerName(), Config: cfg, Metadata: t.frame.Metadata,
+			WorkerID: t.owner.ID(), WorkerName: t.owner.WorkerName(), Config: cfg, ConfigSummary: ConfigSummary(cfg), Metadata: t.frame.Metadata,
 			Status: t.status, Error: t.lastErr}
 		if t.provider != nil {
 			ti.ProviderID = t.provider.ID()

@@ -2,6 +2,7 @@ package triggers
 
 import (
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 
@@ -66,7 +67,7 @@ func want(t *testing.T, p *fakePeer, frames ...string) {
 
 func status(t *testing.T, r *Registry, id string) Status {
 	t.Helper()
-	for _, ti := range r.Triggers(Filter{}) {
+	for _, ti := range r.Triggers(Filter{IncludeRefused: true}) {
 		if ti.ID == id {
 			return ti.Status
 		}
@@ -162,7 +163,7 @@ func TestReconnectAndOwnerGone(t *testing.T) {
 	want(t, p2, "registertrigger a", "registertrigger b")
 	r.PeerGone(consumer)
 	want(t, p2, "unregistertrigger a", "unregistertrigger b")
-	if n := len(r.Triggers(Filter{})); n != 0 {
+	if n := len(r.Triggers(Filter{IncludeRefused: true})); n != 0 {
 		t.Errorf("%d triggers left", n)
 	}
 }
@@ -210,7 +211,7 @@ func TestRefusals(t *testing.T) {
 	r.Handle(a, "default", trig("t", "cron", "f"))
 	r.Handle(b, "default", trig("t", "cron", "g"))
 	want(t, b, "triggerregistrationresult t "+errcode.TriggerRegistrationFailed)
-	if got := r.Triggers(Filter{}); len(got) != 1 || got[0].FunctionID != "f" {
+	if got := r.Triggers(Filter{IncludeRefused: true}); len(got) != 1 || got[0].FunctionID != "f" {
 		t.Errorf("triggers %+v", got)
 	}
 }
@@ -235,5 +236,53 @@ func TestUnsupported(t *testing.T) {
 	m := Unsupported(&protocol.Message{Type: protocol.TypeObserve, ID: "obs-1"})
 	if m.Type != protocol.TypeObserveResult || m.ID != "obs-1" || m.Error == nil || m.Error.Code != errcode.Unsupported {
 		t.Errorf("%+v", m)
+	}
+}
+
+// Listing answers iii's view by default, the active triggers only, with iii's config_summary;
+// include_pending adds those not accepted yet, include_refused also the refused ones.
+func TestListingFilters(t *testing.T) {
+	r := New(nil)
+	consumer, p := &fakePeer{id: "c"}, &fakePeer{id: "p"}
+	r.Handle(p, "default", typ("cron"))
+	for _, id := range []string{"ok", "sent", "bad"} {
+		r.Handle(consumer, "default", trig(id, "cron", "f"))
+	}
+	r.Handle(consumer, "default", trig("parked", "queue", "f"))
+	r.Handle(p, "default", result("ok", nil))
+	r.Handle(p, "default", result("bad", protocol.NewError("INVALID_CRON_EXPRESSION", "no")))
+	ids := func(f Filter) string {
+		var out []string
+		for _, ti := range r.Triggers(f) {
+			out = append(out, ti.ID+"="+string(ti.Status))
+		}
+		return strings.Join(out, " ")
+	}
+	for f, want := range map[Filter]string{
+		{}:                     "ok=active",
+		{IncludePending: true}: "ok=active parked=parked sent=pending",
+		{IncludeRefused: true}: "bad=failed ok=active parked=parked sent=pending",
+	} {
+		if got := ids(f); got != want {
+			t.Errorf("%+v: %s, want %s", f, got, want)
+		}
+	}
+	if got := r.Triggers(Filter{})[0].ConfigSummary; got != `{"k":1}` {
+		t.Errorf("config_summary %q", got)
+	}
+}
+
+func TestConfigSummary(t *testing.T) {
+	long := `{"api_path": "/` + strings.Repeat("é", 100) + `"}`
+	for in, want := range map[string]string{
+		``:                                  `null`,
+		`null`:                              `null`,
+		`{ "a" : [1, 2] }`:                  `{"a":[1,2]}`,
+		long:                                `{"api_path":"/` + strings.Repeat("é", SummaryMax-14) + `…`,
+		`"` + strings.Repeat("x", 78) + `"`: `"` + strings.Repeat("x", 78) + `"`,
+	} {
+		if got := ConfigSummary(json.RawMessage(in)); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
 	}
 }

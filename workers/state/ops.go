@@ -12,10 +12,31 @@ import (
 // Op is one step of state::update.
 type Op struct {
 	Type  string          `json:"type"`
-	Path  string          `json:"path"`
+	Path  Path            `json:"path"`
 	Value json.RawMessage `json:"value"`
 	By    *float64        `json:"by"`
 }
+
+// Path is where an op applies: a dotted string ("" is the whole value) or, as iii's SDKs send
+// it for merge and append, an array of literal segments.
+type Path []string
+
+// UnmarshalJSON takes a string (split at dots) or an array of strings.
+func (p *Path) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*p = pathOf(s)
+		return nil
+	}
+	var segs []string
+	if err := json.Unmarshal(b, &segs); err != nil {
+		return errors.New("path must be a string or an array of strings")
+	}
+	*p = segs
+	return nil
+}
+
+func (p Path) String() string { return strings.Join(p, ".") }
 
 // Apply runs ops on the JSON value cur and returns the result.
 func Apply(cur json.RawMessage, ops []Op) (json.RawMessage, error) {
@@ -26,7 +47,7 @@ func Apply(cur json.RawMessage, ops []Op) (json.RawMessage, error) {
 	for i, op := range ops {
 		var err error
 		if doc, err = applyOne(doc, op); err != nil {
-			return nil, protocol.NewError(errcode.InvalidArguments, "ops[%d] (%s %q): %v", i, op.Type, op.Path, err)
+			return nil, protocol.NewError(errcode.InvalidArguments, "ops[%d] (%s %q): %v", i, op.Type, op.Path.String(), err)
 		}
 	}
 	return json.Marshal(doc)
@@ -42,7 +63,7 @@ func pathOf(p string) []string {
 
 // applyOne applies op at its path, creating objects along the way.
 func applyOne(doc any, op Op) (any, error) {
-	return at(doc, pathOf(op.Path), func(v any, present bool) (any, bool, error) {
+	return at(doc, op.Path, func(v any, present bool) (any, bool, error) {
 		switch op.Type {
 		case "set":
 			var nv any
@@ -94,17 +115,34 @@ func applyOne(doc any, op Op) (any, error) {
 			if err := json.Unmarshal(orNull(op.Value), &nv); err != nil {
 				return nil, false, err
 			}
-			arr, ok := v.([]any)
-			if !present || v == nil {
-				arr, ok = nil, true
-			}
-			if !ok {
-				return nil, false, errors.New("the value there is not an array")
-			}
-			return append(arr, nv), true, nil
+			nv, err := appendTo(v, nv, len(op.Path) > 1)
+			return nv, err == nil, err
 		}
 		return nil, false, errors.New("unknown op type; use set, merge, increment, decrement, remove or append")
 	})
+}
+
+// appendTo is what append makes of the value cur (nil: missing or null), as iii's state worker
+// does: it pushes onto an array and concatenates a string to a string. A missing or null value
+// becomes the string appended, or else a one-element array; below a nested path (two segments
+// or more) it always becomes an array.
+func appendTo(cur, v any, nested bool) (any, error) {
+	switch c := cur.(type) {
+	case nil:
+		if s, ok := v.(string); ok && !nested {
+			return s, nil
+		}
+		return []any{v}, nil
+	case []any:
+		return append(c, v), nil
+	case string:
+		s, ok := v.(string)
+		if !ok {
+			return nil, errors.New("the value there is a string: only a string can be appended to it (append.type_mismatch)")
+		}
+		return c + s, nil
+	}
+	return nil, errors.New("the value there is neither an array, a string nor null (append.type_mismatch)")
 }
 
 // at replaces the value at path in doc with what f returns (keep=false removes it).

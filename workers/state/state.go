@@ -12,11 +12,14 @@
 //
 // update applies ops in order to the current value (null when absent); each op is
 // {type: set|merge|increment|decrement|remove|append, path, value|by}, path being a dotted path
-// into objects ("" is the whole value). Every change is a compare-and-set on the key's revision,
+// into objects ("" is the whole value) or an array of literal segments. append, as iii's: onto
+// an array it pushes the value, to a string it concatenates a string (any other value is
+// refused); a missing or null target becomes the string appended, or else [value], and always
+// [value] below a path of two segments or more. Every change is a compare-and-set on the key's revision,
 // so concurrent writers (also on other engines sharing the bucket) never lose an update.
 //
 // Trigger type "state", config {scope?, key?}: after each committed change the worker calls
-// the bound function with {event_type: state:created|state:updated|state:deleted, scope, key,
+// the bound function with {type: "state", event_type: state:created|state:updated|state:deleted, scope, key,
 // old_value, new_value}, for changes made through this worker. Errors carry INVALID_ARGUMENTS
 // or STATE_STORE_ERROR.
 package state
@@ -44,6 +47,7 @@ const (
 
 // Event is what a state trigger's function receives.
 type Event struct {
+	Type      string          `json:"type"` // always "state", as iii sends it
 	EventType string          `json:"event_type"`
 	Scope     string          `json:"scope"`
 	Key       string          `json:"key"`
@@ -350,7 +354,7 @@ func (s *Service) UnregisterTrigger(_ context.Context, t protocol.Trigger) error
 }
 
 func (s *Service) changed(scope, key string, old, nw json.RawMessage) {
-	ev := Event{Scope: scope, Key: key, OldValue: orNull(old), NewValue: orNull(nw)}
+	ev := Event{Type: "state", Scope: scope, Key: key, OldValue: orNull(old), NewValue: orNull(nw)}
 	switch {
 	case old == nil:
 		ev.EventType = Created
