@@ -17,16 +17,29 @@ func TestStartSurvivesCallerThread(t *testing.T) {
 		return cmd
 	}
 	direct, viaStart := sleeper(), sleeper()
-	errs := make(chan error, 2)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the runtime ends this thread when we return
-		errs <- direct.Start()
-		errs <- Start(viaStart)
-	}()
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	for {
+		// The runtime ends a thread whose locked goroutine returns, except the main thread.
+		onMain, errs := make(chan bool, 1), make(chan error, 2)
+		go func() {
+			runtime.LockOSThread()
+			if syscall.Gettid() == syscall.Getpid() {
+				runtime.UnlockOSThread()
+				onMain <- true
+				return
+			}
+			onMain <- false
+			errs <- direct.Start()
+			errs <- Start(viaStart)
+		}()
+		if <-onMain {
+			continue
 		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		break
 	}
 	t.Cleanup(func() { _ = viaStart.Process.Kill(); _ = viaStart.Wait() })
 	exited := make(chan error, 1)
