@@ -234,4 +234,3 @@ func read(path string) (Entry, error) {
 	}
 	return e, nil
 }
-
