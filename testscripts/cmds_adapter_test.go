@@ -39,6 +39,8 @@ func init() {
 	registerCmd("vmpids", cmdVMPids)
 	registerCmd("waitcall", cmdWaitCall)
 	registerCmd("unprivileged", cmdUnprivileged)
+	registerCmd("sharedhome", cmdSharedHome)
+	registerCond("root", func() (bool, error) { return os.Geteuid() == 0, nil })
 	registerSetup(func(env *testscript.Env) error {
 		env.Setenv("VM_SKIP_REASON", vmReason())
 		env.Setenv("VM_AARCH64_SKIP_REASON", aarch64Reason())
@@ -242,8 +244,23 @@ func cmdUnprivileged(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// sharedhome VAR: create a directory of mode 0755 outside $WORK (which is private to the user
+// who runs the suite), removed when the script ends, and set VAR to it: a home directory
+// another user may traverse, as many are, so that what keeps that user out of a file below it
+// is the file's own mode and its directory's.
+func cmdSharedHome(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sharedhome VAR")
+	}
+	dir, err := os.MkdirTemp("", "iii-sharedhome-")
+	ts.Check(err)
+	ts.Defer(func() { os.RemoveAll(dir) })
+	ts.Check(os.Chmod(dir, 0o755))
+	ts.Setenv(args[0], dir)
+}
+
 // unprivilegedEnv are the variables unprivileged passes on from the scenario.
-var unprivilegedEnv = []string{"PATH", "III_URL", "III_QEMU", "III_VIRTIOFSD", "III_KVM_DEVICE", "III_LIBCAPNG", "III_LIB_DIR", "III_SANDBOX_ACCELERATOR"}
+var unprivilegedEnv = []string{"PATH", "III_URL", "III_TOKEN_FILE", "III_QEMU", "III_VIRTIOFSD", "III_KVM_DEVICE", "III_LIBCAPNG", "III_LIB_DIR", "III_SANDBOX_ACCELERATOR"}
 
 // vmpids [-timeout=20s] FILE SUBSTRING: wait until at least one live process has SUBSTRING in
 // its command line (e.g. a sandbox's state directory) and write their PIDs to FILE, one per line.

@@ -30,6 +30,7 @@ import (
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
 	engineerr "github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/ownercred"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -210,15 +211,18 @@ func (p *Project) layeredConfig(ctx context.Context, f *composefile.File, key st
 	return path, id, nil
 }
 
-// grantHint says how to let Compose hold key's entry on an engine it attaches to: that engine's
-// config must name Compose's owner token in its namespaces: list (req C6, D3, D4).
+// grantHint says how to let Compose hold key's entry on an engine it attaches to that gave it
+// no owner credential (one that protects namespaces, or another user's): that engine's config
+// must name Compose's owner token in its namespaces: list (req C6, D3, D4).
 func (p *Project) grantHint(key, id, refusal string) string {
 	ns := p.Namespace()
 	return fmt.Sprintf("container '%s': the engine at %s refused to let Compose publish configuration '%s' (%s). "+
-		"Compose holds every configuration entry it builds, on an engine you run as on one it starts, and only its owner token may publish: "+
-		"workers holding the project token may not. Grant it in that engine's config.yaml (the files are mode 0600; Compose keeps both):\n%s"+
+		"Compose holds every configuration entry it builds, on an engine you run as on one it starts, and only an owner token may publish: "+
+		"workers holding the project token may not. An engine whose config.yaml has no namespaces: list writes an owner credential "+
+		"for a Compose of its own user (~/%s/<host>_<port>); this one gave none, so it protects namespaces or runs as another user. "+
+		"Grant Compose's owner token in that engine's config.yaml (the files are mode 0600; Compose keeps both):\n%s"+
 		"then restart the engine and run iii compose --up again",
-		key, p.opts.EngineURL, id, refusal, engineconf.OwnerGrant(ns, p.opts.TokenFile, p.opts.OwnerTokenFile))
+		key, p.opts.EngineURL, id, refusal, ownercred.Dir, engineconf.OwnerGrant(ns, p.opts.TokenFile, p.opts.OwnerTokenFile))
 }
 
 // currentEntry returns the entry's stored value (template form), nil when there is none: an

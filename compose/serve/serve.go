@@ -32,6 +32,7 @@ import (
 	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/compose/token"
 	engineerr "github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/ownercred"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/usertoken"
 )
@@ -128,6 +129,10 @@ type session struct {
 	release            func() // lets compose::* mutations through once the project started
 	userTokDeferred    bool   // another live Compose held ~/.iii/compose/tokens/<key>: record once serving
 	teardowns          []func()
+
+	// connPath is the token Compose's own connection presents: ownerPath, or on an engine it
+	// attaches to the owner credential that engine wrote for this user (ownercred).
+	connPath string
 }
 
 // onTeardown registers f to run at teardown, before everything registered earlier.
@@ -242,7 +247,27 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 	if err := s.sd.Save(rec); err != nil {
 		fmt.Fprintf(s.o.Err, "warning: cannot record this run in %s: %v\n", s.sd.Path, err)
 	}
+	s.connPath = s.ownerPath
+	if !s.managed {
+		s.connPath = s.attachedOwnerToken()
+	}
 	return nil
+}
+
+// attachedOwnerToken is the token Compose's own connection presents to an engine it attaches
+// to: the owner credential that engine wrote for this user, when there is one it can trust, so
+// configuration::publish needs no grant (issue 29, item 1); else Compose's own owner token,
+// which that engine's config.yaml must grant (an engine that protects namespaces writes no
+// credential). An untrusted credential is a warning that says why.
+func (s *session) attachedOwnerToken() string {
+	path, err := ownercred.Lookup(s.url)
+	if err == nil {
+		return path
+	}
+	if !errors.Is(err, ownercred.ErrNone) {
+		fmt.Fprintf(s.o.Err, "warning: not using the owner credential of the engine at %s: %v\n", s.url, err)
+	}
+	return s.ownerPath
 }
 
 // connectDaemon registers compose::* and connects the daemon to the engine, holding mutations
@@ -250,7 +275,7 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 // publishUserToken left that for later, and says "compose serving".
 func (s *session) connectDaemon(ctx context.Context) error {
 	s.w = protocol.NewWorker(protocol.Config{URL: s.url, Namespace: s.f.Namespace, Name: "compose", Version: s.o.Version,
-		Description: "iii compose daemon", TokenFile: s.ownerPath})
+		Description: "iii compose daemon", TokenFile: s.connPath})
 	s.p = project.New(project.Options{File: s.f, State: s.sd, EngineURL: s.url, TokenFile: s.tokPath, OwnerTokenFile: s.ownerPath, Managed: s.managed,
 		Engine: s.w, Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out})
 	s.d = daemon.New(s.f.Namespace, s.p, s.o.Deps)
@@ -302,7 +327,7 @@ func (s *session) publishUserToken(context.Context) error {
 func (s *session) recordUserToken() {
 	userTok := s.tokPath
 	if !s.managed {
-		userTok = s.ownerPath
+		userTok = s.connPath
 	}
 	_, remove, err := usertoken.Publish(s.url, s.f.Namespace, userTok)
 	if err != nil {

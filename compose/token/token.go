@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 
 	"github.com/Masterminds/semver/v3"
+
+	"github.com/iii-go/iii/engine/privfile"
 )
 
 // File names inside the state directory.
@@ -153,27 +155,9 @@ func write(path string) error {
 	return writeAtomic(path, []byte(hex.EncodeToString(b[:])+"\n"))
 }
 
-// writeAtomic writes data to a mode-0600 temporary file beside path and renames it over path, so
-// a link at path is replaced, never written through.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".token.tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
+// writeAtomic is privfile.WriteAtomic: mode 0600, renamed over path, so a link at path is
+// replaced, never written through.
+func writeAtomic(path string, data []byte) error { return privfile.WriteAtomic(path, data) }
 
 // Exposure records that the current token was readable by a VM worker (req B10).
 type Exposure struct {

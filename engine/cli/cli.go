@@ -20,6 +20,7 @@ import (
 	"github.com/iii-go/iii/engine/configuration"
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/ownercred"
 	"github.com/iii-go/iii/engine/sandbox"
 )
 
@@ -27,7 +28,9 @@ const engineUsage = `Usage: iii [--config FILE]
 
 Runs the iii engine: the worker listener (ws://127.0.0.1:49134 unless config.yaml's
 iii-worker-manager entry says otherwise), the configuration worker and the sandbox router.
-SIGINT or SIGTERM stops it.
+SIGINT or SIGTERM stops it. With no namespaces: in its config it writes an owner credential
+for a Compose of this user to ~/.iii/engine/owners/<host>_<port> (mode 0600, removed when it
+stops), which lets that Compose publish configuration entries here with no grant.
 
 Flags:
   -c, --config FILE     engine configuration (default config.yaml; missing = defaults)
@@ -73,8 +76,10 @@ func runEngine(version string, args []string) error {
 	for _, n := range cfg.Namespaces {
 		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, OwnerTokenFile: n.OwnerTokenFile}
 	}
+	ownerFile, removeOwner := ownerCredential(ln.Addr().String(), len(policies) > 0, log)
+	defer removeOwner()
 	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log,
-		AllowedOrigins: cfg.AllowedOrigins, HandshakeTimeout: time.Duration(cfg.HandshakeTimeoutMS) * time.Millisecond})
+		OwnerTokenFile: ownerFile, AllowedOrigins: cfg.AllowedOrigins, HandshakeTimeout: time.Duration(cfg.HandshakeTimeoutMS) * time.Millisecond})
 	store, err := configuration.New(cfg.ConfigDir, log)
 	if err != nil {
 		ln.Close()
@@ -105,6 +110,30 @@ func runEngine(version string, args []string) error {
 	}
 	fmt.Fprintln(os.Stderr, "iii engine stopped")
 	return nil
+}
+
+// ownerCredential writes the owner credential a Compose of this user presents when it attaches
+// to addr (package ownercred) and returns its path and its removal at a clean stop. An engine
+// that protects namespaces writes none, so only a grant in its config.yaml gives owner rights,
+// and drops one a dead engine left at addr. A failure costs only the credential: a warning.
+func ownerCredential(addr string, protected bool, log *slog.Logger) (string, func()) {
+	if protected {
+		if err := ownercred.Clear(addr); err != nil {
+			log.Warn("cannot remove a stale owner credential", "addr", addr, "err", err)
+		}
+		return "", func() {}
+	}
+	path, remove, err := ownercred.Write(addr)
+	if err != nil {
+		log.Warn("no owner credential for Compose: attaching it needs a namespaces: grant", "dir", "~/"+ownercred.Dir, "err", err)
+		return "", func() {}
+	}
+	log.Info("owner credential for a Compose of this user written", "path", path)
+	return path, func() {
+		if err := remove(); err != nil {
+			log.Warn("cannot remove the owner credential", "path", path, "err", err)
+		}
+	}
 }
 
 // loadConfig reads the config file; a missing default file means defaults.

@@ -521,6 +521,9 @@ func (e *Engine) isOwnerToken(token string) bool {
 	if token == "" {
 		return false
 	}
+	if tokenMatches(e.opts.OwnerTokenFile, token) {
+		return true
+	}
 	for _, p := range e.opts.Namespaces {
 		if tokenMatches(p.OwnerTokenFile, token) {
 			return true

@@ -128,7 +128,11 @@ type Options struct {
 	// before they are applied in the default namespace.
 	Grace      time.Duration
 	Namespaces map[string]NamespacePolicy
-	Logger     *slog.Logger
+	// OwnerTokenFile, when set, holds a token that grants the owner-only engine functions
+	// without admitting anything else: the owner credential an engine with no Namespaces writes
+	// for a Compose of its user (package ownercred).
+	OwnerTokenFile string
+	Logger         *slog.Logger
 	// ChannelIdle is how long a stream channel may sit without traffic before it is aborted and
 	// forgotten (default DefaultChannelIdle).
 	ChannelIdle time.Duration

@@ -172,6 +172,36 @@ func TestTokenProtectedNamespace(t *testing.T) {
 	}
 }
 
+// TestEngineOwnerCredential (issue 29, item 1): an engine with no protected namespaces grants
+// owner rights to the connection presenting its owner credential, and to no other (none, or
+// another token); everyone is still admitted.
+func TestEngineOwnerCredential(t *testing.T) {
+	dir := t.TempDir()
+	cred := filepath.Join(dir, "cred")
+	other := filepath.Join(dir, "other")
+	_ = os.WriteFile(cred, []byte("engine-owner\n"), 0o600)
+	_ = os.WriteFile(other, []byte("someone-else\n"), 0o600)
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "")
+	e, url := startEngine(t, Options{OwnerTokenFile: cred})
+	e.Handle("test::owner", "reports whether the caller holds owner rights", func(_ context.Context, c Caller, _ json.RawMessage) (any, error) {
+		return c.Owner, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for file, wantOwner := range map[string]string{"": "false", other: "false", cred: "true"} {
+		w, err := protocol.Connect(ctx, protocol.Config{URL: url, TokenFile: file})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := w.Call(ctx, "test::owner", nil)
+		w.Close()
+		if err != nil || string(got) != wantOwner {
+			t.Fatalf("token file %q: owner = %s, %v; want %s", file, got, err, wantOwner)
+		}
+	}
+}
+
 // TestTokenFromEnvironment: a worker with no token file presents $III_TOKEN as its bearer
 // token, as 0.26 SDKs do; a token file, when named, wins.
 func TestTokenFromEnvironment(t *testing.T) {

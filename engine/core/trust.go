@@ -35,6 +35,10 @@ func (e *Engine) mayCall(caller *conn, f *fnEntry) bool {
 	return false
 }
 
+// ProtectsNamespaces reports whether the engine has token-protected namespaces (config.yaml
+// namespaces:); only then does a Compose attaching to it need its owner token granted there.
+func (e *Engine) ProtectsNamespaces() bool { return len(e.opts.Namespaces) > 0 }
+
 // accepts reports whether token is the policy's project token or owner token.
 func (p NamespacePolicy) accepts(token string) bool {
 	return tokenMatches(p.TokenFile, token) || tokenMatches(p.OwnerTokenFile, token)

@@ -124,24 +124,33 @@ func unbound(op string) *protocol.Error {
 	return sErr(scode.New(scode.S303, "no sandbox adapter is bound to this engine, so sandbox::"+op+" has nowhere to go"))
 }
 
-func howToStart(b *Binding) string {
-	return "Start or install the adapter in namespace '" + b.Namespace + "': if a Compose project runs there, " +
+// howToStart is the fix of S301. On an engine with token-protected namespaces the Compose that
+// starts the adapter must hold an owner token the engine's config.yaml grants, so the text says
+// that too; elsewhere the engine's owner credential (package ownercred) lets a Compose of the
+// engine's user publish the adapter's entry with no grant.
+func (r *Router) howToStart(b *Binding) string {
+	s := "Start or install the adapter in namespace '" + b.Namespace + "': if a Compose project runs there, " +
 		"`iii call compose::add worker=iii-sandbox -n " + b.Namespace + "`; otherwise write a worker-compose.yaml that declares the " +
 		"sandbox-libkrun container and run `iii compose --up --namespace " + b.Namespace + "` with this engine's address."
+	if r.e.ProtectsNamespaces() {
+		s += " This engine protects namespaces (namespaces: in its config.yaml), so that config must also grant the Compose's owner token " +
+			"(an entry with owner_token_file: <state dir>/owner-token, which iii compose --up prints when it is missing), then restart the engine."
+	}
+	return s
 }
 
 // notConnected is S301: no adapter serves the call in the bound namespace; the message names
 // the namespace and how to start or install the adapter (req E4).
-func notConnected(b *Binding, op string) *protocol.Error {
+func (r *Router) notConnected(b *Binding, op string) *protocol.Error {
 	return sErr(scode.New(scode.S301,
 		"the sandbox adapter '"+b.Adapter+"' bound to this engine is not connected in namespace '"+b.Namespace+
-			"': no live worker serves "+b.Adapter+"::"+op+". "+howToStart(b)).WithNote(howToStart(b)))
+			"': no live worker serves "+b.Adapter+"::"+op+". "+r.howToStart(b)).WithNote(r.howToStart(b)))
 }
 
-func leftMidCall(b *Binding, op string) *protocol.Error {
+func (r *Router) leftMidCall(b *Binding, op string) *protocol.Error {
 	return sErr(scode.New(scode.S301,
 		"the sandbox adapter '"+b.Adapter+"' in namespace '"+b.Namespace+"' disconnected while serving sandbox::"+op+
-			"; the call did not complete. "+howToStart(b)).WithNote(howToStart(b)))
+			"; the call did not complete. "+r.howToStart(b)).WithNote(r.howToStart(b)))
 }
 
 func incompatible(b *Binding, c Contract) *protocol.Error {
@@ -166,7 +175,7 @@ func (r *Router) forwarder(op string) core.Builtin {
 		fn := b.Adapter + "::" + op
 		wid, ok := r.e.Lookup(b.Namespace, fn)
 		if !ok {
-			return nil, notConnected(b, op)
+			return nil, r.notConnected(b, op)
 		}
 		info := r.adapterInfo(ctx, b, wid, false)
 		if info.contract != nil && info.contract.Major != ContractMajor {
@@ -175,7 +184,7 @@ func (r *Router) forwarder(op string) core.Builtin {
 		res, perr := r.e.Invoke(ctx, b.Namespace, fn, payload, 0)
 		if perr != nil {
 			if perr.Code == errcode.InvocationStopped && ctx.Err() == nil || perr.Code == errcode.FunctionNotFound {
-				return nil, leftMidCall(b, op)
+				return nil, r.leftMidCall(b, op)
 			}
 			return nil, perr
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -169,5 +170,26 @@ func TestBindClaimsNewPrefix(t *testing.T) {
 	adapter(t, url, "proj", "", "late", "stop")
 	if _, ok := e.Lookup("proj", DefaultAdapter+"::stop"); !ok {
 		t.Fatal("the old prefix is still claimed after a new bind")
+	}
+}
+
+// TestS301NamesTheGrantOnlyWhereNeeded (issue 29, item 1): on an engine without token-protected
+// namespaces the S301 fix is the guide's (compose::add, or an adapter-only compose file), since
+// the engine's owner credential lets a Compose of its user publish the adapter's entry; on one
+// that protects namespaces the fix also names the grant of Compose's owner token.
+func TestS301NamesTheGrantOnlyWhereNeeded(t *testing.T) {
+	b := &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}
+	_, _, plain := serve(t, core.Options{}, b)
+	_, err := call(t, plain, "sandbox::list")
+	if errCode(err) != scode.S301 || strings.Contains(err.Error(), "owner_token_file") {
+		t.Fatalf("plain engine: %v, want S301 without the grant", err)
+	}
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	_ = os.WriteFile(tok, []byte("project-secret"), 0o600)
+	_, _, protected := serve(t, core.Options{Namespaces: map[string]core.NamespacePolicy{"team": {TokenFile: tok}}}, b)
+	_, err = call(t, protected, "sandbox::list")
+	if errCode(err) != scode.S301 || !strings.Contains(err.Error(), "owner_token_file: <state dir>/owner-token") {
+		t.Fatalf("protected engine: %v, want S301 naming the grant", err)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/iii-go/iii/engine/privfile"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -88,19 +89,8 @@ func Publish(engineURL, namespace, tokenFile string) (path string, remove func()
 	if err != nil {
 		return "", nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := privfile.EnsureDir(dir); err != nil {
 		return "", nil, err
-	}
-	if err := checkPrivate(dir, true); err != nil {
-		// An old or hand-made directory with looser bits: tighten it; a symlink or another
-		// user's directory is refused.
-		st, lerr := os.Lstat(dir)
-		if lerr != nil || !st.IsDir() || !ownedByUser(st) {
-			return "", nil, err
-		}
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return "", nil, err
-		}
 	}
 	sweep(dir)
 	abs, err := filepath.Abs(tokenFile)
@@ -110,14 +100,7 @@ func Publish(engineURL, namespace, tokenFile string) (path string, remove func()
 	me := os.Getpid()
 	data, _ := json.Marshal(Entry{PID: me, Engine: engineURL, Namespace: namespace, TokenFile: abs})
 	path = filepath.Join(dir, key)
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return "", nil, err
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o600), os.Rename(tmp.Name(), path)); err != nil {
-		_ = os.Remove(tmp.Name())
+	if err := privfile.WriteAtomic(path, data); err != nil {
 		return "", nil, err
 	}
 	remove = func() error {
@@ -158,7 +141,7 @@ func sweep(dir string) {
 	}
 	for _, de := range ents {
 		p := filepath.Join(dir, de.Name())
-		if strings.HasPrefix(de.Name(), ".tmp-") {
+		if privfile.IsTemp(de.Name()) {
 			continue
 		}
 		if e, err := read(p); err == nil && e.PID > 0 && !procgroup.Alive(e.PID) {
@@ -186,10 +169,10 @@ func Lookup(engineURL, namespace string) (token, path string, err error) {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return "", path, ErrNone
 	}
-	if err := checkPrivate(dir, true); err != nil {
+	if err := privfile.Check(dir, true); err != nil {
 		return "", path, err
 	}
-	if err := checkPrivate(path, false); err != nil {
+	if err := privfile.Check(path, false); err != nil {
 		return "", path, err
 	}
 	e, err := read(path)
@@ -202,7 +185,7 @@ func Lookup(engineURL, namespace string) (token, path string, err error) {
 	if !filepath.IsAbs(e.TokenFile) {
 		return "", path, fmt.Errorf("%s: token_file %q is not an absolute path", path, e.TokenFile)
 	}
-	if err := checkPrivate(e.TokenFile, false); err != nil {
+	if err := privfile.Check(e.TokenFile, false); err != nil {
 		return "", path, err
 	}
 	b, err := os.ReadFile(e.TokenFile)
@@ -250,30 +233,4 @@ func read(path string) (Entry, error) {
 		return e, err
 	}
 	return e, nil
-}
-
-// checkPrivate requires path (a directory when dir) to be no symlink, the user's own, and
-// closed to group and others.
-func checkPrivate(path string, dir bool) error {
-	st, err := os.Lstat(path)
-	if err != nil {
-		return err
-	}
-	switch {
-	case st.Mode()&fs.ModeSymlink != 0:
-		return fmt.Errorf("%s is a symlink; iii call does not follow it", path)
-	case dir && !st.IsDir():
-		return fmt.Errorf("%s is not a directory", path)
-	case !dir && !st.Mode().IsRegular():
-		return fmt.Errorf("%s is not a regular file", path)
-	case !ownedByUser(st):
-		return fmt.Errorf("%s belongs to another user", path)
-	case exposed(st.Mode()):
-		want := "0600"
-		if dir {
-			want = "0700"
-		}
-		return fmt.Errorf("%s has mode %#o; it must be %s (readable by you alone)", path, st.Mode().Perm(), want)
-	}
-	return nil
 }

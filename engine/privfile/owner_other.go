@@ -1,6 +1,6 @@
 //go:build !unix
 
-package usertoken
+package privfile
 
 import "io/fs"
 

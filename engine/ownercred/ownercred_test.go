@@ -1,0 +1,102 @@
+package ownercred
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+func TestKey(t *testing.T) {
+	for _, c := range []struct{ host, port, want string }{
+		{"127.0.0.1", "49134", "127.0.0.1_49134"},
+		{"localhost", "1", "127.0.0.1_1"},
+		{"0.0.0.0", "2", "127.0.0.1_2"},
+		{"::", "3", "127.0.0.1_3"},
+		{"::1", "4", "%3A%3A1_4"},
+		{"a/b", "5", "a%2Fb_5"},
+	} {
+		if got := Key(c.host, c.port); got != c.want {
+			t.Errorf("Key(%q, %q) = %q, want %q", c.host, c.port, got, c.want)
+		}
+	}
+	if got, err := KeyForURL("ws://localhost:7"); err != nil || got != "127.0.0.1_7" {
+		t.Errorf("KeyForURL = %q, %v", got, err)
+	}
+	if _, err := KeyForURL("http://x:1"); err == nil {
+		t.Error("KeyForURL accepted an http URL")
+	}
+}
+
+func TestWriteLookupRemove(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	if _, err := Lookup("ws://127.0.0.1:9"); !errors.Is(err, ErrNone) {
+		t.Fatalf("Lookup before Write: %v", err)
+	}
+	stale, _, err := Write("0.0.0.0:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := os.ReadFile(stale)
+	path, remove, err := Write("127.0.0.1:9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path != stale {
+		t.Fatalf("paths differ: %s, %s", stale, path)
+	}
+	if now, _ := os.ReadFile(path); string(now) == string(old) || len(now) != 65 {
+		t.Fatalf("the stale credential was not replaced by a fresh token (%d bytes)", len(now))
+	}
+	if runtime.GOOS != "windows" {
+		st, _ := os.Stat(path)
+		dst, _ := os.Stat(filepath.Dir(path))
+		if st.Mode().Perm() != 0o600 || dst.Mode().Perm() != 0o700 {
+			t.Fatalf("modes %v %v, want 0600 in 0700", st.Mode().Perm(), dst.Mode().Perm())
+		}
+	}
+	got, err := Lookup("ws://localhost:9")
+	if err != nil || got != path {
+		t.Fatalf("Lookup = %q, %v", got, err)
+	}
+	if runtime.GOOS != "windows" {
+		if err := os.Chmod(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Lookup("ws://127.0.0.1:9"); err == nil || errors.Is(err, ErrNone) {
+			t.Fatalf("Lookup trusted a file others can read: %v", err)
+		}
+		_ = os.Chmod(path, 0o600)
+	}
+	if err := remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("remove left %s: %v", path, err)
+	}
+}
+
+func TestRemoveKeepsAReplacement(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	_, remove, err := Write("127.0.0.1:10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _, err := Write("127.0.0.1:10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the first engine's remove deleted the second one's credential: %v", err)
+	}
+	if err := Clear("127.0.0.1:10"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Clear left %s", path)
+	}
+}
