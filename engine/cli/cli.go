@@ -20,6 +20,7 @@ import (
 	"github.com/iii-go/iii/engine/configuration"
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/ownercred"
 	"github.com/iii-go/iii/engine/sandbox"
 )
@@ -76,10 +77,15 @@ func runEngine(version string, args []string) error {
 	for _, n := range cfg.Namespaces {
 		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, OwnerTokenFile: n.OwnerTokenFile}
 	}
+	httpInv, err := httpfn.New(httpfn.Security(cfg.HTTPSecurity), nil)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	ownerFile, removeOwner := ownerCredential(ln.Addr().String(), len(policies) > 0, log)
 	defer removeOwner()
 	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log,
-		OwnerTokenFile: ownerFile, AllowedOrigins: cfg.AllowedOrigins, HandshakeTimeout: time.Duration(cfg.HandshakeTimeoutMS) * time.Millisecond})
+		OwnerTokenFile: ownerFile, AllowedOrigins: cfg.AllowedOrigins, HandshakeTimeout: time.Duration(cfg.HandshakeTimeoutMS) * time.Millisecond, HTTP: httpInv})
 	store, err := configuration.New(cfg.ConfigDir, log)
 	if err != nil {
 		ln.Close()
@@ -92,7 +98,7 @@ func runEngine(version string, args []string) error {
 	}
 	sandbox.New(eng, bind).Install()
 	for _, d := range cfg.Declared {
-		if d == "iii-http-functions" || d == "iii-stream" {
+		if d == "iii-stream" {
 			log.Info("engine worker declared but not served by this engine", "worker", d)
 		}
 	}

@@ -26,8 +26,9 @@
 // Keys this engine parses but does not implement are refused with CONFIG_UNSUPPORTED naming the
 // key, never accepted and ignored: rbac and middleware_function_id on iii-worker-manager, a
 // second instance of an engine worker ("#instance" or a second entry of the same name: one
-// listener only), a non-zero ttl_seconds, and any setting of iii-stream or iii-http-functions
-// (which may be declared, bare, for compatibility).
+// listener only), a non-zero ttl_seconds, and any setting of iii-stream (which may be declared,
+// bare, for compatibility). iii-http-functions takes iii's security: {url_allowlist,
+// block_private_ips, require_https}; it serves HTTP-invoked functions whether declared or not.
 package config
 
 import (
@@ -72,6 +73,16 @@ type Config struct {
 	Sandbox            *Sandbox // nil: no adapter bound
 	Namespaces         []Namespace
 	Declared           []string // engine workers declared in workers:, in file order
+	// HTTPSecurity is iii-http-functions' security: block (iii's defaults when absent).
+	HTTPSecurity HTTPSecurity
+}
+
+// HTTPSecurity is iii-http-functions config security: {url_allowlist, block_private_ips,
+// require_https}, iii's keys; see package httpfn.
+type HTTPSecurity struct {
+	URLAllowlist    []string
+	BlockPrivateIPs bool
+	RequireHTTPS    bool
 }
 
 // Sandbox is the top-level sandbox: section, which binds the sandbox router (req E3).
@@ -106,7 +117,8 @@ func refuseKey(line int, format string, args ...any) *errcode.Error {
 
 // Default is the configuration used when there is no file.
 func Default() *Config {
-	return &Config{GraceMS: DefaultGraceMS, Host: DefaultHost, Port: DefaultPort, HandshakeTimeoutMS: 10000, ConfigDir: DefaultConfigDir}
+	return &Config{GraceMS: DefaultGraceMS, Host: DefaultHost, Port: DefaultPort, HandshakeTimeoutMS: 10000, ConfigDir: DefaultConfigDir,
+		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"*"}, BlockPrivateIPs: true, RequireHTTPS: true}}
 }
 
 // Load reads and parses path with the process environment.
@@ -299,7 +311,9 @@ func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) 
 			err = c.parseListener(cfg)
 		case "configuration":
 			err = c.parseConfiguration(cfg)
-		default: // iii-stream, iii-http-functions: declared for compatibility, not served
+		case "iii-http-functions":
+			err = c.parseHTTPFunctions(cfg)
+		default: // iii-stream: declared for compatibility, not served
 			if cfg.Kind == yaml.MappingNode && len(cfg.Content) > 0 {
 				err = refuseKey(cfg.Content[0].Line, "%s: key %q: this engine does not serve %s, so its settings would do nothing; "+
 					"remove the config block", name, cfg.Content[0].Value, base)
@@ -395,6 +409,48 @@ func (c *Config) parseConfiguration(v *yaml.Node) error {
 			})
 		})
 	})
+}
+
+// parseHTTPFunctions reads iii-http-functions config: {security: {url_allowlist,
+// block_private_ips, require_https}}.
+func (c *Config) parseHTTPFunctions(v *yaml.Node) error {
+	return mapping(v, "iii-http-functions config", []string{"security"}, func(_, v *yaml.Node) error {
+		return mapping(v, "iii-http-functions security", []string{"url_allowlist", "block_private_ips", "require_https"}, func(k, v *yaml.Node) error {
+			var err error
+			switch k.Value {
+			case "url_allowlist":
+				if v.Kind != yaml.SequenceNode {
+					return invalid(v.Line, "iii-http-functions security.url_allowlist must be a list of host patterns, e.g. [\"api.example.com\", \"*.example.com\"]")
+				}
+				c.HTTPSecurity.URLAllowlist = []string{}
+				for _, e := range v.Content {
+					p, err := strValue(e, "url_allowlist entry")
+					if err != nil {
+						return err
+					}
+					if _, err := path.Match(p, ""); err != nil || strings.TrimSpace(p) == "" {
+						return invalid(e.Line, "iii-http-functions security.url_allowlist: %q is not a valid host pattern", p)
+					}
+					c.HTTPSecurity.URLAllowlist = append(c.HTTPSecurity.URLAllowlist, p)
+				}
+			case "block_private_ips":
+				c.HTTPSecurity.BlockPrivateIPs, err = boolValue(v, "iii-http-functions security.block_private_ips")
+			case "require_https":
+				c.HTTPSecurity.RequireHTTPS, err = boolValue(v, "iii-http-functions security.require_https")
+			}
+			return err
+		})
+	})
+}
+
+func boolValue(v *yaml.Node, key string) (bool, error) {
+	if v.Kind == yaml.ScalarNode && v.Tag == "!!bool" {
+		return strconv.ParseBool(v.Value)
+	}
+	if v.Kind == yaml.ScalarNode && (v.Value == "true" || v.Value == "false") { // from ${VAR}
+		return v.Value == "true", nil
+	}
+	return false, invalid(v.Line, "%s must be true or false", key)
 }
 
 // adapterSettings are sandbox-libkrun's own keys; 0.25 read them from the engine config, 0.26

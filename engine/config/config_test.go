@@ -33,6 +33,7 @@ workers:
   - name: iii-stream
     config: {}
   - name: iii-http-functions
+    config: {security: {url_allowlist: ["127.0.0.1", "*.example.com"], block_private_ips: false, require_https: ${HTTPS:false}}}
 sandbox:
   adapter: mybox
 namespaces:
@@ -46,7 +47,8 @@ namespaces:
 		AllowedOrigins: []string{"http://localhost:3000", "*.example.com"},
 		Sandbox:        &Sandbox{Adapter: "mybox", Namespace: "default"},
 		Namespaces:     []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
-		Declared:       []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"}}
+		Declared:       []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"},
+		HTTPSecurity:   HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
 	}
@@ -95,7 +97,11 @@ func TestParseErrors(t *testing.T) {
 			`line 5: workers[1]: a second "configuration" entry, after the one on line 2, is a second instance of configuration: this engine runs one configuration`},
 		{"workers:\n  - name: configuration\n    config: {ttl_seconds: 1}\n", errcode.ConfigUnsupported, "ttl_seconds: 1"},
 		{"workers:\n  - name: iii-stream\n    config: {anything_at_all: [1]}\n", errcode.ConfigUnsupported, `iii-stream: key "anything_at_all"`},
-		{"workers:\n  - name: iii-http-functions\n    config: {bogus_key: 1}\n", errcode.ConfigUnsupported, `key "bogus_key"`},
+		{"workers:\n  - name: iii-http-functions\n    config: {bogus_key: 1}\n", errcode.ConfigInvalid, `unknown key "bogus_key" in iii-http-functions config; allowed: security`},
+		{"workers:\n  - name: iii-http-functions\n    config: {security: {allow: [x]}}\n", errcode.ConfigInvalid, `unknown key "allow" in iii-http-functions security; allowed: url_allowlist, block_private_ips, require_https`},
+		{"workers:\n  - name: iii-http-functions\n    config: {security: {url_allowlist: x}}\n", errcode.ConfigInvalid, "must be a list of host patterns"},
+		{"workers:\n  - name: iii-http-functions\n    config: {security: {url_allowlist: ['[']}}\n", errcode.ConfigInvalid, "not a valid host pattern"},
+		{"workers:\n  - name: iii-http-functions\n    config: {security: {require_https: maybe}}\n", errcode.ConfigInvalid, "require_https must be true or false"},
 		{"workers:\n  - name: iii-worker-manager\n    config: {handshake_timeout_ms: 0}\n", errcode.ConfigInvalid, "handshake_timeout_ms must be positive"},
 		{"workers:\n  - name: iii-worker-manager\n    config: {allowed_origins: ['*']}\n", errcode.ConfigInvalid, "every web page"},
 		{"workers:\n  - name: iii-worker-manager\n    config: {allowed_origins: ['[']}\n", errcode.ConfigInvalid, "not a valid pattern"},

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -396,13 +397,16 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 			Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: "engine"})
 		return
 	}
+	var hf *httpfn.Function
 	if m.HasInvocation() {
-		// Registered as is, calls would go back to this socket, which never answers them.
-		e.log.Warn("function registration refused", "code", errcode.HTTPInvocationUnsupported, "function", m.ID, "namespace", ns, "worker_id", c.id,
-			"reason", "the frame carries an invocation (an HTTP-invoked function), and this engine invokes no function over HTTP")
-		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: errcode.HTTPInvocationUnsupported,
-			Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: "engine"})
-		return
+		var err error
+		if hf, err = e.registerHTTP(m.ID, m.Invocation); err != nil {
+			ce := errcode.As(err, errcode.HTTPInvocationInvalid)
+			e.log.Warn("function registration refused", "code", ce.Code, "function", m.ID, "namespace", ns, "worker_id", c.id, "reason", ce.Message)
+			_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: ce.Code,
+				Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: "engine"})
+			return
+		}
 	}
 	if m.Protected && c.token == "" {
 		e.log.Warn("function registration refused", "code", errcode.TokenRequired, "function", m.ID, "namespace", ns,
@@ -428,7 +432,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 			Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: owner})
 		return
 	}
-	e.funcs[k] = &fnEntry{conn: c, frame: m}
+	e.funcs[k] = &fnEntry{conn: c, frame: m, http: hf}
 	e.mu.Unlock()
 }
 

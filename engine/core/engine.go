@@ -18,8 +18,8 @@
 // disconnected), timeout (the call's timeout_ms passed; checked every 20 ms), and at
 // registration NAMESPACE_TOKEN_REQUIRED / NAMESPACE_TOKEN_INVALID, FUNCTION_NAMESPACE_CONFLICT,
 // FUNCTION_PREFIX_CONFLICT, RESERVED_FUNCTION_ID (engine::, configuration:: and sandbox:: belong
-// to the engine), HTTP_INVOCATION_UNSUPPORTED (a registerfunction with an invocation: iii's
-// HTTP-invoked functions are not implemented, and the function is not registered).
+// to the engine), and, for a registerfunction with an invocation (an HTTP-invoked function, httpfn.go),
+// HTTP_INVOCATION_INVALID, HTTP_URL_REFUSED and HTTP_AUTH_UNRESOLVED.
 //
 // Project tokens: a namespace listed in config.yaml's namespaces: admits registrations only from
 // connections whose handshake carried "Authorization: Bearer <token>" matching its token_file
@@ -107,6 +107,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/triggers"
@@ -143,6 +144,10 @@ type Options struct {
 	// handshake without Origin (SDKs, Go and Node workers) and a same-origin one are always
 	// allowed; any other is refused ORIGIN_FORBIDDEN.
 	AllowedOrigins []string
+
+	// HTTP serves HTTP-invoked functions (config.yaml iii-http-functions); nil: one with
+	// httpfn.DefaultSecurity, as iii's always-loaded worker.
+	HTTP *httpfn.Invoker
 
 	// Limits; zero means the default of limits.go (README.md, "Limits").
 	HandshakeTimeout time.Duration
@@ -185,6 +190,7 @@ type fkey struct{ ns, id string }
 type fnEntry struct {
 	conn  *conn
 	frame *protocol.Message
+	http  *httpfn.Function // an HTTP-invoked function (httpfn.go); nil: served by conn
 }
 
 // Engine routes functions between connected workers.
@@ -288,6 +294,9 @@ func New(opts Options) *Engine {
 	opts = opts.withDefaults()
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.HTTP == nil {
+		opts.HTTP, _ = httpfn.New(httpfn.DefaultSecurity(), nil) // the default allowlist is valid
 	}
 	e := &Engine{
 		opts: opts, log: opts.Logger,
@@ -465,6 +474,9 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	}
 	if !e.mayCall(caller.conn, f) {
 		return nil, forbidden(caller.conn, ns, id, f)
+	}
+	if f.http != nil {
+		return e.callHTTP(ctx, f.http, data, timeout)
 	}
 	return e.forward(ctx, f.conn, id, data, meta, timeout, void)
 }

@@ -402,11 +402,11 @@ func TestInvokeResultsOutliveReadBuffer(t *testing.T) {
 	}
 }
 
-// A registerfunction with an invocation (iii's HTTP-invoked function) is refused with
-// HTTP_INVOCATION_UNSUPPORTED and not registered, instead of routing its calls back to a socket
-// that never answers them (review N7, row B33). The other fields iii-sdk 0.22 sends
-// (description, request_format, response_format, metadata) and a null invocation register as
-// before.
+// A registerfunction with an invocation (iii's HTTP-invoked function) whose URL the default
+// security refuses (http, loopback) is refused with HTTP_URL_REFUSED and not registered, instead
+// of routing its calls back to a socket that never answers them (review N7, row B33). The other
+// fields iii-sdk 0.22 sends (description, request_format, response_format, metadata) and a null
+// invocation register as before.
 func TestHTTPInvokedFunctionIsRefused(t *testing.T) {
 	e, url := startEngine(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -446,7 +446,7 @@ func TestHTTPInvokedFunctionIsRefused(t *testing.T) {
 	if len(rejected) != 1 {
 		t.Fatalf("%d registrationrejected frames, want 1: %+v", len(rejected), rejected)
 	}
-	if r := rejected[0]; r.Code != errcode.HTTPInvocationUnsupported || r.FunctionID != "x::h" || r.NamespaceOr("") != "default" || r.OwnerWorkerID != "engine" {
+	if r := rejected[0]; r.Code != errcode.HTTPURLRefused || r.FunctionID != "x::h" || r.NamespaceOr("") != "default" || r.OwnerWorkerID != "engine" {
 		t.Errorf("rejection: %+v", r)
 	}
 	if _, ok := e.Lookup("default", "x::h"); ok {

@@ -156,6 +156,10 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 		data = json.RawMessage("null")
 	}
 	timeout := e.callTimeout(m.TimeoutMS)
+	if f.http != nil {
+		e.callHTTPAsync(c, m, f.http, data, timeout)
+		return true
+	}
 	if m.IsVoid() {
 		_, _ = e.startForward(f.conn, m.FunctionID, data, m.Metadata, timeout, nil)
 		return true

@@ -26,9 +26,17 @@ const (
 	// FunctionPrefixConflict: the id is under a prefix the engine keeps to one worker (the bound
 	// sandbox adapter's "<adapter>::"), and another live worker already serves a function there.
 	FunctionPrefixConflict = "FUNCTION_PREFIX_CONFLICT"
-	// HTTPInvocationUnsupported: a registerfunction carries an invocation (iii's HTTP-invoked
-	// function); this engine invokes no function over HTTP, so it refuses the registration.
-	HTTPInvocationUnsupported = "HTTP_INVOCATION_UNSUPPORTED"
+	// HTTPInvocationInvalid: a registerfunction's invocation (an HTTP-invoked function) is
+	// malformed: not {url, method, timeout_ms, headers, auth}, an unknown method or auth type, a
+	// bad header or a non-positive timeout_ms.
+	HTTPInvocationInvalid = "HTTP_INVOCATION_INVALID"
+	// HTTPURLRefused: an HTTP-invoked function's URL is refused by iii-http-functions security:
+	// not https under require_https, a host outside url_allowlist, or a private or loopback
+	// address under block_private_ips.
+	HTTPURLRefused = "HTTP_URL_REFUSED"
+	// HTTPAuthUnresolved: an HTTP-invoked function's auth names an environment variable that is
+	// not set in the engine's environment.
+	HTTPAuthUnresolved = "HTTP_AUTH_UNRESOLVED"
 	// ReservedNamespace: engine::*, configuration::* and sandbox::* belong to the engine.
 	ReservedNamespace = "RESERVED_FUNCTION_ID"
 	// TokenRequired: the namespace is token-protected and the worker presented no token.

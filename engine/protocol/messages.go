@@ -104,9 +104,8 @@ type Message struct {
 	// token the same protected namespace accepts). Other engines ignore it.
 	Protected bool `json:"protected,omitempty"`
 	// Invocation (registerfunction) is iii's HTTP-invoked function, {url, method, timeout_ms,
-	// headers, auth}: the engine would call the URL instead of the registering worker. This
-	// engine invokes nothing over HTTP and refuses such a registration
-	// (HTTP_INVOCATION_UNSUPPORTED); null counts as absent, as in iii.
+	// headers, auth}: the engine calls the URL instead of the registering worker (package
+	// httpfn); null counts as absent, as in iii.
 	Invocation json.RawMessage `json:"invocation,omitempty"`
 	// registertriggertype: JSON Schemas of a trigger's config and of the payload it fires with.
 	TriggerRequestFormat json.RawMessage `json:"trigger_request_format,omitempty"`

@@ -1,0 +1,61 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/httpfn"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// registerTimeout bounds the DNS lookup of an HTTP-invoked function's host at registration.
+const registerTimeout = 5 * time.Second
+
+// registerHTTP checks the invocation of a registerfunction (package httpfn). The function stays
+// owned by the registering connection: listed as its worker's, gone when it disconnects.
+func (e *Engine) registerHTTP(id string, raw json.RawMessage) (*httpfn.Function, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), registerTimeout)
+	defer cancel()
+	return e.opts.HTTP.Register(ctx, id, raw)
+}
+
+// callHTTP calls an HTTP-invoked function; timeout (the call's) bounds it besides the
+// invocation's own timeout_ms.
+func (e *Engine) callHTTP(ctx context.Context, f *httpfn.Function, data json.RawMessage, timeout time.Duration) (json.RawMessage, *protocol.Error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	res, perr := e.opts.HTTP.Call(ctx, f, e.newID(), bytes.Clone(data))
+	if perr != nil && ctx.Err() == context.DeadlineExceeded && timeout < f.Timeout {
+		return nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", f.ID, timeout.Milliseconds())
+	}
+	return res, perr
+}
+
+// callHTTPAsync serves a worker's invocation m of an HTTP-invoked function on a goroutine of its
+// own and answers c; the call counts against Options.MaxInflight and ends when c disconnects.
+func (e *Engine) callHTTPAsync(c *conn, m *protocol.Message, f *httpfn.Function, data json.RawMessage, timeout time.Duration) {
+	// m is recycled when this returns: keep copies of what the answer needs.
+	reply := &protocol.Message{Type: m.Type, InvocationID: strings.Clone(m.InvocationID), FunctionID: strings.Clone(m.FunctionID)}
+	if m.IsVoid() {
+		reply.Action = &protocol.Action{Type: "void"}
+	}
+	if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
+		c.inflight.Add(-1)
+		c.sendResult(reply, nil, protocol.NewError(errcode.TooManyCalls,
+			"this connection already has %d engine-served calls in flight; wait for some to finish", e.opts.MaxInflight))
+		return
+	}
+	data = bytes.Clone(data)
+	go func() {
+		defer c.inflight.Add(-1)
+		res, perr := e.callHTTP(c.ctx, f, data, timeout)
+		c.sendResult(reply, res, perr)
+	}()
+}

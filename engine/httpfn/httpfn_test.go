@@ -1,0 +1,199 @@
+package httpfn
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/engine/errcode"
+)
+
+func open(t *testing.T, env map[string]string) *Invoker {
+	t.Helper()
+	inv, err := New(Security{URLAllowlist: []string{"127.0.0.1"}}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}
+
+func register(t *testing.T, inv *Invoker, inv2 string) *Function {
+	t.Helper()
+	f, err := inv.Register(context.Background(), "x::f", json.RawMessage(inv2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// Every outcome of a call, with iii's codes, and the headers and body the endpoint receives.
+func TestCallOutcomes(t *testing.T) {
+	var got http.Header
+	var gotBody, gotMethod string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got, gotBody, gotMethod = r.Header.Clone(), string(b), r.Method
+		switch r.URL.Path {
+		case "/ok":
+			_, _ = w.Write([]byte(`{"ok":true}`))
+		case "/empty":
+			w.WriteHeader(http.StatusNoContent)
+		case "/text":
+			_, _ = w.Write([]byte("not-json"))
+		case "/redirect":
+			w.Header().Set("Location", "/ok")
+			w.WriteHeader(http.StatusFound)
+			_, _ = w.Write([]byte("<html>"))
+		case "/envelope":
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = w.Write([]byte(`{"error":{"code":"UPSTREAM","message":"upstream failed"}}`))
+		case "/plain":
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte("bad"))
+		case "/slow":
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}))
+	defer srv.Close()
+	inv := open(t, map[string]string{"TOK": "s3cret", "KEY": "k1", "HSEC": "hs"})
+	ctx := context.Background()
+
+	f := register(t, inv, `{"url":"`+srv.URL+`/ok","method":"PUT","headers":{"X-Custom":"yes"},"auth":{"type":"bearer","token_key":"TOK"}}`)
+	res, perr := inv.Call(ctx, f, "iid-1", json.RawMessage(`{"a":1}`))
+	if perr != nil || string(res) != `{"ok":true}` {
+		t.Fatalf("ok: %s %v", res, perr)
+	}
+	if gotMethod != "PUT" || gotBody != `{"a":1}` || got.Get("Authorization") != "Bearer s3cret" || got.Get("X-Custom") != "yes" ||
+		got.Get("Content-Type") != "application/json" || got.Get("x-iii-Function-Path") != "x::f" || got.Get("x-iii-Invocation-ID") != "iid-1" ||
+		got.Get("x-iii-Timestamp") == "" {
+		t.Errorf("request: %s %s %v", gotMethod, gotBody, got)
+	}
+
+	f = register(t, inv, `{"url":"`+srv.URL+`/ok","auth":{"type":"hmac","secret_key":"HSEC"}}`)
+	if _, perr := inv.Call(ctx, f, "i", json.RawMessage(`[1]`)); perr != nil || gotMethod != "POST" {
+		t.Fatal(perr, gotMethod)
+	}
+	if want := Sign([]byte(`[1]`), "hs", got.Get("x-iii-Timestamp")); got.Get("x-iii-Signature") != want || !strings.HasPrefix(want, "sha256=") {
+		t.Errorf("signature %q, want %q", got.Get("x-iii-Signature"), want)
+	}
+	f = register(t, inv, `{"url":"`+srv.URL+`/ok","auth":{"type":"api_key","header":"X-Api-Key","value_key":"KEY"}}`)
+	if _, perr := inv.Call(ctx, f, "i", nil); perr != nil || got.Get("X-Api-Key") != "k1" || gotBody != "null" {
+		t.Errorf("api_key: %v %v %q", perr, got, gotBody)
+	}
+
+	for _, c := range []struct{ path, res, code, msg string }{
+		{"/empty", "", "", ""},
+		{"/redirect", "", "", ""},
+		{"/text", "", "invalid_response", "not JSON"},
+		{"/envelope", "", "UPSTREAM", "upstream failed"},
+		{"/plain", "", "http_error", "HTTP 400 Bad Request"},
+		{"/slow", "", "http_request_failed", "no answer within 200ms"},
+	} {
+		f := register(t, inv, `{"url":"`+srv.URL+c.path+`","timeout_ms":200}`)
+		res, perr := inv.Call(ctx, f, "i", nil)
+		if c.code == "" {
+			if perr != nil || res != nil {
+				t.Errorf("%s: %s %v", c.path, res, perr)
+			}
+			continue
+		}
+		if perr == nil || perr.Code != c.code || !strings.Contains(perr.Message, c.msg) {
+			t.Errorf("%s: %v, want %s %q", c.path, perr, c.code, c.msg)
+		}
+	}
+	srv.Close()
+	f = register(t, inv, `{"url":"`+srv.URL+`/ok"}`)
+	if _, perr := inv.Call(ctx, f, "i", nil); perr == nil || perr.Code != "http_request_failed" {
+		t.Errorf("server gone: %v", perr)
+	}
+}
+
+// Registration refuses what the security settings refuse, naming the URL and the key; bad
+// invocations and unset secrets are refused too, and no secret appears in a message.
+func TestRegisterRefusals(t *testing.T) {
+	strict, _ := New(DefaultSecurity(), func(string) (string, bool) { return "", false })
+	listed, _ := New(Security{URLAllowlist: []string{"*.example.com"}}, nil)
+	secret, _ := New(Security{URLAllowlist: []string{"*"}}, func(k string) (string, bool) { return "s3cret", k == "SET" })
+	for _, c := range []struct {
+		inv       *Invoker
+		in, code  string
+		mentioned []string
+	}{
+		{strict, `{"url":"http://api.example.com/x"}`, errcode.HTTPURLRefused, []string{"http://api.example.com/x", "security.require_https"}},
+		{strict, `{"url":"https://127.0.0.1/x"}`, errcode.HTTPURLRefused, []string{"https://127.0.0.1/x", "security.block_private_ips"}},
+		{strict, `{"url":"https://10.1.2.3/x"}`, errcode.HTTPURLRefused, []string{"security.block_private_ips"}},
+		{strict, `{"url":"https://[::1]/x"}`, errcode.HTTPURLRefused, []string{"security.block_private_ips"}},
+		{listed, `{"url":"http://evil.test/x"}`, errcode.HTTPURLRefused, []string{`"evil.test"`, "security.url_allowlist"}},
+		{listed, `{"url":"ftp://a.example.com/x"}`, errcode.HTTPURLRefused, []string{"not an http(s) URL"}},
+		{secret, `{"url":"http://a.test","method":"TRACE"}`, errcode.HTTPInvocationInvalid, []string{"TRACE"}},
+		{secret, `{"url":"http://a.test","timeout_ms":0}`, errcode.HTTPInvocationInvalid, []string{"timeout_ms"}},
+		{secret, `{"url":"http://a.test","headers":{"Bad Name":"v"}}`, errcode.HTTPInvocationInvalid, []string{"Bad Name"}},
+		{secret, `{"url":"http://a.test","auth":{"type":"basic"}}`, errcode.HTTPInvocationInvalid, []string{"basic"}},
+		{secret, `{"url":"http://a.test","auth":{"type":"bearer","token_key":"UNSET"}}`, errcode.HTTPAuthUnresolved, []string{"UNSET"}},
+		{secret, `"nope"`, errcode.HTTPInvocationInvalid, []string{"invocation"}},
+	} {
+		_, err := c.inv.Register(context.Background(), "x::f", json.RawMessage(c.in))
+		ce := errcode.As(err, "")
+		if err == nil || ce.Code != c.code {
+			t.Errorf("%s: %v, want %s", c.in, err, c.code)
+			continue
+		}
+		for _, m := range c.mentioned {
+			if !strings.Contains(ce.Message, m) {
+				t.Errorf("%s: %q does not mention %q", c.in, ce.Message, m)
+			}
+		}
+		if strings.Contains(ce.Message, "s3cret") {
+			t.Errorf("%s: the secret is in %q", c.in, ce.Message)
+		}
+	}
+	if _, err := secret.Register(context.Background(), "x::f", json.RawMessage(`{"url":"http://a.test","auth":{"type":"bearer","token_key":"SET"}}`)); err != nil {
+		t.Error(err)
+	}
+}
+
+// The dialled address is checked too: a name that passed registration cannot reach a private
+// address later (DNS rebinding), while block_private_ips false lets it through.
+func TestDialCheck(t *testing.T) {
+	strict, _ := New(DefaultSecurity(), nil)
+	open, _ := New(Security{URLAllowlist: []string{"*"}}, nil)
+	for _, a := range []string{"127.0.0.1:80", "[::1]:80", "192.168.1.1:443", "169.254.169.254:80", "[::ffff:10.0.0.1]:80"} {
+		if err := strict.checkDial("tcp", a, nil); err == nil || !strings.Contains(err.Error(), "block_private_ips") {
+			t.Errorf("%s: %v", a, err)
+		}
+		if err := open.checkDial("tcp", a, nil); err != nil {
+			t.Errorf("%s with block_private_ips false: %v", a, err)
+		}
+	}
+	if err := strict.checkDial("tcp", "8.8.8.8:443", nil); err != nil {
+		t.Error(err)
+	}
+	// A request whose URL check passed but whose dial reaches loopback fails at the dial.
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the request reached the server") }))
+	defer srv.Close()
+	strict.sec.RequireHTTPS = false
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	if _, err := strict.client.Do(req); err == nil || !strings.Contains(err.Error(), "private address blocked") {
+		t.Errorf("dial to %s: %v", srv.URL, err)
+	}
+	for _, ip := range []string{"8.8.8.8", "2001:4860:4860::8888"} {
+		if Private(netip.MustParseAddr(ip)) {
+			t.Errorf("%s counted as private", ip)
+		}
+	}
+}
+
+func TestNewRefusesBadPattern(t *testing.T) {
+	if _, err := New(Security{URLAllowlist: []string{"["}}, nil); errcode.As(err, "").Code != errcode.ConfigInvalid {
+		t.Errorf("got %v", err)
+	}
+}
