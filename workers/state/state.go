@@ -9,6 +9,19 @@
 //	state::update      {scope, key, ops}    -> {old_value, new_value}
 //	state::list        {scope}              -> [values of the scope, by key]
 //	state::list_groups {}                   -> {groups: [scopes, sorted]}
+//	state::list_keys   {scope}              -> {keys: [keys of the scope, sorted]}
+//	state::compare-and-set {scope, key, expected?, value} -> {swapped: true} | {swapped: false, current}
+//
+// compare-and-set, as iii's: it stores value only if the key's current value equals expected
+// (as JSON values: key order and spacing do not matter, 1 and 1.0 differ); expected omitted or
+// null means "only if absent" (a stored null counts as absent). On a miss nothing is written
+// and current is what is stored (null when absent), for the caller to recompute and retry.
+// The check and the write are one compare-and-set on the key's revision, so of concurrent
+// callers expecting the same value exactly one swaps.
+//
+// MaxValueBytes, when above 0, bounds the compact JSON size of every value written (set,
+// compare-and-set, and the result of update): a larger one is refused with VALUE_TOO_LARGE and
+// nothing is stored.
 //
 // update applies ops in order to the current value (null when absent); each op is
 // {type: set|merge|increment|decrement|remove|append, path, value|by}, path being a dotted path
@@ -21,15 +34,18 @@
 // Trigger type "state", config {scope?, key?}: after each committed change the worker calls
 // the bound function with {type: "state", event_type: state:created|state:updated|state:deleted, scope, key,
 // old_value, new_value}, for changes made through this worker. Errors carry INVALID_ARGUMENTS
-// or STATE_STORE_ERROR.
+// or STATE_STORE_ERROR (CAS_ERROR and LIST_KEYS_ERROR for compare-and-set and list_keys, as iii
+// names them), and VALUE_TOO_LARGE.
 package state
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -42,7 +58,10 @@ import (
 
 // Codes of state errors.
 const (
-	CodeStoreError = "STATE_STORE_ERROR"
+	CodeStoreError    = "STATE_STORE_ERROR"
+	CodeCASError      = "CAS_ERROR"       // compare-and-set could not read or write the store
+	CodeListKeysError = "LIST_KEYS_ERROR" // list_keys could not read the store
+	CodeValueTooLarge = "VALUE_TOO_LARGE" // a value over MaxValueBytes
 )
 
 // Event is what a state trigger's function receives.
@@ -69,6 +88,10 @@ type Fire func(t protocol.Trigger, ev Event)
 type Service struct {
 	kv   jetstream.KeyValue
 	fire Fire
+
+	// MaxValueBytes bounds the compact JSON size of a written value; 0 is no limit. Set it
+	// before the service is used.
+	MaxValueBytes int
 
 	mu       sync.Mutex
 	triggers map[string]stateTrigger
@@ -169,6 +192,9 @@ func (s *Service) mutate(ctx context.Context, scope, key string, change func(old
 			return nil, nil, storeErr("reading "+scope+"/"+key, gerr)
 		}
 		nw, err = change(old)
+		if err == nil {
+			err = s.checkSize(nw)
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -199,6 +225,22 @@ func isConflict(err error) bool {
 		return true
 	}
 	return errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// checkSize refuses a value whose compact JSON is over MaxValueBytes.
+func (s *Service) checkSize(v json.RawMessage) error {
+	if s.MaxValueBytes <= 0 || len(v) <= s.MaxValueBytes {
+		return nil
+	}
+	size := len(v)
+	var b bytes.Buffer
+	if json.Compact(&b, v) == nil {
+		size = b.Len()
+	}
+	if size <= s.MaxValueBytes {
+		return nil
+	}
+	return protocol.NewError(CodeValueTooLarge, "the value is %d bytes of JSON, over the state worker's max_value_bytes of %d", size, s.MaxValueBytes)
 }
 
 // Set stores a value.
@@ -305,6 +347,84 @@ func (s *Service) List(ctx context.Context, payload json.RawMessage) (any, error
 		out = append(out, r.val)
 	}
 	return out, nil
+}
+
+// ListKeys returns the keys of a scope, sorted: {keys}.
+func (s *Service) ListKeys(ctx context.Context, payload json.RawMessage) (any, error) {
+	r, err := parse(payload, false)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := s.keys(ctx)
+	if err != nil {
+		return nil, protocol.NewError(CodeListKeysError, "listing the keys of %s: %v", r.Scope, err)
+	}
+	keys := []string{}
+	for _, k := range ks {
+		if sc, key, ok := splitKey(k); ok && sc == r.Scope {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	return map[string]any{"keys": keys}, nil
+}
+
+// errMiss ends a compare-and-set whose expectation did not hold.
+var errMiss = errors.New("compare-and-set: the current value is not the expected one")
+
+// CompareAndSet stores value only if the current value is the expected one:
+// {scope, key, expected?, value} -> {swapped: true} or {swapped: false, current}.
+func (s *Service) CompareAndSet(ctx context.Context, payload json.RawMessage) (any, error) {
+	var in struct {
+		Scope    string          `json:"scope"`
+		Key      string          `json:"key"`
+		Expected json.RawMessage `json:"expected"`
+		Value    json.RawMessage `json:"value"`
+	}
+	if err := json.Unmarshal(payload, &in); err != nil {
+		return nil, protocol.NewError(errcode.InvalidArguments, "state::compare-and-set needs {scope, key, expected?, value}: %v", err)
+	}
+	if in.Scope == "" || in.Key == "" {
+		return nil, protocol.NewError(errcode.InvalidArguments, "state::compare-and-set needs a scope and a key")
+	}
+	if len(in.Value) == 0 {
+		return nil, protocol.NewError(errcode.InvalidArguments, "state::compare-and-set needs a value (null stores null)")
+	}
+	var current json.RawMessage
+	_, _, err := s.mutate(ctx, in.Scope, in.Key, func(old json.RawMessage) (json.RawMessage, error) {
+		if !sameJSON(old, in.Expected) {
+			current = orNull(old)
+			return nil, errMiss
+		}
+		return in.Value, nil
+	})
+	switch {
+	case errors.Is(err, errMiss):
+		return map[string]any{"swapped": false, "current": current}, nil
+	case err != nil:
+		var pe *protocol.Error
+		if errors.As(err, &pe) && pe.Code == CodeStoreError {
+			return nil, protocol.NewError(CodeCASError, "%s", pe.Message)
+		}
+		return nil, err
+	}
+	return map[string]any{"swapped": true}, nil
+}
+
+// sameJSON reports whether a and b are the same JSON value; absent (empty) and null are the same.
+func sameJSON(a, b json.RawMessage) bool {
+	decode := func(r json.RawMessage) (any, bool) {
+		if len(bytes.TrimSpace(r)) == 0 {
+			return nil, true
+		}
+		d := json.NewDecoder(bytes.NewReader(r))
+		d.UseNumber()
+		var v any
+		return v, d.Decode(&v) == nil
+	}
+	va, oka := decode(a)
+	vb, okb := decode(b)
+	return oka && okb && reflect.DeepEqual(va, vb)
 }
 
 // ListGroups returns every scope that holds a value.

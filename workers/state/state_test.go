@@ -3,6 +3,8 @@ package state
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -175,5 +177,155 @@ func TestAppendLikeIII(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s on %s accepted", c.op, c.cur)
 		}
+	}
+}
+
+func code(err error) string {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+// compare-and-set swaps only on the expected value (absent when expected is omitted or null),
+// answers the stored value on a miss, and fires the same events as set.
+func TestCompareAndSet(t *testing.T) {
+	svc, rec, closeStore := open(t, t.TempDir())
+	defer closeStore()
+	_ = svc.RegisterTrigger(context.Background(), protocol.Trigger{ID: "all", FunctionID: "f"})
+	for _, c := range []struct{ payload, want string }{
+		{`{"scope":"s","key":"k","value":{"v":1}}`, `{"swapped":true}`},
+		{`{"scope":"s","key":"k","value":{"v":2}}`, `{"current":{"v":1},"swapped":false}`},
+		{`{"scope":"s","key":"k","expected":null,"value":{"v":2}}`, `{"current":{"v":1},"swapped":false}`},
+		{`{"scope":"s","key":"k","expected":{"v":1.0},"value":{"v":2}}`, `{"current":{"v":1},"swapped":false}`},
+		{`{"scope":"s","key":"k","expected": { "v" : 1 },"value":{"v":2,"w":[1]}}`, `{"swapped":true}`},
+		{`{"scope":"s","key":"k","expected":{"w":[1],"v":2},"value":3}`, `{"swapped":true}`},
+		{`{"scope":"s","key":"other","expected":3,"value":4}`, `{"current":null,"swapped":false}`},
+	} {
+		if got := call(t, svc.CompareAndSet, c.payload); got != c.want {
+			t.Errorf("%s: %s, want %s", c.payload, got, c.want)
+		}
+	}
+	if got := call(t, svc.Get, `{"scope":"s","key":"k"}`); got != `3` {
+		t.Errorf("stored %s", got)
+	}
+	if got := call(t, svc.Get, `{"scope":"s","key":"other"}`); got != `null` {
+		t.Errorf("a missed compare-and-set stored %s", got)
+	}
+	for _, p := range []string{`{"scope":"s","key":"k"}`, `{"scope":"s","value":1}`, `[1]`} {
+		if _, err := svc.CompareAndSet(context.Background(), json.RawMessage(p)); code(err) != "INVALID_ARGUMENTS" {
+			t.Errorf("%s: %v, want INVALID_ARGUMENTS", p, err)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var types []string
+	for _, ev := range rec.evs {
+		types = append(types, ev.EventType+" "+string(ev.OldValue)+" "+string(ev.NewValue))
+	}
+	want := []string{`state:created null {"v":1}`, `state:updated {"v":1} {"v":2,"w":[1]}`, `state:updated {"v":2,"w":[1]} 3`}
+	if d := cmp.Diff(want, types); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+}
+
+// Of concurrent compare-and-sets expecting the same value, exactly one swaps; the others see
+// the winner's value.
+func TestCompareAndSetRace(t *testing.T) {
+	svc, _, closeStore := open(t, t.TempDir())
+	defer closeStore()
+	for round, expected := range []string{``, `,"expected":"start"`} {
+		if round == 1 {
+			call(t, svc.Set, `{"scope":"race","key":"k1","value":"start"}`)
+		}
+		key := []string{"k0", "k1"}[round]
+		const n = 16
+		results := make([]string, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := svc.CompareAndSet(context.Background(), json.RawMessage(fmt.Sprintf(`{"scope":"race","key":%q%s,"value":"w%d"}`, key, expected, i)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, _ := json.Marshal(out)
+				results[i] = string(b)
+			}()
+		}
+		wg.Wait()
+		winner := -1
+		for i, r := range results {
+			if r == `{"swapped":true}` {
+				if winner >= 0 {
+					t.Fatalf("%s: callers %d and %d both swapped", key, winner, i)
+				}
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("%s: nobody swapped: %v", key, results)
+		}
+		stored := call(t, svc.Get, fmt.Sprintf(`{"scope":"race","key":%q}`, key))
+		if stored != fmt.Sprintf(`"w%d"`, winner) {
+			t.Errorf("%s: stored %s, winner w%d", key, stored, winner)
+		}
+		for i, r := range results {
+			if i != winner && r != `{"current":`+stored+`,"swapped":false}` {
+				t.Errorf("%s: loser %d answered %s", key, i, r)
+			}
+		}
+	}
+}
+
+func TestListKeys(t *testing.T) {
+	svc, _, closeStore := open(t, t.TempDir())
+	defer closeStore()
+	if got := call(t, svc.ListKeys, `{"scope":"empty"}`); got != `{"keys":[]}` {
+		t.Errorf("empty scope: %s", got)
+	}
+	for _, k := range []string{"b", "a/1 é", "c"} {
+		call(t, svc.Set, fmt.Sprintf(`{"scope":"s","key":%q,"value":null}`, k))
+	}
+	call(t, svc.Set, `{"scope":"other","key":"z","value":1}`)
+	call(t, svc.Delete, `{"scope":"s","key":"c"}`)
+	if got := call(t, svc.ListKeys, `{"scope":"s"}`); got != `{"keys":["a/1 é","b"]}` {
+		t.Errorf("keys: %s", got)
+	}
+	if _, err := svc.ListKeys(context.Background(), json.RawMessage(`{}`)); code(err) != "INVALID_ARGUMENTS" {
+		t.Errorf("no scope: %v", err)
+	}
+}
+
+// max_value_bytes bounds every write by its compact JSON size; the refused value is not stored.
+func TestMaxValueBytes(t *testing.T) {
+	svc, rec, closeStore := open(t, t.TempDir())
+	defer closeStore()
+	_ = svc.RegisterTrigger(context.Background(), protocol.Trigger{ID: "all", FunctionID: "f"})
+	svc.MaxValueBytes = 10
+	call(t, svc.Set, `{"scope":"s","key":"k","value": [ 1, 2, 3, 4 ] }`) // 9 bytes compact
+	for name, c := range map[string]struct {
+		fn      func(context.Context, json.RawMessage) (any, error)
+		payload string
+	}{
+		"set":    {svc.Set, `{"scope":"s","key":"k","value":"123456789"}`},
+		"cas":    {svc.CompareAndSet, `{"scope":"s","key":"k","expected":[1,2,3,4],"value":[1,2,3,4,5]}`},
+		"update": {svc.Update, `{"scope":"s","key":"k","ops":[{"type":"append","value":55}]}`},
+	} {
+		_, err := c.fn(context.Background(), json.RawMessage(c.payload))
+		if code(err) != CodeValueTooLarge || !strings.Contains(err.Error(), "max_value_bytes of 10") {
+			t.Errorf("%s: %v, want VALUE_TOO_LARGE", name, err)
+		}
+	}
+	if got := call(t, svc.Get, `{"scope":"s","key":"k"}`); got != `[1,2,3,4]` {
+		t.Errorf("stored %s", got)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.evs) != 1 {
+		t.Errorf("%d events, want the one of the accepted set", len(rec.evs))
 	}
 }

@@ -1,6 +1,7 @@
 // Command queue is the iii queue worker (package "queue" in the worker registry): the engine's
 // action enqueue (queue::enqueue), queue::publish, queue::dlq::list and the "queue" trigger
-// type on NATS JetStream (see package queue). Delivery is at least once; each delivery passes
+// type on NATS JetStream (see package queue), and iii's names for the topic side:
+// iii::durable::publish (queue::publish) and the trigger type durable:subscriber. Delivery is at least once; each delivery passes
 // the message's id as message_id in the invocation metadata.
 //
 // Configuration (YAML, --config or $III_CONFIG):
@@ -60,6 +61,7 @@ func main() {
 		cleanup := func() { svc.Close(); st.Close() }
 		for id, h := range map[string]func(context.Context, json.RawMessage) (any, error){
 			"queue::enqueue": svc.Enqueue, "queue::publish": svc.Publish, "queue::dlq::list": svc.DLQ,
+			queue.DurablePublish: svc.Publish,
 		} {
 			if err := w.Register(id, h); err != nil {
 				cleanup()
@@ -67,6 +69,10 @@ func main() {
 			}
 		}
 		if err := w.RegisterTriggerType("queue", "Delivers each message published to a topic: {topic, max_retries?, backoff_ms?, concurrency?}", svc); err != nil {
+			cleanup()
+			return nil, err
+		}
+		if err := w.RegisterTriggerType(queue.DurableSubscriber, "iii's name of the queue trigger: {topic, queue_config?: {type?, maxRetries?, concurrency?, backoffDelayMs?, visibilityTimeout?}}", svc.Durable()); err != nil {
 			cleanup()
 			return nil, err
 		}

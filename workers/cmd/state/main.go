@@ -5,6 +5,7 @@
 //
 //	nats:       # see package jsstore: url, data_dir, listen, allow_remote, sync, creds_file
 //	replicas: 1 # replicas of the bucket on a NATS cluster
+//	max_value_bytes: 0 # refuse values over this many bytes of compact JSON (VALUE_TOO_LARGE); 0: no limit
 package main
 
 import (
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
 	"github.com/iii-go/iii/workers/state"
@@ -24,11 +26,16 @@ var version = "0.0.0-dev"
 type config struct {
 	NATS     jsstore.Config `yaml:"nats"`
 	Replicas int            `yaml:"replicas"`
+	// MaxValueBytes bounds a written value (iii's max_value_bytes; unset or 0: no limit).
+	MaxValueBytes int `yaml:"max_value_bytes"`
 }
 
 func main() {
 	cfg := &config{Replicas: 1}
 	wmain.Main{Name: "state", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		if cfg.MaxValueBytes < 0 {
+			return nil, errcode.New(errcode.ConfigInvalid, "max_value_bytes is %d: it must be 0 (no limit) or more", cfg.MaxValueBytes)
+		}
 		dir, err := jsstore.DefaultDataDir("state", w.Namespace())
 		if err != nil {
 			return nil, err
@@ -49,9 +56,11 @@ func main() {
 			st.Close()
 			return nil, err
 		}
+		svc.MaxValueBytes = cfg.MaxValueBytes
 		for id, h := range map[string]func(context.Context, json.RawMessage) (any, error){
 			"state::set": svc.Set, "state::get": svc.Get, "state::delete": svc.Delete, "state::update": svc.Update,
-			"state::list": svc.List, "state::list_groups": svc.ListGroups,
+			"state::list": svc.List, "state::list_groups": svc.ListGroups, "state::list_keys": svc.ListKeys,
+			"state::compare-and-set": svc.CompareAndSet,
 		} {
 			if err := w.Register(id, h); err != nil {
 				st.Close()
