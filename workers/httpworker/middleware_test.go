@@ -169,8 +169,12 @@ type errBody struct {
 func TestMiddlewareFailures(t *testing.T) {
 	cfg := Defaults()
 	fns := map[string]fn{
-		"mw::boom":    func(map[string]any) (any, error) { return nil, protocol.NewError("AUTH_DOWN", "auth store unreachable") },
-		"mw::slow":    func(map[string]any) (any, error) { return nil, protocol.NewError(errcode.Timeout, "no answer within 30000 ms") },
+		"mw::boom": func(map[string]any) (any, error) {
+			return nil, protocol.NewError("AUTH_DOWN", "auth store unreachable")
+		},
+		"mw::slow": func(map[string]any) (any, error) {
+			return nil, protocol.NewError(errcode.Timeout, "no answer within 30000 ms")
+		},
 		"mw::bogus":   func(map[string]any) (any, error) { return map[string]any{"allow": true}, nil },
 		"mw::nothing": func(map[string]any) (any, error) { return nil, nil },
 		"mw::badctx":  func(map[string]any) (any, error) { return map[string]any{"action": "continue", "context": "x"}, nil },
@@ -220,9 +224,11 @@ func TestErrorEnvelope(t *testing.T) {
 		"api::boom": func(map[string]any) (any, error) {
 			return nil, &protocol.Error{Code: "DB_ERROR", Message: "insert failed", Stacktrace: "at db.go:12"}
 		},
-		"api::slow": func(map[string]any) (any, error) { return nil, protocol.NewError(errcode.Timeout, "no answer within 30000 ms") },
-		"api::no":   func(map[string]any) (any, error) { return false, nil },
-		"api::h":    echo,
+		"api::slow": func(map[string]any) (any, error) {
+			return nil, protocol.NewError(errcode.Timeout, "no answer within 30000 ms")
+		},
+		"api::no": func(map[string]any) (any, error) { return false, nil },
+		"api::h":  echo,
 	}, map[string]string{
 		"api::boom": `{"api_path":"/boom"}`,
 		"api::slow": `{"api_path":"/slow"}`,
