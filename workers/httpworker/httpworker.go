@@ -1,8 +1,7 @@
 // Package httpworker is the http worker: the "http" trigger type, config {api_path,
-// http_method, condition_function_id?}, served on one listener, as iii's http worker of the
-// 0.26 era (0.23.x) serves its trigger-era routes. Any other key of a trigger's config
-// (middleware_function_ids among them: middleware is not supported yet) refuses the trigger
-// with TRIGGER_CONFIG_UNSUPPORTED rather than being ignored.
+// http_method, condition_function_id?, middleware_function_ids?}, served on one listener, as
+// iii's http worker of the 0.26 era (0.23.x) serves its trigger-era routes. Any other key of a
+// trigger's config refuses the trigger with TRIGGER_CONFIG_UNSUPPORTED rather than being ignored.
 //
 // A path template is a slash-separated path whose segments are literal or parameters (":id" or
 // "{id}"). A request is matched on its path, then its method:
@@ -11,12 +10,19 @@
 //   - a path parameter holding a NUL byte (%00): 400 INVALID_PATH_PARAMETER; every other value,
 //     "." and ".." included, reaches the function as it is (matching never resolves dot
 //     segments), so a function that uses a parameter as a file name must check it;
-//   - a route with condition_function_id: that function gets the request first, and a false
-//     (or null) answer is 422;
-//   - otherwise the bound function gets {method, path, path_params, query_params, headers, body,
-//     trigger: {type, method, path}} (body: the JSON value for a JSON request, else the text) and
-//     its {status_code, headers, body} is the response (body: a string as is, any other value as
-//     JSON). A function error is 500 {error}; no answer within timeout_ms is 504.
+//   - the global middleware of the config (by priority), then the route's condition, then the
+//     route's middleware_function_ids (in order) run before the route's function: each
+//     middleware gets {phase: "preHandler", request: {method, path, path_params, query_params,
+//     headers}, context} and answers {action: "continue", context?} (its context is merged into
+//     the request's) or {action: "respond", response} (the response; nothing after it runs). A
+//     condition's false (or null) answer is 422 CONDITION_NOT_MET;
+//   - then the bound function gets {method, path, path_params, query_params, headers, body,
+//     context, trigger: {type, method, path}} (body: the JSON value for a JSON request, else the
+//     text) and its {status_code, headers, body} is the response (body: a string as is, any
+//     other value as JSON). A function error is 500; no answer within default_timeout is 504.
+//
+// Errors the worker answers itself have iii's envelope {error: {code, message, error_id?}}; a
+// 5xx one carries an error_id (a UUID) that is logged with its cause.
 //
 // Limits: request headers must arrive within read_header_timeout and the body within
 // body_read_timeout (else 408); bodies over max_body_bytes get 413. A request takes one of the
@@ -79,6 +85,8 @@ type Config struct {
 	// IdleTimeoutMS is how long a keep-alive connection may wait for its next request.
 	IdleTimeoutMS int  `yaml:"idle_timeout" json:"idle_timeout"`
 	CORS          CORS `yaml:"cors" json:"cors"`
+	// Middleware runs on every route, before the route's condition and its own middleware.
+	Middleware []Middleware `yaml:"middleware" json:"middleware"`
 }
 
 // CORS says which browser origins may call the routes.
@@ -94,7 +102,8 @@ func Defaults() Config {
 		CORS: CORS{AllowedMethods: []string{"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"}}}
 }
 
-// Validate refuses limits and timeouts that are not positive, naming the key.
+// Validate refuses limits and timeouts that are not positive and middleware without a function
+// or of another phase than preHandler, naming the key.
 func (c Config) Validate() error {
 	for _, k := range []struct {
 		key string
@@ -109,7 +118,7 @@ func (c Config) Validate() error {
 	if c.PerClientRequestLimit < 0 {
 		return fmt.Errorf("per_client_request_limit must be positive (or 0 for a quarter of concurrency_request_limit), got %d", c.PerClientRequestLimit)
 	}
-	return nil
+	return validateMiddleware(c.Middleware)
 }
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -124,19 +133,21 @@ func HTTPServer(cfg Config, h http.Handler) *http.Server {
 type Caller func(ctx context.Context, t protocol.Trigger, fn string, payload any, timeout time.Duration) (json.RawMessage, error)
 
 type route struct {
-	t         protocol.Trigger
-	method    string
-	template  string
-	segs      []string
-	condition string
+	t          protocol.Trigger
+	method     string
+	template   string
+	segs       []string
+	condition  string
+	middleware []string
 }
 
 // Server serves the registered routes.
 type Server struct {
-	cfg  Config
-	call Caller
-	log  *slog.Logger
-	sem  chan struct{}
+	cfg    Config
+	call   Caller
+	log    *slog.Logger
+	sem    chan struct{}
+	global []string // function ids of the global middleware, in the order they run
 
 	clientMu  sync.Mutex
 	clients   map[string]int // slots held by client address
@@ -153,8 +164,8 @@ func New(cfg Config, call Caller, log *slog.Logger) *Server {
 	if perClient <= 0 {
 		perClient = max(limit/4, 1)
 	}
-	return &Server{cfg: cfg, call: call, log: log, sem: make(chan struct{}, limit), clients: map[string]int{}, perClient: perClient,
-		routes: map[string]*route{}}
+	return &Server{cfg: cfg, call: call, log: log, sem: make(chan struct{}, limit), global: globalChain(cfg.Middleware),
+		clients: map[string]int{}, perClient: perClient, routes: map[string]*route{}}
 }
 
 // enter counts a request of client; false when the client is at its limit.
@@ -216,17 +227,13 @@ func shape(segs []string) string {
 }
 
 // configKeys are the keys of an http trigger's config the worker implements.
-var configKeys = map[string]bool{"api_path": true, "http_method": true, "condition_function_id": true}
+var configKeys = map[string]bool{"api_path": true, "http_method": true, "condition_function_id": true, "middleware_function_ids": true}
 
 // unsupportedKey refuses the first key of config (a JSON object) the worker does not implement.
 func unsupportedKey(config json.RawMessage) error {
 	var keys map[string]json.RawMessage
 	if json.Unmarshal(config, &keys) != nil {
 		return nil // not an object: the decoding below says so
-	}
-	if _, ok := keys["middleware_function_ids"]; ok {
-		return protocol.NewError(CodeTriggerConfigUnsupported, "http trigger config: key \"middleware_function_ids\": middleware is not supported yet by this http worker; "+
-			"the trigger is refused rather than served without its middleware (use condition_function_id to guard a route)")
 	}
 	var unknown []string
 	for k := range keys {
@@ -238,30 +245,36 @@ func unsupportedKey(config json.RawMessage) error {
 		return nil
 	}
 	sort.Strings(unknown)
-	return protocol.NewError(CodeTriggerConfigUnsupported, "http trigger config: unknown key %q (the keys are api_path, http_method, condition_function_id); "+
+	return protocol.NewError(CodeTriggerConfigUnsupported, "http trigger config: unknown key %q (the keys are api_path, http_method, condition_function_id, middleware_function_ids); "+
 		"the trigger is refused rather than the key ignored", unknown[0])
 }
 
-// RegisterTrigger adds a route: config {api_path, http_method, condition_function_id?}; any
-// other key refuses the trigger (TRIGGER_CONFIG_UNSUPPORTED).
+// RegisterTrigger adds a route: config {api_path, http_method, condition_function_id?,
+// middleware_function_ids?}; any other key refuses the trigger (TRIGGER_CONFIG_UNSUPPORTED).
 func (s *Server) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	if err := unsupportedKey(t.Config); err != nil {
 		return err
 	}
 	var cfg struct {
-		APIPath     string `json:"api_path"`
-		HTTPMethod  string `json:"http_method"`
-		ConditionFn string `json:"condition_function_id"`
+		APIPath     string   `json:"api_path"`
+		HTTPMethod  string   `json:"http_method"`
+		ConditionFn string   `json:"condition_function_id"`
+		Middleware  []string `json:"middleware_function_ids"`
 	}
 	if err := json.Unmarshal(t.Config, &cfg); err != nil || cfg.APIPath == "" {
-		return protocol.NewError(errcode.InvalidArguments, "http trigger config must be {api_path, http_method?, condition_function_id?}")
+		return protocol.NewError(errcode.InvalidArguments, "http trigger config must be {api_path, http_method?, condition_function_id?, middleware_function_ids?: [function id, ...]}")
+	}
+	for i, id := range cfg.Middleware {
+		if id == "" {
+			return protocol.NewError(errcode.InvalidArguments, "http trigger config: middleware_function_ids[%d] is empty: it must name a function", i)
+		}
 	}
 	method := strings.ToUpper(cfg.HTTPMethod)
 	if method == "" {
 		method = http.MethodGet
 	}
 	segs := splitPath(cfg.APIPath)
-	r := &route{t: t, method: method, template: "/" + strings.Join(segs, "/"), segs: segs, condition: cfg.ConditionFn}
+	r := &route{t: t, method: method, template: "/" + strings.Join(segs, "/"), segs: segs, condition: cfg.ConditionFn, middleware: cfg.Middleware}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, o := range s.routes {
@@ -332,10 +345,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func errorBody(code, msg string) map[string]any {
-	return map[string]any{"error": map[string]string{"code": code, "message": msg}}
-}
-
 func (s *Server) cors(w http.ResponseWriter, r *http.Request) {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -368,15 +377,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt == nil {
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeJSON(w, http.StatusMethodNotAllowed, errorBody("METHOD_NOT_ALLOWED", r.Method+" is not served on "+r.URL.Path))
+			s.answerError(w, r, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", r.Method+" is not served on "+r.URL.Path)
 			return
 		}
-		writeJSON(w, http.StatusNotFound, errorBody("NOT_FOUND", "no route serves "+r.URL.Path))
+		s.answerError(w, r, http.StatusNotFound, CodeNotFound, "no route serves "+r.URL.Path)
 		return
 	}
 	for name, v := range params {
 		if strings.IndexByte(v, 0) >= 0 {
-			writeJSON(w, http.StatusBadRequest, errorBody(CodeInvalidPathParameter, fmt.Sprintf("path parameter %q holds a NUL byte", name)))
+			s.answerError(w, r, http.StatusBadRequest, CodeInvalidPathParameter, fmt.Sprintf("path parameter %q holds a NUL byte", name))
 			return
 		}
 	}
@@ -386,7 +395,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	client := clientOf(r)
 	if !s.enter(client) {
-		writeJSON(w, http.StatusTooManyRequests, errorBody(CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests running in the http worker (per_client_request_limit)", client, s.perClient)))
+		s.answerError(w, r, http.StatusTooManyRequests, CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests running in the http worker (per_client_request_limit)", client, s.perClient))
 		return
 	}
 	defer s.leave(client)
@@ -394,26 +403,37 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case s.sem <- struct{}{}:
 		defer func() { <-s.sem }()
 	default:
-		writeJSON(w, http.StatusServiceUnavailable, errorBody("TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests (concurrency_request_limit)"))
+		s.answerError(w, r, http.StatusServiceUnavailable, "TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests (concurrency_request_limit)")
 		return
 	}
 	req := request(r, rt, params, body)
-	timeout := time.Duration(s.cfg.DefaultTimeoutMS) * time.Millisecond
-	ctx := r.Context()
-	if rt.condition != "" {
-		out, err := s.call(ctx, rt.t, rt.condition, req, timeout)
-		if err != nil {
-			s.fail(w, err)
-			return
-		}
-		if !truthy(out) {
-			writeJSON(w, http.StatusUnprocessableEntity, errorBody("CONDITION_FAILED", "the route's condition refused the request"))
+	mwctx := req["context"].(map[string]any)
+	timeout := ms(s.cfg.DefaultTimeoutMS)
+	for _, fn := range s.global {
+		if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
 			return
 		}
 	}
-	out, err := s.call(ctx, rt.t, rt.t.FunctionID, req, timeout)
+	if rt.condition != "" {
+		out, err := s.call(r.Context(), rt.t, rt.condition, req, timeout)
+		if err != nil {
+			s.failCall(w, r, "condition", rt.condition, err)
+			return
+		}
+		if !truthy(out) {
+			writeJSON(w, http.StatusUnprocessableEntity, envelope{Skipped: true,
+				Error: envelopeError{Code: CodeConditionNotMet, Message: "the route's condition " + rt.condition + " refused the request"}})
+			return
+		}
+	}
+	for _, fn := range rt.middleware {
+		if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
+			return
+		}
+	}
+	out, err := s.call(r.Context(), rt.t, rt.t.FunctionID, req, timeout)
 	if err != nil {
-		s.fail(w, err)
+		s.failCall(w, r, "handler", rt.t.FunctionID, err)
 		return
 	}
 	s.respond(w, out)
@@ -434,22 +454,22 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (any, bool) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, errorBody("BODY_TOO_LARGE", "the request body is over the limit (max_body_bytes)"))
+			s.answerError(w, r, http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE", "the request body is over the limit (max_body_bytes)")
 			return nil, false
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			w.Header().Set("Connection", "close")
-			writeJSON(w, http.StatusRequestTimeout, errorBody(CodeBodyTimeout, fmt.Sprintf("the request body did not arrive within %d ms (body_read_timeout)", s.cfg.BodyReadTimeoutMS)))
+			s.answerError(w, r, http.StatusRequestTimeout, CodeBodyTimeout, fmt.Sprintf("the request body did not arrive within %d ms (body_read_timeout)", s.cfg.BodyReadTimeoutMS))
 			return nil, false
 		}
-		writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", err.Error()))
+		s.answerError(w, r, http.StatusBadRequest, "BAD_REQUEST", err.Error())
 		return nil, false
 	}
 	var body any
 	if len(raw) > 0 {
 		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" || strings.HasSuffix(mt, "+json") {
 			if err := json.Unmarshal(raw, &body); err != nil {
-				writeJSON(w, http.StatusBadRequest, errorBody("BAD_REQUEST", "the body is not valid JSON: "+err.Error()))
+				s.answerError(w, r, http.StatusBadRequest, "BAD_REQUEST", "the body is not valid JSON: "+err.Error())
 				return nil, false
 			}
 		} else {
@@ -460,7 +480,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (any, bool) {
 }
 
 // request is the function input for r on route rt: method, path, path_params, query_params,
-// headers (lower-case names), body and trigger.
+// headers (lower-case names), body, context (what middleware adds; empty) and trigger.
 func request(r *http.Request, rt *route, params map[string]string, body any) map[string]any {
 	query := map[string]any{}
 	for k, v := range r.URL.Query() {
@@ -475,7 +495,7 @@ func request(r *http.Request, rt *route, params map[string]string, body any) map
 		headers[strings.ToLower(k)] = strings.Join(v, ", ")
 	}
 	return map[string]any{"method": r.Method, "path": r.URL.Path, "path_params": params, "query_params": query,
-		"headers": headers, "body": body, "trigger": map[string]string{"type": "http", "method": rt.method, "path": rt.template}}
+		"headers": headers, "body": body, "context": map[string]any{}, "trigger": map[string]string{"type": "http", "method": rt.method, "path": rt.template}}
 }
 
 func truthy(out json.RawMessage) bool {
@@ -495,17 +515,6 @@ func truthy(out json.RawMessage) bool {
 		return true
 	}
 	return true
-}
-
-func (s *Server) fail(w http.ResponseWriter, err error) {
-	pe := protocol.AsError(err)
-	status := http.StatusInternalServerError
-	if pe.Code == errcode.Timeout || pe.Code == errcode.ClientTimeout {
-		status = http.StatusGatewayTimeout
-	} else if pe.Code == errcode.FunctionNotFound {
-		status = http.StatusBadGateway
-	}
-	writeJSON(w, status, map[string]any{"error": pe})
 }
 
 func (s *Server) respond(w http.ResponseWriter, out json.RawMessage) {

@@ -118,18 +118,19 @@ func TestRoutes(t *testing.T) {
 }
 
 // Keys the worker does not implement refuse the trigger, naming the key, instead of being
-// ignored (N4): a route registered with middleware would otherwise be served without it.
+// ignored (N4), and so does a middleware_function_ids that is not a list of function ids.
 func TestUnsupportedTriggerKeys(t *testing.T) {
 	s := New(Defaults(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	for _, c := range []struct{ config, want string }{
-		{`{"api_path":"/mw","http_method":"GET","middleware_function_ids":["auth::deny"]}`, "middleware is not supported yet"},
-		{`{"api_path":"/mw","middleware_function_ids":[],"bogus":1}`, `"middleware_function_ids"`},
-		{`{"api_path":"/mw","bogus":1}`, `unknown key "bogus"`},
+	for _, c := range []struct{ config, code, want string }{
+		{`{"api_path":"/mw","middleware_function_ids":[],"bogus":1}`, CodeTriggerConfigUnsupported, `unknown key "bogus"`},
+		{`{"api_path":"/mw","public_webhook":true}`, CodeTriggerConfigUnsupported, `unknown key "public_webhook"`},
+		{`{"api_path":"/mw","middleware_function_ids":"auth::deny"}`, "INVALID_ARGUMENTS", "middleware_function_ids?: [function id, ...]"},
+		{`{"api_path":"/mw","middleware_function_ids":["a",""]}`, "INVALID_ARGUMENTS", "middleware_function_ids[1] is empty"},
 	} {
 		err := s.RegisterTrigger(context.Background(), protocol.Trigger{ID: "m", FunctionID: "t::http", Config: json.RawMessage(c.config)})
 		pe, ok := err.(*protocol.Error)
-		if !ok || pe.Code != CodeTriggerConfigUnsupported || !strings.Contains(pe.Message, c.want) {
-			t.Errorf("%s: %v, want %s mentioning %s", c.config, err, CodeTriggerConfigUnsupported, c.want)
+		if !ok || pe.Code != c.code || !strings.Contains(pe.Message, c.want) {
+			t.Errorf("%s: %v, want %s mentioning %s", c.config, err, c.code, c.want)
 		}
 	}
 	if len(s.routes) != 0 {

@@ -13,6 +13,7 @@
 //	body_read_timeout: 30000          # ms to read a request's body after its headers, else 408
 //	idle_timeout: 120000              # ms a keep-alive connection may wait for its next request
 //	cors: {allowed_origins: [], allowed_methods: [GET, POST, PUT, DELETE, PATCH, OPTIONS]}
+//	middleware: []                    # global middleware: [{function_id, phase: preHandler, priority: 0}], lower priority first
 package main
 
 import (
@@ -56,7 +57,7 @@ func main() {
 			}
 		}()
 		log.Info("http routes listening", "addr", ln.Addr().String())
-		if err := w.RegisterTriggerType("http", "Serves an HTTP route: {api_path, http_method, condition_function_id?}", srv); err != nil {
+		if err := w.RegisterTriggerType("http", "Serves an HTTP route: {api_path, http_method, condition_function_id?, middleware_function_ids?}", srv); err != nil {
 			return nil, err
 		}
 		return func() {
