@@ -32,9 +32,9 @@ import (
 // of skipping it.
 func init() {
 	registerBinary(binary{name: "iii-vmbuild", pkg: "./sandbox-libkrun/cmd/iii-vmbuild", version: "0.0.0-test"})
-	registerCond("vmhost", func() (bool, error) { return vmCond(vmHost()) })
-	registerCond("vm", func() (bool, error) { return vmCond(vmReason()) })
-	registerCond("vmaarch64", func() (bool, error) { return vmCond(aarch64Reason()) })
+	registerCond("vmhost", func() (bool, error) { return ciCond("VM", vmHost()) })
+	registerCond("vm", func() (bool, error) { return ciCond("VM", vmReason()) })
+	registerCond("vmaarch64", func() (bool, error) { return ciCond("VM", aarch64Reason()) })
 	registerCmd("vmhome", cmdVMHome)
 	registerCmd("vmpids", cmdVMPids)
 	registerCmd("waitcall", cmdWaitCall)
@@ -51,11 +51,11 @@ func init() {
 	})
 }
 
-// vmCond turns why a VM condition does not hold into its value; under CI=true a reason is an
-// error, so a VM scenario fails with it instead of skipping.
-func vmCond(reason string) (bool, error) {
+// ciCond turns why a condition of the what scenarios does not hold into its value; under
+// CI=true a reason is an error, so such a scenario fails with it instead of skipping.
+func ciCond(what, reason string) (bool, error) {
 	if reason != "" && os.Getenv("CI") == "true" {
-		return false, fmt.Errorf("CI=true and this host cannot run the VM scenarios: %s (run `go tool mage setup`)", reason)
+		return false, fmt.Errorf("CI=true and this host cannot run the %s scenarios: %s (run `go tool mage setup`)", what, reason)
 	}
 	return reason == "", nil
 }

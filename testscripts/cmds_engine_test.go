@@ -24,7 +24,12 @@ func init() {
 	registerBinary(binary{name: "fakeadapter", pkg: "./testscripts/internal/fakeadapter", version: "0.0.0-test"})
 	registerCmd("waitfn", cmdWaitFn)
 	registerCmd("wsprobe", cmdWSProbe)
-	registerCond("node", func() (bool, error) { return nodeModules() != "", nil })
+	registerCond("node", func() (bool, error) {
+		if nodeModules() != "" {
+			return true, nil
+		}
+		return ciCond("Node SDK", nodeSkipReason)
+	})
 	registerSetup(func(env *testscript.Env) error {
 		if dir := nodeModules(); dir != "" {
 			env.Setenv("NODE_PATH", dir)
