@@ -22,11 +22,11 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/iii-go/iii/engine/addrkey"
 	"github.com/iii-go/iii/engine/privfile"
 )
 
@@ -38,36 +38,6 @@ var ErrNone = errors.New("no owner credential recorded for this engine address")
 
 // maxToken bounds the size of a credential file Lookup accepts.
 const maxToken = 256
-
-// Key is the file name for an engine listening on host:port: <host>_<port>, with localhost and
-// an unspecified address (0.0.0.0, ::) read as 127.0.0.1, the address a Compose of this host
-// attaches to, and anything unsafe in a file name escaped.
-func Key(host, port string) string {
-	host = strings.ToLower(strings.Trim(host, "[]"))
-	if host == "localhost" || host == "" {
-		host = "127.0.0.1"
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		if ip.IsUnspecified() {
-			ip = net.IPv4(127, 0, 0, 1)
-		}
-		host = ip.String()
-	}
-	return url.QueryEscape(host) + "_" + url.QueryEscape(port)
-}
-
-// KeyForURL is Key of a ws:// or wss:// engine URL (default ports 80 and 443).
-func KeyForURL(engineURL string) (string, error) {
-	u, err := url.Parse(engineURL)
-	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Hostname() == "" {
-		return "", fmt.Errorf("engine url %q is not a ws:// or wss:// URL with a host", engineURL)
-	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"ws": "80", "wss": "443"}[u.Scheme]
-	}
-	return Key(u.Hostname(), port), nil
-}
 
 // DirPath returns ~/.iii/engine/owners (HOME honoured).
 func DirPath() (string, error) {
@@ -88,7 +58,7 @@ func PathFor(addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(dir, Key(host, port)), nil
+	return filepath.Join(dir, addrkey.Addr(host, port)), nil
 }
 
 // Write puts a fresh credential for the engine listening on addr in place, replacing whatever
@@ -138,7 +108,7 @@ func Clear(addr string) error {
 // token): its directory and it must be the user's own, no symlinks, closed to group and others,
 // and it must hold a token.
 func Lookup(engineURL string) (string, error) {
-	key, err := KeyForURL(engineURL)
+	key, err := addrkey.URL(engineURL)
 	if err != nil {
 		return "", err
 	}

@@ -8,27 +8,6 @@ import (
 	"testing"
 )
 
-func TestKey(t *testing.T) {
-	for _, c := range []struct{ host, port, want string }{
-		{"127.0.0.1", "49134", "127.0.0.1_49134"},
-		{"localhost", "1", "127.0.0.1_1"},
-		{"0.0.0.0", "2", "127.0.0.1_2"},
-		{"::", "3", "127.0.0.1_3"},
-		{"::1", "4", "%3A%3A1_4"},
-		{"a/b", "5", "a%2Fb_5"},
-	} {
-		if got := Key(c.host, c.port); got != c.want {
-			t.Errorf("Key(%q, %q) = %q, want %q", c.host, c.port, got, c.want)
-		}
-	}
-	if got, err := KeyForURL("ws://localhost:7"); err != nil || got != "127.0.0.1_7" {
-		t.Errorf("KeyForURL = %q, %v", got, err)
-	}
-	if _, err := KeyForURL("http://x:1"); err == nil {
-		t.Error("KeyForURL accepted an http URL")
-	}
-}
-
 func TestWriteLookupRemove(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	if _, err := Lookup("ws://127.0.0.1:9"); !errors.Is(err, ErrNone) {

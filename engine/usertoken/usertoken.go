@@ -18,12 +18,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/iii-go/iii/engine/addrkey"
 	"github.com/iii-go/iii/engine/privfile"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
@@ -52,29 +52,17 @@ func DirPath() (string, error) {
 	return filepath.Join(home, filepath.FromSlash(Dir)), nil
 }
 
-// Key returns the file name for an engine URL (ws:// or wss://) and namespace:
-// <host>_<port>_<namespace>, with localhost read as 127.0.0.1 and anything unsafe in a file
-// name escaped.
+// Key returns the file name for an engine URL (ws:// or wss://) and namespace: the engine's
+// addrkey.URL, then _<namespace> escaped for a file name.
 func Key(engineURL, namespace string) (string, error) {
-	u, err := url.Parse(engineURL)
-	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Hostname() == "" {
-		return "", fmt.Errorf("engine url %q is not a ws:// or wss:// URL with a host", engineURL)
-	}
-	host := strings.ToLower(u.Hostname())
-	if host == "localhost" {
-		host = "127.0.0.1"
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		host = ip.String()
-	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"ws": "80", "wss": "443"}[u.Scheme]
+	addr, err := addrkey.URL(engineURL)
+	if err != nil {
+		return "", err
 	}
 	if namespace == "" {
 		namespace = "default"
 	}
-	return url.QueryEscape(host) + "_" + url.QueryEscape(port) + "_" + url.QueryEscape(namespace), nil
+	return addr + "_" + url.QueryEscape(namespace), nil
 }
 
 // Publish records, for the user, that tokenFile is the token of the project this process
