@@ -49,6 +49,7 @@ type conn struct {
 	cancel      context.CancelFunc
 	closing     atomic.Bool  // shut was called: it closes the socket
 	inflight    atomic.Int32 // engine-served calls running for this connection
+	serving     atomic.Int32 // calls forwarded to this worker and not settled: len(pending)
 	hold        holder       // its part of the engine's frame budget
 	holdFn      func(n int) bool
 
@@ -272,10 +273,8 @@ func (e *Engine) drop(c *conn) {
 	defer e.triggers.PeerGone(c)
 	e.mu.Lock()
 	delete(e.conns, c.id)
-	for k, f := range e.funcs {
-		if f.conn == c {
-			delete(e.funcs, k)
-		}
+	for k := range e.funcs {
+		e.removeInstance(k, c)
 	}
 	e.mu.Unlock()
 	c.mu.Lock()
@@ -383,9 +382,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	}
 	if m.Type == protocol.TypeUnregisterFunction {
 		e.mu.Lock()
-		if f := e.funcs[fkey{ns, m.ID}]; f != nil && f.conn == c {
-			delete(e.funcs, fkey{ns, m.ID})
-		}
+		e.removeInstance(fkey{ns, m.ID}, c)
 		e.mu.Unlock()
 		return
 	}
@@ -424,6 +421,12 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 		return
 	}
 	k := fkey{ns, m.ID}
+	if f := e.funcs[k]; f != nil && f.conn != c && sameRights(f, c, m) {
+		f.addInstance(c, m)
+		e.mu.Unlock()
+		e.log.Info("function served by one more worker", "function", m.ID, "namespace", ns, "worker_id", c.id, "instances", len(f.more)+1)
+		return
+	}
 	if f := e.funcs[k]; f != nil && f.conn != c {
 		owner := f.conn.id
 		e.mu.Unlock()

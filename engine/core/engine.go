@@ -191,6 +191,7 @@ type fnEntry struct {
 	conn  *conn
 	frame *protocol.Message
 	http  *httpfn.Function // an HTTP-invoked function (httpfn.go); nil: served by conn
+	more  []*fnEntry       // the function's other live instances (instances.go), in arrival order
 }
 
 // Engine routes functions between connected workers.
@@ -459,7 +460,7 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	}
 	e.mu.RLock()
 	b, isBuiltin := e.builtins[id]
-	f := e.funcs[fkey{ns, id}]
+	f := e.funcs[fkey{ns, id}].pick()
 	e.mu.RUnlock()
 	if isBuiltin && b.fn != nil {
 		if timeout > 0 {
@@ -592,7 +593,7 @@ func (e *Engine) listWorkers(_ context.Context, _ Caller, payload json.RawMessag
 	defer e.mu.RUnlock()
 	byConn := map[*conn][]string{}
 	for k, f := range e.funcs {
-		byConn[f.conn] = append(byConn[f.conn], k.id)
+		f.instances(func(i *fnEntry) { byConn[i.conn] = append(byConn[i.conn], k.id) })
 	}
 	out := []workerRow{}
 	for _, c := range e.conns {

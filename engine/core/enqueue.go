@@ -17,9 +17,9 @@ const FnQueueEnqueue = "queue::enqueue"
 func (e *Engine) enqueue(c *conn, m *protocol.Message) {
 	ns := m.NamespaceOr(protocol.DefaultNamespace)
 	e.mu.RLock()
-	f := e.funcs[fkey{ns, FnQueueEnqueue}]
+	f := e.funcs[fkey{ns, FnQueueEnqueue}].pick()
 	if f == nil {
-		f = e.funcs[fkey{protocol.DefaultNamespace, FnQueueEnqueue}]
+		f = e.funcs[fkey{protocol.DefaultNamespace, FnQueueEnqueue}].pick()
 	}
 	e.mu.RUnlock()
 	if f == nil {

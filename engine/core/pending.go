@@ -59,7 +59,10 @@ func (c *conn) take(iid string) *pendingCall {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	pc := c.pending[iid]
-	delete(c.pending, iid)
+	if pc != nil {
+		delete(c.pending, iid)
+		c.serving.Add(-1)
+	}
 	return pc
 }
 
@@ -85,6 +88,7 @@ func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessag
 		return "", stopped(id)
 	}
 	target.pending[m.InvocationID] = pc
+	target.serving.Add(1)
 	target.mu.Unlock()
 	if pc.caller != nil {
 		pc.caller.mu.Lock()
@@ -142,7 +146,7 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	}
 	e.mu.RLock()
 	_, isBuiltin := e.builtins[m.FunctionID]
-	f := e.funcs[fkey{ns, m.FunctionID}]
+	f := e.funcs[fkey{ns, m.FunctionID}].pick()
 	e.mu.RUnlock()
 	if isBuiltin || f == nil {
 		return false
@@ -195,6 +199,7 @@ func (e *Engine) sweep(ctx context.Context, tick time.Duration) {
 				for iid, pc := range c.pending {
 					if !pc.deadline.IsZero() && now.After(pc.deadline) {
 						delete(c.pending, iid)
+						c.serving.Add(-1)
 						expired = append(expired, pc)
 					}
 				}
@@ -212,6 +217,7 @@ func (c *conn) failPending() {
 	c.mu.Lock()
 	all := c.pending
 	c.pending = map[string]*pendingCall{}
+	c.serving.Add(-int32(len(all)))
 	c.mu.Unlock()
 	for _, pc := range all {
 		pc.deliver(nil, stopped(pc.fn))

@@ -21,7 +21,8 @@ const (
 	Forbidden = "FORBIDDEN"
 	// InvalidArguments: the payload of a built-in function is malformed.
 	InvalidArguments = "INVALID_ARGUMENTS"
-	// FunctionNamespaceConflict: another live worker already serves this id in the namespace.
+	// FunctionNamespaceConflict: another live worker with other rights (another token or
+	// protection, or an HTTP-invoked function) already serves this id in the namespace.
 	FunctionNamespaceConflict = "FUNCTION_NAMESPACE_CONFLICT"
 	// FunctionPrefixConflict: the id is under a prefix the engine keeps to one worker (the bound
 	// sandbox adapter's "<adapter>::"), and another live worker already serves a function there.

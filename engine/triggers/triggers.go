@@ -17,6 +17,11 @@
 //   - When a provider disconnects (or unregisters its type) its triggers are parked, and sent
 //     again to the next provider of the type. When a worker disconnects its triggers go, and
 //     their providers get unregistertrigger.
+//   - A trigger identical to one another worker registered (same namespace, trigger_type,
+//     function_id and config: what every instance of one worker registers when several serve a
+//     function) is that trigger's twin, not a second one: the provider hears of it once, so an
+//     event fires once, not once per instance. When the trigger's owner leaves or unregisters
+//     it, its first twin takes it over, and the provider hears nothing.
 //
 // The registry knows nothing of sockets: a worker is a Peer. The 0.26 observe model (an
 // Observer whose source is a function, owner hooks, capture and filters) is meant to sit behind
@@ -29,6 +34,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -73,12 +79,20 @@ type typeEntry struct {
 
 // trigger is one registered trigger.
 type trigger struct {
-	ns       string // namespace of the worker that registered it: where function_id resolves
-	frame    *protocol.Message
+	ns       string            // namespace of the worker that registered it: where function_id resolves
+	frame    *protocol.Message // as sent to the provider: its id is the trigger's key
 	owner    Peer
-	provider Peer // the provider it was sent to; nil while parked
+	ownerID  string // the id the owner registered it under (the key, unless a twin took it over)
+	twins    []twin // identical registrations of other workers, first in line first
+	provider Peer   // the provider it was sent to; nil while parked
 	status   Status
 	lastErr  *protocol.Error
+}
+
+// twin is a worker's registration of a trigger identical to one another worker owns.
+type twin struct {
+	owner Peer
+	id    string
 }
 
 type typeKey struct{ ns, id string }
@@ -189,17 +203,29 @@ func (r *Registry) registerTrigger(out *outbox, p Peer, ns string, m *protocol.M
 			"registertrigger needs id, trigger_type and function_id (got id %q, trigger_type %q, function_id %q)", m.ID, m.TriggerType, m.FunctionID)))
 		return
 	}
-	if old := r.triggers[m.ID]; old != nil {
-		if old.owner != p {
-			out.add(p, resultFrame(m, protocol.NewError(errcode.TriggerRegistrationFailed,
-				"trigger id %s is already registered by another worker; use a fresh id", m.ID)))
-			return
+	if t, i := r.find(p, m.ID); t != nil { // a registration again: it replaces the earlier one
+		if i < 0 {
+			r.release(out, t)
+		} else {
+			t.twins = slices.Delete(t.twins, i, i+1)
 		}
-		r.drop(out, old)
+	}
+	if t := r.identical(p, ns, m); t != nil {
+		t.twins = append(t.twins, twin{owner: p, id: m.ID})
+		r.log.Debug("trigger registered again by another worker: a twin, not a second trigger", "trigger_id", t.frame.ID, "twin_id", m.ID, "worker_id", p.ID())
+		if t.status == Failed {
+			out.add(p, resultFrame(m, t.lastErr))
+		}
+		return
+	}
+	if r.triggers[m.ID] != nil {
+		out.add(p, resultFrame(m, protocol.NewError(errcode.TriggerRegistrationFailed,
+			"trigger id %s is already registered by another worker; use a fresh id", m.ID)))
+		return
 	}
 	fwd := *m
 	fwd.Namespace = &ns
-	t := &trigger{ns: ns, frame: &fwd, owner: p, status: Parked}
+	t := &trigger{ns: ns, frame: &fwd, owner: p, ownerID: m.ID, status: Parked}
 	r.triggers[m.ID] = t
 	if te := r.providerFor(t); te != nil {
 		r.send(out, t, te.provider)
@@ -228,9 +254,74 @@ func (r *Registry) drop(out *outbox, t *trigger) {
 }
 
 func (r *Registry) unregisterTrigger(out *outbox, p Peer, id string) {
-	if t := r.triggers[id]; t != nil && t.owner == p {
-		r.drop(out, t)
+	t, i := r.find(p, id)
+	switch {
+	case t == nil:
+	case i < 0:
+		r.release(out, t)
+	default:
+		t.twins = slices.Delete(t.twins, i, i+1)
 	}
+}
+
+// find is the trigger p registered under id: as its owner (i < 0) or as its twin number i.
+func (r *Registry) find(p Peer, id string) (t *trigger, i int) {
+	if t := r.triggers[id]; t != nil && t.owner == p && t.ownerID == id {
+		return t, -1
+	}
+	for _, t := range r.triggers {
+		if t.owner == p && t.ownerID == id {
+			return t, -1
+		}
+		for i, tw := range t.twins {
+			if tw.owner == p && tw.id == id {
+				return t, i
+			}
+		}
+	}
+	return nil, 0
+}
+
+// identical is the trigger of another worker that m, from p in ns, duplicates: same trigger
+// type, function and config (compared as JSON values), p neither its owner nor a twin yet.
+func (r *Registry) identical(p Peer, ns string, m *protocol.Message) *trigger {
+	for _, id := range r.sortedIDs() {
+		t := r.triggers[id]
+		if t.ns != ns || t.owner == p || t.frame.TriggerType != m.TriggerType || t.frame.FunctionID != m.FunctionID ||
+			!sameJSON(t.frame.Config, m.Config) || slices.ContainsFunc(t.twins, func(tw twin) bool { return tw.owner == p }) {
+			continue
+		}
+		return t
+	}
+	return nil
+}
+
+// release ends the owner's hold on t: its first twin takes it over (the provider keeps it, so
+// no event is lost or doubled), or t goes.
+func (r *Registry) release(out *outbox, t *trigger) {
+	if len(t.twins) == 0 {
+		r.drop(out, t)
+		return
+	}
+	next := t.twins[0]
+	t.twins = t.twins[1:]
+	r.log.Info("trigger taken over by a twin", "trigger_id", t.frame.ID, "from", t.owner.ID(), "to", next.owner.ID())
+	t.owner, t.ownerID = next.owner, next.id
+}
+
+// sameJSON reports whether a and b are the same JSON value (absent counts as null).
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if len(bytes.TrimSpace(a)) == 0 {
+		a = json.RawMessage("null")
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		b = json.RawMessage("null")
+	}
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 func (r *Registry) result(out *outbox, p Peer, m *protocol.Message) {
@@ -260,13 +351,19 @@ func (r *Registry) PeerGone(p Peer) {
 	}
 	for _, id := range r.sortedIDs() {
 		t := r.triggers[id]
-		switch {
-		case t.owner == p:
-			delete(r.triggers, id)
-			if t.provider != nil && t.provider != p {
-				out.add(t.provider, unregisterFrame(t))
+		t.twins = slices.DeleteFunc(t.twins, func(tw twin) bool { return tw.owner == p })
+		if t.owner == p {
+			if len(t.twins) > 0 {
+				r.release(&out, t)
+			} else {
+				delete(r.triggers, id)
+				if t.provider != nil && t.provider != p {
+					out.add(t.provider, unregisterFrame(t))
+				}
+				continue
 			}
-		case t.provider == p:
+		}
+		if t.provider == p {
 			t.provider, t.status = nil, Parked
 		}
 	}

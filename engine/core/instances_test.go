@@ -1,0 +1,124 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+func answers(name string) map[string]protocol.Handler {
+	return map[string]protocol.Handler{"pool::who": func(context.Context, json.RawMessage) (any, error) { return name, nil }}
+}
+
+// Two workers that register one function both serve it; when one leaves the other takes every
+// call, and the function goes with the last.
+func TestSeveralWorkersServeOneFunction(t *testing.T) {
+	e, url := startEngine(t, Options{})
+	w1 := worker(t, url, "default", answers("one"))
+	w2 := worker(t, url, "default", answers("two"))
+	cl := worker(t, url, "default", nil)
+	ctx := context.Background()
+	seen := map[string]int{}
+	for range 40 {
+		out, err := cl.Call(ctx, "pool::who", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[string(out)]++
+	}
+	if seen[`"one"`] == 0 || seen[`"two"`] == 0 {
+		t.Fatalf("calls were not spread: %v", seen)
+	}
+	w1.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if id, ok := e.Lookup("default", "pool::who"); ok && id == w2.WorkerID() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the survivor did not take the function over")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 10 {
+		if out, err := cl.Call(ctx, "pool::who", nil); err != nil || string(out) != `"two"` {
+			t.Fatalf("after one left: %s, %v", out, err)
+		}
+	}
+	w2.Close()
+	for {
+		if _, ok := e.Lookup("default", "pool::who"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the function outlived its last worker")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A worker that disconnects mid-call fails only the calls it was serving, with
+// invocation_stopped; the calls the other instance serves succeed. Calls go to the instance
+// with fewer calls in flight, so the blocked one gets no more than its share.
+func TestInstanceLeavingFailsOnlyItsCalls(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	held := make(chan struct{}, 16)
+	stuck := worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(ctx context.Context, _ json.RawMessage) (any, error) {
+		held <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}})
+	worker(t, url, "default", answers("two"))
+	cl := worker(t, url, "default", nil)
+	const n = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			_, err := cl.Call(context.Background(), "pool::who", nil, protocol.WithTimeout(10*time.Second))
+			errs <- err
+		})
+	}
+	<-held
+	stuck.Close()
+	wg.Wait()
+	close(errs)
+	ok, stopped := 0, 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case code(err) == errcode.InvocationStopped:
+			stopped++
+		default:
+			t.Errorf("unexpected error: %v", err)
+		}
+	}
+	if ok == 0 || stopped == 0 || ok+stopped != n {
+		t.Fatalf("ok %d, stopped %d of %d", ok, stopped, n)
+	}
+}
+
+// Only a worker with the same rights joins: another token, another protection or an
+// HTTP-invoked function is the conflict it was.
+func TestSameRights(t *testing.T) {
+	plain := &protocol.Message{ID: "f"}
+	f := &fnEntry{conn: &conn{token: "t1"}, frame: plain}
+	if !sameRights(f, &conn{token: "t1"}, plain) {
+		t.Error("same token refused")
+	}
+	if sameRights(f, &conn{token: "t2"}, plain) || sameRights(f, &conn{}, plain) {
+		t.Error("another token admitted")
+	}
+	if sameRights(f, &conn{token: "t1"}, &protocol.Message{ID: "f", Protected: true}) {
+		t.Error("another protection admitted")
+	}
+	if !sameRights(&fnEntry{conn: &conn{}, frame: plain}, &conn{}, plain) {
+		t.Error("two workers without a token refused")
+	}
+}
