@@ -10,8 +10,10 @@
 //   - a path parameter holding a NUL byte (%00): 400 INVALID_PATH_PARAMETER; every other value,
 //     "." and ".." included, reaches the function as it is (matching never resolves dot
 //     segments), so a function that uses a parameter as a file name must check it;
-//   - the global middleware of the config (by priority), then the route's condition, then the
-//     route's middleware_function_ids (in order) run before the route's function: each
+//   - the global middleware of the config (by priority) runs first, before the body is read (as
+//     in iii, so it can refuse a request without taking its body); then the body is read, then
+//     the route's condition and the route's middleware_function_ids (in order) run before the
+//     route's function: each
 //     middleware gets {phase: "preHandler", request: {method, path, path_params, query_params,
 //     headers}, context} and answers {action: "continue", context?} (its context is merged into
 //     the request's) or {action: "respond", response} (the response; nothing after it runs). A
@@ -389,31 +391,41 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	timeout := ms(s.cfg.DefaultTimeoutMS)
+	mwctx := map[string]any{}
+	if len(s.global) > 0 {
+		// As in iii, the global middleware runs before the body is read, so it can refuse a
+		// request (auth, rate limits) without taking its body. It holds a slot while it runs.
+		// An answer before the body is read closes the connection: net/http would otherwise
+		// wait for the unread body to keep the connection alive.
+		if r.ContentLength != 0 {
+			w.Header().Set("Connection", "close")
+		}
+		release, ok := s.admit(w, r)
+		if !ok {
+			return
+		}
+		req := request(r, rt, params, nil)
+		for _, fn := range s.global {
+			if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
+				release()
+				return
+			}
+		}
+		release()
+		w.Header().Del("Connection")
+	}
 	body, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
-	client := clientOf(r)
-	if !s.enter(client) {
-		s.answerError(w, r, http.StatusTooManyRequests, CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests running in the http worker (per_client_request_limit)", client, s.perClient))
+	release, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
-	defer s.leave(client)
-	select {
-	case s.sem <- struct{}{}:
-		defer func() { <-s.sem }()
-	default:
-		s.answerError(w, r, http.StatusServiceUnavailable, "TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests (concurrency_request_limit)")
-		return
-	}
+	defer release()
 	req := request(r, rt, params, body)
-	mwctx := req["context"].(map[string]any)
-	timeout := ms(s.cfg.DefaultTimeoutMS)
-	for _, fn := range s.global {
-		if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
-			return
-		}
-	}
+	req["context"] = mwctx
 	if rt.condition != "" {
 		out, err := s.call(r.Context(), rt.t, rt.condition, req, timeout)
 		if err != nil {
@@ -437,6 +449,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.respond(w, out)
+}
+
+// admit counts r against its client's per_client_request_limit and takes a slot of
+// concurrency_request_limit; release gives both back. When either is at its limit it answers
+// 429 or 503 and reports false.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	client := clientOf(r)
+	if !s.enter(client) {
+		s.answerError(w, r, http.StatusTooManyRequests, CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests running in the http worker (per_client_request_limit)", client, s.perClient))
+		return nil, false
+	}
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem; s.leave(client) }, true
+	default:
+		s.leave(client)
+		s.answerError(w, r, http.StatusServiceUnavailable, "TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests (concurrency_request_limit)")
+		return nil, false
+	}
 }
 
 // readBody reads the body of r within max_body_bytes and body_read_timeout: the JSON value for
