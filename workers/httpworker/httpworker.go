@@ -38,14 +38,12 @@ package httpworker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -154,6 +152,9 @@ type Server struct {
 	clientMu  sync.Mutex
 	clients   map[string]int // slots held by client address
 	perClient int
+
+	chans Channels       // the request_body and response channels; nil: none
+	wg    sync.WaitGroup // goroutines of streamed requests
 
 	mu     sync.RWMutex
 	routes map[string]*route // by trigger id
@@ -415,12 +416,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		release()
 		w.Header().Del("Connection")
 	}
-	body, ok := s.readBody(w, r)
+	body, first, rest, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
 	release, ok := s.admit(w, r)
 	if !ok {
+		if rest != nil {
+			w.Header().Set("Connection", "close")
+		}
 		return
 	}
 	defer release()
@@ -429,19 +433,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt.condition != "" {
 		out, err := s.call(r.Context(), rt.t, rt.condition, req, timeout)
 		if err != nil {
+			s.closeUnread(w, rest)
 			s.failCall(w, r, "condition", rt.condition, err)
 			return
 		}
 		if !truthy(out) {
+			s.closeUnread(w, rest)
 			writeJSON(w, http.StatusUnprocessableEntity, envelope{Skipped: true,
 				Error: envelopeError{Code: CodeConditionNotMet, Message: "the route's condition " + rt.condition + " refused the request"}})
 			return
 		}
 	}
 	for _, fn := range rt.middleware {
+		if rest != nil {
+			w.Header().Set("Connection", "close") // in case it answers: the body is not read
+		}
 		if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
 			return
 		}
+		w.Header().Del("Connection")
+	}
+	if s.chans != nil {
+		s.serveStreamed(w, r, rt, req, first, rest, timeout)
+		return
 	}
 	out, err := s.call(r.Context(), rt.t, rt.t.FunctionID, req, timeout)
 	if err != nil {
@@ -470,44 +484,56 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), 
 	}
 }
 
-// readBody reads the body of r within max_body_bytes and body_read_timeout: the JSON value for
-// a JSON request, else the text, nil when empty. On failure it writes the error response and
+// readBody reads the body of r within max_body_bytes and body_read_timeout. body is the JSON
+// value for a JSON request, else the text, nil when empty; first is the bytes read. With stream
+// channels, a body that is not JSON and is over InlineBodyBytes is not read whole: body is nil,
+// first its first bytes and rest the rest, which streams into request_body while the handler
+// runs (the read deadline stays until it is read). On failure it writes the error response and
 // returns false.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (any, bool) {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body any, first []byte, rest io.Reader, ok bool) {
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(ms(s.cfg.BodyReadTimeoutMS))) == nil
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	lim := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	isJSON := mt == "application/json" || strings.HasSuffix(mt, "+json")
+	var raw []byte
+	var err error
+	if isJSON || s.chans == nil {
+		raw, err = io.ReadAll(lim)
+	} else if raw, err = io.ReadAll(io.LimitReader(lim, InlineBodyBytes+1)); err == nil && len(raw) > InlineBodyBytes {
+		return nil, raw, lim, true
+	}
 	if deadline {
 		// No deadline while the function runs: the server reads on in the background to
 		// notice a client that leaves, and a timeout there would cancel the request.
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.answerError(w, r, http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE", "the request body is over the limit (max_body_bytes)")
-			return nil, false
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		be := s.classifyBodyError(err)
+		if be.status != http.StatusRequestEntityTooLarge {
 			w.Header().Set("Connection", "close")
-			s.answerError(w, r, http.StatusRequestTimeout, CodeBodyTimeout, fmt.Sprintf("the request body did not arrive within %d ms (body_read_timeout)", s.cfg.BodyReadTimeoutMS))
-			return nil, false
 		}
-		s.answerError(w, r, http.StatusBadRequest, "BAD_REQUEST", err.Error())
-		return nil, false
+		s.answerError(w, r, be.status, be.code, be.msg)
+		return nil, nil, nil, false
 	}
-	var body any
 	if len(raw) > 0 {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" || strings.HasSuffix(mt, "+json") {
+		if isJSON {
 			if err := json.Unmarshal(raw, &body); err != nil {
 				s.answerError(w, r, http.StatusBadRequest, "BAD_REQUEST", "the body is not valid JSON: "+err.Error())
-				return nil, false
+				return nil, nil, nil, false
 			}
 		} else {
 			body = string(raw)
 		}
 	}
-	return body, true
+	return body, raw, nil, true
+}
+
+// closeUnread marks the connection to close after the answer when the body (rest) is unread.
+func (s *Server) closeUnread(w http.ResponseWriter, rest io.Reader) {
+	if rest != nil {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // request is the function input for r on route rt: method, path, path_params, query_params,

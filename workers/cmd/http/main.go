@@ -45,6 +45,7 @@ func main() {
 			return w.Call(ctx, fn, payload, append(t.CallOptions(), protocol.WithTimeout(timeout))...)
 		}
 		srv := httpworker.New(cfg, call, log)
+		srv.SetChannels(httpworker.WorkerChannels(w))
 		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
