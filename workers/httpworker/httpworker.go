@@ -22,6 +22,8 @@
 //     context, trigger: {type, method, path}} (body: the JSON value for a JSON request, else the
 //     text) and its {status_code, headers, body} is the response (body: a string as is, any
 //     other value as JSON). A function error is 500; no answer within default_timeout is 504.
+//   - with stream channels (SetChannels), the function also gets request_body and response,
+//     iii's streamed bodies (see serveStreamed and stream).
 //
 // Errors the worker answers itself have iii's envelope {error: {code, message, error_id?}}; a
 // 5xx one carries an error_id (a UUID) that is logged with its cause.
