@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -68,49 +69,66 @@ func (c workerChannels) OpenReader(ctx context.Context, ref protocol.ChannelRef)
 // request_body and response (without, a handler gets neither and bodies are read whole).
 func (s *Server) SetChannels(c Channels) { s.chans = c }
 
-// streams are one request's two channels: the worker's ends and the handler's.
+// streams are one request's two channels: the refs of both ends of each, and whether the worker
+// connected its own ends (the request body's writer, the response's reader).
 type streams struct {
-	reqW      *protocol.ChannelWriter // the worker writes the request body here
-	resR      *protocol.ChannelReader // the worker reads the response here
-	reqReader protocol.ChannelRef     // the handler's end of the request body
-	resWriter protocol.ChannelRef     // the handler's end of the response
+	reqReader, reqWriter protocol.ChannelRef
+	resReader, resWriter protocol.ChannelRef
+	ownReq, ownRes       atomic.Bool
+	pumped, read         chan struct{} // the request body pump ended; the body is read
+	readDone             chan struct{} // the response reader ended
 }
 
-// openStreams makes the request's two channels and connects the worker's ends, bound to ctx.
+// openStreams makes the request's two channels (both calls at once). The worker connects its
+// ends later, beside the function's call, so the calls are all a normal answer waits for.
 func (s *Server) openStreams(ctx context.Context) (*streams, error) {
-	var st streams
-	var reqWriter, resReader protocol.ChannelRef
+	st := &streams{pumped: make(chan struct{}), read: make(chan struct{}), readDone: make(chan struct{})}
+	var resErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.resReader, st.resWriter, resErr = s.chans.Create(ctx)
+	}()
 	var err error
-	if st.reqReader, reqWriter, err = s.chans.Create(ctx); err != nil {
-		return nil, err
-	}
-	if resReader, st.resWriter, err = s.chans.Create(ctx); err != nil {
-		return nil, err
-	}
-	if st.reqW, err = s.chans.OpenWriter(ctx, reqWriter); err != nil {
-		return nil, err
-	}
-	if st.resR, err = s.chans.OpenReader(ctx, resReader); err != nil {
-		_ = st.reqW.Abort("the http worker could not open the response channel")
-		return nil, err
-	}
-	return &st, nil
+	st.reqReader, st.reqWriter, err = s.chans.Create(ctx)
+	<-done
+	return st, errors.Join(err, resErr)
 }
 
-// reap connects and closes each handler end that the handler never connected, so the engine
-// forgets both channels now rather than at its attach deadline. An end the handler connected
-// refuses the second connection (409), and that end is left to the handler.
+// reap, once the worker's own ends are done, connects and closes every end that nobody
+// connected, so the engine forgets both channels now rather than at its attach deadline. An
+// end the handler connected refuses a second connection (409), and is left to the handler.
 func (s *Server) reap(st *streams) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		<-st.pumped
+		<-st.readDone
 		ctx, cancel := context.WithTimeout(context.Background(), reapTimeout)
 		defer cancel()
-		if r, err := s.chans.OpenReader(ctx, st.reqReader); err == nil {
-			_ = r.Close()
+		closeReader := func(ref protocol.ChannelRef) {
+			if ref.ChannelID == "" {
+				return
+			}
+			if r, err := s.chans.OpenReader(ctx, ref); err == nil {
+				_ = r.Close()
+			}
 		}
-		if w, err := s.chans.OpenWriter(ctx, st.resWriter); err == nil {
-			_ = w.Close()
+		closeWriter := func(ref protocol.ChannelRef) {
+			if ref.ChannelID == "" {
+				return
+			}
+			if w, err := s.chans.OpenWriter(ctx, ref); err == nil {
+				_ = w.Close()
+			}
+		}
+		closeReader(st.reqReader)
+		closeWriter(st.resWriter)
+		if !st.ownReq.Load() {
+			closeWriter(st.reqWriter)
+		}
+		if !st.ownRes.Load() {
+			closeReader(st.resReader)
 		}
 	}()
 }
@@ -137,6 +155,27 @@ func (s *Server) answerBodyError(w http.ResponseWriter, r *http.Request, err err
 	be := s.classifyBodyError(err)
 	w.Header().Set("Connection", "close")
 	s.answerError(w, r, be.status, be.code, be.msg)
+}
+
+// pumpBody connects the request body's writer and streams the body into it. A body that fails
+// while it streams goes to bodyErr.
+func (s *Server) pumpBody(ctx context.Context, st *streams, rc *http.ResponseController, first []byte, rest io.Reader, bodyErr chan<- error) {
+	wr, err := s.chans.OpenWriter(ctx, st.reqWriter)
+	if err != nil {
+		close(st.read)
+		return
+	}
+	st.ownReq.Store(true)
+	err = pump(wr, first, rest, st.read)
+	switch {
+	case rest == nil:
+	case err == nil:
+		// The body is read: no deadline while the function runs (see readBody).
+		_ = rc.SetReadDeadline(time.Time{})
+	case ctx.Err() == nil:
+		bodyErr <- err // before the abort, which the handler may fail on
+		_ = wr.Abort("the http request body failed: " + err.Error())
+	}
 }
 
 // pump writes the body's first bytes and then the rest of it (when streamed) into w, then
@@ -255,10 +294,10 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 		return
 	}
 	defer s.reap(st)
+	defer cancel() // first of the deferred: the worker's ends close before reap runs
 
 	// The request body streams into request_body while the function runs.
 	bodyErr := make(chan error, 1)
-	pumped, read := make(chan struct{}), make(chan struct{})
 	rc := http.NewResponseController(w)
 	if rest != nil {
 		_ = rc.EnableFullDuplex()
@@ -266,38 +305,39 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer close(pumped)
-		err := pump(st.reqW, first, rest, read)
-		switch {
-		case rest == nil:
-		case err == nil:
-			// The body is read: no deadline while the function runs (see readBody).
-			_ = rc.SetReadDeadline(time.Time{})
-		case ctx.Err() == nil:
-			bodyErr <- err // before the abort, which the handler may fail on
-			_ = st.reqW.Abort("the http request body failed: " + err.Error())
-		}
+		defer close(st.pumped)
+		s.pumpBody(ctx, st, rc, first, rest, bodyErr)
 	}()
-	defer func() {
-		cancel()
-		select {
-		case <-read:
-		default:
-			if rest == nil {
-				break
+	if rest != nil {
+		defer func() {
+			cancel()
+			select {
+			case <-st.read:
+			default:
+				// Unblock a body read in progress: the body must not be read after ServeHTTP
+				// returns, and the connection closes after this answer.
+				_ = rc.SetReadDeadline(time.Now())
 			}
-			// Unblock a body read in progress: the body must not be read after ServeHTTP
-			// returns, and the connection closes after this answer.
-			_ = rc.SetReadDeadline(time.Now())
-		}
-		<-pumped
-	}()
+			<-st.pumped
+		}()
+	}
 
 	events := make(chan resEvent)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		readResponse(ctx, st.resR, events)
+		defer close(st.readDone)
+		rd, err := s.chans.OpenReader(ctx, st.resReader)
+		if err != nil {
+			select {
+			case events <- resEvent{err: &protocol.ChannelAbortedError{Detail: "the http worker could not open the response channel: " + err.Error()}}:
+			case <-ctx.Done():
+			}
+			return
+		}
+		st.ownRes.Store(true)
+		defer rd.Close()
+		readResponse(ctx, rd, events)
 	}()
 
 	payload := make(map[string]any, len(req)+2)

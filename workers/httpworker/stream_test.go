@@ -42,6 +42,14 @@ type streamEnv struct {
 // streamServer runs an engine in the process and the http worker on it, its routes (GET or
 // POST /<name>) served by hs.
 func streamServer(t *testing.T, cfg Config, hs map[string]handler) *streamEnv {
+	return startStreamServer(t, cfg, hs)
+}
+
+func streamServerB(b *testing.B, hs map[string]handler) *streamEnv {
+	return startStreamServer(b, Defaults(), hs)
+}
+
+func startStreamServer(t testing.TB, cfg Config, hs map[string]handler) *streamEnv {
 	t.Helper()
 	t.Setenv(protocol.EnvTokenFile, "")
 	t.Setenv(protocol.EnvToken, "")
@@ -324,4 +332,26 @@ func TestStreamFailuresLeakNothing(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("goroutines: %d before, %d after; channels: %d", base, runtime.NumGoroutine(), env.e.ChannelCount())
+}
+
+// The cost of the channels on a request whose handler answers normally: with them (two
+// engine::channels::create calls, two WebSocket connections, and the closing of the two
+// ends the handler never opened) and without.
+func BenchmarkPlainRequest(b *testing.B) {
+	for _, withChannels := range []bool{false, true} {
+		b.Run(fmt.Sprintf("channels=%v", withChannels), func(b *testing.B) {
+			env := streamServerB(b, map[string]handler{"plain": func(context.Context, streamReq) (any, error) { return map[string]any{"body": "ok"}, nil }})
+			if !withChannels {
+				env.s.SetChannels(nil)
+			}
+			for b.Loop() {
+				res, err := http.Get(env.ts.URL + "/plain")
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		})
+	}
 }
