@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,7 +36,7 @@ const InlineBodyBytes = 64 << 10
 // streamChunk is the most the worker reads at once from a request body or a response channel.
 const streamChunk = 64 << 10
 
-// reapTimeout bounds the closing of channel ends the handler never connected.
+// reapTimeout bounds the removal of a request's channels.
 const reapTimeout = 5 * time.Second
 
 // Channels makes and opens a request's stream channels: the engine's engine::channels::create
@@ -46,6 +45,8 @@ type Channels interface {
 	Create(ctx context.Context) (reader, writer protocol.ChannelRef, err error)
 	OpenWriter(ctx context.Context, ref protocol.ChannelRef) (*protocol.ChannelWriter, error)
 	OpenReader(ctx context.Context, ref protocol.ChannelRef) (*protocol.ChannelReader, error)
+	// Remove aborts and forgets the channel of ref (engine::channels::remove).
+	Remove(ctx context.Context, ref protocol.ChannelRef) error
 }
 
 // WorkerChannels is Channels through a worker's engine connection.
@@ -61,6 +62,10 @@ func (c workerChannels) OpenWriter(ctx context.Context, ref protocol.ChannelRef)
 	return protocol.DialWriter(ctx, c.w.URL(), ref)
 }
 
+func (c workerChannels) Remove(ctx context.Context, ref protocol.ChannelRef) error {
+	return c.w.RemoveChannel(ctx, ref)
+}
+
 func (c workerChannels) OpenReader(ctx context.Context, ref protocol.ChannelRef) (*protocol.ChannelReader, error) {
 	return protocol.DialReader(ctx, c.w.URL(), ref)
 }
@@ -74,15 +79,13 @@ func (s *Server) SetChannels(c Channels) { s.chans = c }
 type streams struct {
 	reqReader, reqWriter protocol.ChannelRef
 	resReader, resWriter protocol.ChannelRef
-	ownReq, ownRes       atomic.Bool
 	pumped, read         chan struct{} // the request body pump ended; the body is read
-	readDone             chan struct{} // the response reader ended
 }
 
 // openStreams makes the request's two channels (both calls at once). The worker connects its
 // ends later, beside the function's call, so the calls are all a normal answer waits for.
 func (s *Server) openStreams(ctx context.Context) (*streams, error) {
-	st := &streams{pumped: make(chan struct{}), read: make(chan struct{}), readDone: make(chan struct{})}
+	st := &streams{pumped: make(chan struct{}), read: make(chan struct{})}
 	var resErr error
 	done := make(chan struct{})
 	go func() {
@@ -95,40 +98,19 @@ func (s *Server) openStreams(ctx context.Context) (*streams, error) {
 	return st, errors.Join(err, resErr)
 }
 
-// reap, once the worker's own ends are done, connects and closes every end that nobody
-// connected, so the engine forgets both channels now rather than at its attach deadline. An
-// end the handler connected refuses a second connection (409), and is left to the handler.
+// reap removes both channels once the response is done, as iii's http worker does, so the
+// engine forgets them now, also the ends nobody connected (else each would wait for the
+// engine's attach deadline): a handler still holding an end gets the abort.
 func (s *Server) reap(st *streams) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		<-st.pumped
-		<-st.readDone
 		ctx, cancel := context.WithTimeout(context.Background(), reapTimeout)
 		defer cancel()
-		closeReader := func(ref protocol.ChannelRef) {
-			if ref.ChannelID == "" {
-				return
+		for _, ref := range []protocol.ChannelRef{st.reqWriter, st.resReader} {
+			if err := s.chans.Remove(ctx, ref); err != nil {
+				s.log.Warn("removing a request's stream channel", "channel_id", ref.ChannelID, "err", err)
 			}
-			if r, err := s.chans.OpenReader(ctx, ref); err == nil {
-				_ = r.Close()
-			}
-		}
-		closeWriter := func(ref protocol.ChannelRef) {
-			if ref.ChannelID == "" {
-				return
-			}
-			if w, err := s.chans.OpenWriter(ctx, ref); err == nil {
-				_ = w.Close()
-			}
-		}
-		closeReader(st.reqReader)
-		closeWriter(st.resWriter)
-		if !st.ownReq.Load() {
-			closeWriter(st.reqWriter)
-		}
-		if !st.ownRes.Load() {
-			closeReader(st.resReader)
 		}
 	}()
 }
@@ -165,7 +147,6 @@ func (s *Server) pumpBody(ctx context.Context, st *streams, rc *http.ResponseCon
 		close(st.read)
 		return
 	}
-	st.ownReq.Store(true)
 	err = pump(wr, first, rest, st.read)
 	switch {
 	case rest == nil:
@@ -326,7 +307,6 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer close(st.readDone)
 		rd, err := s.chans.OpenReader(ctx, st.resReader)
 		if err != nil {
 			select {
@@ -335,7 +315,6 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 			}
 			return
 		}
-		st.ownRes.Store(true)
 		defer rd.Close()
 		readResponse(ctx, rd, events)
 	}()
