@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -353,5 +354,33 @@ func BenchmarkPlainRequest(b *testing.B) {
 				res.Body.Close()
 			}
 		})
+	}
+}
+
+// A stream outlasts default_timeout once its first byte is out: the call's timeout is no failure
+// then, and the stream ends with its channel.
+func TestStreamOutlastsTimeout(t *testing.T) {
+	cfg := Defaults()
+	cfg.DefaultTimeoutMS = 200
+	env := &streamEnv{}
+	timedOut := make(chan struct{})
+	env = streamServer(t, cfg, map[string]handler{"long": func(ctx context.Context, req streamReq) (any, error) {
+		w, err := protocol.DialWriter(context.Background(), env.url, req.Response)
+		if err != nil {
+			return nil, err
+		}
+		_ = write(t, w, "first\n")
+		go func() {
+			<-timedOut // the call has timed out: the stream goes on
+			_ = write(t, w, "after the timeout\n")
+			_ = w.Close()
+		}()
+		<-ctx.Done()
+		close(timedOut)
+		return nil, protocol.NewError(errcode.ClientTimeout, "invocation timed out after 200ms")
+	}})
+	res, body := do(t, "GET", env.ts.URL+"/long", "", nil)
+	if res.StatusCode != 200 || body != "first\nafter the timeout\n" {
+		t.Errorf("%d %q", res.StatusCode, body)
 	}
 }
