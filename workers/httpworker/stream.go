@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +36,12 @@ const InlineBodyBytes = 64 << 10
 
 // streamChunk is the most the worker reads at once from a request body or a response channel.
 const streamChunk = 64 << 10
+
+// attachGrace is how long the worker waits for a normal answer before it connects its own
+// channel ends: a handler that answers {status_code, ...} sooner costs no WebSocket connection.
+// A handler that streams meanwhile loses nothing: the engine holds its first frames (and the
+// request body waits) until the worker connects.
+const attachGrace = 2 * time.Millisecond
 
 // reapTimeout bounds the removal of a request's channels.
 const reapTimeout = 5 * time.Second
@@ -141,7 +148,13 @@ func (s *Server) answerBodyError(w http.ResponseWriter, r *http.Request, err err
 
 // pumpBody connects the request body's writer and streams the body into it. A body that fails
 // while it streams goes to bodyErr.
-func (s *Server) pumpBody(ctx context.Context, st *streams, rc *http.ResponseController, first []byte, rest io.Reader, bodyErr chan<- error) {
+func (s *Server) pumpBody(ctx context.Context, st *streams, attach <-chan struct{}, rc *http.ResponseController, first []byte, rest io.Reader, bodyErr chan<- error) {
+	select {
+	case <-attach:
+	case <-ctx.Done():
+		close(st.read)
+		return
+	}
 	wr, err := s.chans.OpenWriter(ctx, st.reqWriter)
 	if err != nil {
 		close(st.read)
@@ -277,6 +290,17 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	defer s.reap(st)
 	defer cancel() // first of the deferred: the worker's ends close before reap runs
 
+	// The worker connects its ends once the call has not answered within attachGrace, or has
+	// answered null; a streamed body flows at once.
+	attach := make(chan struct{})
+	attachNow := sync.OnceFunc(func() { close(attach) })
+	if rest != nil {
+		attachNow()
+	} else {
+		grace := time.AfterFunc(attachGrace, attachNow)
+		defer grace.Stop()
+	}
+
 	// The request body streams into request_body while the function runs.
 	bodyErr := make(chan error, 1)
 	rc := http.NewResponseController(w)
@@ -287,7 +311,7 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	go func() {
 		defer s.wg.Done()
 		defer close(st.pumped)
-		s.pumpBody(ctx, st, rc, first, rest, bodyErr)
+		s.pumpBody(ctx, st, attach, rc, first, rest, bodyErr)
 	}()
 	if rest != nil {
 		defer func() {
@@ -307,6 +331,11 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		select {
+		case <-attach:
+		case <-ctx.Done():
+			return
+		}
 		rd, err := s.chans.OpenReader(ctx, st.resReader)
 		if err != nil {
 			select {
@@ -358,6 +387,7 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 				return
 			}
 			result, results = &res, nil
+			attachNow()
 		case ev := <-events:
 			switch {
 			case ev.msg != nil:
