@@ -402,8 +402,12 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 			s.answerBodyError(w, r, err)
 			return
 		case <-start.C:
+			what := "answered null but its response channel"
+			if result == nil {
+				what = "did not answer and its response channel"
+			}
 			s.answerError(w, r, http.StatusGatewayTimeout, CodeResponseTimeout,
-				fmt.Sprintf("%s answered null but its response channel neither sent a byte nor ended within %d ms (default_timeout)", rt.t.FunctionID, s.cfg.DefaultTimeoutMS),
+				fmt.Sprintf("%s %s neither sent a byte nor ended within %d ms (default_timeout)", rt.t.FunctionID, what, s.cfg.DefaultTimeoutMS),
 				"function_id", rt.t.FunctionID)
 			return
 		case <-r.Context().Done():
