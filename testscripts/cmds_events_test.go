@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -19,6 +20,25 @@ func init() {
 	registerBinary(binary{name: "nats-server", pkg: "github.com/nats-io/nats-server/v2", version: "0.0.0-test"})
 	registerCmd("httpreq", cmdHTTPReq)
 	registerCmd("seencheck", cmdSeenCheck)
+	registerCmd("waitgrep", cmdWaitGrep)
+}
+
+// waitgrep [-timeout=30s] FILE REGEXP: wait until a line of FILE (missing: empty) matches REGEXP,
+// such as the output of a background client that streams into FILE.
+func cmdWaitGrep(ts *testscript.TestScript, neg bool, args []string) {
+	d, rest := timeoutFlag(ts, "waitgrep", args, 30*time.Second)
+	if neg || len(rest) != 2 {
+		ts.Fatalf("usage: waitgrep [-timeout=D] FILE REGEXP")
+	}
+	re, err := regexp.Compile("(?m)" + rest[1])
+	ts.Check(err)
+	var b []byte
+	if !poll(d, func() bool {
+		b, _ = os.ReadFile(ts.MkAbs(rest[0]))
+		return re.Match(b)
+	}) {
+		ts.Fatalf("waitgrep: no line of %s matches %s after %v; it holds:\n%s", rest[0], rest[1], d, b)
+	}
 }
 
 // seencheck [-timeout=30s] [-exact N | -min N] [-each] FILE...: wait until the lines of the FILEs

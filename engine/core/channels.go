@@ -355,6 +355,33 @@ func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMess
 	}, nil
 }
 
+// removeChannel aborts and forgets the channel {channel_id, access_key} (the key of either end
+// proves the caller holds it), as iii's http worker removes a request's two channels once its
+// response is done: a connected end gets the abort, an end that never connected is never
+// waited for. A channel already forgotten is no error.
+func (e *Engine) removeChannel(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		ChannelID string `json:"channel_id"`
+		AccessKey string `json:"access_key"`
+	}
+	if err := json.Unmarshal(payload, &in); err != nil || in.ChannelID == "" || in.AccessKey == "" {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {channel_id, access_key}", protocol.FnRemoveChannel)
+	}
+	e.chans.mu.Lock()
+	ch := e.chans.byID[in.ChannelID]
+	e.chans.mu.Unlock()
+	if ch == nil {
+		return nil, nil
+	}
+	key := []byte(in.AccessKey)
+	if subtle.ConstantTimeCompare([]byte(ch.keys[endReader]), key) != 1 && subtle.ConstantTimeCompare([]byte(ch.keys[endWriter]), key) != 1 {
+		return nil, protocol.NewError(errcode.Forbidden, "wrong access key for channel %s", in.ChannelID)
+	}
+	ch.abort("channel removed by its owner")
+	e.chans.forget(ch)
+	return nil, nil
+}
+
 // serveChannel upgrades a request for /ws/channels/{id}?key= to one end of that channel.
 func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string) {
 	ch, ok := e.chans.enter(id)

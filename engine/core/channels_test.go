@@ -428,3 +428,32 @@ func TestChannelsAllocateLazily(t *testing.T) {
 		t.Fatalf("%.1f KiB per channel", per/1024)
 	}
 }
+
+// engine::channels::remove aborts and forgets a channel at once, given the key of either end:
+// one never connected is forgotten without waiting for the attach deadline, and a connected
+// reader gets the abort. A wrong key is FORBIDDEN; an unknown channel is no error.
+func TestChannelRemove(t *testing.T) {
+	e, url := startEngine(t, Options{})
+	w := worker(t, url, "default", nil)
+	ctx := context.Background()
+	idle := channelPair(t, w, map[string]any{})
+	live := channelPair(t, w, map[string]any{})
+	waitChannels(t, e, 2)
+	rd, err := protocol.DialReader(ctx, url, live.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if _, err := w.Call(ctx, protocol.FnRemoveChannel, map[string]string{"channel_id": idle.ChannelID, "access_key": "nope"}); protocol.AsError(err).Code != errcode.Forbidden {
+		t.Errorf("wrong key: %v", err)
+	}
+	for _, ref := range []protocol.ChannelRef{idle.Writer, live.Writer, live.Reader} {
+		if _, err := w.Call(ctx, protocol.FnRemoveChannel, map[string]string{"channel_id": ref.ChannelID, "access_key": ref.AccessKey}); err != nil {
+			t.Errorf("remove %s: %v", ref.ChannelID, err)
+		}
+	}
+	waitChannels(t, e, 0)
+	if _, err := io.ReadAll(rd); !strings.Contains(abortDetail(t, err), "removed") {
+		t.Errorf("reader of a removed channel: %v", err)
+	}
+}

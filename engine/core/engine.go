@@ -8,6 +8,7 @@
 //	engine::workers::list      {search?, runtime?, status?} -> {workers: [{id, name, namespace, description, version, runtime, os, status, function_count, connected_at_ms, active_invocations, isolation, ip_address, pid, registered, functions, connected_at}]}
 //	engine::functions::list    {namespace?} -> {functions: [{function_id, namespace, description, worker_id, worker_name, ...}]}
 //	engine::channels::create   {buffer_size?} -> {channel_id, reader, writer}   (stream channels, below)
+//	engine::channels::remove   {channel_id, access_key} -> null   (abort and forget one at once)
 //	engine::triggers::list     -> {triggers: [{id, description, namespace, worker_id, worker_name, instance_count, ...}]}
 //	engine::registered-triggers::list  {trigger_type?, function_id?, worker?, search?, include_internal?, include_pending?, include_refused?} -> {registered_triggers: [{id, trigger_type, function_id, worker_name, status, config, config_summary, ...}]}
 //	configuration::*           see package configuration (publish is owner-only)
@@ -67,7 +68,9 @@
 // early, the idle deadline, engine shutdown) aborts the channel: the reader gets the frames
 // already buffered, then each connected end is closed with protocol.ChannelAbortStatus (4000)
 // and the reason as close text; an end that connects after the abort is closed with it at once.
-// A channel is forgotten when both ends are done, once nothing moved through it for
+// A channel is forgotten when both ends are done, when engine::channels::remove names it with
+// the key of either end (it is aborted; the http worker removes a request's channels once its
+// response is done, as iii's does), once nothing moved through it for
 // Options.ChannelIdle (default 5 min), or when an end has not connected within
 // Options.ChannelAttach of its creation (default 30 s), which bounds how long a channel
 // aborted before its reader connected keeps its buffered frames.
@@ -310,6 +313,7 @@ func New(opts Options) *Engine {
 	e.HandleInline(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
 	e.HandleInline(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
 	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
+	e.HandleInline(protocol.FnRemoveChannel, "Abort and forget a stream channel: {channel_id, access_key (of either end)}", e.removeChannel)
 	e.initTriggers()
 	return e
 }

@@ -16,6 +16,9 @@ import (
 // FnCreateChannel creates a stream channel.
 const FnCreateChannel = "engine::channels::create"
 
+// FnRemoveChannel aborts and forgets a stream channel, {channel_id, access_key} (of either end).
+const FnRemoveChannel = "engine::channels::remove"
+
 // ChannelPathPrefix is the listener path of channel streams; the channel id follows it.
 const ChannelPathPrefix = "/ws/channels/"
 
@@ -90,6 +93,12 @@ func (w *Worker) CreateChannel(ctx context.Context) (reader, writer ChannelRef, 
 		return reader, writer, fmt.Errorf("%s reply: %w", FnCreateChannel, err)
 	}
 	return p.Reader, p.Writer, nil
+}
+
+// RemoveChannel aborts and forgets the channel of ref on the engine (either end's ref), without
+// waiting for the engine's answer.
+func (w *Worker) RemoveChannel(ctx context.Context, ref ChannelRef) error {
+	return w.CallVoid(ctx, FnRemoveChannel, map[string]string{"channel_id": ref.ChannelID, "access_key": ref.AccessKey})
 }
 
 // OpenReader connects to the read end ref on the worker's engine; see DialReader.

@@ -10,8 +10,10 @@
 //   - a path parameter holding a NUL byte (%00): 400 INVALID_PATH_PARAMETER; every other value,
 //     "." and ".." included, reaches the function as it is (matching never resolves dot
 //     segments), so a function that uses a parameter as a file name must check it;
-//   - the global middleware of the config (by priority), then the route's condition, then the
-//     route's middleware_function_ids (in order) run before the route's function: each
+//   - the global middleware of the config (by priority) runs first, before the body is read (as
+//     in iii, so it can refuse a request without taking its body); then the body is read, then
+//     the route's condition and the route's middleware_function_ids (in order) run before the
+//     route's function: each
 //     middleware gets {phase: "preHandler", request: {method, path, path_params, query_params,
 //     headers}, context} and answers {action: "continue", context?} (its context is merged into
 //     the request's) or {action: "respond", response} (the response; nothing after it runs). A
@@ -20,6 +22,8 @@
 //     context, trigger: {type, method, path}} (body: the JSON value for a JSON request, else the
 //     text) and its {status_code, headers, body} is the response (body: a string as is, any
 //     other value as JSON). A function error is 500; no answer within default_timeout is 504.
+//   - with stream channels (SetChannels), the function also gets request_body and response,
+//     iii's streamed bodies (see serveStreamed and stream).
 //
 // Errors the worker answers itself have iii's envelope {error: {code, message, error_id?}}; a
 // 5xx one carries an error_id (a UUID) that is logged with its cause.
@@ -36,14 +40,12 @@ package httpworker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -152,6 +154,9 @@ type Server struct {
 	clientMu  sync.Mutex
 	clients   map[string]int // slots held by client address
 	perClient int
+
+	chans Channels       // the request_body and response channels; nil: none
+	wg    sync.WaitGroup // goroutines of streamed requests
 
 	mu     sync.RWMutex
 	routes map[string]*route // by trigger id
@@ -389,47 +394,70 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, ok := s.readBody(w, r)
+	timeout := ms(s.cfg.DefaultTimeoutMS)
+	mwctx := map[string]any{}
+	if len(s.global) > 0 {
+		// As in iii, the global middleware runs before the body is read, so it can refuse a
+		// request (auth, rate limits) without taking its body. It holds a slot while it runs.
+		// An answer before the body is read closes the connection: net/http would otherwise
+		// wait for the unread body to keep the connection alive.
+		if r.ContentLength != 0 {
+			w.Header().Set("Connection", "close")
+		}
+		release, ok := s.admit(w, r)
+		if !ok {
+			return
+		}
+		req := request(r, rt, params, nil)
+		for _, fn := range s.global {
+			if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
+				release()
+				return
+			}
+		}
+		release()
+		w.Header().Del("Connection")
+	}
+	body, first, rest, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
-	client := clientOf(r)
-	if !s.enter(client) {
-		s.answerError(w, r, http.StatusTooManyRequests, CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests running in the http worker (per_client_request_limit)", client, s.perClient))
-		return
-	}
-	defer s.leave(client)
-	select {
-	case s.sem <- struct{}{}:
-		defer func() { <-s.sem }()
-	default:
-		s.answerError(w, r, http.StatusServiceUnavailable, "TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests (concurrency_request_limit)")
-		return
-	}
-	req := request(r, rt, params, body)
-	mwctx := req["context"].(map[string]any)
-	timeout := ms(s.cfg.DefaultTimeoutMS)
-	for _, fn := range s.global {
-		if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
-			return
+	release, ok := s.admit(w, r)
+	if !ok {
+		if rest != nil {
+			w.Header().Set("Connection", "close")
 		}
+		return
 	}
+	defer release()
+	req := request(r, rt, params, body)
+	req["context"] = mwctx
 	if rt.condition != "" {
 		out, err := s.call(r.Context(), rt.t, rt.condition, req, timeout)
 		if err != nil {
+			s.closeUnread(w, rest)
 			s.failCall(w, r, "condition", rt.condition, err)
 			return
 		}
 		if !truthy(out) {
+			s.closeUnread(w, rest)
 			writeJSON(w, http.StatusUnprocessableEntity, envelope{Skipped: true,
 				Error: envelopeError{Code: CodeConditionNotMet, Message: "the route's condition " + rt.condition + " refused the request"}})
 			return
 		}
 	}
 	for _, fn := range rt.middleware {
+		if rest != nil {
+			w.Header().Set("Connection", "close") // in case it answers: the body is not read
+		}
 		if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
 			return
 		}
+		w.Header().Del("Connection")
+	}
+	if s.chans != nil {
+		s.serveStreamed(w, r, rt, req, first, rest, timeout)
+		return
 	}
 	out, err := s.call(r.Context(), rt.t, rt.t.FunctionID, req, timeout)
 	if err != nil {
@@ -439,44 +467,75 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.respond(w, out)
 }
 
-// readBody reads the body of r within max_body_bytes and body_read_timeout: the JSON value for
-// a JSON request, else the text, nil when empty. On failure it writes the error response and
+// admit counts r against its client's per_client_request_limit and takes a slot of
+// concurrency_request_limit; release gives both back. When either is at its limit it answers
+// 429 or 503 and reports false.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (release func(), ok bool) {
+	client := clientOf(r)
+	if !s.enter(client) {
+		s.answerError(w, r, http.StatusTooManyRequests, CodeClientLimit, fmt.Sprintf("this client (%s) already has %d requests running in the http worker (per_client_request_limit)", client, s.perClient))
+		return nil, false
+	}
+	select {
+	case s.sem <- struct{}{}:
+		return func() { <-s.sem; s.leave(client) }, true
+	default:
+		s.leave(client)
+		s.answerError(w, r, http.StatusServiceUnavailable, "TOO_MANY_REQUESTS", "the http worker is serving its limit of concurrent requests (concurrency_request_limit)")
+		return nil, false
+	}
+}
+
+// readBody reads the body of r within max_body_bytes and body_read_timeout. body is the JSON
+// value for a JSON request, else the text, nil when empty; first is the bytes read. With stream
+// channels, a body that is not JSON and is over InlineBodyBytes is not read whole: body is nil,
+// first its first bytes and rest the rest, which streams into request_body while the handler
+// runs (the read deadline stays until it is read). On failure it writes the error response and
 // returns false.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (any, bool) {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body any, first []byte, rest io.Reader, ok bool) {
 	rc := http.NewResponseController(w)
 	deadline := rc.SetReadDeadline(time.Now().Add(ms(s.cfg.BodyReadTimeoutMS))) == nil
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	lim := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	isJSON := mt == "application/json" || strings.HasSuffix(mt, "+json")
+	var raw []byte
+	var err error
+	if isJSON || s.chans == nil {
+		raw, err = io.ReadAll(lim)
+	} else if raw, err = io.ReadAll(io.LimitReader(lim, InlineBodyBytes+1)); err == nil && len(raw) > InlineBodyBytes {
+		return nil, raw, lim, true
+	}
 	if deadline {
 		// No deadline while the function runs: the server reads on in the background to
 		// notice a client that leaves, and a timeout there would cancel the request.
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.answerError(w, r, http.StatusRequestEntityTooLarge, "BODY_TOO_LARGE", "the request body is over the limit (max_body_bytes)")
-			return nil, false
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		be := s.classifyBodyError(err)
+		if be.status != http.StatusRequestEntityTooLarge {
 			w.Header().Set("Connection", "close")
-			s.answerError(w, r, http.StatusRequestTimeout, CodeBodyTimeout, fmt.Sprintf("the request body did not arrive within %d ms (body_read_timeout)", s.cfg.BodyReadTimeoutMS))
-			return nil, false
 		}
-		s.answerError(w, r, http.StatusBadRequest, "BAD_REQUEST", err.Error())
-		return nil, false
+		s.answerError(w, r, be.status, be.code, be.msg)
+		return nil, nil, nil, false
 	}
-	var body any
 	if len(raw) > 0 {
-		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/json" || strings.HasSuffix(mt, "+json") {
+		if isJSON {
 			if err := json.Unmarshal(raw, &body); err != nil {
 				s.answerError(w, r, http.StatusBadRequest, "BAD_REQUEST", "the body is not valid JSON: "+err.Error())
-				return nil, false
+				return nil, nil, nil, false
 			}
 		} else {
 			body = string(raw)
 		}
 	}
-	return body, true
+	return body, raw, nil, true
+}
+
+// closeUnread marks the connection to close after the answer when the body (rest) is unread.
+func (s *Server) closeUnread(w http.ResponseWriter, rest io.Reader) {
+	if rest != nil {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // request is the function input for r on route rt: method, path, path_params, query_params,

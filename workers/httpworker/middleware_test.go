@@ -1,10 +1,14 @@
 package httpworker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -291,5 +295,47 @@ func TestMiddlewareConfig(t *testing.T) {
 	cfg.Middleware = []Middleware{{FunctionID: "a", Phase: "preHandler", Priority: -1}}
 	if err := cfg.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// As in iii, the global middleware runs before the body is read: it refuses a request whose
+// body is over max_body_bytes, or has not arrived at all, with its own answer (401 here), not
+// 413 or 408; the route's condition and middleware still run after the body is read.
+func TestGlobalMiddlewareBeforeBody(t *testing.T) {
+	cfg := Defaults()
+	cfg.MaxBodyBytes = 16
+	cfg.Middleware = []Middleware{{FunctionID: "g::auth"}}
+	ts, calls, _ := mwServer(t, cfg, map[string]fn{
+		"g::auth": func(in map[string]any) (any, error) {
+			if in["request"].(map[string]any)["headers"].(map[string]any)["x-key"] == "k" {
+				return map[string]any{"action": "continue"}, nil
+			}
+			return map[string]any{"action": "respond", "response": map[string]any{"status_code": 401, "body": "who are you"}}, nil
+		},
+		"api::h": echo,
+	}, map[string]string{"api::h": `{"api_path":"/upload","http_method":"POST"}`})
+	big := strings.Repeat("x", 100)
+	if res, body := do(t, "POST", ts.URL+"/upload", big, nil); res.StatusCode != 401 || body != "who are you" {
+		t.Errorf("oversized body without the key: %d %s, want the middleware's 401", res.StatusCode, body)
+	}
+	if res, body := do(t, "POST", ts.URL+"/upload", big, map[string]string{"X-Key": "k"}); res.StatusCode != 413 {
+		t.Errorf("oversized body with the key: %d %s, want 413", res.StatusCode, body)
+	}
+	// A body that never comes: the middleware answers at once, without waiting for it.
+	c, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || res.StatusCode != 401 {
+		t.Errorf("body never sent: %v %v, want 401", res, err)
+	}
+	if diff := cmp.Diff([]string{"g::auth", "g::auth", "g::auth"}, calls()); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
 	}
 }

@@ -1,12 +1,13 @@
 // Command http is the iii http worker (package "http" in the worker registry): the "http"
-// trigger type served on one HTTP listener (see package httpworker).
+// trigger type served on one HTTP listener (see package httpworker), with iii's streamed
+// request_body and response channels.
 //
 // Configuration (YAML, --config or $III_CONFIG):
 //
 //	host: 127.0.0.1                   # listen address (a non-loopback one must be set explicitly)
 //	port: 3111
 //	default_timeout: 30000            # ms a function may take before 504
-//	max_body_bytes: 1048576           # larger bodies get 413
+//	max_body_bytes: 1048576           # larger bodies get 413 (streamed ones too, while they stream)
 //	concurrency_request_limit: 1024   # more requests at once (bodies read) get 503
 //	per_client_request_limit: 0       # slots one client address may hold; 0: a quarter of the above; more get 429
 //	read_header_timeout: 10000        # ms to read a request's headers
@@ -45,6 +46,7 @@ func main() {
 			return w.Call(ctx, fn, payload, append(t.CallOptions(), protocol.WithTimeout(timeout))...)
 		}
 		srv := httpworker.New(cfg, call, log)
+		srv.SetChannels(httpworker.WorkerChannels(w))
 		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
