@@ -77,7 +77,7 @@ func TestNoConfigFileMeansDefaults(t *testing.T) {
 	w.Close()
 	os.Stderr = stderr
 	out, _ := readAll(r)
-	if cfg == nil || err != nil || cfg.Port != 49134 || cfg.Sandbox != nil {
+	if cfg == nil || err != nil || cfg.Main().Port != 49134 || cfg.Sandbox != nil {
 		t.Fatalf("defaults: %+v %v", cfg, err)
 	}
 	if !strings.Contains(out, "no config.yaml found in") || !strings.Contains(out, "starting with defaults") {
