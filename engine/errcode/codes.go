@@ -104,10 +104,9 @@ const (
 const (
 	// ConfigInvalid: config.yaml is not valid (bad YAML, unknown key, wrong type).
 	ConfigInvalid = "CONFIG_INVALID"
-	// ConfigUnsupported: config.yaml sets a key this engine does not implement (rbac,
-	// middleware_function_id, a second instance of an engine worker such as a #instance or a
-	// second iii-worker-manager listener, a non-zero ttl_seconds, iii-stream or
-	// iii-http-functions settings); refused rather than accepted and ignored.
+	// ConfigUnsupported: config.yaml sets a key this engine does not implement (a second
+	// instance of an engine worker other than iii-worker-manager, such as configuration#two, a
+	// non-zero ttl_seconds, iii-stream settings); refused rather than accepted and ignored.
 	ConfigUnsupported = "CONFIG_UNSUPPORTED"
 	// ConfigNotFound: the file named by --config does not exist.
 	ConfigNotFound = "CONFIG_NOT_FOUND"
