@@ -15,7 +15,7 @@ import (
 
 // AuthError is the code of the error frame a connection refused by its listener's auth
 // function gets before the engine closes it: iii's {"type":"error","error":{"code","message"}}.
-const AuthError = "AUTH_ERROR"
+const AuthError = errcode.AuthError
 
 // Listener is one worker listener (a config.yaml iii-worker-manager entry): its own Origin
 // rules and handshake deadline and, as iii defines them, a middleware and an rbac: gate.

@@ -256,3 +256,78 @@ func TestMiddlewareListener(t *testing.T) {
 		t.Errorf("engine function through the middleware listener: %v", err)
 	}
 }
+
+type recordTriggers chan protocol.Trigger
+
+func (r recordTriggers) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	r <- t
+	return nil
+}
+func (r recordTriggers) UnregisterTrigger(context.Context, protocol.Trigger) error { return nil }
+
+// TestRBACTriggers: a session registers triggers only of its allowed_trigger_types and as the
+// hook admits, with its function_registration_prefix on the trigger's function; it registers
+// no trigger type unless allow_trigger_type_registration.
+func TestRBACTriggers(t *testing.T) {
+	l := Listener{Name: "pub", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{AuthFunctionID: "auth::ok", OnTriggerRegistration: "hook::trig"}}
+	_, urls := serveListeners(t, l)
+	fired := make(recordTriggers, 4)
+	main := client(t, urls[0], "", map[string]protocol.Handler{
+		"auth::ok": func(context.Context, json.RawMessage) (any, error) {
+			return map[string]any{"allowed_trigger_types": []string{"ok-type"}, "function_registration_prefix": "u1"}, nil
+		},
+		"hook::trig": func(_ context.Context, in json.RawMessage) (any, error) {
+			return !strings.Contains(string(in), `"function_id":"denied::`), nil
+		},
+	})
+	for _, tt := range []string{"ok-type", "other-type"} {
+		if err := main.RegisterTriggerType(tt, "", fired); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub := client(t, urls[1], "", map[string]protocol.Handler{"fine": echo("fine")})
+	if err := pub.RegisterTriggerType("pub-type", "", fired); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := pub.RegisterTrigger("other-type", "fine", map[string]int{})
+	denied, _ := pub.RegisterTrigger("ok-type", "denied::x", map[string]int{})
+	ok, _ := pub.RegisterTrigger("ok-type", "fine", map[string]int{"n": 1})
+	select {
+	case tr := <-fired:
+		if tr.ID != ok || tr.FunctionID != "u1::fine" {
+			t.Errorf("the provider got %+v, want trigger %s for u1::fine", tr, ok)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the admitted trigger never reached its provider")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, id := range []string{other, denied} {
+		e := pub.TriggerError(id)
+		for e == nil && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			e = pub.TriggerError(id)
+		}
+		if e == nil || e.Code != errcode.Forbidden {
+			t.Errorf("trigger %s: error %v, want FORBIDDEN", id, e)
+		}
+	}
+	out, err := main.Call(context.Background(), "engine::triggers::list", nil)
+	if err != nil || strings.Contains(string(out), "pub-type") || !strings.Contains(string(out), "ok-type") {
+		t.Errorf("trigger types %s, %v: pub-type must be refused", out, err)
+	}
+}
+
+// TestListenerOrigins: each listener has its own allowed_origins and its own Host check.
+func TestListenerOrigins(t *testing.T) {
+	_, urls := serveListeners(t, Listener{Name: "web", AllowedOrigins: []string{"http://app.example"}})
+	mainAddr, webAddr := strings.TrimPrefix(urls[0], "ws://"), strings.TrimPrefix(urls[1], "ws://")
+	if st, body := rawHandshake(t, mainAddr, "/", mainAddr, "http://app.example"); st != http.StatusForbidden || !strings.Contains(body, errcode.OriginForbidden) {
+		t.Errorf("main listener: %d %s, want 403 ORIGIN_FORBIDDEN", st, body)
+	}
+	if st, body := rawHandshake(t, webAddr, "/", webAddr, "http://app.example"); st != http.StatusSwitchingProtocols {
+		t.Errorf("web listener: %d %s, want the upgrade", st, body)
+	}
+	if st, body := rawHandshake(t, webAddr, "/", "rebound.example:80", ""); st != http.StatusForbidden || !strings.Contains(body, errcode.HostForbidden) {
+		t.Errorf("web listener, rebound Host: %d %s, want 403 HOST_FORBIDDEN", st, body)
+	}
+}

@@ -61,6 +61,10 @@ const (
 	// HostForbidden: a handshake to a loopback listener named a Host that is not a loopback name
 	// or address (DNS rebinding; HTTP 403).
 	HostForbidden = "HOST_FORBIDDEN"
+	// AuthError: a listener's rbac auth function refused a connection, is missing, failed, did
+	// not answer in time or answered no AuthResult; the connection gets iii's error frame
+	// {"type":"error","error":{"code":"AUTH_ERROR",...}} and is closed (1008).
+	AuthError = "AUTH_ERROR"
 	// SlowConsumer: a connection's outbound queue overflowed or a write missed its deadline; the
 	// connection is closed.
 	SlowConsumer = "SLOW_CONSUMER"
