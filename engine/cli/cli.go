@@ -27,8 +27,9 @@ import (
 
 const engineUsage = `Usage: iii [--config FILE]
 
-Runs the iii engine: the worker listener (ws://127.0.0.1:49134 unless config.yaml's
-iii-worker-manager entry says otherwise), the configuration worker and the sandbox router.
+Runs the iii engine: the worker listeners (ws://127.0.0.1:49134 unless config.yaml's
+iii-worker-manager entries say otherwise; every entry is a listener, which rbac: and
+middleware_function_id may gate), the configuration worker and the sandbox router.
 SIGINT or SIGTERM stops it. With no namespaces: in its config it writes an owner credential
 for a Compose of this user to ~/.iii/engine/owners/<host>_<port> (mode 0600, removed when it
 stops), which lets that Compose publish configuration entries here with no grant.
