@@ -277,7 +277,10 @@ func TestRBACTriggers(t *testing.T) {
 			return map[string]any{"allowed_trigger_types": []string{"ok-type"}, "function_registration_prefix": "u1"}, nil
 		},
 		"hook::trig": func(_ context.Context, in json.RawMessage) (any, error) {
-			return !strings.Contains(string(in), `"function_id":"denied::`), nil
+			if strings.Contains(string(in), `"function_id":"denied::`) {
+				return false, nil
+			}
+			return map[string]any{}, nil
 		},
 	})
 	for _, tt := range []string{"ok-type", "other-type"} {

@@ -42,14 +42,12 @@ func HookInput(reg any, ctx json.RawMessage) json.RawMessage {
 	return out
 }
 
-// ApplyHook reads a hook's answer into reg: an object admits the registration, each string (or,
-// for metadata and config, any) field it sets replacing the registration's; true admits it
-// unchanged; anything else (false, null, no result) refuses it, as does a hook that fails,
-// which the caller never passes here. It reports whether the registration is admitted.
+// ApplyHook reads a hook's answer into reg, as iii does: an object admits the registration, each
+// string (or, for metadata and config, any) field it sets replacing the registration's ({}
+// admits it unchanged); anything else (false, true, null, no result) refuses it, as does a
+// hook that fails, which the caller never passes here. It reports whether the registration is
+// admitted.
 func ApplyHook(res json.RawMessage, reg any) bool {
-	if strings.TrimSpace(string(res)) == "true" {
-		return true
-	}
 	if !strings.HasPrefix(strings.TrimSpace(string(res)), "{") {
 		return false
 	}

@@ -132,10 +132,10 @@ func TestHooks(t *testing.T) {
 	if !ApplyHook(json.RawMessage(`{"function_id":"x::b","metadata":{"k":1}}`), reg) || reg.FunctionID != "x::b" || reg.Description != "d" || string(reg.Metadata) != `{"k":1}` {
 		t.Errorf("rewrite: %+v", reg)
 	}
-	if !ApplyHook(json.RawMessage(`true`), reg) {
-		t.Error("true admits")
+	if !ApplyHook(json.RawMessage(`{}`), reg) || reg.FunctionID != "x::b" {
+		t.Error("{} admits unchanged")
 	}
-	for _, deny := range []string{``, `null`, `false`, `"ok"`, `[1]`} {
+	for _, deny := range []string{``, `null`, `false`, `true`, `"ok"`, `[1]`} {
 		if ApplyHook(json.RawMessage(deny), &TriggerTypeReg{}) {
 			t.Errorf("%q admitted", deny)
 		}
