@@ -334,3 +334,35 @@ func TestListenerOrigins(t *testing.T) {
 		t.Errorf("web listener, rebound Host: %d %s, want 403 HOST_FORBIDDEN", st, body)
 	}
 }
+
+// TestRBACNamespaces: an auth result with a namespaces map scopes the session: it registers
+// only as a worker of one of its keys and calls what the namespace's grants name there; the
+// engine lists its peer address.
+func TestRBACNamespaces(t *testing.T) {
+	l := Listener{Name: "pub", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{AuthFunctionID: "auth::ns"}}
+	_, urls := serveListeners(t, l)
+	main := client(t, urls[0], "", map[string]protocol.Handler{
+		"auth::ns": func(context.Context, json.RawMessage) (any, error) {
+			return map[string]any{"namespaces": map[string][]string{"orders": {`match("svc::*")`}}}, nil
+		},
+	})
+	worker(t, urls[0], "orders", map[string]protocol.Handler{"svc::get": echo("svc::get"), "other::get": echo("other::get")})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	outside := protocol.NewWorker(protocol.Config{URL: urls[1], Namespace: "billing", NoReconnect: true})
+	defer outside.Close()
+	if err := outside.Start(ctx); code(err) != errcode.Forbidden {
+		t.Errorf("a session scoped to orders registered in billing: %v", err)
+	}
+	inside := worker(t, urls[1], "orders", nil)
+	if out, err := inside.Call(ctx, "svc::get", nil); err != nil || !strings.Contains(string(out), "svc::get") {
+		t.Errorf("svc::get in orders: %s, %v", out, err)
+	}
+	if _, err := inside.Call(ctx, "other::get", nil); code(err) != errcode.Forbidden {
+		t.Errorf("other::get in orders: %v, want FORBIDDEN", err)
+	}
+	out, err := main.Call(ctx, protocol.FnListWorkers, map[string]string{"search": "t-orders"})
+	if err != nil || !strings.Contains(string(out), `"ip_address":"127.0.0.1"`) {
+		t.Errorf("the session's row: %s, %v", out, err)
+	}
+}
