@@ -366,3 +366,46 @@ func TestRBACNamespaces(t *testing.T) {
 		t.Errorf("the session's row: %s, %v", out, err)
 	}
 }
+
+// BenchmarkGatedCall compares a call's round trip from the main listener with one from an
+// rbac listener whose expose_functions admits it (no middleware).
+func BenchmarkGatedCall(b *testing.B) {
+	e := New(Options{})
+	gated := Listener{Name: "pub", RBAC: &rbac.Config{Expose: []rbac.Filter{{Match: "bench::*"}}}}
+	bound := []Bound{{Listener: e.mainListener()}, {Listener: gated}}
+	urls := make([]string, 2)
+	for i := range bound {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		bound[i].Net, urls[i] = ln, "ws://"+ln.Addr().String()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
+	defer func() { cancel(); <-done }()
+	start := func(url string, fns map[string]protocol.Handler) *protocol.Worker {
+		w := protocol.NewWorker(protocol.Config{URL: url, Name: "bench", NoReconnect: true})
+		for id, h := range fns {
+			_ = w.Register(id, h)
+		}
+		if err := w.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return w
+	}
+	srv := start(urls[0], map[string]protocol.Handler{"bench::echo": func(_ context.Context, in json.RawMessage) (any, error) { return in, nil }})
+	defer srv.Close()
+	for i, name := range []string{"main", "rbac"} {
+		cl := start(urls[i], nil)
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := cl.Call(ctx, "bench::echo", map[string]int{"n": 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		cl.Close()
+	}
+}

@@ -153,27 +153,33 @@ func matchArg(s string) (string, bool) {
 // Match reports whether value matches pattern, where * stands for any run of characters and
 // the pattern is anchored at both ends.
 func Match(pattern, value string) bool {
-	parts := strings.Split(pattern, "*")
-	if len(parts) == 1 {
+	star := strings.IndexByte(pattern, '*')
+	if star < 0 {
 		return pattern == value
 	}
-	if !strings.HasPrefix(value, parts[0]) {
+	if !strings.HasPrefix(value, pattern[:star]) {
 		return false
 	}
-	value = value[len(parts[0]):]
-	last := parts[len(parts)-1]
-	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(value, p)
+	value, pattern = value[star:], pattern[star+1:]
+	for {
+		star = strings.IndexByte(pattern, '*')
+		if star < 0 {
+			return strings.HasSuffix(value, pattern)
+		}
+		i := strings.Index(value, pattern[:star])
 		if i < 0 {
 			return false
 		}
-		value = value[i+len(p):]
+		value, pattern = value[i+star:], pattern[star+1:]
 	}
-	return strings.HasSuffix(value, last)
 }
 
 // Matches reports whether f exposes id in ns, given the function's registered metadata.
 func (f Filter) Matches(id, ns string, metadata json.RawMessage) bool {
+	return f.matches(id, ns, func() map[string]any { return decodeObject(metadata) })
+}
+
+func (f Filter) matches(id, ns string, metadata func() map[string]any) bool {
 	scope := f.Namespace
 	if scope == "" {
 		scope = DefaultNamespace
@@ -184,8 +190,8 @@ func (f Filter) Matches(id, ns string, metadata json.RawMessage) bool {
 	if f.Metadata == nil {
 		return Match(f.Match, id)
 	}
-	var obj map[string]any
-	if len(metadata) == 0 || json.Unmarshal(metadata, &obj) != nil || obj == nil {
+	obj := metadata()
+	if obj == nil {
 		return false
 	}
 	for k, want := range f.Metadata {
@@ -203,6 +209,15 @@ func (f Filter) Matches(id, ns string, metadata json.RawMessage) bool {
 		}
 	}
 	return true
+}
+
+// decodeObject is metadata as a JSON object, nil when it is none.
+func decodeObject(metadata json.RawMessage) map[string]any {
+	var obj map[string]any
+	if len(metadata) == 0 || json.Unmarshal(metadata, &obj) != nil {
+		return nil
+	}
+	return obj
 }
 
 // Session is what the auth function granted one connection (iii's AuthResult).
@@ -296,8 +311,21 @@ func (c *Config) Allowed(s *Session, id, ns string, metadata json.RawMessage) bo
 	if c == nil {
 		return true
 	}
+	var obj map[string]any
+	decoded := false
+	meta := func() map[string]any { // decoded once, and only for a metadata filter
+		if !decoded {
+			obj, decoded = decodeObject(metadata), true
+		}
+		return obj
+	}
 	for _, f := range c.Expose {
-		if f.Matches(id, ns, metadata) {
+		if f.Metadata == nil && f.matches(id, ns, meta) {
+			return true
+		}
+	}
+	for _, f := range c.Expose {
+		if f.Metadata != nil && f.matches(id, ns, meta) {
 			return true
 		}
 	}

@@ -145,3 +145,20 @@ func TestHooks(t *testing.T) {
 		t.Errorf("trigger: %+v", tr)
 	}
 }
+
+// BenchmarkAllowed: the gate's cost per call, for a session with a few grants and an
+// expose_functions list of ten wildcard filters and one metadata filter.
+func BenchmarkAllowed(b *testing.B) {
+	cfg := &Config{Expose: []Filter{{Metadata: map[string]MetaMatch{"public": {Exact: true}}}}}
+	for i := 0; i < 10; i++ {
+		cfg.Expose = append(cfg.Expose, Filter{Match: "svc" + strings.Repeat("x", i) + "::*"})
+	}
+	s := &Session{AllowedFunctions: []string{"a::b", "c::d"}, ForbiddenFunctions: []string{"e::f"}}
+	meta := json.RawMessage(`{"public":false,"tier":"free"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if cfg.Allowed(s, "svcxxxxxxxxx::list", "default", meta) != true {
+			b.Fatal("denied")
+		}
+	}
+}
