@@ -73,10 +73,19 @@
 // aborted before its reader connected keeps its buffered frames.
 //
 // Handshakes (engine and channel endpoints alike): a request with an Origin header (a browser
-// page) must be same-origin or match Options.AllowedOrigins, else HTTP 403 ORIGIN_FORBIDDEN; on
-// a loopback listener the Host must be a loopback name or address, else 403 HOST_FORBIDDEN (DNS
-// rebinding). SDKs and workers send no Origin. A socket that has not sent its upgrade request
-// within Options.HandshakeTimeout is closed.
+// page) must be same-origin or match the listener's AllowedOrigins (Options.AllowedOrigins for
+// the main one), else HTTP 403 ORIGIN_FORBIDDEN; on a loopback listener the Host must be a
+// loopback name or address, else 403 HOST_FORBIDDEN (DNS rebinding). SDKs and workers send no
+// Origin. A socket that has not sent its upgrade request within the listener's
+// HandshakeTimeout is closed.
+//
+// Listeners (listener.go): ServeAll serves several, each a Listener with its own Origin rules
+// and handshake deadline; Serve serves the main one. A listener with a Middleware or an RBAC
+// gate (package rbac) gives each connection a session: the auth function's answer, fail closed
+// (AUTH_ERROR error frame, then close 1008). A session's calls outside its rights are
+// FORBIDDEN, engine::functions::list shows it only what it may call, its registrations pass
+// the hooks and carry its function_registration_prefix, and its calls to non-engine functions
+// go to the middleware. Connections of ungated listeners are not affected by any session.
 //
 // Limits (limits.go; README.md "Limits"): every connection has one writer goroutine draining a
 // bounded queue with a write deadline, writing every frame queued at once with one socket write
@@ -587,7 +596,8 @@ func reserved(id string) bool { return protocol.IsEngineFunction(id) }
 
 // workerRow is one row of engine::workers::list: iii's WorkerSummary (its optional strings null
 // when unknown; status "connected", as iii's for a live connection; ip_address null, as iii's
-// without an RBAC session; the peer's address for a connection of a gated listener) and this engine's pid, registered, functions and connected_at.
+// without an RBAC session, and the peer's address for a connection of a gated listener) and
+// this engine's pid, registered, functions and connected_at.
 type workerRow struct {
 	ID                string   `json:"id"`
 	Name              string   `json:"name"`
