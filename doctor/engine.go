@@ -24,11 +24,12 @@ func engineURL(p *projectInfo, cfg *config.Config) string {
 		return p.f.Engine.URL
 	}
 	if cfg != nil {
-		host := cfg.Host
+		main := cfg.Main()
+		host := main.Host
 		if host == "" || host == "0.0.0.0" || host == "::" {
 			host = config.DefaultHost
 		}
-		return "ws://" + net.JoinHostPort(host, strconv.Itoa(cfg.Port))
+		return "ws://" + net.JoinHostPort(host, strconv.Itoa(main.Port))
 	}
 	if u := os.Getenv(protocol.EnvURL); u != "" {
 		return u

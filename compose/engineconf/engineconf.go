@@ -93,8 +93,8 @@ func HostPort(raw string) (string, int, error) {
 	return u.Hostname(), n, nil
 }
 
-// Render returns the engine config. iii-worker-manager listens on the URL's host and port
-// unless the file configures it; the project namespace is protected by the project token, and
+// Render returns the engine config. iii-worker-manager, always the first entry (the engine's
+// main listener), listens on the URL's host and port unless the file configures it; the project namespace is protected by the project token, and
 // the owner token (Compose's alone: it publishes configuration entries and binds the router with
 // it) is declared beside it, or under OwnerNamespace when the project runs in the default
 // namespace, which cannot be protected.
@@ -104,26 +104,26 @@ func Render(in Input) ([]byte, error) {
 		return nil, err
 	}
 	doc := document{GraceMS: in.GraceMS}
-	manager := false
+	main := worker{Name: "iii-worker-manager", Config: map[string]any{"host": host, "port": port}}
 	for _, name := range in.WorkerOrder {
 		cfg := in.Workers[name]
 		if m, ok := cfg.(map[string]any); ok && len(m) == 0 {
 			cfg = nil
 		}
 		if name == "iii-worker-manager" {
-			manager = true
 			m, _ := cfg.(map[string]any)
-			merged := map[string]any{"host": host, "port": port}
+			merged := main.Config.(map[string]any)
 			for k, v := range m {
 				merged[k] = v
 			}
-			cfg = merged
+			continue
 		}
 		doc.Workers = append(doc.Workers, worker{Name: name, Config: cfg})
 	}
-	if !manager {
-		doc.Workers = append([]worker{{Name: "iii-worker-manager", Config: map[string]any{"host": host, "port": port}}}, doc.Workers...)
-	}
+	// The main listener, where engine.url points, is the first entry whatever the file's order:
+	// the engine's first iii-worker-manager is its main one; iii-worker-manager#<name> entries
+	// are further listeners.
+	doc.Workers = append([]worker{main}, doc.Workers...)
 	adapter := in.SandboxAdapter
 	if adapter == "" {
 		adapter = DefaultAdapter

@@ -33,8 +33,8 @@ func TestRenderIsAValidEngineConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("engine rejects the rendered config: %v\n%s", err, out)
 	}
-	if c.Port != 50123 || c.Host != "127.0.0.1" || c.GraceMS != 2000 {
-		t.Errorf("listener %s:%d grace %d", c.Host, c.Port, c.GraceMS)
+	if c.Main().Port != 50123 || c.Main().Host != "127.0.0.1" || c.GraceMS != 2000 {
+		t.Errorf("listener %s:%d grace %d", c.Main().Host, c.Main().Port, c.GraceMS)
 	}
 	if c.Sandbox == nil || c.Sandbox.Adapter != "sandbox-libkrun" || c.Sandbox.Namespace != "shop" {
 		t.Errorf("sandbox binding = %+v, want sandbox-libkrun in shop", c.Sandbox)
@@ -61,8 +61,8 @@ func TestRenderKeepsDeclaredListenerAndCustomBinding(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if c.Port != 50124 || c.HandshakeTimeoutMS != 5000 {
-		t.Errorf("listener port %d handshake %d", c.Port, c.HandshakeTimeoutMS)
+	if c.Main().Port != 50124 || c.Main().HandshakeTimeoutMS != 5000 {
+		t.Errorf("listener port %d handshake %d", c.Main().Port, c.Main().HandshakeTimeoutMS)
 	}
 	if c.Sandbox.Adapter != "my-adapter" || c.Sandbox.Namespace != "vms" {
 		t.Errorf("sandbox = %+v", c.Sandbox)
@@ -115,5 +115,33 @@ func TestOwnerGrantIsAValidEngineConfig(t *testing.T) {
 	}
 	if got := OwnerGrant("shop", "/a b/token", "/a b/owner-token"); !strings.Contains(got, `token_file: "/a b/token"`) {
 		t.Errorf("a path with a space is not quoted:\n%s", got)
+	}
+}
+
+// TestRenderPutsTheMainListenerFirst: a further listener (iii-worker-manager#<name>, with its
+// rbac: block) declared before the plain entry does not become the engine's main listener,
+// which stays where engine.url points.
+func TestRenderPutsTheMainListenerFirst(t *testing.T) {
+	out, err := Render(Input{
+		URL: "ws://127.0.0.1:50125",
+		Workers: map[string]any{
+			"iii-worker-manager#public": map[string]any{"port": 50126, "rbac": map[string]any{"auth_function_id": "my::auth"}},
+			"iii-worker-manager":        map[string]any{"handshake_timeout_ms": 4000},
+		},
+		WorkerOrder: []string{"iii-worker-manager#public", "iii-worker-manager"},
+		Namespace:   "dev", TokenFile: tokenFile(t), OwnerTokenFile: tokenFile(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(out, os.LookupEnv, "/")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(c.Listeners) != 2 || c.Main().Port != 50125 || c.Main().HandshakeTimeoutMS != 4000 || c.Main().RBAC != nil {
+		t.Fatalf("listeners %+v\n%s", c.Listeners, out)
+	}
+	if pub := c.Listeners[1]; pub.Name != "iii-worker-manager#public" || pub.Port != 50126 || pub.RBAC == nil || pub.RBAC.AuthFunctionID != "my::auth" {
+		t.Errorf("public listener %+v", pub)
 	}
 }

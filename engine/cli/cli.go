@@ -27,8 +27,9 @@ import (
 
 const engineUsage = `Usage: iii [--config FILE]
 
-Runs the iii engine: the worker listener (ws://127.0.0.1:49134 unless config.yaml's
-iii-worker-manager entry says otherwise), the configuration worker and the sandbox router.
+Runs the iii engine: the worker listeners (ws://127.0.0.1:49134 unless config.yaml's
+iii-worker-manager entries say otherwise; every entry is a listener, which rbac: and
+middleware_function_id may gate), the configuration worker and the sandbox router.
 SIGINT or SIGTERM stops it. With no namespaces: in its config it writes an owner credential
 for a Compose of this user to ~/.iii/engine/owners/<host>_<port> (mode 0600, removed when it
 stops), which lets that Compose publish configuration entries here with no grant.
@@ -68,27 +69,32 @@ func runEngine(version string, args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
-	ln, err := net.Listen("tcp", addr)
+	bound, err := listen(cfg)
 	if err != nil {
-		return errcode.New(errcode.ListenFailed, "cannot listen on %s: %v", addr, err)
+		return err
 	}
+	ln := bound[0].Net
 	policies := map[string]core.NamespacePolicy{}
 	for _, n := range cfg.Namespaces {
 		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, OwnerTokenFile: n.OwnerTokenFile}
 	}
+	closeAll := func() {
+		for _, b := range bound {
+			b.Net.Close()
+		}
+	}
 	httpInv, err := httpfn.New(httpfn.Security(cfg.HTTPSecurity), nil)
 	if err != nil {
-		ln.Close()
+		closeAll()
 		return err
 	}
 	ownerFile, removeOwner := ownerCredential(ln.Addr().String(), len(policies) > 0, log)
 	defer removeOwner()
 	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log,
-		OwnerTokenFile: ownerFile, AllowedOrigins: cfg.AllowedOrigins, HandshakeTimeout: time.Duration(cfg.HandshakeTimeoutMS) * time.Millisecond, HTTP: httpInv})
+		OwnerTokenFile: ownerFile, AllowedOrigins: bound[0].AllowedOrigins, HandshakeTimeout: bound[0].HandshakeTimeout, HTTP: httpInv})
 	store, err := configuration.New(cfg.ConfigDir, log)
 	if err != nil {
-		ln.Close()
+		closeAll()
 		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %v", cfg.ConfigDir, err)
 	}
 	store.Install(eng)
@@ -111,11 +117,53 @@ func runEngine(version string, args []string) error {
 		log.Info("namespace protected by a project token", "namespace", n.Name, "owner_token", n.OwnerTokenFile != "")
 	}
 	fmt.Fprintf(os.Stderr, "iii engine %s listening on ws://%s\n", version, ln.Addr())
-	if err := eng.Serve(ctx, ln); err != nil && ctx.Err() == nil {
+	for _, b := range bound[1:] {
+		fmt.Fprintf(os.Stderr, "iii engine listener %s on ws://%s%s\n", b.Name, b.Net.Addr(), gateSummary(b.Listener))
+	}
+	if err := eng.ServeAll(ctx, bound); err != nil && ctx.Err() == nil {
 		return errcode.New(errcode.ListenFailed, "%v", err)
 	}
 	fmt.Fprintln(os.Stderr, "iii engine stopped")
 	return nil
+}
+
+// listen opens every listener of cfg, the main one first; a port that cannot be opened closes
+// the others and fails LISTEN_FAILED naming the listener and its line in config.yaml.
+func listen(cfg *config.Config) ([]core.Bound, error) {
+	var bound []core.Bound
+	for _, l := range cfg.Listeners {
+		addr := net.JoinHostPort(l.Host, strconv.Itoa(l.Port))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, b := range bound {
+				b.Net.Close()
+			}
+			where := ""
+			if l.Line > 0 && cfg.Path != "" {
+				where = fmt.Sprintf(" (%s line %d)", cfg.Path, l.Line)
+			}
+			return nil, errcode.New(errcode.ListenFailed, "cannot listen on %s for listener %s%s: %v", addr, l.Name, where, err)
+		}
+		bound = append(bound, core.Bound{Net: ln, Listener: core.Listener{Name: l.Name, AllowedOrigins: l.AllowedOrigins,
+			HandshakeTimeout: time.Duration(l.HandshakeTimeoutMS) * time.Millisecond, Middleware: l.MiddlewareFunctionID, RBAC: l.RBAC}})
+	}
+	return bound, nil
+}
+
+// gateSummary says what gates a listener, for its start line.
+func gateSummary(l core.Listener) string {
+	s := ""
+	if l.RBAC != nil {
+		s = " (rbac"
+		if l.RBAC.AuthFunctionID != "" {
+			s += ", auth " + l.RBAC.AuthFunctionID
+		}
+		s += ")"
+	}
+	if l.Middleware != "" {
+		s += " (middleware " + l.Middleware + ")"
+	}
+	return s
 }
 
 // ownerCredential writes the owner credential a Compose of this user presents when it attaches

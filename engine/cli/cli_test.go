@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/iii-go/iii/engine/config"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/usertoken"
 )
@@ -77,7 +78,7 @@ func TestNoConfigFileMeansDefaults(t *testing.T) {
 	w.Close()
 	os.Stderr = stderr
 	out, _ := readAll(r)
-	if cfg == nil || err != nil || cfg.Port != 49134 || cfg.Sandbox != nil {
+	if cfg == nil || err != nil || cfg.Main().Port != 49134 || cfg.Sandbox != nil {
 		t.Fatalf("defaults: %+v %v", cfg, err)
 	}
 	if !strings.Contains(out, "no config.yaml found in") || !strings.Contains(out, "starting with defaults") {
@@ -184,5 +185,27 @@ func TestUserToken(t *testing.T) {
 	}
 	if got := userToken(parse("compose::status", "-n", "shop")); got != "" {
 		t.Errorf("a record readable by others was used: %q", got)
+	}
+}
+
+// TestListenNamesTheListener: a listener whose port is taken fails LISTEN_FAILED naming it and
+// its line in config.yaml.
+func TestListenNamesTheListener(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := taken.Addr().(*net.TCPAddr).Port
+	cfg, err := config.Parse([]byte(fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: {port: 0}\n  - name: iii-worker-manager#public\n    config: {port: %d}\n", port)),
+		func(string) (string, bool) { return "", false }, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Path = "config.yaml"
+	_, err = listen(cfg)
+	ce := errcode.As(err, "")
+	if ce.Code != errcode.ListenFailed || !strings.Contains(ce.Message, "listener iii-worker-manager#public (config.yaml line 4)") {
+		t.Fatalf("got %v", err)
 	}
 }

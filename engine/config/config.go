@@ -23,12 +23,28 @@
 //	                                           # register here and call configuration::publish and
 //	                                           # engine::sandbox::bind; the project token may not
 //
+// Every iii-worker-manager entry (plain, or named "iii-worker-manager#<name>") is a listener
+// with its own host, port, handshake_timeout_ms, allowed_origins and, as iii defines them,
+// middleware_function_id and rbac: (package rbac); the first is the main one (the owner
+// credential and `iii call` address it). Two listeners on one port are refused (CONFIG_INVALID
+// naming both lines).
+//
+//   - name: iii-worker-manager#public
+//     config:
+//     port: 49135
+//     middleware_function_id: my::middleware   # called instead of every non-engine function
+//     rbac:
+//     auth_function_id: my::auth             # once per upgrade; missing/error/timeout = refused
+//     expose_functions: [match("api::*"), {metadata: {public: true}}]
+//     on_function_registration_function_id: my::on-fn   # also on_trigger_registration_...,
+//     # on_trigger_type_registration_...
+//
 // Keys this engine parses but does not implement are refused with CONFIG_UNSUPPORTED naming the
-// key, never accepted and ignored: rbac and middleware_function_id on iii-worker-manager, a
-// second instance of an engine worker ("#instance" or a second entry of the same name: one
-// listener only), a non-zero ttl_seconds, and any setting of iii-stream (which may be declared,
-// bare, for compatibility). iii-http-functions takes iii's security: {url_allowlist,
-// block_private_ips, require_https}; it serves HTTP-invoked functions whether declared or not.
+// key, never accepted and ignored: a second instance of another engine worker ("#instance" or a
+// second entry of the same name), a non-zero ttl_seconds, and any setting of iii-stream (which
+// may be declared, bare, for compatibility). iii-http-functions takes iii's security:
+// {url_allowlist, block_private_ips, require_https}; it serves HTTP-invoked functions whether
+// declared or not.
 package config
 
 import (
@@ -46,6 +62,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
@@ -53,6 +70,8 @@ import (
 const (
 	DefaultHost             = "127.0.0.1"
 	DefaultPort             = 49134
+	DefaultHandshakeMS      = 10000
+	ListenerWorker          = "iii-worker-manager"
 	DefaultGraceMS          = 1000
 	DefaultConfigDir        = "./config"
 	DefaultSandboxAdapter   = scode.AdapterName
@@ -63,18 +82,38 @@ const (
 
 // Config is a parsed config.yaml.
 type Config struct {
-	Path               string // file it came from; "" for defaults
-	GraceMS            int
+	Path    string // file it came from; "" for defaults
+	GraceMS int
+	// Listeners are the iii-worker-manager entries in file order; never empty (the default
+	// listener when none is declared). The first is the main one.
+	Listeners  []Listener
+	ConfigDir  string   // configuration worker's fs directory
+	Sandbox    *Sandbox // nil: no adapter bound
+	Namespaces []Namespace
+	Declared   []string // engine workers declared in workers:, in file order
+	// HTTPSecurity is iii-http-functions' security: block (iii's defaults when absent).
+	HTTPSecurity HTTPSecurity
+}
+
+// Listener is one iii-worker-manager entry: a WebSocket listener for workers.
+type Listener struct {
+	Name               string // the entry's name: iii-worker-manager or iii-worker-manager#<name>
+	Line               int    // of the entry; 0 for the default listener
 	Host               string
 	Port               int
 	HandshakeTimeoutMS int
-	AllowedOrigins     []string // browser origins admitted besides same-origin (iii-worker-manager allowed_origins)
-	ConfigDir          string   // configuration worker's fs directory
-	Sandbox            *Sandbox // nil: no adapter bound
-	Namespaces         []Namespace
-	Declared           []string // engine workers declared in workers:, in file order
-	// HTTPSecurity is iii-http-functions' security: block (iii's defaults when absent).
-	HTTPSecurity HTTPSecurity
+	AllowedOrigins     []string // browser origins admitted besides same-origin
+	// MiddlewareFunctionID is called, instead of the function, for every call a connection of
+	// this listener makes to a function that is not the engine's.
+	MiddlewareFunctionID string
+	RBAC                 *rbac.Config // nil: no access control on this listener
+}
+
+// Main is the main listener: the first iii-worker-manager entry.
+func (c *Config) Main() Listener { return c.Listeners[0] }
+
+func defaultListener() Listener {
+	return Listener{Name: ListenerWorker, Host: DefaultHost, Port: DefaultPort, HandshakeTimeoutMS: DefaultHandshakeMS}
 }
 
 // HTTPSecurity is iii-http-functions config security: {url_allowlist, block_private_ips,
@@ -117,7 +156,7 @@ func refuseKey(line int, format string, args ...any) *errcode.Error {
 
 // Default is the configuration used when there is no file.
 func Default() *Config {
-	return &Config{GraceMS: DefaultGraceMS, Host: DefaultHost, Port: DefaultPort, HandshakeTimeoutMS: 10000, ConfigDir: DefaultConfigDir,
+	return &Config{GraceMS: DefaultGraceMS, Listeners: []Listener{defaultListener()}, ConfigDir: DefaultConfigDir,
 		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"*"}, BlockPrivateIPs: true, RequireHTTPS: true}}
 }
 
@@ -181,6 +220,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 	var unsupported []string
 	seen := map[string]bool{}
 	entries := map[string]int{} // engine worker name -> line of its entry, across workers and modules
+	c.Listeners = nil
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		if seen[k.Value] {
@@ -209,6 +249,12 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 		default:
 			return nil, invalid(k.Line, "unknown key %q; allowed: registration_namespace_grace_ms, workers (or modules), sandbox, namespaces", k.Value)
 		}
+	}
+	if len(c.Listeners) == 0 {
+		c.Listeners = []Listener{defaultListener()}
+	}
+	if err := distinctPorts(c.Listeners); err != nil {
+		return nil, err
 	}
 	if len(unsupported) > 0 {
 		return nil, &errcode.Error{Code: errcode.UnsupportedConfigWorkers, Message: "Workers in config.yaml are no longer supported:\n" +
@@ -289,16 +335,24 @@ func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) 
 				return nil, invalid(e.Content[j].Line, "%s: 'image' is not allowed on an engine worker", name)
 			}
 		}
+		if base == ListenerWorker {
+			c.Declared = append(c.Declared, name)
+			l := defaultListener()
+			l.Name, l.Line = name, e.Line
+			if cfg != nil {
+				if err := parseListener(&l, cfg); err != nil {
+					return nil, err
+				}
+			}
+			c.Listeners = append(c.Listeners, l)
+			continue
+		}
 		if instance != "" {
 			return nil, refuseKey(e.Line, "%s[%d]: %q is a second instance of %s (a \"#%s\" suffix)", key, i, name, base, instance)
 		}
 		if first, ok := entries[base]; ok {
-			why := "this engine runs one " + base
-			if base == "iii-worker-manager" {
-				why = "only one listener is supported today"
-			}
-			return nil, refuseKey(e.Line, "%s[%d]: a second %q entry, after the one on line %d, is a second instance of %s: %s",
-				key, i, name, first, base, why)
+			return nil, refuseKey(e.Line, "%s[%d]: a second %q entry, after the one on line %d, is a second instance of %s: this engine runs one %s",
+				key, i, name, first, base, base)
 		}
 		entries[base] = e.Line
 		c.Declared = append(c.Declared, name)
@@ -307,8 +361,6 @@ func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) 
 		}
 		var err error
 		switch base {
-		case "iii-worker-manager":
-			err = c.parseListener(cfg)
 		case "configuration":
 			err = c.parseConfiguration(cfg)
 		case "iii-http-functions":
@@ -351,39 +403,100 @@ func mapping(v *yaml.Node, what string, allowed []string, fn func(k, v *yaml.Nod
 	return nil
 }
 
-func (c *Config) parseListener(v *yaml.Node) error {
-	if v.Kind == yaml.MappingNode {
-		for i := 0; i+1 < len(v.Content); i += 2 {
-			switch k := v.Content[i]; k.Value {
-			case "rbac", "middleware_function_id":
-				return refuseKey(k.Line, "iii-worker-manager config: key %q (access control by function) is not supported: "+
-					"protect a namespace with a project token (namespaces:) instead", k.Value)
-			}
+// distinctPorts refuses two listeners on one port (0, a port the system picks, excepted).
+func distinctPorts(ls []Listener) error {
+	byPort := map[int]Listener{}
+	for _, l := range ls {
+		if l.Port == 0 {
+			continue
 		}
+		if o, ok := byPort[l.Port]; ok {
+			return invalid(l.Line, "listener %q: port %d is already the port of listener %q on line %d; give every iii-worker-manager entry its own port",
+				l.Name, l.Port, o.Name, o.Line)
+		}
+		byPort[l.Port] = l
 	}
-	return mapping(v, "iii-worker-manager config", []string{"host", "port", "handshake_timeout_ms", "allowed_origins"}, func(k, v *yaml.Node) error {
+	return nil
+}
+
+var listenerKeys = []string{"host", "port", "handshake_timeout_ms", "allowed_origins", "middleware_function_id", "rbac"}
+
+func parseListener(l *Listener, v *yaml.Node) error {
+	what := l.Name + " config"
+	return mapping(v, what, listenerKeys, func(k, v *yaml.Node) error {
 		var err error
 		switch k.Value {
 		case "allowed_origins":
-			c.AllowedOrigins, err = originList(v)
+			l.AllowedOrigins, err = originList(v)
 		case "host":
-			c.Host, err = strValue(v, k.Value)
-			if err == nil && c.Host == "" {
+			l.Host, err = strValue(v, k.Value)
+			if err == nil && l.Host == "" {
 				err = invalid(v.Line, "host must not be empty")
 			}
 		case "port":
-			c.Port, err = intValue(v, k.Value)
-			if err == nil && (c.Port < 0 || c.Port > 65535) {
-				err = invalid(v.Line, "port %d is out of range", c.Port)
+			l.Port, err = intValue(v, k.Value)
+			if err == nil && (l.Port < 0 || l.Port > 65535) {
+				err = invalid(v.Line, "port %d is out of range", l.Port)
 			}
 		case "handshake_timeout_ms":
-			c.HandshakeTimeoutMS, err = intValue(v, k.Value)
-			if err == nil && c.HandshakeTimeoutMS <= 0 {
-				err = invalid(v.Line, "handshake_timeout_ms must be positive, got %d", c.HandshakeTimeoutMS)
+			l.HandshakeTimeoutMS, err = intValue(v, k.Value)
+			if err == nil && l.HandshakeTimeoutMS <= 0 {
+				err = invalid(v.Line, "handshake_timeout_ms must be positive, got %d", l.HandshakeTimeoutMS)
+			}
+		case "middleware_function_id":
+			l.MiddlewareFunctionID, err = functionID(v, what+": middleware_function_id")
+		case "rbac":
+			l.RBAC, err = parseRBAC(v, l.Name+" rbac")
+		}
+		return err
+	})
+}
+
+// parseRBAC reads an rbac: block (package rbac); an empty or null one exposes nothing but the
+// infrastructure functions.
+func parseRBAC(v *yaml.Node, what string) (*rbac.Config, error) {
+	r := &rbac.Config{}
+	err := mapping(v, what, rbac.Keys, func(k, v *yaml.Node) error {
+		var err error
+		key := what + "." + k.Value
+		switch k.Value {
+		case "auth_function_id":
+			r.AuthFunctionID, err = functionID(v, key)
+		case "on_function_registration_function_id":
+			r.OnFunctionRegistration, err = functionID(v, key)
+		case "on_trigger_registration_function_id":
+			r.OnTriggerRegistration, err = functionID(v, key)
+		case "on_trigger_type_registration_function_id":
+			r.OnTriggerTypeRegistration, err = functionID(v, key)
+		case "expose_functions":
+			if v.Kind != yaml.SequenceNode {
+				return invalid(v.Line, "%s must be a list of filters: match(\"api::*\") or {metadata: {key: value}}", key)
+			}
+			r.Expose = []rbac.Filter{}
+			for _, e := range v.Content {
+				var raw any
+				if err := e.Decode(&raw); err != nil {
+					return invalid(e.Line, "%s: %v", key, err)
+				}
+				f, err := rbac.ParseFilter(raw)
+				if err != nil {
+					return invalid(e.Line, "%s: %v", key, err)
+				}
+				r.Expose = append(r.Expose, f)
 			}
 		}
 		return err
 	})
+	return r, err
+}
+
+// functionID reads a function id setting: a non-empty string.
+func functionID(v *yaml.Node, key string) (string, error) {
+	s, err := strValue(v, key)
+	if err == nil && strings.TrimSpace(s) == "" {
+		err = invalid(v.Line, "%s must name a function", key)
+	}
+	return s, err
 }
 
 func (c *Config) parseConfiguration(v *yaml.Node) error {

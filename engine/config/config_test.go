@@ -43,12 +43,13 @@ namespaces:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Config{GraceMS: 250, Host: "0.0.0.0", Port: 5000, HandshakeTimeoutMS: 2500, ConfigDir: "/tmp/cfg",
-		AllowedOrigins: []string{"http://localhost:3000", "*.example.com"},
-		Sandbox:        &Sandbox{Adapter: "mybox", Namespace: "default"},
-		Namespaces:     []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
-		Declared:       []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"},
-		HTTPSecurity:   HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}}}
+	want := &Config{GraceMS: 250, ConfigDir: "/tmp/cfg",
+		Listeners: []Listener{{Name: "iii-worker-manager", Line: 3, Host: "0.0.0.0", Port: 5000, HandshakeTimeoutMS: 2500,
+			AllowedOrigins: []string{"http://localhost:3000", "*.example.com"}}},
+		Sandbox:      &Sandbox{Adapter: "mybox", Namespace: "default"},
+		Namespaces:   []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
+		Declared:     []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"},
+		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
 	}
@@ -85,14 +86,23 @@ func TestParseErrors(t *testing.T) {
 		{"namespaces:\n  - {name: p, token_file: missing}\n", errcode.ConfigInvalid, "of namespace \"p\": no such file"},
 		{"workers: [\n", errcode.ConfigInvalid, "not valid YAML"},
 		{"workers: []\nworkers: []\n", errcode.ConfigInvalid, `key "workers" appears twice`},
-		// Keys this engine parses but does not act on are refused, naming the key (review row #8).
-		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {default: deny}}\n", errcode.ConfigUnsupported, `line 3: iii-worker-manager config: key "rbac"`},
-		{"workers:\n  - name: iii-worker-manager\n    config: {middleware_function_id: auth::check}\n", errcode.ConfigUnsupported, `key "middleware_function_id"`},
-		{"workers:\n  - name: iii-worker-manager#rbac\n    config: {port: 49135}\n", errcode.ConfigUnsupported, `"iii-worker-manager#rbac" is a second instance`},
-		// A second entry of an engine worker would be a second instance: refused, naming both lines
-		// (review row B32), also across workers: and modules:.
-		{"workers:\n  - name: iii-worker-manager\n    config: {port: 47002}\n  - name: iii-worker-manager\n    config: {port: 47003}\n",
-			errcode.ConfigUnsupported, `line 4: workers[1]: a second "iii-worker-manager" entry, after the one on line 2, is a second instance of iii-worker-manager: only one listener is supported today`},
+		// An rbac: block is parsed strictly: a key iii does not define, or a filter it cannot
+		// read, refuses the start instead of widening or narrowing the gate (review row #8).
+		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {default: deny}}\n", errcode.ConfigInvalid,
+			`line 3: unknown key "default" in iii-worker-manager rbac; allowed: auth_function_id, expose_functions, on_function_registration_function_id`},
+		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {expose_functions: ['api::*']}}\n", errcode.ConfigInvalid, `expected match("pattern")`},
+		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {expose_functions: [{match: 'a', namesapce: b}]}}\n", errcode.ConfigInvalid, `unknown key "namesapce" in an expose_functions filter`},
+		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {expose_functions: x}}\n", errcode.ConfigInvalid, "must be a list of filters"},
+		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {auth_function_id: ''}}\n", errcode.ConfigInvalid, "auth_function_id must name a function"},
+		{"workers:\n  - name: iii-worker-manager\n    config: {middleware_function_id: ''}\n", errcode.ConfigInvalid, "middleware_function_id must name a function"},
+		// Two listeners on one port: refused, naming both lines; a second entry keeps the default
+		// port unless it sets one.
+		{"workers:\n  - name: iii-worker-manager\n    config: {port: 47002}\n  - name: iii-worker-manager#rbac\n    config: {port: 47002}\n",
+			errcode.ConfigInvalid, `line 4: listener "iii-worker-manager#rbac": port 47002 is already the port of listener "iii-worker-manager" on line 2`},
+		{"workers:\n  - name: iii-worker-manager\n  - name: iii-worker-manager\n", errcode.ConfigInvalid, `line 3: listener "iii-worker-manager": port 49134 is already the port`},
+		// A second instance of another engine worker is still refused (review row B32), also
+		// across workers: and modules:.
+		{"workers:\n  - name: configuration#two\n", errcode.ConfigUnsupported, `"configuration#two" is a second instance of configuration`},
 		{"modules:\n  - name: configuration\nworkers:\n  - name: iii-stream\n  - name: configuration\n", errcode.ConfigUnsupported,
 			`line 5: workers[1]: a second "configuration" entry, after the one on line 2, is a second instance of configuration: this engine runs one configuration`},
 		{"workers:\n  - name: configuration\n    config: {ttl_seconds: 1}\n", errcode.ConfigUnsupported, "ttl_seconds: 1"},
@@ -117,6 +127,52 @@ func TestParseErrors(t *testing.T) {
 		if ce.Code != c.code || !strings.Contains(ce.Message, c.msg) {
 			t.Errorf("%q: got [%s] %s, want [%s] containing %q", c.in, ce.Code, ce.Message, c.code, c.msg)
 		}
+	}
+}
+
+// TestParseListeners: every iii-worker-manager entry is a listener, in file order, with its
+// own settings and rbac: block; the first is the main one.
+func TestParseListeners(t *testing.T) {
+	in := `workers:
+  - name: iii-worker-manager
+    config: {port: 47001}
+  - name: configuration
+  - name: iii-worker-manager#public
+    config:
+      host: 0.0.0.0
+      port: 47002
+      handshake_timeout_ms: 500
+      middleware_function_id: my::mw
+      rbac:
+        auth_function_id: my::auth
+        on_function_registration_function_id: my::on-fn
+        on_trigger_registration_function_id: my::on-trig
+        on_trigger_type_registration_function_id: my::on-tt
+        expose_functions:
+          - match("api::*")
+          - {match: "svc::*", namespace: orders}
+          - metadata: {public: true}
+  - name: iii-worker-manager
+    config: {port: 47003, rbac: {}}
+`
+	c, err := Parse([]byte(in), env(nil), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Listeners) != 3 || c.Main().Port != 47001 || c.Main().RBAC != nil || c.Main().Line != 2 {
+		t.Fatalf("listeners %+v", c.Listeners)
+	}
+	pub := c.Listeners[1]
+	if pub.Name != "iii-worker-manager#public" || pub.Host != "0.0.0.0" || pub.HandshakeTimeoutMS != 500 || pub.MiddlewareFunctionID != "my::mw" || pub.Line != 5 {
+		t.Errorf("public listener %+v", pub)
+	}
+	r := pub.RBAC
+	if r == nil || r.AuthFunctionID != "my::auth" || r.OnFunctionRegistration != "my::on-fn" || r.OnTriggerRegistration != "my::on-trig" ||
+		r.OnTriggerTypeRegistration != "my::on-tt" || len(r.Expose) != 3 || r.Expose[1].Namespace != "orders" || r.Expose[2].Metadata["public"].Exact != true {
+		t.Errorf("rbac %+v", r)
+	}
+	if third := c.Listeners[2]; third.RBAC == nil || len(third.RBAC.Expose) != 0 || third.Host != DefaultHost {
+		t.Errorf("an empty rbac: block exposes nothing: %+v", third)
 	}
 }
 
@@ -146,8 +202,15 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if c.Port < 0 || c.Port > 65535 || c.Host == "" {
-			t.Fatalf("accepted a bad listener %q:%d", c.Host, c.Port)
+		if len(c.Listeners) == 0 {
+			t.Fatal("accepted a config without a listener")
+		}
+		ports := map[int]bool{}
+		for _, l := range c.Listeners {
+			if l.Port < 0 || l.Port > 65535 || l.Host == "" || l.HandshakeTimeoutMS <= 0 || l.Port != 0 && ports[l.Port] {
+				t.Fatalf("accepted a bad listener %+v", l)
+			}
+			ports[l.Port] = true
 		}
 		if c.Sandbox != nil && (c.Sandbox.Adapter == "" || c.Sandbox.Namespace == "") {
 			t.Fatalf("accepted an empty binding %+v", c.Sandbox)

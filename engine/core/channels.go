@@ -383,7 +383,7 @@ func (e *Engine) removeChannel(_ context.Context, _ Caller, payload json.RawMess
 }
 
 // serveChannel upgrades a request for /ws/channels/{id}?key= to one end of that channel.
-func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string) {
+func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string, l *listener) {
 	ch, ok := e.chans.enter(id)
 	if !ok {
 		http.Error(w, "the engine is shutting down", http.StatusServiceUnavailable)
@@ -414,7 +414,7 @@ func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string)
 		http.Error(w, "this end of the channel is already connected", http.StatusConflict)
 		return
 	}
-	ws, err := websocket.Accept(w, r, e.acceptOptions())
+	ws, err := websocket.Accept(w, r, acceptOptions(l))
 	if err != nil {
 		ch.abort("the " + endName(end) + " failed to connect")
 		e.chans.finish(ch, end)

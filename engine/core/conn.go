@@ -19,6 +19,7 @@ import (
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 )
 
 // workerInfo is what engine::workers::register tells about a worker. Unknown keys are dropped.
@@ -44,6 +45,8 @@ type conn struct {
 	id          string
 	token       string // presented in the handshake; compared, never shown
 	owner       bool
+	l           *listener     // the listener it connected to
+	session     *rbac.Session // its rights on a gated listener (middleware or rbac), else nil; never changes
 	connectedAt time.Time
 	ctx         context.Context
 	cancel      context.CancelFunc
@@ -138,6 +141,17 @@ func (c *conn) shut(status int, reason string) {
 	}()
 }
 
+// sessionIP is the peer's address of a connection with a session, else "".
+func (c *conn) sessionIP() string {
+	if c.session == nil {
+		return ""
+	}
+	return c.session.IP
+}
+
+// localID is the id c's worker knows function id by (without its registration prefix).
+func (c *conn) localID(id string) string { return c.session.Local(id) }
+
 func (c *conn) name() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -168,10 +182,10 @@ func (e *Engine) readFrame(c *conn, buf []byte) (typ byte, b []byte, err error) 
 	return typ, b, err
 }
 
-func (e *Engine) serveConn(ws *batchconn.Conn, token string) {
+func (e *Engine) serveConn(ws *batchconn.Conn, token string, l *listener, session *rbac.Session) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{e: e, ws: ws, q: batchconn.NewQueue(ws, false, e.opts.QueueBytes, e.opts.QueueFrames), id: newUUID(),
-		token: token, connectedAt: time.Now(), ctx: ctx, cancel: cancel, pending: map[string]*pendingCall{}, calls: map[string]*conn{}}
+		token: token, l: l, session: session, connectedAt: time.Now(), ctx: ctx, cancel: cancel, pending: map[string]*pendingCall{}, calls: map[string]*conn{}}
 	c.owner = e.isOwnerToken(token)
 	c.holdFn = func(n int) bool { return e.frames.take(&c.hold, int64(n)) }
 	c.hold.evict = func() {
@@ -289,6 +303,9 @@ func (e *Engine) drop(c *conn) {
 func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 	switch m.Type {
 	case protocol.TypeInvokeFunction:
+		if c.session != nil && m.FunctionID != protocol.FnRegisterWorker && e.gateInvoke(c, m) {
+			return
+		}
 		enqueue := m.Action != nil && m.Action.Type == "enqueue"
 		if m.FunctionID != protocol.FnRegisterWorker && !enqueue && e.forwardAsync(c, m) {
 			m.Recycle() // forwarded: the frame sent on copied what it needed
@@ -376,6 +393,9 @@ func (e *Engine) graceExpired(c *conn) {
 }
 
 func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
+	if c.session != nil && !e.gateRegistration(c, ns, m) {
+		return
+	}
 	if isTriggerRegistration(m) {
 		e.triggers.Handle(c, ns, m)
 		return
@@ -447,6 +467,9 @@ func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 	ns, perr := requestNamespace(info.Namespace)
 	if perr == nil {
 		perr = e.checkToken(c, ns)
+	}
+	if perr == nil && c.session != nil && !c.session.MayDeclare(ns) {
+		perr = protocol.NewError(errcode.Forbidden, "listener %s: the auth function scoped this connection to other namespaces than '%s'", c.l.Name, ns)
 	}
 	if perr != nil {
 		e.log.Warn("worker registration refused", "worker_id", c.id, "name", info.Name, "namespace", ns, "code", perr.Code)

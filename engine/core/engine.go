@@ -76,10 +76,19 @@
 // aborted before its reader connected keeps its buffered frames.
 //
 // Handshakes (engine and channel endpoints alike): a request with an Origin header (a browser
-// page) must be same-origin or match Options.AllowedOrigins, else HTTP 403 ORIGIN_FORBIDDEN; on
-// a loopback listener the Host must be a loopback name or address, else 403 HOST_FORBIDDEN (DNS
-// rebinding). SDKs and workers send no Origin. A socket that has not sent its upgrade request
-// within Options.HandshakeTimeout is closed.
+// page) must be same-origin or match the listener's AllowedOrigins (Options.AllowedOrigins for
+// the main one), else HTTP 403 ORIGIN_FORBIDDEN; on a loopback listener the Host must be a
+// loopback name or address, else 403 HOST_FORBIDDEN (DNS rebinding). SDKs and workers send no
+// Origin. A socket that has not sent its upgrade request within the listener's
+// HandshakeTimeout is closed.
+//
+// Listeners (listener.go): ServeAll serves several, each a Listener with its own Origin rules
+// and handshake deadline; Serve serves the main one. A listener with a Middleware or an RBAC
+// gate (package rbac) gives each connection a session: the auth function's answer, fail closed
+// (AUTH_ERROR error frame, then close 1008). A session's calls outside its rights are
+// FORBIDDEN, engine::functions::list shows it only what it may call, its registrations pass
+// the hooks and carry its function_registration_prefix, and its calls to non-engine functions
+// go to the middleware. Connections of ungated listeners are not affected by any session.
 //
 // Limits (limits.go; README.md "Limits"): every connection has one writer goroutine draining a
 // bounded queue with a write deadline, writing every frame queued at once with one socket write
@@ -104,7 +113,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -113,6 +121,7 @@ import (
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/triggers"
 )
 
@@ -210,8 +219,7 @@ type Engine struct {
 	claim    *fkey // ClaimPrefix: {namespace, id prefix} kept to one worker, nil when none
 	triggers *triggers.Registry
 
-	loopback atomic.Bool // the listener is a loopback address: Host must be a loopback name
-	frames   budget      // bytes of the frames being read, all connections together
+	frames budget // bytes of the frames being read, all connections together
 }
 
 // budget is the engine-wide byte budget of the frames being read. A connection takes from it
@@ -362,24 +370,36 @@ func (e *Engine) WorkerGone(id string) <-chan struct{} {
 // newID is a fresh invocation id: a random UUID, the type iii's SDKs decode it as.
 func (e *Engine) newID() string { return newUUID() }
 
-// Handler is the HTTP handler of the worker listener: /ws/channels/{id} upgrades to one end of a
-// stream channel, /otel takes SDK telemetry, every other path upgrades to a worker connection.
+// Handler is the HTTP handler of the main worker listener (Options' origins, no Host check):
+// /ws/channels/{id} upgrades to one end of a stream channel, /otel takes SDK telemetry, every
+// other path upgrades to a worker connection.
 func (e *Engine) Handler() http.Handler {
+	return e.handler(&listener{Listener: e.mainListener()})
+}
+
+func (e *Engine) handler(l *listener) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h := e.checkHandshake(r); h != nil {
+		if h := e.checkHandshake(l, r); h != nil {
 			e.refuse(w, r, h)
 			return
 		}
 		if id, ok := strings.CutPrefix(r.URL.Path, protocol.ChannelPathPrefix); ok {
-			e.serveChannel(w, r, id)
+			e.serveChannel(w, r, id, l)
 			return
 		}
 		if r.URL.Path == "/otel" {
-			ws, err := websocket.Accept(w, r, e.acceptOptions())
+			ws, err := websocket.Accept(w, r, acceptOptions(l))
 			if err != nil {
 				return
 			}
 			ws.SetReadLimit(protocol.MaxFrameBytes)
+			if l.gated() {
+				if _, perr := e.authenticate(l, r); perr != nil {
+					e.log.Warn("telemetry connection refused by the listener's auth", "listener", l.Name, "code", perr.Code, "reason", perr.Message)
+					_ = ws.Close(websocket.StatusPolicyViolation, AuthError)
+					return
+				}
+			}
 			drain(ws) // SDK telemetry: accepted and dropped, never listed as a worker
 			return
 		}
@@ -390,14 +410,22 @@ func (e *Engine) Handler() http.Handler {
 		ws.SetReadLimit(protocol.MaxFrameBytes)
 		ws.SetFrameTimeout(e.opts.FrameTimeout, e.opts.FrameMinRate)
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		e.serveConn(ws, strings.TrimSpace(token))
+		var session *rbac.Session
+		if l.gated() {
+			var perr *protocol.Error
+			if session, perr = e.authenticate(l, r); perr != nil {
+				e.refuseSession(l, r, ws, perr)
+				return
+			}
+		}
+		e.serveConn(ws, strings.TrimSpace(token), l, session)
 	})
 }
 
 // acceptOptions lets coder/websocket (channels, /otel) check the origin too, with the same
 // patterns as checkHandshake (which has already refused anything else with a coded message).
-func (e *Engine) acceptOptions() *websocket.AcceptOptions {
-	return &websocket.AcceptOptions{OriginPatterns: e.opts.AllowedOrigins}
+func acceptOptions(l *listener) *websocket.AcceptOptions {
+	return &websocket.AcceptOptions{OriginPatterns: l.AllowedOrigins}
 }
 
 // drain reads and drops frames until the peer goes away.
@@ -410,19 +438,38 @@ func drain(ws *websocket.Conn) {
 	}
 }
 
-// Serve accepts workers on ln until ctx ends, then closes every connection.
+// Serve accepts workers on ln, the main listener (Options' origins and handshake deadline),
+// until ctx ends, then closes every connection.
 func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
-	e.loopback.Store(isLoopbackAddr(ln.Addr()))
-	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: e.opts.HandshakeTimeout}
+	return e.ServeAll(ctx, []Bound{{Listener: e.mainListener(), Net: ln}})
+}
+
+// ServeAll accepts workers on every listener until ctx ends, then closes every connection. A
+// listener that fails closes the others and its error is returned.
+func (e *Engine) ServeAll(ctx context.Context, bound []Bound) error {
 	go e.sweep(ctx, 20*time.Millisecond)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(batchconn.Listener{Listener: ln, WriteTimeout: e.opts.WriteTimeout}) }()
+	errc := make(chan error, len(bound))
+	srvs := make([]*http.Server, 0, len(bound))
+	for _, b := range bound {
+		l := &listener{Listener: b.Listener, loopback: isLoopbackAddr(b.Net.Addr())}
+		if l.HandshakeTimeout <= 0 {
+			l.HandshakeTimeout = e.opts.HandshakeTimeout
+		}
+		srv := &http.Server{Handler: e.handler(l), ReadHeaderTimeout: l.HandshakeTimeout}
+		srvs = append(srvs, srv)
+		go func() { errc <- srv.Serve(batchconn.Listener{Listener: b.Net, WriteTimeout: e.opts.WriteTimeout}) }()
+	}
 	select {
 	case err := <-errc:
+		for _, b := range bound {
+			_ = b.Net.Close()
+		}
 		return err
 	case <-ctx.Done():
 	}
-	_ = ln.Close()
+	for _, b := range bound {
+		_ = b.Net.Close()
+	}
 	e.chans.closeAll(200 * time.Millisecond)
 	e.mu.RLock()
 	conns := make([]*conn, 0, len(e.conns))
@@ -448,7 +495,9 @@ func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 		}()
 	}
 	wg.Wait()
-	_ = srv.Close()
+	for _, srv := range srvs {
+		_ = srv.Close()
+	}
 	return nil
 }
 
@@ -552,7 +601,8 @@ func reserved(id string) bool { return protocol.IsEngineFunction(id) }
 
 // workerRow is one row of engine::workers::list: iii's WorkerSummary (its optional strings null
 // when unknown; status "connected", as iii's for a live connection; ip_address null, as iii's
-// without an RBAC session) and this engine's pid, registered, functions and connected_at.
+// without an RBAC session, and the peer's address for a connection of a gated listener) and
+// this engine's pid, registered, functions and connected_at.
 type workerRow struct {
 	ID                string   `json:"id"`
 	Name              string   `json:"name"`
@@ -605,7 +655,7 @@ func (e *Engine) listWorkers(_ context.Context, _ Caller, payload json.RawMessag
 		w := workerRow{ID: c.id, Name: c.info.Name, Namespace: c.nsOrDefault(), Runtime: orNull(c.info.Runtime),
 			Version: orNull(c.info.Version), Description: orNull(c.info.Description), OS: orNull(c.info.OS),
 			Status: "connected", ConnectedAtMS: c.connectedAt.UnixMilli(), ActiveInvocations: len(c.pending),
-			Isolation: orNull(c.info.Isolation), PID: c.info.PID, Registered: c.registered, Functions: byConn[c],
+			Isolation: orNull(c.info.Isolation), IPAddress: orNull(c.sessionIP()), PID: c.info.PID, Registered: c.registered, Functions: byConn[c],
 			ConnectedAt: c.connectedAt.UTC().Format(time.RFC3339)}
 		c.mu.Unlock()
 		if w.Functions == nil {
@@ -631,7 +681,7 @@ func (e *Engine) listWorkers(_ context.Context, _ Caller, payload json.RawMessag
 	return map[string]any{"workers": out}, nil
 }
 
-func (e *Engine) listFunctions(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+func (e *Engine) listFunctions(_ context.Context, caller Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		Namespace string `json:"namespace"`
 	}
@@ -648,12 +698,12 @@ func (e *Engine) listFunctions(_ context.Context, _ Caller, payload json.RawMess
 	e.mu.RLock()
 	out := []fn{}
 	for id, b := range e.builtins {
-		if in.Namespace == "" || in.Namespace == protocol.DefaultNamespace {
+		if (in.Namespace == "" || in.Namespace == protocol.DefaultNamespace) && e.mayList(caller.conn, id, protocol.DefaultNamespace, nil) {
 			out = append(out, fn{FunctionID: id, Namespace: protocol.DefaultNamespace, Description: b.description, WorkerID: "engine", WorkerName: "engine"})
 		}
 	}
 	for k, f := range e.funcs {
-		if in.Namespace != "" && in.Namespace != k.ns {
+		if in.Namespace != "" && in.Namespace != k.ns || !e.mayList(caller.conn, k.id, k.ns, f.frame.Metadata) {
 			continue
 		}
 		f.conn.mu.Lock()

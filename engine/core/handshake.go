@@ -14,15 +14,15 @@ import (
 // alike). On a loopback listener the Host must be a loopback name or an IP address, so that a
 // page on a domain rebound to 127.0.0.1 cannot reach the engine (DNS rebinding needs a name; an
 // address is what a VM worker uses: qemu's user network forwards its 10.0.2.2 to loopback). A request with an
-// Origin header (a browser page) must be same-origin or match AllowedOrigins; one without
+// Origin header (a browser page) must be same-origin or match the listener's AllowedOrigins; one without
 // (SDKs, workers, iii call) is allowed.
-func (e *Engine) checkHandshake(r *http.Request) *errcode.Error {
-	if e.loopback.Load() && !rebindSafeHost(r.Host) {
+func (e *Engine) checkHandshake(l *listener, r *http.Request) *errcode.Error {
+	if l.loopback && !rebindSafeHost(r.Host) {
 		return errcode.New(errcode.HostForbidden,
 			"this engine listens on a loopback address and takes only loopback names or IP addresses in Host (localhost, 127.0.0.1, [::1]); got %q", r.Host)
 	}
 	origin := r.Header.Get("Origin")
-	if origin == "" || originAllowed(origin, r.Host, e.opts.AllowedOrigins) {
+	if origin == "" || originAllowed(origin, r.Host, l.AllowedOrigins) {
 		return nil
 	}
 	return errcode.New(errcode.OriginForbidden,

@@ -69,7 +69,7 @@ func (c *conn) take(iid string) *pendingCall {
 // startForward sends an invocation of id to target. With pc nil it is a void call; otherwise pc
 // is registered under a fresh invocation id, which is returned.
 func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessage, timeout time.Duration, pc *pendingCall) (string, *protocol.Error) {
-	m := &protocol.Message{Type: protocol.TypeInvokeFunction, FunctionID: id, Data: data, Metadata: meta}
+	m := &protocol.Message{Type: protocol.TypeInvokeFunction, FunctionID: target.localID(id), Data: data, Metadata: meta}
 	if pc == nil {
 		m.Action = &protocol.Action{Type: "void"}
 		if err := target.send(m); err != nil {

@@ -62,6 +62,10 @@ const (
 	// HostForbidden: a handshake to a loopback listener named a Host that is not a loopback name
 	// or address (DNS rebinding; HTTP 403).
 	HostForbidden = "HOST_FORBIDDEN"
+	// AuthError: a listener's rbac auth function refused a connection, is missing, failed, did
+	// not answer in time or answered no AuthResult; the connection gets iii's error frame
+	// {"type":"error","error":{"code":"AUTH_ERROR",...}} and is closed (1008).
+	AuthError = "AUTH_ERROR"
 	// SlowConsumer: a connection's outbound queue overflowed or a write missed its deadline; the
 	// connection is closed.
 	SlowConsumer = "SLOW_CONSUMER"
@@ -105,10 +109,9 @@ const (
 const (
 	// ConfigInvalid: config.yaml is not valid (bad YAML, unknown key, wrong type).
 	ConfigInvalid = "CONFIG_INVALID"
-	// ConfigUnsupported: config.yaml sets a key this engine does not implement (rbac,
-	// middleware_function_id, a second instance of an engine worker such as a #instance or a
-	// second iii-worker-manager listener, a non-zero ttl_seconds, iii-stream or
-	// iii-http-functions settings); refused rather than accepted and ignored.
+	// ConfigUnsupported: config.yaml sets a key this engine does not implement (a second
+	// instance of an engine worker other than iii-worker-manager, such as configuration#two, a
+	// non-zero ttl_seconds, iii-stream settings); refused rather than accepted and ignored.
 	ConfigUnsupported = "CONFIG_UNSUPPORTED"
 	// ConfigNotFound: the file named by --config does not exist.
 	ConfigNotFound = "CONFIG_NOT_FOUND"

@@ -1,0 +1,223 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/internal/batchconn"
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
+)
+
+// AuthError is the code of the error frame a connection refused by its listener's auth
+// function gets before the engine closes it: iii's {"type":"error","error":{"code","message"}}.
+const AuthError = errcode.AuthError
+
+// Listener is one worker listener (a config.yaml iii-worker-manager entry): its own Origin
+// rules and handshake deadline and, as iii defines them, a middleware and an rbac: gate.
+type Listener struct {
+	Name             string   // for logs: the config entry's name
+	AllowedOrigins   []string // browser origins admitted besides same-origin
+	HandshakeTimeout time.Duration
+	// Middleware, when set, is called with rbac.MiddlewareInput instead of every function that
+	// is not the engine's which a connection of this listener invokes; its answer is the call's.
+	Middleware string
+	// RBAC, when set, gates every connection of this listener (package rbac). The auth
+	// function, the registration hooks and the middleware are served by workers of any
+	// listener and called by the engine itself, in the default namespace, within
+	// HandshakeTimeout (auth and hooks).
+	RBAC *rbac.Config
+}
+
+// Bound is a listener and the socket it accepts on.
+type Bound struct {
+	Listener
+	Net net.Listener
+}
+
+// listener is a Listener being served.
+type listener struct {
+	Listener
+	loopback bool // on a loopback address: Host must be a loopback name
+}
+
+// gated reports whether the listener's connections have sessions: it has a middleware or rbac.
+func (l *listener) gated() bool { return l.RBAC != nil || l.Middleware != "" }
+
+// mainListener is the Listener of Options: the one Serve serves.
+func (e *Engine) mainListener() Listener {
+	return Listener{Name: "iii-worker-manager", AllowedOrigins: e.opts.AllowedOrigins, HandshakeTimeout: e.opts.HandshakeTimeout}
+}
+
+// authenticate opens the session of a connection to a gated listener: Open rights without an
+// auth function, else what the auth function answers for the upgrade request r. Fail closed: a
+// missing auth function, an error, no answer within the handshake deadline or an answer that is
+// not an AuthResult refuse the connection.
+func (e *Engine) authenticate(l *listener, r *http.Request) (*rbac.Session, *protocol.Error) {
+	if l.RBAC == nil || l.RBAC.AuthFunctionID == "" {
+		s := rbac.Open()
+		s.IP = rbac.PeerIP(r)
+		return s, nil
+	}
+	in, _ := json.Marshal(rbac.NewAuthInput(r))
+	res, perr := e.Invoke(context.Background(), protocol.DefaultNamespace, l.RBAC.AuthFunctionID, in, l.HandshakeTimeout)
+	if perr != nil {
+		return nil, protocol.NewError(AuthError, "auth function %s refused the connection: %s: %s", l.RBAC.AuthFunctionID, perr.Code, perr.Message)
+	}
+	s, err := rbac.ParseAuthResult(res)
+	if err != nil {
+		return nil, protocol.NewError(AuthError, "%v", err)
+	}
+	s.IP = rbac.PeerIP(r)
+	return s, nil
+}
+
+// refuseSession sends a refused connection iii's error frame and closes it.
+func (e *Engine) refuseSession(l *listener, r *http.Request, ws *batchconn.Conn, perr *protocol.Error) {
+	e.log.Warn("connection refused by the listener's auth", "listener", l.Name, "code", perr.Code, "ip", rbac.PeerIP(r), "reason", perr.Message)
+	frame, _ := json.Marshal(map[string]any{"type": "error", "error": perr})
+	_ = ws.WriteText([][]byte{frame}, false)
+	_ = ws.CloseStatus(batchconn.StatusPolicyViolation, AuthError, time.Second)
+	_ = ws.Close()
+}
+
+// gateInvoke applies c's session to invocation m: a call the session may not make is answered
+// FORBIDDEN, and one the listener's middleware takes goes to it. It reports whether it handled
+// m; m is borrowed and only read unless the middleware takes it.
+func (e *Engine) gateInvoke(c *conn, m *protocol.Message) bool {
+	ns, perr := requestNamespace(m.Namespace)
+	if perr != nil {
+		return false // answered INVALID_NAMESPACE by the normal path
+	}
+	e.mu.RLock()
+	_, isBuiltin := e.builtins[m.FunctionID]
+	var meta json.RawMessage
+	if f := e.funcs[fkey{ns, m.FunctionID}]; f != nil {
+		meta = f.frame.Metadata
+	}
+	e.mu.RUnlock()
+	if !c.l.RBAC.Allowed(c.session, m.FunctionID, ns, meta) {
+		why := "it matches none of the listener's rbac.expose_functions and the auth function did not allow it"
+		if c.l.RBAC == nil || containsString(c.session.ForbiddenFunctions, m.FunctionID) {
+			why = "the auth function lists it in forbidden_functions"
+		}
+		c.sendResult(m, nil, protocol.NewError(errcode.Forbidden, "function '%s' in namespace '%s' is not allowed on listener %s: %s",
+			m.FunctionID, ns, c.l.Name, why))
+		return true
+	}
+	if c.l.Middleware == "" || isBuiltin {
+		return false
+	}
+	m.Own()
+	if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
+		c.inflight.Add(-1)
+		c.sendResult(m, nil, protocol.NewError(errcode.TooManyCalls,
+			"this connection already has %d engine-served calls in flight; wait for some to finish", e.opts.MaxInflight))
+		return true
+	}
+	go func() {
+		defer c.inflight.Add(-1)
+		var action json.RawMessage
+		if m.Action != nil {
+			action, _ = json.Marshal(m.Action)
+		}
+		data := m.Data
+		if len(data) == 0 {
+			data = json.RawMessage("null")
+		}
+		in, _ := json.Marshal(rbac.MiddlewareInput{FunctionID: m.FunctionID, Payload: data, Action: action, Context: c.session.Context, Namespace: ns})
+		res, perr := e.dispatch(c.ctx, Caller{WorkerID: "engine", Namespace: protocol.DefaultNamespace}, protocol.DefaultNamespace, c.l.Middleware, in, nil,
+			e.callTimeout(m.TimeoutMS), m.IsVoid())
+		c.sendResult(m, res, perr)
+	}()
+	return true
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// gateRegistration applies c's session to registration m (owned; it may rewrite it): the
+// session's allow_* rights, the listener's hooks and the function_registration_prefix. It
+// reports whether the registration goes on; a refused one has been answered.
+func (e *Engine) gateRegistration(c *conn, ns string, m *protocol.Message) bool {
+	s, cfg := c.session, c.l.RBAC
+	hook := func(id string, reg any) bool {
+		if cfg == nil || id == "" {
+			return true
+		}
+		res, perr := e.Invoke(c.ctx, protocol.DefaultNamespace, id, rbac.HookInput(reg, s.Context), c.l.HandshakeTimeout)
+		if perr != nil {
+			e.log.Warn("registration refused: the hook failed", "listener", c.l.Name, "hook", id, "worker_id", c.id, "code", perr.Code, "reason", perr.Message)
+			return false
+		}
+		return rbac.ApplyHook(res, reg)
+	}
+	refuse := func(what, why string) bool {
+		e.log.Warn("registration refused", "listener", c.l.Name, "what", what, "namespace", ns, "worker_id", c.id, "reason", why)
+		return false
+	}
+	switch m.Type {
+	case protocol.TypeRegisterFunction:
+		if !s.AllowFunctionRegistration {
+			return e.rejectFunction(c, ns, m.ID, refuse(m.ID, "the auth function did not allow function registration"))
+		}
+		reg := &rbac.FunctionReg{FunctionID: m.ID, Description: m.Description, Metadata: m.Metadata}
+		if cfg != nil && !hook(cfg.OnFunctionRegistration, reg) {
+			return e.rejectFunction(c, ns, m.ID, refuse(m.ID, "on_function_registration_function_id "+cfg.OnFunctionRegistration+" refused it"))
+		}
+		m.ID, m.Description, m.Metadata = s.Prefixed(reg.FunctionID), reg.Description, reg.Metadata
+	case protocol.TypeUnregisterFunction:
+		m.ID = s.Prefixed(m.ID)
+	case protocol.TypeRegisterTriggerType:
+		if !s.AllowTriggerTypeRegistration {
+			return refuse("trigger type "+m.ID, "the auth function did not allow trigger type registration")
+		}
+		reg := &rbac.TriggerTypeReg{TriggerTypeID: m.ID, Description: m.Description}
+		if cfg != nil && !hook(cfg.OnTriggerTypeRegistration, reg) {
+			return refuse("trigger type "+m.ID, "on_trigger_type_registration_function_id "+cfg.OnTriggerTypeRegistration+" refused it")
+		}
+		m.ID, m.Description = reg.TriggerTypeID, reg.Description
+	case protocol.TypeRegisterTrigger:
+		if !s.MayUseTriggerType(m.TriggerType) {
+			return e.rejectTrigger(c, m, refuse("trigger "+m.ID, "its type "+m.TriggerType+" is not in the auth function's allowed_trigger_types"))
+		}
+		reg := &rbac.TriggerReg{TriggerID: m.ID, TriggerType: m.TriggerType, FunctionID: m.FunctionID, Config: m.Config, Metadata: m.Metadata}
+		if cfg != nil && !hook(cfg.OnTriggerRegistration, reg) {
+			return e.rejectTrigger(c, m, refuse("trigger "+m.ID, "on_trigger_registration_function_id "+cfg.OnTriggerRegistration+" refused it"))
+		}
+		m.ID, m.TriggerType, m.FunctionID, m.Config = reg.TriggerID, reg.TriggerType, s.Prefixed(reg.FunctionID), reg.Config
+	}
+	return true
+}
+
+// rejectFunction answers a refused function registration with registrationrejected FORBIDDEN.
+func (e *Engine) rejectFunction(c *conn, ns, id string, _ bool) bool {
+	_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: errcode.Forbidden, Namespace: &ns, FunctionID: id, OwnerWorkerID: "engine"})
+	return false
+}
+
+// rejectTrigger answers a refused trigger registration with its triggerregistrationresult.
+func (e *Engine) rejectTrigger(c *conn, m *protocol.Message, _ bool) bool {
+	_ = c.send(&protocol.Message{Type: protocol.TypeTriggerRegistrationResult, ID: m.ID, TriggerType: m.TriggerType, FunctionID: m.FunctionID,
+		Error: protocol.NewError(errcode.Forbidden, "trigger %s refused by listener %s", m.ID, c.l.Name)})
+	return false
+}
+
+// mayList reports whether caller sees function id of ns in engine::functions::list: every
+// function, but on a gated listener only those its session may call.
+func (e *Engine) mayList(caller *conn, id, ns string, meta json.RawMessage) bool {
+	if caller == nil || caller.session == nil {
+		return true
+	}
+	return caller.l.RBAC.Allowed(caller.session, id, ns, meta)
+}
