@@ -15,11 +15,15 @@ import (
 // the fewest calls in flight, ties at random; a trigger fires a call, so it reaches one instance.
 
 // sameRights reports whether connection c, registering m, may serve f's function beside the
-// workers that serve it now: the same token (none for both counts, in a namespace that asks
+// workers that serve it now: the same listener, neither on a session of a gated one (each
+// session's rights are its own), the same token (none for both counts, in a namespace that asks
 // for none), the same protection, and neither an HTTP-invoked function. Anything else is the
 // conflict it always was.
 func sameRights(f *fnEntry, c *conn, m *protocol.Message) bool {
 	if f.http != nil || m.HasInvocation() || f.frame.Protected != m.Protected {
+		return false
+	}
+	if f.conn.l != c.l || f.conn.session != nil || c.session != nil {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(f.conn.token), []byte(c.token)) == 1

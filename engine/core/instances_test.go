@@ -9,6 +9,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 )
 
 func answers(name string) map[string]protocol.Handler {
@@ -120,5 +121,11 @@ func TestSameRights(t *testing.T) {
 	}
 	if !sameRights(&fnEntry{conn: &conn{}, frame: plain}, &conn{}, plain) {
 		t.Error("two workers without a token refused")
+	}
+	if sameRights(&fnEntry{conn: &conn{}, frame: plain}, &conn{l: &listener{}}, plain) {
+		t.Error("a worker of another listener admitted")
+	}
+	if sameRights(&fnEntry{conn: &conn{}, frame: plain}, &conn{session: &rbac.Session{}}, plain) {
+		t.Error("a gated session admitted")
 	}
 }
