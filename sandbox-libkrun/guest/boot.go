@@ -110,9 +110,37 @@ func shareOpts(fsType string, readOnly bool) string {
 	return o
 }
 
+// stateDiskDev is the machine's only virtio block device: a VM worker's state disk.
+const stateDiskDev = "/dev/vda"
+
+// mountStateDisk loads the block device and ext4 modules, waits for the state disk and mounts
+// it at dir. noinit_itable: the host formats the disk with lazy inode tables on a sparse file
+// (they read as zeros), so the kernel need not spend emulated CPU zeroing them.
+func mountStateDisk(dir string) error {
+	if err := loadModules("/lib/modules/order.disk"); err != nil {
+		return fmt.Errorf("state disk modules: %w", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(stateDiskDev); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("state disk %s did not appear within 10s", stateDiskDev)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := unix.Mount(stateDiskDev, dir, "ext4", unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
+		return fmt.Errorf("mount state disk %s: %w", stateDiskDev, err)
+	}
+	return nil
+}
+
 // setupRoot assembles the sandbox root at /newroot from shares of fsType (virtiofs or 9p) and
-// chroots into it.
-func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
+// chroots into it. The overlay's upper layer is a tmpfs of scratchMB MiB, or with stateDisk the
+// state disk, whose writes outlive the machine; /run and /tmp then stay in memory, so the
+// project token handed to a VM worker (/run/iii/token) and its temporary files never reach it.
+func setupRoot(fsType, rootTag string, scratchMB int, stateDisk bool, mounts []mountReq) error {
 	if scratchMB <= 0 {
 		scratchMB = 256
 	}
@@ -124,7 +152,11 @@ func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
 	if err := unix.Mount(rootTag, "/lower", fsType, unix.MS_RDONLY|unix.MS_NODEV, shareOpts(fsType, true)); err != nil {
 		return fmt.Errorf("mount %s root %q: %w", fsType, rootTag, err)
 	}
-	if err := unix.Mount("scratch", "/scratch", "tmpfs", unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", scratchMB)); err != nil {
+	if stateDisk {
+		if err := mountStateDisk("/scratch"); err != nil {
+			return err
+		}
+	} else if err := unix.Mount("scratch", "/scratch", "tmpfs", unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", scratchMB)); err != nil {
 		return fmt.Errorf("mount scratch tmpfs: %w", err)
 	}
 	for _, d := range []string{"/scratch/upper", "/scratch/work"} {
@@ -149,6 +181,17 @@ func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
 		}
 		if err := unix.Mount(m.src, dst, m.typ, 0, m.opts); err != nil {
 			return fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	if stateDisk {
+		for _, m := range []struct{ dst, mode string }{{"run", "0755"}, {"tmp", "1777"}} {
+			dst := filepath.Join("/newroot", m.dst)
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return err
+			}
+			if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, fmt.Sprintf("size=%dm,mode=%s", scratchMB, m.mode)); err != nil {
+				return fmt.Errorf("mount /%s tmpfs: %w", m.dst, err)
+			}
 		}
 	}
 	// /tmp is world-writable and sticky. A chmod copies the image's /tmp up into the overlay,

@@ -38,6 +38,10 @@ type Spec struct {
 	Deadline time.Duration // wall-clock bound on the machine's life; 0 means no bound
 	// ScratchMB bounds the tmpfs upper layer that receives the guest's writes.
 	ScratchMB int
+	// Disk, when set, is a raw ext4 image attached as a virtio block device: the guest's writes
+	// go to it instead of the tmpfs and outlive the machine (a VM worker's state disk). A full
+	// disk fails the guest's writes with ENOSPC.
+	Disk string
 }
 
 // Mount is a host directory made visible in the guest.
