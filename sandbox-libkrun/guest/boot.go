@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/iii-go/iii/sandbox-libkrun/internal/unixmode"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
 func mountPseudo() error {
@@ -110,8 +111,26 @@ func shareOpts(fsType string, readOnly bool) string {
 	return o
 }
 
-// stateDiskDev is the machine's only virtio block device: a VM worker's state disk.
-const stateDiskDev = "/dev/vda"
+// findStateDisk waits for the virtio block device whose serial is proto.StateDiskSerial and returns
+// its device node.
+func findStateDisk(wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		matches, _ := filepath.Glob("/sys/block/vd*/serial")
+		for _, m := range matches {
+			if b, err := os.ReadFile(m); err == nil && strings.TrimSpace(string(b)) == proto.StateDiskSerial {
+				dev := "/dev/" + filepath.Base(filepath.Dir(m))
+				if _, err := os.Stat(dev); err == nil {
+					return dev, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("the state disk (virtio serial %q) did not appear within %s", proto.StateDiskSerial, wait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // mountStateDisk loads the block device and ext4 modules, waits for the state disk and mounts
 // it at dir. noinit_itable: the host formats the disk with lazy inode tables on a sparse file
@@ -120,18 +139,12 @@ func mountStateDisk(dir string) error {
 	if err := loadModules("/lib/modules/order.disk"); err != nil {
 		return fmt.Errorf("state disk modules: %w", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(stateDiskDev); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("state disk %s did not appear within 10s", stateDiskDev)
-		}
-		time.Sleep(time.Millisecond)
+	dev, err := findStateDisk(10 * time.Second)
+	if err != nil {
+		return err
 	}
-	if err := unix.Mount(stateDiskDev, dir, "ext4", unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
-		return fmt.Errorf("mount state disk %s: %w", stateDiskDev, err)
+	if err := unix.Mount(dev, dir, "ext4", unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
+		return fmt.Errorf("mount state disk %s: %w", dev, err)
 	}
 	return nil
 }

@@ -32,6 +32,10 @@ type Init struct {
 	Entropy []byte `json:"entropy,omitempty"`
 }
 
+// StateDiskSerial is the virtio serial number of the block device Init.StateDisk refers to: the
+// host sets it, the guest finds the disk by it whatever other block devices the machine has.
+const StateDiskSerial = "iii-state"
+
 // Share9P is Init.Share for shares served over virtio-9p.
 const Share9P = "9p"
 

@@ -13,7 +13,7 @@ import (
 // A state disk is one virtio block device on both machines and both shares, with host write
 // errors reported to the guest (never a paused VM); without one there is no block device.
 func TestArgsStateDisk(t *testing.T) {
-	want := "-drive file=/home/u/.iii/sandbox/workers/a,,b/disk.img,if=none,id=disk0,format=raw,discard=unmap,werror=report,rerror=report -device virtio-blk-device,drive=disk0"
+	want := "-drive file=/home/u/.iii/sandbox/workers/a,,b/disk.img,if=none,id=statedisk,format=raw,discard=unmap,werror=report,rerror=report -device virtio-blk-device,drive=statedisk,serial=iii-state"
 	for _, opt := range []Options{{Arch: guestarch.X86_64, Share: ShareVirtiofs}, {Arch: guestarch.AArch64, Share: Share9P}} {
 		spec := vm.Spec{RootFS: "/img", CPUs: 1, MemoryMB: 256, Disk: "/home/u/.iii/sandbox/workers/a,b/disk.img"}
 		has(t, argsOf(t, opt, "tcg", spec, []string{"/run/vfs0.sock"}), want)

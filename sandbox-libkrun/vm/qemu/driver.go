@@ -20,6 +20,7 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
 // KernelCmdline is the x86_64 guest kernel command line: a serial console; a panic reboots at
@@ -294,8 +295,8 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 // host's disk full) to the guest instead of pausing the machine; qemu's image lock refuses a
 // second machine on the same disk.
 func diskArgs(path string) []string {
-	return []string{"-drive", "file=" + optEscape(path) + ",if=none,id=disk0,format=raw,discard=unmap,werror=report,rerror=report",
-		"-device", "virtio-blk-device,drive=disk0"}
+	return []string{"-drive", "file=" + optEscape(path) + ",if=none,id=statedisk,format=raw,discard=unmap,werror=report,rerror=report",
+		"-device", "virtio-blk-device,drive=statedisk,serial=" + proto.StateDiskSerial}
 }
 
 // optEscape doubles the commas of a value inside a qemu option list.
