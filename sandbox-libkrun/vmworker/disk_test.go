@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
@@ -175,5 +176,27 @@ func TestStateDiskAbsent(t *testing.T) {
 	}
 	if drv0.specs[0].Disk != "" {
 		t.Fatalf("worker_disk_mb 0 booted with a disk %q", drv0.specs[0].Disk)
+	}
+}
+
+// Shutdown stops the VM workers side by side: three machines that each take 1 s to power off
+// are all gone in well under 3 s.
+func TestShutdownSideBySide(t *testing.T) {
+	m, drv, project := diskManager(t, 0, "", nil)
+	drv.stopDelay = time.Second
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := m.Start(context.Background(), json.RawMessage(`{"vm_id":"`+id+`","image":"img","dir":"`+project+`","command":["x"]}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	m.Shutdown(context.Background())
+	if took := time.Since(start); took > 2500*time.Millisecond {
+		t.Fatalf("Shutdown took %s for three 1 s stops", took)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if st := m.status(id); st.State != StateStopped {
+			t.Fatalf("%s: %s", id, st.State)
+		}
 	}
 }

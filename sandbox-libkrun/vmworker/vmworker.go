@@ -547,7 +547,8 @@ func (m *Manager) Delete(ctx context.Context, raw json.RawMessage) (any, error) 
 	return DeleteReply{VMID: id, Deleted: statErr == nil, StateDir: dir}, nil
 }
 
-// Shutdown stops every VM worker and waits for them (or ctx).
+// Shutdown stops every VM worker and waits for them (or ctx). The VMs stop side by side: each
+// may take seconds to sync its state disk and power off.
 func (m *Manager) Shutdown(ctx context.Context) {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.workers))
@@ -555,9 +556,11 @@ func (m *Manager) Shutdown(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	m.mu.Unlock()
+	var stops sync.WaitGroup
 	for _, id := range ids {
-		m.stopAndWait(ctx, id)
+		stops.Go(func() { m.stopAndWait(ctx, id) })
 	}
+	stops.Wait()
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
 	select {
