@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -145,6 +146,44 @@ func mountStateDisk(dir string) error {
 	}
 	if err := unix.Mount(dev, dir, "ext4", unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
 		return fmt.Errorf("mount state disk %s: %w", dev, err)
+	}
+	if err := growStateDisk(dev, dir); err != nil {
+		// The disk is usable at its old size; the console (the boot error's tail) says why.
+		fmt.Fprintf(os.Stderr, "guest agent: growing the state disk: %v\n", err)
+	}
+	return nil
+}
+
+// ext4IocResizeFS is EXT4_IOC_RESIZE_FS, _IOW('f', 16, __u64): grow a mounted ext4 to a block
+// count.
+const ext4IocResizeFS = 0x40086610
+
+// growStateDisk grows the ext4 mounted at dir online to fill its device dev: the host makes the
+// image larger when worker_disk_mb grows. A file system as large as its device is left as it is
+// (the kernel does nothing for an unchanged block count).
+func growStateDisk(dev, dir string) error {
+	d, err := os.Open(dev)
+	if err != nil {
+		return err
+	}
+	var size uint64
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, d.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size)))
+	d.Close()
+	if errno != 0 {
+		return fmt.Errorf("size of %s: %w", dev, errno)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	blocks := size / uint64(st.Bsize)
+	m, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, m.Fd(), ext4IocResizeFS, uintptr(unsafe.Pointer(&blocks))); errno != 0 {
+		return fmt.Errorf("resize to %d blocks: %w", blocks, errno)
 	}
 	return nil
 }

@@ -40,7 +40,8 @@ type Spec struct {
 	ScratchMB int
 	// Disk, when set, is a raw ext4 image attached as a virtio block device: the guest's writes
 	// go to it instead of the tmpfs and outlive the machine (a VM worker's state disk). A full
-	// disk fails the guest's writes with ENOSPC.
+	// disk fails the guest's writes with ENOSPC; an image made larger since it was formatted has
+	// its file system grown to fill it when the guest mounts it.
 	Disk string
 }
 

@@ -46,27 +46,38 @@ var errNoMkfs = errors.New("mkfs.ext4 not found: install e2fsprogs (apt-get inst
 // sizeMB MiB with mkfs when there is none yet. The host formats it, not the guest: the agent's
 // initramfs has no mkfs, and formatting here costs milliseconds instead of emulated guest time.
 // The image is built under a temporary name and renamed, so a failed format leaves no disk that
-// a later boot would take for a formatted one. An existing disk is kept whatever its size.
-func ensureDisk(ctx context.Context, dir string, sizeMB int, mkfs string) (path string, created bool, err error) {
+// a later boot would take for a formatted one. An existing disk smaller than sizeMB is made
+// larger (the file only: the guest grows its file system online at boot, see vm.Spec.Disk); a
+// larger one is kept, since shrinking could lose what the worker wrote.
+func ensureDisk(ctx context.Context, dir string, sizeMB int, mkfs string) (path string, change diskChange, err error) {
 	path = filepath.Join(dir, DiskFile)
+	size := int64(sizeMB) << 20
 	if st, err := os.Stat(path); err == nil {
-		if !st.Mode().IsRegular() {
-			return "", false, fmt.Errorf("%s is not a file", path)
+		switch {
+		case !st.Mode().IsRegular():
+			return "", 0, fmt.Errorf("%s is not a file", path)
+		case st.Size() < size:
+			if err := os.Truncate(path, size); err != nil {
+				return "", 0, err
+			}
+			return path, diskGrown, nil
+		case st.Size() > size:
+			return path, diskLarger, nil
 		}
-		return path, false, nil
+		return path, diskKept, nil
 	} else if !os.IsNotExist(err) {
-		return "", false, err
+		return "", 0, err
 	}
 	if mkfs == "" {
-		return "", false, errNoMkfs
+		return "", 0, errNoMkfs
 	}
 	tmp := path + ".new"
 	_ = os.Remove(tmp)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return "", false, err
+		return "", 0, err
 	}
-	err = f.Truncate(int64(sizeMB) << 20)
+	err = f.Truncate(size)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -78,10 +89,20 @@ func ensureDisk(ctx context.Context, dir string, sizeMB int, mkfs string) (path 
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return "", false, err
+		return "", 0, err
 	}
-	return path, true, nil
+	return path, diskCreated, nil
 }
+
+// diskChange is what ensureDisk did to a state disk.
+type diskChange int
+
+const (
+	diskKept    diskChange = iota // there, of the asked size
+	diskCreated                   // formatted now
+	diskGrown                     // made larger
+	diskLarger                    // larger than asked, kept as it is
+)
 
 // format makes an ext4 file system on the image at path. Root owns its root directory (as in
 // any image); the inode tables and journal are left lazy so the sparse file stays small (the

@@ -200,3 +200,46 @@ func TestShutdownSideBySide(t *testing.T) {
 		}
 	}
 }
+
+// A disk smaller than worker_disk_mb is made larger (its bytes kept; the guest grows the file
+// system at boot); a larger one is kept as it is and the log says a disk never shrinks. Neither
+// runs mkfs again.
+func TestStateDiskResize(t *testing.T) {
+	var mu sync.Mutex
+	var logs []string
+	logf := func(format string, a ...any) {
+		mu.Lock()
+		logs = append(logs, fmt.Sprintf(format, a...))
+		mu.Unlock()
+	}
+	m, drv, project := diskManager(t, 96, "/nonexistent/mkfs.ext4", logf)
+	disk := filepath.Join(m.StateDir("w1"), DiskFile)
+	write(t, disk, "formatted before")
+	if err := os.Truncate(disk, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := startW1(m, project); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(disk)
+	if err != nil || st.Size() != 96<<20 || drv.specs[0].Disk != disk {
+		t.Fatalf("grown disk: %v %v, spec %q", st.Size(), err, drv.specs[0].Disk)
+	}
+	if b, _ := os.ReadFile(disk); !strings.HasPrefix(string(b), "formatted before") {
+		t.Fatal("growing the disk lost its bytes")
+	}
+	stopW1(t, m)
+	m.opt.DiskMB = 32
+	if err := startW1(m, project); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(disk); err != nil || st.Size() != 96<<20 {
+		t.Fatalf("a larger disk was changed: %v %v", st.Size(), err)
+	}
+	mu.Lock()
+	joined := strings.Join(logs, "\n")
+	mu.Unlock()
+	if !strings.Contains(joined, "grown to 96 MiB") || !strings.Contains(joined, "a disk never shrinks") {
+		t.Fatalf("log:\n%s", joined)
+	}
+}

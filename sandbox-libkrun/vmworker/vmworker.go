@@ -361,15 +361,19 @@ func (m *Manager) stateDisk(ctx context.Context, id, state string) (string, erro
 	if m.opt.DiskMB <= 0 {
 		return "", nil
 	}
-	disk, created, err := ensureDisk(ctx, state, m.opt.DiskMB, m.opt.Mkfs)
+	disk, change, err := ensureDisk(ctx, state, m.opt.DiskMB, m.opt.Mkfs)
 	switch {
 	case errors.Is(err, errNoMkfs):
 		m.opt.Logf("VM worker %s: no state disk, so what it writes outside its directory is lost when it stops: %v", id, err)
 		return "", nil
 	case err != nil:
 		return "", scode.BootFailed("the state disk in " + state + " cannot be prepared: " + err.Error())
-	case created:
+	case change == diskCreated:
 		m.opt.Logf("VM worker %s: state disk %s created (%d MiB, sparse)", id, disk, m.opt.DiskMB)
+	case change == diskGrown:
+		m.opt.Logf("VM worker %s: state disk %s grown to %d MiB (worker_disk_mb)", id, disk, m.opt.DiskMB)
+	case change == diskLarger:
+		m.opt.Logf("VM worker %s: state disk %s is larger than worker_disk_mb (%d MiB) and is kept as it is: a disk never shrinks", id, disk, m.opt.DiskMB)
 	}
 	return disk, nil
 }
