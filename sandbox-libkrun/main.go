@@ -287,7 +287,7 @@ func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,
 		TokenFile: os.Getenv(protocol.EnvTokenFile),
 		RunDir:    filepath.Join(runDir, "w"),
-		CPUs:      int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), Logf: logf,
+		CPUs:      int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), DiskMB: int(st.WorkerDiskMB), Logf: logf,
 	})
 	if err := register(ctx, w, o.prefix, svc, workers); err != nil {
 		return 0, err

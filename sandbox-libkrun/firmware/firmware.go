@@ -47,6 +47,11 @@ var Modules = []string{"virtio_mmio", "virtio_console", "virtiofs", "overlay"}
 // NetModules are loaded only when a machine has networking.
 var NetModules = []string{"virtio_net"}
 
+// DiskModules are loaded only when a machine has a state disk (a VM worker's persistent upper
+// layer): the virtio block driver and ext4, with crc32c first (ext4 asks the crypto API for it
+// and the guest has no modprobe). A kernel that builds one in (modules.builtin) carries no file.
+var DiskModules = []string{"crc32c_generic", "virtio_blk", "ext4"}
+
 // NinePModules are loaded only when a machine's files are shared over virtio-9p (macOS, and the
 // share_mode 9p on Linux). A kernel without them (Debian's cloud kernels) gives a firmware that
 // serves virtiofs only.
@@ -207,13 +212,13 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 			return Paths{}, err
 		}
 	}
-	initrd, err := Initramfs(agent, sets.boot, sets.net, sets.nineP)
+	initrd, err := Initramfs(agent, sets.boot, sets.net, sets.disk, sets.nineP)
 	if err != nil {
 		return Paths{}, err
 	}
 	man := Manifest{KernelRelease: release, Arch: o.Arch.Name, Shares: sets.shares(), Package: filepath.Base(deb), Agent: proto.AgentVersion,
 		SHA256: map[string]string{KernelFile: digest(vmlinux), InitrdFile: digest(initrd)}}
-	for _, m := range slices.Concat(sets.boot, sets.net, sets.nineP) {
+	for _, m := range slices.Concat(sets.boot, sets.net, sets.disk, sets.nineP) {
 		man.Modules = append(man.Modules, m.Name)
 	}
 	if err := writeFirmware(o.OutDir, vmlinux, initrd, man); err != nil {
@@ -267,8 +272,8 @@ func extractKernel(ctx context.Context, arch guestarch.Arch, deb, root string) (
 // ones before it: loaded at boot, for networking, and for 9p file sharing (none when the kernel
 // has no 9p, with the reason in ninePErr).
 type moduleSets struct {
-	boot, net, nineP []Module
-	ninePErr         error
+	boot, net, disk, nineP []Module
+	ninePErr               error
 }
 
 // moduleSetsOf resolves the module sets from the modules directory of one kernel release.
@@ -286,6 +291,15 @@ func moduleSetsOf(dir string) (moduleSets, error) {
 		return s, err
 	}
 	s.net = withNet[len(s.boot):]
+	builtin, err := readBuiltin(dir)
+	if err != nil {
+		return s, err
+	}
+	withDisk, err := LoadOrder(idx, slices.Concat(Modules, notBuiltin(DiskModules, builtin)))
+	if err != nil {
+		return s, err
+	}
+	s.disk = withDisk[len(s.boot):]
 	if with9P, err := LoadOrder(idx, slices.Concat(Modules, NinePModules)); err == nil {
 		s.nineP = with9P[len(s.boot):]
 	} else {
@@ -330,9 +344,9 @@ func writeManifest(p Paths, m Manifest) error {
 
 // Initramfs builds the uncompressed cpio archive: /init (the agent), the module files under
 // /lib/modules with their load order in /lib/modules/order (at boot), /lib/modules/order.net
-// (when networking is on) and /lib/modules/order.9p (when files are shared over 9p), and
-// /dev/console for init's stdio.
-func Initramfs(agent string, mods, netMods, ninePMods []Module) ([]byte, error) {
+// (when networking is on), /lib/modules/order.disk (with a state disk) and /lib/modules/order.9p
+// (when files are shared over 9p), and /dev/console for init's stdio.
+func Initramfs(agent string, mods, netMods, diskMods, ninePMods []Module) ([]byte, error) {
 	init, err := os.ReadFile(agent)
 	if err != nil {
 		return nil, err
@@ -347,7 +361,7 @@ func Initramfs(agent string, mods, netMods, ninePMods []Module) ([]byte, error) 
 	for _, set := range []struct {
 		order string
 		mods  []Module
-	}{{"order", mods}, {"order.net", netMods}, {"order.9p", ninePMods}} {
+	}{{"order", mods}, {"order.net", netMods}, {"order.disk", diskMods}, {"order.9p", ninePMods}} {
 		var order strings.Builder
 		for _, m := range set.mods {
 			data, err := os.ReadFile(m.Path)

@@ -131,7 +131,7 @@ func TestInitramfs(t *testing.T) {
 	if err := os.WriteFile(ko, []byte("module"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, err := Initramfs(agent, []Module{{Name: "m", Path: ko}}, nil, []Module{{Name: "m", Path: ko}})
+	data, err := Initramfs(agent, []Module{{Name: "m", Path: ko}}, nil, nil, []Module{{Name: "m", Path: ko}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestInitramfs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cpio -t: %v", err)
 	}
-	for _, want := range []string{"crw-------", "dev/console", "-rwxr-xr-x", " init", "lib/modules/m.ko", "lib/modules/order", "lib/modules/order.net", "lib/modules/order.9p"} {
+	for _, want := range []string{"crw-------", "dev/console", "-rwxr-xr-x", " init", "lib/modules/m.ko", "lib/modules/order", "lib/modules/order.net", "lib/modules/order.disk", "lib/modules/order.9p"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("listing lacks %q:\n%s", want, out)
 		}
@@ -218,5 +218,25 @@ func TestManifestShares(t *testing.T) {
 	arm := Manifest{Arch: "aarch64", Shares: []string{ShareVirtiofs, Share9P}}
 	if !arm.Serves(Share9P) || arm.ArchOf() != "aarch64" {
 		t.Fatalf("aarch64 manifest: %+v", arm)
+	}
+}
+
+// A module the kernel builds in (ext4 in Debian's cloud-amd64 kernel) needs no file: the disk
+// set leaves it out instead of failing, and modules.builtin's absence means none is built in.
+func TestNotBuiltin(t *testing.T) {
+	dir := t.TempDir()
+	if b, err := readBuiltin(dir); err != nil || len(b) != 0 {
+		t.Fatalf("no modules.builtin: %v, %v", b, err)
+	}
+	list := "kernel/fs/ext4/ext4.ko\nkernel/crypto/crc32c_generic.ko\n"
+	if err := os.WriteFile(filepath.Join(dir, "modules.builtin"), []byte(list), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := readBuiltin(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(notBuiltin(DiskModules, b), " "); got != "virtio_blk" {
+		t.Fatalf("disk modules to carry: %q", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 )
@@ -68,6 +69,34 @@ func readModinfo(path string) (Module, error) {
 		}
 	}
 	return m, nil
+}
+
+// readBuiltin lists the modules the kernel of the modules directory dir builds in, by name, from
+// its modules.builtin (none when the file is absent).
+func readBuiltin(dir string) (map[string]bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "modules.builtin"))
+	if os.IsNotExist(err) {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Fields(string(b)) {
+		out[modName(strings.TrimSuffix(filepath.Base(line), ".ko"))] = true
+	}
+	return out, nil
+}
+
+// notBuiltin returns the names of want that builtin does not hold.
+func notBuiltin(want []string, builtin map[string]bool) []string {
+	var out []string
+	for _, w := range want {
+		if !builtin[modName(w)] {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // LoadOrder returns the modules needed for want, each after everything it depends on.

@@ -127,7 +127,7 @@ func (a *agent) setup(f proto.Frame) {
 		}
 		fsType = "9p"
 	}
-	if err := setupRoot(fsType, in.RootTag, in.ScratchMB, in.Mounts); err != nil {
+	if err := setupRoot(fsType, in.RootTag, in.ScratchMB, in.StateDisk, in.Mounts); err != nil {
 		a.replyErr(f.ID, err)
 		return
 	}

@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/iii-go/iii/sandbox-libkrun/internal/unixmode"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
 func mountPseudo() error {
@@ -110,9 +112,87 @@ func shareOpts(fsType string, readOnly bool) string {
 	return o
 }
 
+// findStateDisk waits for the virtio block device whose serial is proto.StateDiskSerial and returns
+// its device node.
+func findStateDisk(wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		matches, _ := filepath.Glob("/sys/block/vd*/serial")
+		for _, m := range matches {
+			if b, err := os.ReadFile(m); err == nil && strings.TrimSpace(string(b)) == proto.StateDiskSerial {
+				dev := "/dev/" + filepath.Base(filepath.Dir(m))
+				if _, err := os.Stat(dev); err == nil {
+					return dev, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("the state disk (virtio serial %q) did not appear within %s", proto.StateDiskSerial, wait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// mountStateDisk loads the block device and ext4 modules, waits for the state disk and mounts
+// it at dir. noinit_itable: the host formats the disk with lazy inode tables on a sparse file
+// (they read as zeros), so the kernel need not spend emulated CPU zeroing them.
+func mountStateDisk(dir string) error {
+	if err := loadModules("/lib/modules/order.disk"); err != nil {
+		return fmt.Errorf("state disk modules: %w", err)
+	}
+	dev, err := findStateDisk(10 * time.Second)
+	if err != nil {
+		return err
+	}
+	if err := unix.Mount(dev, dir, "ext4", unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
+		return fmt.Errorf("mount state disk %s: %w", dev, err)
+	}
+	if err := growStateDisk(dev, dir); err != nil {
+		// The disk is usable at its old size; the console (the boot error's tail) says why.
+		fmt.Fprintf(os.Stderr, "guest agent: growing the state disk: %v\n", err)
+	}
+	return nil
+}
+
+// ext4IocResizeFS is EXT4_IOC_RESIZE_FS, _IOW('f', 16, __u64): grow a mounted ext4 to a block
+// count.
+const ext4IocResizeFS = 0x40086610
+
+// growStateDisk grows the ext4 mounted at dir online to fill its device dev: the host makes the
+// image larger when worker_disk_mb grows. A file system as large as its device is left as it is
+// (the kernel does nothing for an unchanged block count).
+func growStateDisk(dev, dir string) error {
+	d, err := os.Open(dev)
+	if err != nil {
+		return err
+	}
+	var size uint64
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, d.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size)))
+	d.Close()
+	if errno != 0 {
+		return fmt.Errorf("size of %s: %w", dev, errno)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	blocks := size / uint64(st.Bsize)
+	m, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, m.Fd(), ext4IocResizeFS, uintptr(unsafe.Pointer(&blocks))); errno != 0 {
+		return fmt.Errorf("resize to %d blocks: %w", blocks, errno)
+	}
+	return nil
+}
+
 // setupRoot assembles the sandbox root at /newroot from shares of fsType (virtiofs or 9p) and
-// chroots into it.
-func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
+// chroots into it. The overlay's upper layer is a tmpfs of scratchMB MiB, or with stateDisk the
+// state disk, whose writes outlive the machine; /run and /tmp then stay in memory, so the
+// project token handed to a VM worker (/run/iii/token) and its temporary files never reach it.
+func setupRoot(fsType, rootTag string, scratchMB int, stateDisk bool, mounts []mountReq) error {
 	if scratchMB <= 0 {
 		scratchMB = 256
 	}
@@ -124,7 +204,11 @@ func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
 	if err := unix.Mount(rootTag, "/lower", fsType, unix.MS_RDONLY|unix.MS_NODEV, shareOpts(fsType, true)); err != nil {
 		return fmt.Errorf("mount %s root %q: %w", fsType, rootTag, err)
 	}
-	if err := unix.Mount("scratch", "/scratch", "tmpfs", unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", scratchMB)); err != nil {
+	if stateDisk {
+		if err := mountStateDisk("/scratch"); err != nil {
+			return err
+		}
+	} else if err := unix.Mount("scratch", "/scratch", "tmpfs", unix.MS_NODEV, fmt.Sprintf("size=%dm,mode=0755", scratchMB)); err != nil {
 		return fmt.Errorf("mount scratch tmpfs: %w", err)
 	}
 	for _, d := range []string{"/scratch/upper", "/scratch/work"} {
@@ -149,6 +233,17 @@ func setupRoot(fsType, rootTag string, scratchMB int, mounts []mountReq) error {
 		}
 		if err := unix.Mount(m.src, dst, m.typ, 0, m.opts); err != nil {
 			return fmt.Errorf("mount %s: %w", m.dst, err)
+		}
+	}
+	if stateDisk {
+		for _, m := range []struct{ dst, mode string }{{"run", "0755"}, {"tmp", "1777"}} {
+			dst := filepath.Join("/newroot", m.dst)
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				return err
+			}
+			if err := unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, fmt.Sprintf("size=%dm,mode=%s", scratchMB, m.mode)); err != nil {
+				return fmt.Errorf("mount /%s tmpfs: %w", m.dst, err)
+			}
 		}
 	}
 	// /tmp is world-writable and sticky. A chmod copies the image's /tmp up into the overlay,

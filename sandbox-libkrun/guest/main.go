@@ -3,7 +3,8 @@
 // Command guest is the guest agent: /init of the sandbox initramfs. It loads the kernel modules
 // listed in /lib/modules/order, mounts the pseudo filesystems, opens the virtio-serial port named
 // "ctrl" and serves the frames of package proto: it assembles the root (read-only virtiofs lower
-// layer, tmpfs upper layer, overlay, chroot) on Init, then runs commands and file operations.
+// layer, tmpfs upper layer or a VM worker's state disk, overlay, chroot) on Init, then runs
+// commands and file operations.
 //
 // With iii.floor=1 on the kernel command line it powers off as soon as it starts (the boot floor
 // measured by the bench).

@@ -64,6 +64,9 @@ type Settings struct {
 	// FileShare is how the image and mounts reach the guest: ShareVirtiofs or Share9P (see
 	// DefaultFileShare).
 	FileShare string `json:"file_share"`
+	// WorkerDiskMB is the size of each VM worker's state disk, the sparse ext4 image in its
+	// state directory that keeps what it writes outside its directory across boots; 0: none.
+	WorkerDiskMB uint32 `json:"worker_disk_mb"`
 
 	warmRaw any // warm_pool as given, resolved once the allowlist and custom_images are known
 }
@@ -72,6 +75,15 @@ type Settings struct {
 const (
 	MinCPUs     = 1
 	MinMemoryMB = 128
+)
+
+// Bounds of worker_disk_mb when it is not 0: ext4 with a journal needs a few MiB, and a disk
+// larger than 1 TiB is surely a typo (the image is sparse, so the default costs only what a
+// worker writes).
+const (
+	DefaultWorkerDiskMB = 4096
+	MinWorkerDiskMB     = 64
+	MaxWorkerDiskMB     = 1 << 20
 )
 
 // Accelerators the accelerator key accepts. kvm needs read/write /dev/kvm (req H2) and never
@@ -165,6 +177,7 @@ func Defaults() Settings {
 		WarmPool:                    map[string]uint32{},
 		Accelerator:                 DefaultAccelerator(runtime.GOOS),
 		FileShare:                   DefaultFileShare(runtime.GOOS),
+		WorkerDiskMB:                DefaultWorkerDiskMB,
 	}
 }
 
@@ -268,6 +281,14 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 			return bad(k, "must be at least %d (a VM needs %d MiB)", MinMemoryMB, MinMemoryMB)
 		}
 		s.DefaultMemoryMB = uint32(n)
+		return err
+	},
+	"worker_disk_mb": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, MaxWorkerDiskMB)
+		if err == nil && n != 0 && n < MinWorkerDiskMB {
+			return bad(k, "must be 0 (no state disk) or at least %d", MinWorkerDiskMB)
+		}
+		s.WorkerDiskMB = uint32(n)
 		return err
 	},
 	"per_image_caps": func(s *Settings, k string, v any) error {

@@ -16,7 +16,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !s.AutoInstall || len(s.ImageAllowlist) != 0 || s.DefaultIdleTimeoutSecs != 300 || s.MaxConcurrentSandboxes != 32 ||
-		s.MaxConcurrentExecPerSandbox != 4 || s.MaxExecTimeoutMS != 300000 || s.DefaultCPUs != 1 || s.DefaultMemoryMB != 512 || s.Accelerator != AccelKVM {
+		s.MaxConcurrentExecPerSandbox != 4 || s.MaxExecTimeoutMS != 300000 || s.DefaultCPUs != 1 || s.DefaultMemoryMB != 512 || s.Accelerator != AccelKVM ||
+		s.WorkerDiskMB != DefaultWorkerDiskMB {
 		t.Fatalf("defaults %+v", s)
 	}
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "image_allowlist is empty") {
@@ -36,6 +37,7 @@ max_concurrent_exec_per_sandbox: 3
 max_exec_timeout_ms: 1000
 default_cpus: 2
 default_memory_mb: 256
+worker_disk_mb: 0
 per_image_caps:
   python: {max_cpus: 2, max_memory_mb: 1024}
 `))
@@ -43,7 +45,7 @@ per_image_caps:
 		t.Fatal(err)
 	}
 	if s.AutoInstall || s.CustomImages["tools"] != "docker.io/example/tools:1" || s.MaxConcurrentSandboxes != 2 ||
-		s.PerImageCaps["python"].MaxMemoryMB != 1024 || s.DefaultCPUs != 2 || s.MaxExecTimeoutMS != 1000 {
+		s.PerImageCaps["python"].MaxMemoryMB != 1024 || s.DefaultCPUs != 2 || s.MaxExecTimeoutMS != 1000 || s.WorkerDiskMB != 0 {
 		t.Fatalf("parsed %+v", s)
 	}
 }
@@ -55,6 +57,9 @@ func TestFailsClosed(t *testing.T) {
 		{`{"default_memory_mb":1.5}`, "default_memory_mb", "non-negative integer"},
 		{`{"default_memory_mb":64}`, "default_memory_mb", "at least 128"},
 		{`{"default_cpus":0}`, "default_cpus", "at least 1"},
+		{`{"worker_disk_mb":63}`, "worker_disk_mb", "must be 0 (no state disk) or at least 64"},
+		{`{"worker_disk_mb":1048577}`, "worker_disk_mb", "at most 1048576"},
+		{`{"worker_disk_mb":"4G"}`, "worker_disk_mb", "non-negative integer"},
 		{`{"max_concurrent_sandboxes":5000000000}`, "max_concurrent_sandboxes", "at most"},
 		{`{"image_allowlist":"python"}`, "image_allowlist", "must be a list"},
 		{`{"image_allowlist":[1]}`, "image_allowlist.0", "must be a string"},

@@ -36,8 +36,14 @@ type Spec struct {
 	Network  bool          // guest networking
 	StateDir string        // host directory owned by this machine (sockets, console log, disks)
 	Deadline time.Duration // wall-clock bound on the machine's life; 0 means no bound
-	// ScratchMB bounds the tmpfs upper layer that receives the guest's writes.
+	// ScratchMB bounds the tmpfs upper layer that receives the guest's writes (with Disk, the
+	// tmpfs /run and /tmp instead).
 	ScratchMB int
+	// Disk, when set, is a raw ext4 image attached as a virtio block device: the guest's writes
+	// go to it instead of the tmpfs and outlive the machine (a VM worker's state disk). A full
+	// disk fails the guest's writes with ENOSPC; an image made larger since it was formatted has
+	// its file system grown to fill it when the guest mounts it.
+	Disk string
 }
 
 // Mount is a host directory made visible in the guest.

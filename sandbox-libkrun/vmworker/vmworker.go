@@ -43,14 +43,19 @@ type Options struct {
 	TokenFile   string // the adapter's project token file; handed to VM workers in guest memory
 	CPUs        int    // default vCPUs
 	MemoryMB    int    // default RAM
-	Logf        func(format string, args ...any)
+	// DiskMB is the size of the state disk each VM worker gets on its first boot (DiskFile);
+	// 0: none, the guest's writes outside its directory are lost when it stops.
+	DiskMB int
+	Mkfs   string // mkfs.ext4 that formats state disks; default FindMkfs()
+	Logf   func(format string, args ...any)
 }
 
 // GuestDir is where the worker's directory appears in the guest unless guest_dir says otherwise.
 const GuestDir = "/workspace"
 
 // GuestTokenFile is where a VM worker finds the project token: a file in the guest's
-// memory-backed root, written after boot, never on a mount or in the VM's state directory.
+// memory-backed /run, written after boot, never on a mount, the state disk or in the VM's
+// state directory.
 const GuestTokenFile = "/run/iii/token"
 
 // envTokenFile names the token file in a worker's environment.
@@ -99,6 +104,9 @@ func New(opt Options) *Manager {
 	}
 	if opt.Logf == nil {
 		opt.Logf = func(string, ...any) {}
+	}
+	if opt.DiskMB > 0 && opt.Mkfs == "" {
+		opt.Mkfs = FindMkfs()
 	}
 	if opt.ComposeDir != "" {
 		opt.ComposeDir = canonical(opt.ComposeDir)
@@ -329,11 +337,16 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 	if network {
 		env = adapter.RewriteLoopback(env)
 	}
+	disk, err := m.stateDisk(ctx, req.VMID, state)
+	if err != nil {
+		return nil, err
+	}
 	sum := sha256.Sum256([]byte(state))
 	machine, err := m.opt.Driver.Boot(ctx, vm.Spec{
 		RootFS: rootfs, CPUs: cpus, MemoryMB: mem, Env: env, Workdir: guest, Mounts: mounts,
 		Network:  network,
 		StateDir: filepath.Join(m.opt.RunDir, hex.EncodeToString(sum[:6])), ScratchMB: mem / 2,
+		Disk: disk,
 	})
 	if err != nil {
 		return nil, scode.BootFailed(vm.BootDetail(err))
@@ -341,7 +354,31 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 	return machine, nil
 }
 
-// handToken writes the adapter's project token into the guest's memory-backed root and returns
+// stateDisk returns the state disk of vm_id in its state directory, formatted on its first
+// boot, or "" when the adapter keeps none (DiskMB 0, or no mkfs.ext4 on the host: the worker
+// then runs with its writes in memory and the adapter's log says why).
+func (m *Manager) stateDisk(ctx context.Context, id, state string) (string, error) {
+	if m.opt.DiskMB <= 0 {
+		return "", nil
+	}
+	disk, change, err := ensureDisk(ctx, state, m.opt.DiskMB, m.opt.Mkfs)
+	switch {
+	case errors.Is(err, errNoMkfs):
+		m.opt.Logf("VM worker %s: no state disk, so what it writes outside its directory is lost when it stops: %v", id, err)
+		return "", nil
+	case err != nil:
+		return "", scode.BootFailed("the state disk in " + state + " cannot be prepared: " + err.Error())
+	case change == diskCreated:
+		m.opt.Logf("VM worker %s: state disk %s created (%d MiB, sparse)", id, disk, m.opt.DiskMB)
+	case change == diskGrown:
+		m.opt.Logf("VM worker %s: state disk %s grown to %d MiB (worker_disk_mb)", id, disk, m.opt.DiskMB)
+	case change == diskLarger:
+		m.opt.Logf("VM worker %s: state disk %s is larger than worker_disk_mb (%d MiB) and is kept as it is: a disk never shrinks", id, disk, m.opt.DiskMB)
+	}
+	return disk, nil
+}
+
+// handToken writes the adapter's project token into the guest's memory-backed /run and returns
 // the environment entry that points the worker at it.
 func (m *Manager) handToken(ctx context.Context, machine vm.Machine) ([]string, error) {
 	if m.opt.TokenFile == "" {
@@ -514,7 +551,8 @@ func (m *Manager) Delete(ctx context.Context, raw json.RawMessage) (any, error) 
 	return DeleteReply{VMID: id, Deleted: statErr == nil, StateDir: dir}, nil
 }
 
-// Shutdown stops every VM worker and waits for them (or ctx).
+// Shutdown stops every VM worker and waits for them (or ctx). The VMs stop side by side: each
+// may take seconds to sync its state disk and power off.
 func (m *Manager) Shutdown(ctx context.Context) {
 	m.mu.Lock()
 	ids := make([]string, 0, len(m.workers))
@@ -522,9 +560,11 @@ func (m *Manager) Shutdown(ctx context.Context) {
 		ids = append(ids, id)
 	}
 	m.mu.Unlock()
+	var stops sync.WaitGroup
 	for _, id := range ids {
-		m.stopAndWait(ctx, id)
+		stops.Go(func() { m.stopAndWait(ctx, id) })
 	}
+	stops.Wait()
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
 	select {

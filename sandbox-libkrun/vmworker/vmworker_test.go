@@ -15,9 +15,10 @@ import (
 )
 
 type fakeDriver struct {
-	mu    sync.Mutex
-	specs []vm.Spec
-	last  *fakeMachine
+	mu        sync.Mutex
+	specs     []vm.Spec
+	last      *fakeMachine
+	stopDelay time.Duration // how long each machine's Stop takes (a guest syncing its disk)
 }
 
 var (
@@ -30,17 +31,18 @@ func (d *fakeDriver) Boot(_ context.Context, spec vm.Spec) (vm.Machine, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.specs = append(d.specs, spec)
-	d.last = &fakeMachine{done: make(chan struct{}), argv: make(chan []string, 1)}
+	d.last = &fakeMachine{done: make(chan struct{}), argv: make(chan []string, 1), stopDelay: d.stopDelay}
 	return d.last, nil
 }
 
 type fakeMachine struct {
-	once    sync.Once
-	done    chan struct{}
-	argv    chan []string
-	mu      sync.Mutex
-	env     []string
-	fsCalls []string
+	once      sync.Once
+	done      chan struct{}
+	argv      chan []string
+	mu        sync.Mutex
+	env       []string
+	fsCalls   []string
+	stopDelay time.Duration
 }
 
 func (m *fakeMachine) Exec(_ context.Context, req vm.ExecRequest) (vm.ExecResult, error) {
@@ -62,7 +64,7 @@ func (m *fakeMachine) KernelRelease() string { return "6.1.0-guest" }
 func (m *fakeMachine) PIDs() []int           { return []int{4242} }
 func (m *fakeMachine) Done() <-chan struct{} { return m.done }
 func (m *fakeMachine) Stop(context.Context) error {
-	m.once.Do(func() { close(m.done) })
+	m.once.Do(func() { time.Sleep(m.stopDelay); close(m.done) })
 	return nil
 }
 

@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/5"
+const AgentVersion = "iii-guest/6"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -17,17 +17,24 @@ type Hello struct {
 
 // Init asks the guest to assemble its root: the share RootTag mounted read-only under a tmpfs
 // upper layer of ScratchMB MiB, plus extra shares, then chroot into it. Every share is virtiofs,
-// or virtio-9p when Share is Share9P (revision 4).
+// or virtio-9p when Share is Share9P (revision 4). With StateDisk (revision 6) the upper layer is
+// the ext4 file system on the machine's virtio block device instead, kept across boots, and /run
+// and /tmp are tmpfs of ScratchMB MiB.
 type Init struct {
 	RootTag   string       `json:"root_tag"`
 	Share     string       `json:"share,omitempty"` // "" (virtiofs) or Share9P
 	ScratchMB int          `json:"scratch_mb"`
+	StateDisk bool         `json:"state_disk,omitempty"`
 	Mounts    []GuestMount `json:"mounts,omitempty"`
 	// Network configures the guest for qemu's user-mode network (10.0.2.15, gateway 10.0.2.2).
 	Network bool `json:"network,omitempty"`
 	// Entropy is random data from the host credited to the guest kernel's pool.
 	Entropy []byte `json:"entropy,omitempty"`
 }
+
+// StateDiskSerial is the virtio serial number of the block device Init.StateDisk refers to: the
+// host sets it, the guest finds the disk by it whatever other block devices the machine has.
+const StateDiskSerial = "iii-state"
 
 // Share9P is Init.Share for shares served over virtio-9p.
 const Share9P = "9p"

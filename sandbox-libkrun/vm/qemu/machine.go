@@ -101,6 +101,11 @@ func checkSpec(spec vm.Spec) (vm.Spec, error) {
 			return spec, bootError(fmt.Errorf("mount source %q is not a directory", mt.Host))
 		}
 	}
+	if spec.Disk != "" {
+		if st, err := os.Stat(spec.Disk); err != nil || !st.Mode().IsRegular() {
+			return spec, bootError(fmt.Errorf("state disk %q is not a file", spec.Disk))
+		}
+	}
 	return spec, nil
 }
 
@@ -256,7 +261,7 @@ func (d *Driver) handshake(ctx context.Context, m *machine) error {
 
 // initFor is the Init message of spec: the root and mounts to set up and fresh entropy.
 func (d *Driver) initFor(spec vm.Spec) (proto.Init, error) {
-	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
+	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, StateDisk: spec.Disk != "", Network: spec.Network, Entropy: make([]byte, 64)}
 	if d.opt.Share == Share9P {
 		init.Share = proto.Share9P
 	}
@@ -580,6 +585,11 @@ func (m *machine) Stop(ctx context.Context) error {
 		_ = m.send(f)
 	}
 	grace := 200 * time.Millisecond
+	if m.spec.Disk != "" {
+		// The agent syncs before it powers off: a state disk keeps the guest's last writes only
+		// if qemu exits on its own, which under TCG takes longer than a throwaway VM may.
+		grace = stateDiskGrace
+	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < grace {
 		grace = max(time.Until(dl), 0)
 	}
@@ -587,6 +597,9 @@ func (m *machine) Stop(ctx context.Context) error {
 	m.kill()
 	return nil
 }
+
+// stateDiskGrace bounds how long Stop waits for a machine with a state disk to power off.
+const stateDiskGrace = 10 * time.Second
 
 // Done is closed once every process of the machine has exited.
 func (m *machine) Done() <-chan struct{} { return m.done }
