@@ -226,11 +226,8 @@ func (c *conn) budgetExceeded(msg string) {
 }
 
 func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
-	if typ == batchconn.OpBinary && len(b) >= 4 {
-		switch string(b[:4]) {
-		case "OTLP", "MTRC", "LOGS":
-			return
-		}
+	if typ == batchconn.OpBinary && e.telemetry(c.id, b) {
+		return
 	}
 	if typ == batchconn.OpBinary && !utf8.Valid(b) {
 		// Its raw JSON would reach other peers in text frames, which must be UTF-8 (the reader
@@ -272,12 +269,17 @@ func (e *Engine) drop(c *conn) {
 	defer e.triggers.PeerGone(c)
 	e.mu.Lock()
 	delete(e.conns, c.id)
+	gone := 0
 	for k, f := range e.funcs {
 		if f.conn == c {
 			delete(e.funcs, k)
+			gone++
 		}
 	}
 	e.mu.Unlock()
+	if gone > 0 {
+		e.functionsChanged()
+	}
 	c.mu.Lock()
 	if c.graceTimer != nil {
 		c.graceTimer.Stop()
@@ -383,10 +385,14 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	}
 	if m.Type == protocol.TypeUnregisterFunction {
 		e.mu.Lock()
-		if f := e.funcs[fkey{ns, m.ID}]; f != nil && f.conn == c {
+		f := e.funcs[fkey{ns, m.ID}]
+		if f != nil && f.conn == c {
 			delete(e.funcs, fkey{ns, m.ID})
 		}
 		e.mu.Unlock()
+		if f != nil && f.conn == c {
+			e.functionsChanged()
+		}
 		return
 	}
 	if m.ID == "" {
@@ -434,6 +440,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	}
 	e.funcs[k] = &fnEntry{conn: c, frame: m, http: hf}
 	e.mu.Unlock()
+	e.functionsChanged()
 }
 
 // registerWorker handles engine::workers::register inline, so the registrations parked before
@@ -476,6 +483,9 @@ func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 	e.log.Log(context.Background(), level, "worker registered", "worker_id", c.id, "name", info.Name, "namespace", ns)
 	res, _ := json.Marshal(map[string]any{"success": true, "worker_id": c.id, "namespace": ns})
 	c.sendResult(m, res, nil)
+	if e.obs != nil {
+		e.obs.WorkerRegistered(c.id)
+	}
 }
 
 // requestNamespace is the namespace a request names: the default one when it names none, and
@@ -552,7 +562,7 @@ func (e *Engine) handleInvoke(c *conn, m *protocol.Message) {
 	ns, perr := requestNamespace(m.Namespace)
 	var res json.RawMessage
 	if perr == nil {
-		res, perr = e.dispatch(c.ctx, c.caller(), ns, m.FunctionID, m.Data, m.Metadata, e.callTimeout(m.TimeoutMS), m.IsVoid())
+		res, perr = e.dispatch(c.ctx, c.caller(), ns, m.FunctionID, m.Data, m.Metadata, traceCtx{m.Traceparent, m.Baggage}, e.callTimeout(m.TimeoutMS), m.IsVoid())
 	}
 	c.sendResult(m, res, perr)
 }
