@@ -97,6 +97,7 @@ func runEngine(version string, args []string) error {
 		bind = &sandbox.Binding{Adapter: cfg.Sandbox.Adapter, Namespace: cfg.Sandbox.Namespace, Source: "config"}
 	}
 	sandbox.New(eng, bind).Install()
+	installObservers(eng, log)
 	for _, d := range cfg.Declared {
 		if d == "iii-stream" {
 			log.Info("engine worker declared but not served by this engine", "worker", d)
