@@ -21,7 +21,7 @@ func (f fakeMetrics) WorkerMetrics(id string) any { return f[id] }
 type observer struct{ *Discovery }
 
 func (observer) StartCall(core.Call) (string, func(*protocol.Error)) { return "", nil }
-func (observer) Telemetry(string, string, []byte)                   {}
+func (observer) Telemetry(string, string, []byte)                    {}
 
 func start(t *testing.T, m MetricsSource) (*core.Engine, string) {
 	t.Helper()
