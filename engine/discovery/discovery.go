@@ -424,7 +424,12 @@ func (d *Discovery) workerInfo(_ context.Context, _ core.Caller, payload json.Ra
 				OS: w.OS, Status: w.Status, ConnectedAtMS: w.ConnectedAtMS, ActiveInvocations: w.ActiveInvocations, Isolation: w.Isolation,
 				IPAddress: w.IPAddress, PID: w.PID}
 			if d.metrics != nil {
-				wd.LatestMetrics = d.metrics.WorkerMetrics(w.ID)
+				if m, ok := d.metrics.WorkerMetrics(w.ID).(map[string]any); ok {
+					if _, has := m["runtime"]; !has && w.Runtime != nil {
+						m["runtime"] = *w.Runtime // iii's WorkerMetrics carries it
+					}
+					wd.LatestMetrics = m
+				}
 			}
 			fns = w.Functions
 			workerID = w.ID

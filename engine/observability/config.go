@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/iii-go/iii/engine/errcode"
@@ -184,6 +185,12 @@ func unsupported(what string) error {
 }
 
 func boolOf(k string, v any) (bool, error) {
+	switch v { // a ${VAR:default} placeholder, expanded to text
+	case "true":
+		v = true
+	case "false":
+		v = false
+	}
 	b, ok := v.(bool)
 	if !ok {
 		return false, invalid("%s must be true or false", k)
@@ -219,6 +226,9 @@ func number(v any) (float64, bool) {
 		return float64(n), true
 	case float64:
 		return n, true
+	case string: // a ${VAR:default} placeholder, expanded to text
+		f, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
+		return f, err == nil
 	}
 	return 0, false
 }
