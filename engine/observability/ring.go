@@ -85,15 +85,6 @@ func (r *ring[T]) snapshot(now time.Time) []T {
 	return out
 }
 
-// update replaces, in place, each kept record for which fn returns true with its new value.
-func (r *ring[T]) update(fn func(*T) bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := r.head; i < len(r.items); i++ {
-		fn(&r.items[i].v)
-	}
-}
-
 func (r *ring[T]) clear() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

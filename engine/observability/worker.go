@@ -245,6 +245,15 @@ func (w *Worker) StartCall(c core.Call) (string, func(*protocol.Error)) {
 	}
 }
 
+// maxFunctions bounds the functions counted one by one (by_function, the Prometheus function
+// label): calls of others count as otherFunctions, so callers naming random ids cannot grow them.
+const (
+	maxFunctions   = 4096
+	otherFunctions = "(other)"
+	// maxReporting bounds the workers whose last SDK metrics are kept.
+	maxReporting = 4096
+)
+
 func (w *Worker) count(fn string, perr *protocol.Error, d time.Duration) {
 	w.total.Add(1)
 	if perr != nil {
@@ -253,10 +262,13 @@ func (w *Worker) count(fn string, perr *protocol.Error, d time.Duration) {
 		w.success.Add(1)
 	}
 	w.mu.Lock()
+	if _, ok := w.byFunction[fn]; !ok && len(w.byFunction) >= maxFunctions {
+		fn = otherFunctions
+	}
 	w.byFunction[fn]++
 	w.mu.Unlock()
 	if w.prom != nil {
-		w.prom.observe(fn, perr, d)
+		w.prom.observe(fn, perr, d) // fn is otherFunctions past maxFunctions
 	}
 }
 
@@ -312,6 +324,9 @@ func (w *Worker) Telemetry(workerID, signal string, body []byte) {
 				}
 				w.metrics.add(p, p.size(), now)
 				if p.WorkerID != "" && strings.HasPrefix(p.Name, "iii.worker.") {
+					if w.reportingFull(p.WorkerID) {
+						w.pruneReporting()
+					}
 					w.mu.Lock()
 					m := w.latest[p.WorkerID]
 					if m == nil {
@@ -347,12 +362,41 @@ func (w *Worker) WorkerMetrics(workerID string) any {
 	return out
 }
 
-// ForgetWorker drops a gone worker's last metrics.
-func (w *Worker) ForgetWorker(workerID string) {
+// reportingFull reports whether a first report of id would pass maxReporting.
+func (w *Worker) reportingFull(id string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.latest, workerID)
-	delete(w.latestAt, workerID)
+	_, known := w.latest[id]
+	return !known && len(w.latest) >= maxReporting
+}
+
+// pruneReporting forgets the last metrics of workers no longer connected and, if that is not
+// enough, of the one that reported longest ago.
+func (w *Worker) pruneReporting() {
+	live := map[string]bool{}
+	if w.e != nil {
+		for _, r := range w.e.Workers() {
+			live[r.ID] = true
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id := range w.latest {
+		if !live[id] {
+			delete(w.latest, id)
+			delete(w.latestAt, id)
+		}
+	}
+	for len(w.latest) >= maxReporting {
+		oldest := ""
+		for id, at := range w.latestAt {
+			if oldest == "" || at.Before(w.latestAt[oldest]) {
+				oldest = id
+			}
+		}
+		delete(w.latest, oldest)
+		delete(w.latestAt, oldest)
+	}
 }
 
 // addLog keeps l when logs are on and it passes the level and the sampling ratio; with
