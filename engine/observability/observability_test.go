@@ -201,3 +201,26 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestSpansBound records 100,000 engine spans with an 8 MiB span bound: the store keeps its
+// bytes within it, and the heap it holds within 1.5 times it.
+func TestSpansBound(t *testing.T) {
+	cfg := DefaultConfig("test")
+	cfg.MemoryMaxBytes = 8 << 20
+	w := quiet(cfg)
+	before := heapMB()
+	for i := range 100_000 {
+		_, end := w.StartCall(core.Call{FunctionID: "svc::fn" + strconv.Itoa(i%50), WorkerID: "w", WorkerName: "svc", Start: time.Now()})
+		end(nil)
+	}
+	after := heapMB()
+	n, b, d := w.spans.stats()
+	t.Logf("100000 spans: kept %d (%d estimated bytes, %d dropped); heap %.1f -> %.1f MiB (+%.1f); bound %d MiB", n, b, d, before, after, after-before, cfg.MemoryMaxBytes>>20)
+	if b > cfg.MemoryMaxBytes || d == 0 {
+		t.Fatalf("kept %d spans, %d bytes, dropped %d", n, b, d)
+	}
+	if grown := after - before; grown > 1.5*float64(cfg.MemoryMaxBytes>>20) {
+		t.Errorf("heap grew %.1f MiB, more than 1.5 times the %d MiB bound", grown, cfg.MemoryMaxBytes>>20)
+	}
+	runtime.KeepAlive(w)
+}
