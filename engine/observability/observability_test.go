@@ -224,3 +224,15 @@ func TestSpansBound(t *testing.T) {
 	}
 	runtime.KeepAlive(w)
 }
+
+// BenchmarkStartCall is the cost the worker adds to one routed invocation: its span, counters
+// and store insert.
+func BenchmarkStartCall(b *testing.B) {
+	w := quiet(DefaultConfig("test"))
+	tp := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	b.ReportAllocs()
+	for b.Loop() {
+		_, end := w.StartCall(core.Call{FunctionID: "svc::fn", WorkerID: "w", WorkerName: "svc", Traceparent: tp, Start: time.Now()})
+		end(nil)
+	}
+}

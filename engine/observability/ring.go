@@ -7,11 +7,12 @@ import (
 
 // ring keeps the newest records within a count and a byte bound (each record's size is an
 // estimate, see the size functions) and a retention age: adding past a bound drops the oldest
-// first. It is safe for concurrent use.
+// first. It is a circular buffer of pointers, so a steady stream of adds moves no records and
+// its slots cost 8 bytes each. It is safe for concurrent use.
 type ring[T any] struct {
 	mu       sync.Mutex
-	items    []entry[T] // oldest first, from head
-	head     int
+	buf      []*entry[T]
+	start, n int
 	bytes    int
 	maxCount int
 	maxBytes int
@@ -37,30 +38,30 @@ func (r *ring[T]) add(v T, size int, now time.Time) {
 		r.dropped++
 		return
 	}
-	r.items = append(r.items, entry[T]{v: v, size: size, at: now})
-	r.bytes += size
 	r.expire(now)
-	for r.len() > r.maxCount || r.bytes > r.maxBytes {
+	for r.n > 0 && (r.n+1 > r.maxCount || r.bytes+size > r.maxBytes) {
 		r.popOldest()
 		r.dropped++
 	}
-	// Compact once the dropped prefix is as large as what is kept, so the backing array stays
-	// within twice the kept records.
-	if r.head > 0 && r.head >= len(r.items)-r.head {
-		n := copy(r.items, r.items[r.head:])
-		clear(r.items[n:])
-		r.items = r.items[:n]
-		r.head = 0
+	if r.n == len(r.buf) {
+		grown := make([]*entry[T], max(16, 2*len(r.buf)))
+		for i := range r.n {
+			grown[i] = r.buf[(r.start+i)%len(r.buf)]
+		}
+		r.buf, r.start = grown, 0
 	}
+	r.buf[(r.start+r.n)%len(r.buf)] = &entry[T]{v: v, size: size, at: now}
+	r.n++
+	r.bytes += size
 }
 
-func (r *ring[T]) len() int { return len(r.items) - r.head }
+func (r *ring[T]) len() int { return r.n }
 
 func (r *ring[T]) popOldest() {
-	e := &r.items[r.head]
-	r.bytes -= e.size
-	*e = entry[T]{}
-	r.head++
+	r.bytes -= r.buf[r.start].size
+	r.buf[r.start] = nil
+	r.start = (r.start + 1) % len(r.buf)
+	r.n--
 }
 
 // expire drops the records older than the retention age.
@@ -68,7 +69,7 @@ func (r *ring[T]) expire(now time.Time) {
 	if r.maxAge <= 0 {
 		return
 	}
-	for r.len() > 0 && now.Sub(r.items[r.head].at) > r.maxAge {
+	for r.n > 0 && now.Sub(r.buf[r.start].at) > r.maxAge {
 		r.popOldest()
 	}
 }
@@ -78,9 +79,9 @@ func (r *ring[T]) snapshot(now time.Time) []T {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.expire(now)
-	out := make([]T, 0, r.len())
-	for _, e := range r.items[r.head:] {
-		out = append(out, e.v)
+	out := make([]T, 0, r.n)
+	for i := range r.n {
+		out = append(out, r.buf[(r.start+i)%len(r.buf)].v)
 	}
 	return out
 }
@@ -88,12 +89,12 @@ func (r *ring[T]) snapshot(now time.Time) []T {
 func (r *ring[T]) clear() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.items, r.head, r.bytes = nil, 0, 0
+	r.buf, r.start, r.n, r.bytes = nil, 0, 0, 0
 }
 
 // stats reports the kept count and bytes and how many records were dropped.
 func (r *ring[T]) stats() (count, bytes int, dropped uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.len(), r.bytes, r.dropped
+	return r.n, r.bytes, r.dropped
 }
