@@ -21,6 +21,7 @@ import (
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
+	"github.com/iii-go/iii/engine/observability"
 	"github.com/iii-go/iii/engine/ownercred"
 	"github.com/iii-go/iii/engine/sandbox"
 )
@@ -66,7 +67,8 @@ func runEngine(version string, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := observability.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log := slog.New(logs)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	bound, err := listen(cfg)
@@ -103,6 +105,12 @@ func runEngine(version string, args []string) error {
 		bind = &sandbox.Binding{Adapter: cfg.Sandbox.Adapter, Namespace: cfg.Sandbox.Namespace, Source: "config"}
 	}
 	sandbox.New(eng, bind).Install()
+	obs, err := installObservers(ctx, eng, version, logs, log, ln, builtinComponents(cfg, bind))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer obs.Stop()
 	for _, d := range cfg.Declared {
 		if d == "iii-stream" {
 			log.Info("engine worker declared but not served by this engine", "worker", d)

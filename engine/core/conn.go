@@ -241,11 +241,8 @@ func (c *conn) budgetExceeded(msg string) {
 }
 
 func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
-	if typ == batchconn.OpBinary && len(b) >= 4 {
-		switch string(b[:4]) {
-		case "OTLP", "MTRC", "LOGS":
-			return
-		}
+	if typ == batchconn.OpBinary && e.telemetry(c.id, b) {
+		return
 	}
 	if typ == batchconn.OpBinary && !utf8.Valid(b) {
 		// Its raw JSON would reach other peers in text frames, which must be UTF-8 (the reader
@@ -287,10 +284,16 @@ func (e *Engine) drop(c *conn) {
 	defer e.triggers.PeerGone(c)
 	e.mu.Lock()
 	delete(e.conns, c.id)
+	gone := 0
 	for k := range e.funcs {
-		e.removeInstance(k, c)
+		if e.removeInstance(k, c) {
+			gone++
+		}
 	}
 	e.mu.Unlock()
+	if gone > 0 {
+		e.functionsChanged()
+	}
 	c.mu.Lock()
 	if c.graceTimer != nil {
 		c.graceTimer.Stop()
@@ -402,8 +405,11 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	}
 	if m.Type == protocol.TypeUnregisterFunction {
 		e.mu.Lock()
-		e.removeInstance(fkey{ns, m.ID}, c)
+		gone := e.removeInstance(fkey{ns, m.ID}, c)
 		e.mu.Unlock()
+		if gone {
+			e.functionsChanged()
+		}
 		return
 	}
 	if m.ID == "" {
@@ -457,6 +463,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	}
 	e.funcs[k] = &fnEntry{conn: c, frame: m, http: hf}
 	e.mu.Unlock()
+	e.functionsChanged()
 }
 
 // registerWorker handles engine::workers::register inline, so the registrations parked before
@@ -502,6 +509,9 @@ func (e *Engine) registerWorker(c *conn, m *protocol.Message) {
 	e.log.Log(context.Background(), level, "worker registered", "worker_id", c.id, "name", info.Name, "namespace", ns)
 	res, _ := json.Marshal(map[string]any{"success": true, "worker_id": c.id, "namespace": ns})
 	c.sendResult(m, res, nil)
+	if e.obs != nil {
+		e.obs.WorkerRegistered(c.id)
+	}
 }
 
 // requestNamespace is the namespace a request names: the default one when it names none, and
@@ -578,7 +588,7 @@ func (e *Engine) handleInvoke(c *conn, m *protocol.Message) {
 	ns, perr := requestNamespace(m.Namespace)
 	var res json.RawMessage
 	if perr == nil {
-		res, perr = e.dispatch(c.ctx, c.caller(), ns, m.FunctionID, m.Data, m.Metadata, e.callTimeout(m.TimeoutMS), m.IsVoid())
+		res, perr = e.dispatch(c.ctx, c.caller(), ns, m.FunctionID, m.Data, m.Metadata, traceCtx{m.Traceparent, m.Baggage}, e.callTimeout(m.TimeoutMS), m.IsVoid())
 	}
 	c.sendResult(m, res, perr)
 }

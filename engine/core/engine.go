@@ -219,7 +219,8 @@ type Engine struct {
 	claim    *fkey // ClaimPrefix: {namespace, id prefix} kept to one worker, nil when none
 	triggers *triggers.Registry
 
-	frames budget // bytes of the frames being read, all connections together
+	frames budget   // bytes of the frames being read, all connections together
+	obs    Observer // SetObserver; nil: none
 }
 
 // budget is the engine-wide byte budget of the frames being read. A connection takes from it
@@ -400,7 +401,7 @@ func (e *Engine) handler(l *listener) http.Handler {
 					return
 				}
 			}
-			drain(ws) // SDK telemetry: accepted and dropped, never listed as a worker
+			e.drainTelemetry(ws) // SDK telemetry: given to the observer, never listed as a worker
 			return
 		}
 		ws, err := batchconn.Accept(w, r, e.opts.WriteTimeout)
@@ -428,14 +429,33 @@ func acceptOptions(l *listener) *websocket.AcceptOptions {
 	return &websocket.AcceptOptions{OriginPatterns: l.AllowedOrigins}
 }
 
-// drain reads and drops frames until the peer goes away.
-func drain(ws *websocket.Conn) {
+// drainTelemetry reads the frames of a telemetry-only /otel socket until the peer goes away,
+// handing each "OTLP", "MTRC" or "LOGS" frame to the observer (dropped without one).
+func (e *Engine) drainTelemetry(ws *websocket.Conn) {
 	defer ws.CloseNow()
 	for {
-		if _, _, err := ws.Read(context.Background()); err != nil {
+		_, b, err := ws.Read(context.Background())
+		if err != nil {
 			return
 		}
+		e.telemetry("", b)
 	}
+}
+
+// telemetry hands an SDK telemetry frame (a 4-byte signal prefix, then OTLP/JSON) to the
+// observer; it reports false for a frame that is not one.
+func (e *Engine) telemetry(workerID string, b []byte) bool {
+	if len(b) < 4 {
+		return false
+	}
+	switch sig := string(b[:4]); sig {
+	case "OTLP", "MTRC", "LOGS":
+		if e.obs != nil {
+			e.obs.Telemetry(workerID, sig, b[4:])
+		}
+		return true
+	}
+	return false
 }
 
 // Serve accepts workers on ln, the main listener (Options' origins and handshake deadline),
@@ -504,10 +524,23 @@ func (e *Engine) ServeAll(ctx context.Context, bound []Bound) error {
 // Invoke calls id in ns on behalf of the engine itself (used by the sandbox router) and returns
 // its raw result. timeout 0 waits until ctx ends.
 func (e *Engine) Invoke(ctx context.Context, ns, id string, payload json.RawMessage, timeout time.Duration) (json.RawMessage, *protocol.Error) {
-	return e.dispatch(ctx, Caller{WorkerID: "engine", Namespace: protocol.DefaultNamespace}, ns, id, payload, nil, timeout, false)
+	tp, bg := TraceFromContext(ctx)
+	return e.dispatch(ctx, Caller{WorkerID: "engine", Name: "engine", Namespace: protocol.DefaultNamespace}, ns, id, payload, nil, traceCtx{tp, bg}, timeout, false)
 }
 
-func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, data, meta json.RawMessage, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
+// traceCtx is the W3C trace context an invocation carries.
+type traceCtx struct{ traceparent, baggage string }
+
+type traceKey struct{}
+
+// TraceFromContext is the trace context of the invocation a built-in serves: the traceparent
+// of the engine's span for the call (or the caller's, with no observer) and the caller's baggage.
+func TraceFromContext(ctx context.Context) (traceparent, baggage string) {
+	tc, _ := ctx.Value(traceKey{}).(traceCtx)
+	return tc.traceparent, tc.baggage
+}
+
+func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, data, meta json.RawMessage, tc traceCtx, timeout time.Duration, void bool) (res json.RawMessage, perr *protocol.Error) {
 	if len(data) == 0 {
 		data = json.RawMessage("null")
 	}
@@ -516,12 +549,18 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	f := e.funcs[fkey{ns, id}].pick()
 	e.mu.RUnlock()
 	if isBuiltin && b.fn != nil {
+		f = nil
+	}
+	tp, end := e.startCall(caller, ns, id, tc.traceparent, tc.baggage, f)
+	defer func() { end(perr) }()
+	tc.traceparent = tp
+	if isBuiltin && b.fn != nil {
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		return runBuiltin(ctx, b.fn, caller, data, id, timeout)
+		return runBuiltin(context.WithValue(ctx, traceKey{}, tc), b.fn, caller, data, id, timeout)
 	}
 	if f == nil {
 		return nil, e.notFound(ns, id)
@@ -532,7 +571,7 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	if f.http != nil {
 		return e.callHTTP(ctx, f.http, data, timeout)
 	}
-	return e.forward(ctx, f.conn, id, data, meta, timeout, void)
+	return e.forward(ctx, f.conn, id, data, meta, tc, timeout, void)
 }
 
 func runBuiltin(ctx context.Context, fn Builtin, caller Caller, data json.RawMessage, id string, timeout time.Duration) (res json.RawMessage, perr *protocol.Error) {

@@ -36,11 +36,11 @@ func (e *Engine) enqueue(c *conn, m *protocol.Message) {
 		"data": data, "metadata": m.Metadata})
 	timeout := e.callTimeout(m.TimeoutMS)
 	if m.IsVoid() || m.InvocationID == "" {
-		_, _ = e.startForward(f.conn, FnQueueEnqueue, payload, nil, timeout, nil)
+		_, _ = e.startForward(f.conn, FnQueueEnqueue, payload, nil, traceCtx{m.Traceparent, m.Baggage}, timeout, nil)
 		return
 	}
 	pc := &pendingCall{caller: c, callerID: m.InvocationID}
-	if _, perr := e.startForward(f.conn, FnQueueEnqueue, payload, nil, timeout, pc); perr != nil {
+	if _, perr := e.startForward(f.conn, FnQueueEnqueue, payload, nil, traceCtx{m.Traceparent, m.Baggage}, timeout, pc); perr != nil {
 		pc.fn = m.FunctionID
 		pc.deliver(nil, protocol.NewError(errcode.EnqueueError, "cannot enqueue %s on queue '%s': %s", m.FunctionID, m.Action.Queue, perr.Message))
 	}

@@ -40,7 +40,7 @@ func (e *Engine) callHTTP(ctx context.Context, f *httpfn.Function, data json.Raw
 
 // callHTTPAsync serves a worker's invocation m of an HTTP-invoked function on a goroutine of its
 // own and answers c; the call counts against Options.MaxInflight and ends when c disconnects.
-func (e *Engine) callHTTPAsync(c *conn, m *protocol.Message, f *httpfn.Function, data json.RawMessage, timeout time.Duration) {
+func (e *Engine) callHTTPAsync(c *conn, m *protocol.Message, f *httpfn.Function, data json.RawMessage, timeout time.Duration, end func(*protocol.Error)) {
 	// m is recycled when this returns: keep copies of what the answer needs.
 	reply := &protocol.Message{Type: m.Type, InvocationID: strings.Clone(m.InvocationID), FunctionID: strings.Clone(m.FunctionID)}
 	if m.IsVoid() {
@@ -48,14 +48,17 @@ func (e *Engine) callHTTPAsync(c *conn, m *protocol.Message, f *httpfn.Function,
 	}
 	if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
 		c.inflight.Add(-1)
-		c.sendResult(reply, nil, protocol.NewError(errcode.TooManyCalls,
-			"this connection already has %d engine-served calls in flight; wait for some to finish", e.opts.MaxInflight))
+		perr := protocol.NewError(errcode.TooManyCalls,
+			"this connection already has %d engine-served calls in flight; wait for some to finish", e.opts.MaxInflight)
+		end(perr)
+		c.sendResult(reply, nil, perr)
 		return
 	}
 	data = bytes.Clone(data)
 	go func() {
 		defer c.inflight.Add(-1)
 		res, perr := e.callHTTP(c.ctx, f, data, timeout)
+		end(perr)
 		c.sendResult(reply, res, perr)
 	}()
 }

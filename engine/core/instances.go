@@ -42,28 +42,30 @@ func (f *fnEntry) addInstance(c *conn, m *protocol.Message) {
 }
 
 // removeInstance forgets c's instance of function k: the first of the others takes the
-// function's place, or the function goes with its last instance. Call with e.mu held.
-func (e *Engine) removeInstance(k fkey, c *conn) {
+// function's place, or the function goes with its last instance; it reports whether the
+// function went. Call with e.mu held.
+func (e *Engine) removeInstance(k fkey, c *conn) (gone bool) {
 	f := e.funcs[k]
 	if f == nil {
-		return
+		return false
 	}
 	if f.conn == c {
 		if len(f.more) == 0 {
 			delete(e.funcs, k)
-			return
+			return true
 		}
 		next := f.more[0]
 		next.more = f.more[1:]
 		e.funcs[k] = next
-		return
+		return false
 	}
 	for i, o := range f.more {
 		if o.conn == c {
 			f.more = append(f.more[:i:i], f.more[i+1:]...)
-			return
+			return false
 		}
 	}
+	return false
 }
 
 // pick is the instance a call goes to: the one with the fewest calls in flight, ties at

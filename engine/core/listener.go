@@ -131,7 +131,7 @@ func (e *Engine) gateInvoke(c *conn, m *protocol.Message) bool {
 		}
 		in, _ := json.Marshal(rbac.MiddlewareInput{FunctionID: m.FunctionID, Payload: data, Action: action, Context: c.session.Context, Namespace: ns})
 		res, perr := e.dispatch(c.ctx, Caller{WorkerID: "engine", Namespace: protocol.DefaultNamespace}, protocol.DefaultNamespace, c.l.Middleware, in, nil,
-			e.callTimeout(m.TimeoutMS), m.IsVoid())
+			traceCtx{traceparent: m.Traceparent, baggage: m.Baggage}, e.callTimeout(m.TimeoutMS), m.IsVoid())
 		c.sendResult(m, res, perr)
 	}()
 	return true

@@ -21,6 +21,7 @@ type pendingCall struct {
 	caller   *conn
 	callerID string
 	ch       chan outcome
+	end      func(*protocol.Error) // the observer's end of the call's span; nil: none
 }
 
 type outcome struct {
@@ -29,6 +30,9 @@ type outcome struct {
 }
 
 func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
+	if pc.end != nil {
+		pc.end(perr)
+	}
 	if pc.ch != nil {
 		pc.ch <- outcome{res, perr}
 		return
@@ -68,8 +72,9 @@ func (c *conn) take(iid string) *pendingCall {
 
 // startForward sends an invocation of id to target. With pc nil it is a void call; otherwise pc
 // is registered under a fresh invocation id, which is returned.
-func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessage, timeout time.Duration, pc *pendingCall) (string, *protocol.Error) {
-	m := &protocol.Message{Type: protocol.TypeInvokeFunction, FunctionID: target.localID(id), Data: data, Metadata: meta}
+func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessage, tc traceCtx, timeout time.Duration, pc *pendingCall) (string, *protocol.Error) {
+	m := &protocol.Message{Type: protocol.TypeInvokeFunction, FunctionID: target.localID(id), Data: data, Metadata: meta,
+		Traceparent: tc.traceparent, Baggage: tc.baggage}
 	if pc == nil {
 		m.Action = &protocol.Action{Type: "void"}
 		if err := target.send(m); err != nil {
@@ -112,13 +117,13 @@ func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessag
 }
 
 // forward sends an invocation to the worker serving it and waits for its result.
-func (e *Engine) forward(ctx context.Context, target *conn, id string, data, meta json.RawMessage, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
+func (e *Engine) forward(ctx context.Context, target *conn, id string, data, meta json.RawMessage, tc traceCtx, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
 	if void {
-		_, perr := e.startForward(target, id, data, meta, timeout, nil)
+		_, perr := e.startForward(target, id, data, meta, tc, timeout, nil)
 		return nil, perr
 	}
 	pc := &pendingCall{ch: make(chan outcome, 1)}
-	iid, perr := e.startForward(target, id, data, meta, timeout, pc)
+	iid, perr := e.startForward(target, id, data, meta, tc, timeout, pc)
 	if perr != nil {
 		return nil, perr
 	}
@@ -160,16 +165,19 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 		data = json.RawMessage("null")
 	}
 	timeout := e.callTimeout(m.TimeoutMS)
+	tp, end := e.startCall(c.caller(), ns, m.FunctionID, m.Traceparent, m.Baggage, f)
+	tc := traceCtx{tp, m.Baggage}
 	if f.http != nil {
-		e.callHTTPAsync(c, m, f.http, data, timeout)
+		e.callHTTPAsync(c, m, f.http, data, timeout, end)
 		return true
 	}
 	if m.IsVoid() {
-		_, _ = e.startForward(f.conn, m.FunctionID, data, m.Metadata, timeout, nil)
+		_, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, tc, timeout, nil)
+		end(perr)
 		return true
 	}
-	pc := &pendingCall{caller: c, callerID: m.InvocationID}
-	if _, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, timeout, pc); perr != nil {
+	pc := &pendingCall{caller: c, callerID: m.InvocationID, end: end}
+	if _, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, tc, timeout, pc); perr != nil {
 		pc.fn = m.FunctionID
 		pc.deliver(nil, perr)
 	}

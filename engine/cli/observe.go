@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/iii-go/iii/engine/config"
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/discovery"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/observability"
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox"
+)
+
+// observer is the engine's core.Observer: discovery's part and observability's.
+type observer struct {
+	d *discovery.Discovery
+	o *observability.Worker
+}
+
+func (x observer) StartCall(c core.Call) (string, func(*protocol.Error)) { return x.o.StartCall(c) }
+func (x observer) Telemetry(id, signal string, body []byte)              { x.o.Telemetry(id, signal, body) }
+func (x observer) FunctionsChanged()                                     { x.d.FunctionsChanged() }
+func (x observer) WorkerRegistered(id string) {
+	x.d.WorkerRegistered(id)
+	x.o.WorkerRegistered(id)
+}
+
+// installObservers adds discovery and the iii-observability worker (configured by the stored
+// configuration entry iii-observability, read once at start as iii does) to eng and starts the
+// worker's exporters; logs (the engine's handler) feeds it the engine's own log lines.
+func installObservers(ctx context.Context, eng *core.Engine, version string, logs *observability.Handler, log *slog.Logger,
+	ln net.Listener, comps []observability.Component) (*observability.Worker, error) {
+	cfg, err := observabilityConfig(ctx, eng, version)
+	if err != nil {
+		return nil, err
+	}
+	w := observability.New(cfg, version, log)
+	w.Install(eng)
+	started := time.Now()
+	w.AddComponent(observability.Component{Name: "engine", Check: func() (string, any) {
+		return "healthy", map[string]any{"version": version, "uptime_seconds": int(time.Since(started).Seconds()),
+			"workers": len(eng.Workers()), "functions": len(eng.Functions()), "pending_invocations": eng.PendingCount(), "channels": eng.ChannelCount()}
+	}})
+	w.AddComponent(observability.Component{Name: "listener", Check: func() (string, any) {
+		return "healthy", map[string]any{"address": "ws://" + ln.Addr().String(), "connections": len(eng.Workers())}
+	}})
+	for _, c := range comps {
+		w.AddComponent(c)
+	}
+	eng.SetObserver(observer{d: discovery.Install(eng, w, log), o: w})
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	logs.Attach(w)
+	return w, nil
+}
+
+// observabilityConfig is iii-observability's configuration: iii's defaults, under the stored
+// configuration entry of that id when there is one.
+func observabilityConfig(ctx context.Context, eng *core.Engine, version string) (observability.Config, error) {
+	cfg := observability.DefaultConfig(version)
+	req, _ := json.Marshal(map[string]string{"id": observability.Name})
+	raw, perr := eng.Invoke(ctx, protocol.DefaultNamespace, "configuration::get", req, 5*time.Second)
+	if perr != nil {
+		if perr.Code == errcode.NotFound {
+			return cfg, nil
+		}
+		return cfg, errcode.New(errcode.ConfigInvalid, "reading the configuration entry %s: %s", observability.Name, perr.Message)
+	}
+	var entry struct {
+		Value json.RawMessage `json:"value"`
+	}
+	_ = json.Unmarshal(raw, &entry)
+	if len(entry.Value) == 0 || string(entry.Value) == "null" {
+		return cfg, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(entry.Value, &m); err != nil {
+		return cfg, errcode.New(errcode.ConfigInvalid, "the configuration entry %s must hold an object of iii-observability's keys: %v", observability.Name, err)
+	}
+	return observability.ParseConfig(cfg, m)
+}
+
+// builtinComponents are the built-in workers engine::health::check reports on.
+func builtinComponents(cfg *config.Config, bind *sandbox.Binding) []observability.Component {
+	ok := func(name string, details any) observability.Component {
+		return observability.Component{Name: name, Check: func() (string, any) { return "healthy", details }}
+	}
+	router := map[string]any{"bound": bind != nil}
+	if bind != nil {
+		router["adapter"], router["namespace"] = bind.Adapter, bind.Namespace
+	}
+	return []observability.Component{
+		ok(discovery.WorkerName, map[string]any{"functions": "engine::*"}),
+		ok("configuration", map[string]any{"adapter": "fs", "directory": cfg.ConfigDir}),
+		ok("iii-http-functions", map[string]any{"require_https": cfg.HTTPSecurity.RequireHTTPS, "block_private_ips": cfg.HTTPSecurity.BlockPrivateIPs}),
+		ok("iii-sandbox", router),
+	}
+}

@@ -1,0 +1,212 @@
+package discovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+type fakeMetrics map[string]any
+
+func (f fakeMetrics) WorkerMetrics(id string) any { return f[id] }
+
+// observer is the part of core.Observer discovery does not implement.
+type observer struct{ *Discovery }
+
+func (observer) StartCall(core.Call) (string, func(*protocol.Error)) { return "", nil }
+func (observer) Telemetry(string, string, []byte)                    {}
+
+func start(t *testing.T, m MetricsSource) (*core.Engine, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := core.New(core.Options{})
+	e.SetObserver(observer{Install(e, m, nil)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e, "ws://" + ln.Addr().String()
+}
+
+func worker(t *testing.T, url, name, ns string, fns map[string]protocol.Handler) *protocol.Worker {
+	t.Helper()
+	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: ns, Name: name})
+	for id, h := range fns {
+		if err := w.Register(id, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func call(t *testing.T, w *protocol.Worker, fn string, in any) (map[string]any, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	raw, err := w.Call(ctx, fn, in)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out, nil
+}
+
+func code(err error) string {
+	var e *protocol.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func nop(context.Context, json.RawMessage) (any, error) { return nil, nil }
+
+func TestFunctionInfo(t *testing.T) {
+	_, url := start(t, nil)
+	w := worker(t, url, "svc", "default", map[string]protocol.Handler{"svc::a": nop})
+	worker(t, url, "other", "x", map[string]protocol.Handler{"only::x": nop})
+	worker(t, url, "amb1", "p", map[string]protocol.Handler{"amb::f": nop})
+	worker(t, url, "amb2", "q", map[string]protocol.Handler{"amb::f": nop})
+
+	got, err := call(t, w, FnFunctionInfo, map[string]any{"function_id": "svc::a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["worker_name"] != "svc" || got["namespace"] != "default" || got["registered_triggers"] == nil {
+		t.Errorf("svc::a detail = %v", got)
+	}
+	// A bare id unique to one namespace resolves there.
+	if got, err := call(t, w, FnFunctionInfo, map[string]any{"function_id": "only::x"}); err != nil || got["namespace"] != "x" {
+		t.Errorf("only::x = %v, %v", got, err)
+	}
+	// In two namespaces it is ambiguous; a namespace selects one.
+	if _, err := call(t, w, FnFunctionInfo, map[string]any{"function_id": "amb::f"}); code(err) != errcode.NotFound {
+		t.Errorf("amb::f: err %v, want NOT_FOUND", err)
+	}
+	if got, err := call(t, w, FnFunctionInfo, map[string]any{"function_id": "amb::f", "namespace": "q"}); err != nil || got["worker_name"] != "amb2" {
+		t.Errorf("amb::f in q = %v, %v", got, err)
+	}
+	if _, err := call(t, w, FnFunctionInfo, map[string]any{}); code(err) != errcode.InvalidArguments {
+		t.Errorf("no id: err %v", err)
+	}
+	got, err = call(t, w, FnFunctionInfo, map[string]any{"function_ids": []string{"svc::a", "nope", "svc::a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := got["functions"].([]any)
+	if len(list) != 2 || list[1].(map[string]any)["error"] != "not_found" {
+		t.Errorf("batch = %v", list)
+	}
+}
+
+func TestWorkerInfoHasMetrics(t *testing.T) {
+	m := fakeMetrics{}
+	e, url := start(t, m)
+	w := worker(t, url, "svc", "default", map[string]protocol.Handler{"svc::a": nop, "svc::b": nop})
+	m[w.WorkerID()] = map[string]any{"cpu_percent": 12.5}
+	_ = e
+	got, err := call(t, w, FnWorkerInfo, map[string]any{"name": "svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wk := got["worker"].(map[string]any)
+	if wk["id"] != w.WorkerID() || wk["function_count"] != 2.0 || wk["status"] != "connected" {
+		t.Errorf("worker = %v", wk)
+	}
+	if lm, _ := wk["latest_metrics"].(map[string]any); lm["cpu_percent"] != 12.5 {
+		t.Errorf("latest_metrics = %v", wk["latest_metrics"])
+	}
+	if fns := got["functions"].([]any); len(fns) != 2 {
+		t.Errorf("functions = %v", fns)
+	}
+	if _, err := call(t, w, FnWorkerInfo, map[string]any{"name": "ghost"}); code(err) != errcode.NotFound {
+		t.Errorf("ghost: %v", err)
+	}
+	got, err = call(t, w, FnWorkerInfo, map[string]any{"name": "engine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if types := got["trigger_types"].([]any); len(types) != 2 {
+		t.Errorf("engine trigger types = %v", types)
+	}
+}
+
+func TestAvailabilityTriggers(t *testing.T) {
+	_, url := start(t, nil)
+	fnEvents := make(chan map[string]any, 10)
+	wkEvents := make(chan map[string]any, 10)
+	on := func(ch chan map[string]any) protocol.Handler {
+		return func(_ context.Context, in json.RawMessage) (any, error) {
+			var m map[string]any
+			_ = json.Unmarshal(in, &m)
+			ch <- m
+			return nil, nil
+		}
+	}
+	w := worker(t, url, "watcher", "default", map[string]protocol.Handler{"w::fn": on(fnEvents), "w::wk": on(wkEvents)})
+	for typ, fn := range map[string]string{TriggerFunctionsAvailable: "w::fn", TriggerWorkersAvailable: "w::wk"} {
+		if _, err := w.RegisterTrigger(typ, fn, map[string]any{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for the provider to accept both (the registration round trip).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := call(t, w, core.FnListTriggers, map[string]any{})
+		if err == nil && len(got["registered_triggers"].([]any)) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("triggers never active: %v %v", got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n := worker(t, url, "newcomer", "default", map[string]protocol.Handler{"new::a": nop, "new::b": nop})
+	select {
+	case ev := <-wkEvents:
+		if ev["event"] != "worker_metadata_updated" || ev["worker_id"] != n.WorkerID() {
+			t.Errorf("workers-available = %v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no workers-available event")
+	}
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-fnEvents:
+			if ev["event"] != "functions_changed" {
+				t.Fatalf("functions-available = %v", ev)
+			}
+			found := 0
+			for _, f := range ev["functions"].([]any) {
+				if id := f.(map[string]any)["function_id"]; id == "new::a" || id == "new::b" {
+					found++
+				}
+			}
+			if found == 2 {
+				return
+			}
+		case <-timeout:
+			t.Fatal("no functions-available event listing new::a and new::b")
+		}
+	}
+}
