@@ -1,38 +1,18 @@
 package testscripts
 
 import (
-	"bytes"
-	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
 func init() {
 	registerCmd("otlpsink", cmdOTLPSink)
-	registerCmd("waitgrep", cmdWaitGrep)
-}
-
-// waitgrep [-timeout=30s] FILE TEXT: wait until FILE contains TEXT (bytes, not a pattern).
-func cmdWaitGrep(ts *testscript.TestScript, neg bool, args []string) {
-	fs := flag.NewFlagSet("waitgrep", flag.ContinueOnError)
-	d := fs.Duration("timeout", 30*time.Second, "")
-	if neg || fs.Parse(args) != nil || fs.NArg() != 2 {
-		ts.Fatalf("usage: waitgrep [-timeout=D] FILE TEXT")
-	}
-	file, text := ts.MkAbs(fs.Arg(0)), []byte(fs.Arg(1))
-	if !poll(*d, func() bool {
-		b, _ := os.ReadFile(file)
-		return bytes.Contains(b, text)
-	}) {
-		ts.Fatalf("waitgrep: %s does not contain %q after %v", fs.Arg(0), fs.Arg(1), *d)
-	}
 }
 
 // otlpsink VAR FILE: a small OTLP/HTTP trace collector on 127.0.0.1 until the script ends. It
