@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -166,7 +167,7 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 	for k, v := range in.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procgroup.Attr(true)
 	if err := cmd.Start(); err != nil {
 		return nil, sErr("S200", "execution", "starting the VM worker: "+err.Error())
 	}
@@ -201,11 +202,11 @@ func (a *adapter) kill(id string) bool {
 	if v == nil {
 		return false
 	}
-	_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGTERM)
+	_ = procgroup.Signal(v.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-v.done:
 	case <-time.After(2 * time.Second):
-		_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
+		_ = procgroup.Signal(v.cmd.Process.Pid, syscall.SIGKILL)
 		<-v.done
 	}
 	return true
