@@ -34,7 +34,7 @@ func ReadManifest(dir string) (*Manifest, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	var m Manifest
 	if err := yaml.Unmarshal(data, &m); err != nil {

@@ -23,19 +23,19 @@ import (
 func Load(path string, lookup Lookup) (*File, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	fh, err := os.Open(abs)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errcode.New(errcode.NoComposeFile, "%s does not exist; write a worker-compose.yaml or name one with -f", abs)
 		}
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", abs, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", abs, err)
 	}
 	defer fh.Close()
 	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", abs, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", abs, err)
 	}
 	return Parse(abs, data, lookup)
 }

@@ -32,11 +32,11 @@ type Doc struct {
 func Load(path string) (*Doc, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	d, err := Parse(path, data)
 	if err != nil {
@@ -201,10 +201,10 @@ func (d *Doc) Bytes() ([]byte, error) {
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(d.doc); err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot render %s: %v", d.Path, err)
+		return nil, errcode.New(errcode.IOError, "cannot render %s: %w", d.Path, err)
 	}
 	if err := enc.Close(); err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot render %s: %v", d.Path, err)
+		return nil, errcode.New(errcode.IOError, "cannot render %s: %w", d.Path, err)
 	}
 	return b.Bytes(), nil
 }
@@ -225,7 +225,7 @@ func (d *Doc) Write() ([]byte, error) {
 // rename), with mode perm.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	if err := state.WriteFileAtomic(path, data, perm); err != nil {
-		return errcode.New(errcode.IOError, "cannot write %s: %v", path, err)
+		return errcode.New(errcode.IOError, "cannot write %s: %w", path, err)
 	}
 	return nil
 }

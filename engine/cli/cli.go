@@ -56,7 +56,7 @@ func runEngine(version string, args []string) error {
 			fmt.Print(engineUsage)
 			return nil
 		}
-		return errcode.Usagef(errcode.Usage, "%v\n%s", err, engineUsage)
+		return errcode.Usagef(errcode.Usage, "%w\n%s", err, engineUsage)
 	}
 	if fs.NArg() > 0 {
 		return errcode.Usagef(errcode.Usage, "unexpected argument %q. Run 'iii --help' to see available commands.", fs.Arg(0))
@@ -71,7 +71,7 @@ func runEngine(version string, args []string) error {
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return errcode.New(errcode.ListenFailed, "cannot listen on %s: %v", addr, err)
+		return errcode.New(errcode.ListenFailed, "cannot listen on %s: %w", addr, err)
 	}
 	policies := map[string]core.NamespacePolicy{}
 	for _, n := range cfg.Namespaces {
@@ -89,7 +89,7 @@ func runEngine(version string, args []string) error {
 	store, err := configuration.New(cfg.ConfigDir, log)
 	if err != nil {
 		ln.Close()
-		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %v", cfg.ConfigDir, err)
+		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %w", cfg.ConfigDir, err)
 	}
 	store.Install(eng)
 	var bind *sandbox.Binding
@@ -112,7 +112,7 @@ func runEngine(version string, args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "iii engine %s listening on ws://%s\n", version, ln.Addr())
 	if err := eng.Serve(ctx, ln); err != nil && ctx.Err() == nil {
-		return errcode.New(errcode.ListenFailed, "%v", err)
+		return errcode.New(errcode.ListenFailed, "%w", err)
 	}
 	fmt.Fprintln(os.Stderr, "iii engine stopped")
 	return nil
