@@ -2,6 +2,7 @@ package composefile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,7 @@ func ReadManifest(dir string) (*Manifest, error) {
 	}
 	var m Manifest
 	if err := yaml.Unmarshal(data, &m); err != nil {
-		return nil, errcode.New(errcode.InvalidManifest, "%s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, &errcode.Error{Code: errcode.InvalidManifest, Message: fmt.Sprintf("%s: %s", path, strings.TrimPrefix(err.Error(), "yaml: ")), Err: err}
 	}
 	return &m, nil
 }

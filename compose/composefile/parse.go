@@ -203,7 +203,7 @@ func (p *parser) parse(data []byte) (*File, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errcode.New(errcode.EmptyContainers, "%s is empty: declare at least one container, or an engine: mapping", p.path)
 		}
-		return nil, errcode.New(errcode.InvalidComposeFile, "%s is not valid compose YAML: %s", p.path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, &errcode.Error{Code: errcode.InvalidComposeFile, Message: fmt.Sprintf("%s is not valid compose YAML: %s", p.path, strings.TrimPrefix(err.Error(), "yaml: ")), Err: err}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

@@ -7,6 +7,7 @@ package fileedit
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -50,7 +51,7 @@ func Load(path string) (*Doc, error) {
 func Parse(path string, data []byte) (*Doc, error) {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, errcode.New(errcode.InvalidComposeFile, "%s is not valid compose YAML: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, &errcode.Error{Code: errcode.InvalidComposeFile, Message: fmt.Sprintf("%s is not valid compose YAML: %s", path, strings.TrimPrefix(err.Error(), "yaml: ")), Err: err}
 	}
 	if doc.Kind == 0 {
 		doc = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode}}}

@@ -91,7 +91,7 @@ func Parse(path string, data []byte) (*Lock, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&l); err != nil && !errors.Is(err, io.EOF) {
-		return nil, errcode.New(errcode.InvalidComposeLock, "%s is not a valid lock: %s; delete it and run `iii compose build` to write a new one", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, &errcode.Error{Code: errcode.InvalidComposeLock, Message: fmt.Sprintf("%s is not a valid lock: %s; delete it and run `iii compose build` to write a new one", path, strings.TrimPrefix(err.Error(), "yaml: ")), Err: err}
 	}
 	if err := l.Validate(path); err != nil {
 		return nil, err
