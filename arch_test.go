@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/iii-go/iii/internal/causecheck"
 )
 
 // adapterModule is the sandbox adapter's module path: VM code lives there alone (req A1).
@@ -134,4 +136,18 @@ func executableKind(path string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// TestCodedErrorsKeepTheirCause fails on a coded error that flattens its cause: an argument of
+// type error given to an errcode constructor (New, Usagef) under a verb other than %w, as in
+// errcode.New(code, "reading %s: %v", path, err). errors.Is and errors.As see through a coded
+// error only to a cause passed with %w.
+func TestCodedErrorsKeepTheirCause(t *testing.T) {
+	found, err := causecheck.Find(".", "github.com/iii-go/iii/...")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("%s: use %%w, so the coded error keeps its cause", f)
+	}
 }

@@ -55,7 +55,7 @@ func checkProject(r *Report, o Options) *projectInfo {
 		return p
 	}
 	f, err := composefile.Parse(path, data, nil)
-	if composeerr.Code(err) == composeerr.SandboxConfigMoved {
+	if composeerr.CodeOf(err) == composeerr.SandboxConfigMoved {
 		f = movedFinding(r, path, data, err)
 	} else if err != nil {
 		e := composeerr.As(err, composeerr.InvalidComposeFile)

@@ -151,7 +151,7 @@ func parseFlags(args []string) (o options, help bool, err error) {
 			fmt.Printf(usage, adapter.Contract.Major, adapter.Contract.Minor, string(os.PathListSeparator))
 			return o, true, nil
 		}
-		return o, false, errcode.Usagef(errcode.Usage, "%v (see sandbox-libkrun --help)", err)
+		return o, false, errcode.Usagef(errcode.Usage, "%w (see sandbox-libkrun --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return o, false, errcode.Usagef(errcode.Usage, "unexpected argument %q (see sandbox-libkrun --help)", fs.Arg(0))
@@ -209,7 +209,7 @@ func serve(args []string) (int, error) {
 		if errcode.CodeOf(err) == errcode.EngineUnreachable {
 			return 0, err
 		}
-		return 0, errcode.New(errcode.InvalidSettings, "%v; the adapter does not start with a bad value (fix it in the adapter's config_override, then run `iii call compose::restart`)", err)
+		return 0, errcode.New(errcode.InvalidSettings, "%w; the adapter does not start with a bad value (fix it in the adapter's config_override, then run `iii call compose::restart`)", err)
 	}
 	vms, err := prepareHost(st)
 	if err != nil {
@@ -234,17 +234,17 @@ type vmHost struct {
 func prepareHost(st settings.Settings) (vmHost, error) {
 	accel, err := accelerator(st)
 	if err != nil {
-		return vmHost{}, errcode.New(errcode.InvalidSettings, "%v", err)
+		return vmHost{}, errcode.New(errcode.InvalidSettings, "%w", err)
 	}
 	arch, err := st.Guest(accel, runtime.GOOS, runtime.GOARCH)
 	if err != nil {
-		return vmHost{}, errcode.New(errcode.InvalidSettings, "%v", err)
+		return vmHost{}, errcode.New(errcode.InvalidSettings, "%w", err)
 	}
 	if p := hostcheck.Platform(platform.Host()); p != nil {
 		return vmHost{}, errcode.New(errcode.UnsupportedPlatform, "%s", p.Message)
 	}
 	if err := installFirmware(arch); err != nil {
-		return vmHost{}, errcode.New(errcode.FirmwareInstallFailed, "%v", err)
+		return vmHost{}, errcode.New(errcode.FirmwareInstallFailed, "%w", err)
 	}
 	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare})
 	for _, p := range problems {
@@ -253,11 +253,11 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 		}
 	}
 	if err := hostcheck.Err(problems); err != nil {
-		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%v", err)
+		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%w", err)
 	}
 	drv, err := qemu.New(qemu.Options{Accel: accel, Arch: arch, Share: st.FileShare})
 	if err != nil {
-		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%v", err)
+		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%w", err)
 	}
 	inUse := drv.Accel()
 	switch {
@@ -315,14 +315,14 @@ func register(ctx context.Context, w *protocol.Worker, prefix string, svc *adapt
 	}
 	for op, h := range handlers {
 		if err := w.Register(prefix+"::"+op, wrap(h), protocol.WithDescription(describe(op))); err != nil {
-			return errcode.New(errcode.RegisterFailed, "%s::%s: %v", prefix, op, err)
+			return errcode.New(errcode.RegisterFailed, "%s::%s: %w", prefix, op, err)
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err := w.Start(cctx)
 	cancel()
 	if err != nil {
-		return errcode.New(errcode.EngineUnreachable, "cannot register with the engine at %s: %v", w.URL(), err)
+		return errcode.New(errcode.EngineUnreachable, "cannot register with the engine at %s: %w", w.URL(), err)
 	}
 	return nil
 }
@@ -469,7 +469,7 @@ func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.
 			Logger: slog.New(slog.DiscardHandler)})
 		cancel()
 		if cerr != nil {
-			return settings.Defaults(), errcode.New(errcode.EngineUnreachable, "cannot reach the engine at %s to read the settings entry %q: %v", w.URL(), id, cerr)
+			return settings.Defaults(), errcode.New(errcode.EngineUnreachable, "cannot reach the engine at %s to read the settings entry %q: %w", w.URL(), id, cerr)
 		}
 		st, warnings, err = fetchSettings(ctx, conn, id)
 		conn.Close()

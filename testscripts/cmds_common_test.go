@@ -250,7 +250,7 @@ func cmdWaitGone(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: waitgone [-timeout=D] PID|@FILE...")
 	}
 	alive := func(pid int) bool {
-		if syscall.Kill(pid, 0) != nil {
+		if p, err := os.FindProcess(pid); err != nil || p.Signal(syscall.Signal(0)) != nil {
 			return false
 		}
 		// A zombie has exited; it only waits for its parent to reap it.

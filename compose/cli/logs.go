@@ -143,7 +143,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if ctx.Err() != nil {
 			return 0
 		}
-		return errcode.Exit(stderr, errcode.New(errcode.EngineCallFailed, "no engine answered at %s (%v); is Compose running? (iii compose --up)", url, err))
+		return errcode.Exit(stderr, errcode.New(errcode.EngineCallFailed, "no engine answered at %s (%w); is Compose running? (iii compose --up)", url, err))
 	}
 	defer w.Close()
 	req := map[string]any{}
@@ -223,7 +223,7 @@ func callError(err error, ns string) error {
 		}
 		return errcode.New(pe.Code, "%s", pe.Message)
 	}
-	return errcode.New(errcode.EngineCallFailed, "compose::logs: %v", err)
+	return errcode.New(errcode.EngineCallFailed, "compose::logs: %w", err)
 }
 
 // logPrinter prints entries as "worker | line", names padded to the widest seen so far.

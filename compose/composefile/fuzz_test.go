@@ -37,3 +37,13 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestYAMLErrorKeepsItsCause: a compose file that is not YAML is INVALID_COMPOSE_FILE whose
+// message drops yaml's "yaml: " prefix and whose cause is yaml's error itself.
+func TestYAMLErrorKeepsItsCause(t *testing.T) {
+	_, err := Parse("/p/worker-compose.yaml", []byte("containers: [\n"), func(string) (string, bool) { return "", false })
+	e := errcode.As(err, "")
+	if e.Code != errcode.InvalidComposeFile || strings.Contains(e.Message, "yaml: ") || e.Err == nil || !strings.HasPrefix(e.Err.Error(), "yaml: ") {
+		t.Fatalf("got %#v", e)
+	}
+}

@@ -2,6 +2,7 @@ package composefile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,11 +35,11 @@ func ReadManifest(dir string) (*Manifest, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	var m Manifest
 	if err := yaml.Unmarshal(data, &m); err != nil {
-		return nil, errcode.New(errcode.InvalidManifest, "%s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, &errcode.Error{Code: errcode.InvalidManifest, Message: fmt.Sprintf("%s: %s", path, strings.TrimPrefix(err.Error(), "yaml: ")), Err: err}
 	}
 	return &m, nil
 }

@@ -23,19 +23,19 @@ import (
 func Load(path string, lookup Lookup) (*File, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	fh, err := os.Open(abs)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, errcode.New(errcode.NoComposeFile, "%s does not exist; write a worker-compose.yaml or name one with -f", abs)
 		}
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", abs, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", abs, err)
 	}
 	defer fh.Close()
 	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", abs, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", abs, err)
 	}
 	return Parse(abs, data, lookup)
 }
@@ -203,7 +203,7 @@ func (p *parser) parse(data []byte) (*File, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, errcode.New(errcode.EmptyContainers, "%s is empty: declare at least one container, or an engine: mapping", p.path)
 		}
-		return nil, errcode.New(errcode.InvalidComposeFile, "%s is not valid compose YAML: %s", p.path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, &errcode.Error{Code: errcode.InvalidComposeFile, Message: fmt.Sprintf("%s is not valid compose YAML: %s", p.path, strings.TrimPrefix(err.Error(), "yaml: ")), Err: err}
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {

@@ -26,7 +26,7 @@ var parserOnly = map[string]bool{
 // parserOnlyMessages are INVALID_COMPOSE_FILE rejections that are YAML-level, not schema-level.
 var parserOnlyMessages = []string{"anchors and aliases", "exactly one YAML document", "excessive aliasing"}
 
-func compileSchema(t *testing.T) *jsonschema.Schema {
+func compileSchema(t testing.TB) *jsonschema.Schema {
 	t.Helper()
 	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(Schema()))
 	if err != nil {
@@ -68,7 +68,7 @@ type sample struct{ name, text string }
 // samples gathers every compose file of the tests: the scenarios' (txtar sections of the
 // compose, composerun, doctor and demo folders that are not worker manifests or engine and
 // adapter configs), the fixtures', the example, and the parser tests' rejections.
-func samples(t *testing.T) []sample {
+func samples(t testing.TB) []sample {
 	t.Helper()
 	var out []sample
 	root := filepath.Join("..", "..")
@@ -162,6 +162,31 @@ func TestSchemaAgreesWithParser(t *testing.T) {
 	if accepted < 20 || rejected < 20 {
 		t.Fatalf("too few samples: %d accepted, %d rejected", accepted, rejected)
 	}
+}
+
+// FuzzParseAgreesWithSchema is TestSchemaAgreesWithParser on generated files, seeded with its
+// samples: a file the parser accepts the schema accepts, and one the parser refuses with a check
+// the schema can make the schema refuses.
+func FuzzParseAgreesWithSchema(f *testing.F) {
+	for _, smp := range samples(f) {
+		f.Add([]byte(smp.text))
+	}
+	s := compileSchema(f)
+	any := func(string) (string, bool) { return "49134", true }
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, perr := Parse("/proj/worker-compose.yaml", data, any)
+		ok, why := schemaAccepts(s, data)
+		if perr == nil {
+			if !ok {
+				t.Fatalf("the parser accepts it, the schema does not: %s\n%q", why, data)
+			}
+			return
+		}
+		e := errcode.As(perr, "")
+		if !parserOnly[e.Code] && !containsAny(e.Message, parserOnlyMessages) && ok {
+			t.Fatalf("the parser rejects it (%s: %s), the schema accepts it\n%q", e.Code, e.Message, data)
+		}
+	})
 }
 
 func containsAny(s string, subs []string) bool {

@@ -134,7 +134,7 @@ func (d *Daemon) Register(w *protocol.Worker) error {
 				dec := json.NewDecoder(strings.NewReader(string(raw)))
 				dec.DisallowUnknownFields()
 				if err := dec.Decode(&r); err != nil {
-					return nil, coded(errcode.New(errcode.InvalidWorkerSpec, "bad request: %v", err))
+					return nil, coded(errcode.New(errcode.InvalidWorkerSpec, "bad request: %w", err))
 				}
 			}
 			if r.Namespace != "" && r.Namespace != d.Namespace {
@@ -179,7 +179,7 @@ func (d *Daemon) checkFile(file string) error {
 		abs = filepath.Join(wd, file)
 	}
 	if _, err := os.Stat(abs); err != nil {
-		return errcode.New(errcode.ComposeFileUnreadable, "cannot read %s: %v", abs, err)
+		return errcode.New(errcode.ComposeFileUnreadable, "cannot read %s: %w", abs, err)
 	}
 	own := d.Project.File().Path
 	if a, err := filepath.EvalSymlinks(abs); err == nil {

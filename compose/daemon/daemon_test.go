@@ -55,7 +55,7 @@ func TestParseAdd(t *testing.T) {
 	if err != nil || e.key != "shared" || e.worker != "path://../shared" {
 		t.Fatalf("path = %+v, %v", e, err)
 	}
-	if _, err := parseAdd(f, "bad name"); errcode.Code(err) != errcode.InvalidWorkerSpec {
+	if _, err := parseAdd(f, "bad name"); errcode.CodeOf(err) != errcode.InvalidWorkerSpec {
 		t.Fatalf("bad name: %v", err)
 	}
 }

@@ -60,7 +60,7 @@ func (d *Daemon) logs(ctx context.Context, r Request) (any, error) {
 			return nil, errcode.New(errcode.UnknownContainer, "cursors names '%s', which is not a container of %s", k, d.Project.File().Path)
 		}
 		if err := c.Validate(); err != nil {
-			return nil, errcode.New(errcode.InvalidRequest, "cursors.%s: %v", k, err)
+			return nil, errcode.New(errcode.InvalidRequest, "cursors.%s: %w", k, err)
 		}
 	}
 	deadline := time.Now().Add(wait)
@@ -125,7 +125,7 @@ func (d *Daemon) readLogs(keys []string, r Request) (LogsReply, bool, error) {
 			page, err = supervisor.TailLog(path, supervisor.LogArchives, n, r.Stream)
 		}
 		if err != nil {
-			return reply, false, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+			return reply, false, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 		}
 		reply.Workers = append(reply.Workers, LogsWorker{Container: k, Entries: page.Entries, Cursor: page.Cursor, Truncated: page.Truncated, More: page.More})
 	}

@@ -47,12 +47,12 @@ func (d *Daemon) mutate(ctx context.Context, update []string, edit func(path str
 	path := d.Project.File().Path
 	before, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	st, _ := os.Stat(path)
 	restore := func(cause error) error {
 		if werr := state.WriteFileAtomic(path, before, st.Mode().Perm()); werr != nil {
-			return errcode.New(errcode.ComposeMutationRollbackFailed, "%v; restoring %s failed too: %v", cause, path, werr)
+			return errcode.New(errcode.ComposeMutationRollbackFailed, "%w; restoring %s failed too: %w", cause, path, werr)
 		}
 		return cause
 	}

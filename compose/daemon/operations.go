@@ -281,14 +281,14 @@ func (d *Daemon) capture() before {
 func (d *Daemon) rollback(b before) error {
 	ctx := context.Background()
 	if err := state.WriteFileAtomic(b.path, b.file, b.fileMode); err != nil {
-		return errcode.New(errcode.ComposeMutationRollbackFailed, "cancelled, but restoring %s failed: %v", b.path, err)
+		return errcode.New(errcode.ComposeMutationRollbackFailed, "cancelled, but restoring %s failed: %w", b.path, err)
 	}
 	if b.hadLock {
 		if err := state.WriteFileAtomic(b.lockPath, b.lock, 0o644); err != nil {
-			return errcode.New(errcode.ComposeMutationRollbackFailed, "cancelled, but restoring %s failed: %v", b.lockPath, err)
+			return errcode.New(errcode.ComposeMutationRollbackFailed, "cancelled, but restoring %s failed: %w", b.lockPath, err)
 		}
 	} else if err := os.Remove(b.lockPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return errcode.New(errcode.ComposeMutationRollbackFailed, "cancelled, but removing %s failed: %v", b.lockPath, err)
+		return errcode.New(errcode.ComposeMutationRollbackFailed, "cancelled, but removing %s failed: %w", b.lockPath, err)
 	}
 	cur := d.Project.File()
 	for _, k := range cur.Order {

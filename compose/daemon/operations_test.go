@@ -13,10 +13,10 @@ func TestOperationIDs(t *testing.T) {
 	if err != nil || e.snap.OperationID != "upd" || e.snap.State != OpAccepted || e.snap.Requested[0] != "hello" {
 		t.Fatalf("begin: %+v %v", e, err)
 	}
-	if _, err := o.begin(FnAdd, Request{OperationID: "upd"}); errcode.Code(err) != errcode.OperationIDAlreadyExists {
+	if _, err := o.begin(FnAdd, Request{OperationID: "upd"}); errcode.CodeOf(err) != errcode.OperationIDAlreadyExists {
 		t.Fatalf("a running id reused: %v", err)
 	}
-	if _, err := o.begin(FnAdd, Request{ProgressOperationID: "upd"}); errcode.Code(err) != errcode.OperationIDAlreadyExists {
+	if _, err := o.begin(FnAdd, Request{ProgressOperationID: "upd"}); errcode.CodeOf(err) != errcode.OperationIDAlreadyExists {
 		t.Fatalf("progress_operation_id reused: %v", err)
 	}
 	gen, err := o.begin(FnAdd, Request{})
@@ -37,7 +37,7 @@ func TestOperationIDs(t *testing.T) {
 	if err != nil || got.snap.OperationID != "upd" {
 		t.Fatalf("newest: %+v %v", got, err)
 	}
-	if _, err := o.lookup(Request{OperationID: "nope"}); errcode.Code(err) != errcode.UnknownOperation {
+	if _, err := o.lookup(Request{OperationID: "nope"}); errcode.CodeOf(err) != errcode.UnknownOperation {
 		t.Fatalf("unknown: %v", err)
 	}
 }

@@ -84,7 +84,7 @@ func TestSchemas(t *testing.T) {
 	if err != nil || len(one.(SchemaReply).Schemas) != 1 {
 		t.Fatalf("function_id=compose::logs: %v %v", one, err)
 	}
-	if _, err := d.schema(context.Background(), Request{FunctionID: "compose::nope"}); errcode.Code(err) != errcode.UnknownFunction {
+	if _, err := d.schema(context.Background(), Request{FunctionID: "compose::nope"}); errcode.CodeOf(err) != errcode.UnknownFunction {
 		t.Fatalf("unknown function: %v", err)
 	}
 }

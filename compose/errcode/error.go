@@ -13,8 +13,8 @@ type Error = errcode.Error
 // New returns an *Error with code and a message built like fmt.Errorf (%w keeps the cause).
 func New(code, format string, args ...any) *Error { return errcode.New(code, format, args...) }
 
-// Code returns the code of the first *Error in err's chain, or "" when there is none.
-func Code(err error) string { return errcode.CodeOf(err) }
+// CodeOf returns the code of the first *Error in err's chain, or "" when there is none.
+func CodeOf(err error) string { return errcode.CodeOf(err) }
 
 // As returns the first *Error in err's chain, or err under the fallback code.
 func As(err error, fallback string) *Error { return errcode.As(err, fallback) }

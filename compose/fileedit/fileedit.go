@@ -7,6 +7,7 @@ package fileedit
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -32,11 +33,11 @@ type Doc struct {
 func Load(path string) (*Doc, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	d, err := Parse(path, data)
 	if err != nil {
@@ -50,7 +51,7 @@ func Load(path string) (*Doc, error) {
 func Parse(path string, data []byte) (*Doc, error) {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, errcode.New(errcode.InvalidComposeFile, "%s is not valid compose YAML: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, &errcode.Error{Code: errcode.InvalidComposeFile, Message: fmt.Sprintf("%s is not valid compose YAML: %s", path, strings.TrimPrefix(err.Error(), "yaml: ")), Err: err}
 	}
 	if doc.Kind == 0 {
 		doc = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{{Kind: yaml.MappingNode}}}
@@ -201,10 +202,10 @@ func (d *Doc) Bytes() ([]byte, error) {
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
 	if err := enc.Encode(d.doc); err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot render %s: %v", d.Path, err)
+		return nil, errcode.New(errcode.IOError, "cannot render %s: %w", d.Path, err)
 	}
 	if err := enc.Close(); err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot render %s: %v", d.Path, err)
+		return nil, errcode.New(errcode.IOError, "cannot render %s: %w", d.Path, err)
 	}
 	return b.Bytes(), nil
 }
@@ -225,7 +226,7 @@ func (d *Doc) Write() ([]byte, error) {
 // rename), with mode perm.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	if err := state.WriteFileAtomic(path, data, perm); err != nil {
-		return errcode.New(errcode.IOError, "cannot write %s: %v", path, err)
+		return errcode.New(errcode.IOError, "cannot write %s: %w", path, err)
 	}
 	return nil
 }

@@ -45,11 +45,11 @@ func (d *Doc) MoveSandboxConfig() (bool, error) {
 		only := len(workers.Content) == 2
 		text, err := composefile.SandboxReplacement(old, ns, only)
 		if err != nil {
-			return errcode.New(errcode.SandboxConfigMoved, "%s: %v", d.Path, err)
+			return errcode.New(errcode.SandboxConfigMoved, "%s: %w", d.Path, err)
 		}
 		var repl yaml.Node
 		if err := yaml.Unmarshal([]byte(text), &repl); err != nil {
-			return errcode.New(errcode.SandboxConfigMoved, "%s: the replacement does not parse: %v", d.Path, err)
+			return errcode.New(errcode.SandboxConfigMoved, "%s: the replacement does not parse: %w", d.Path, err)
 		}
 		replEngine, _ := get(repl.Content[0], "engine")
 		replCtrs, _ := get(repl.Content[0], "containers")

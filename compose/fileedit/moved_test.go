@@ -35,7 +35,7 @@ func TestMoveSandboxConfigWritesTheReplacementKeepingComments(t *testing.T) {
 	if err := os.WriteFile(path, []byte(moved025), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := composefile.Load(path, nil); errcode.Code(err) != errcode.SandboxConfigMoved {
+	if _, err := composefile.Load(path, nil); errcode.CodeOf(err) != errcode.SandboxConfigMoved {
 		t.Fatalf("before: %v", err)
 	}
 	before, after, moved, err := MoveSandboxConfig(path)
@@ -96,7 +96,7 @@ func TestMoveSandboxConfigKeepsOtherWorkersAndRefusesADeclaredAdapter(t *testing
 		t.Fatalf("engine %+v\n%s", f.Engine, out)
 	}
 	d, _ = Parse("w.yaml", []byte("engine:\n  workers:\n    iii-sandbox: {}\ncontainers:\n  sbx: {worker: package://sandbox-libkrun, version: '^0.3'}\n"))
-	if _, err := d.MoveSandboxConfig(); errcode.Code(err) != errcode.SandboxConfigMoved || !strings.Contains(err.Error(), "by hand") {
+	if _, err := d.MoveSandboxConfig(); errcode.CodeOf(err) != errcode.SandboxConfigMoved || !strings.Contains(err.Error(), "by hand") {
 		t.Fatalf("declared adapter: %v", err)
 	}
 }

@@ -80,7 +80,7 @@ func Read(path string) (*Lock, error) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "cannot read %s: %v", path, err)
+		return nil, errcode.New(errcode.IOError, "cannot read %s: %w", path, err)
 	}
 	return Parse(path, data)
 }
@@ -91,7 +91,7 @@ func Parse(path string, data []byte) (*Lock, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&l); err != nil && !errors.Is(err, io.EOF) {
-		return nil, errcode.New(errcode.InvalidComposeLock, "%s is not a valid lock: %s; delete it and run `iii compose build` to write a new one", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, &errcode.Error{Code: errcode.InvalidComposeLock, Message: fmt.Sprintf("%s is not a valid lock: %s; delete it and run `iii compose build` to write a new one", path, strings.TrimPrefix(err.Error(), "yaml: ")), Err: err}
 	}
 	if err := l.Validate(path); err != nil {
 		return nil, err
@@ -163,13 +163,13 @@ func (l *Lock) Marshal() ([]byte, error) {
 func Write(path string, l *Lock) (changed bool, err error) {
 	data, err := l.Marshal()
 	if err != nil {
-		return false, errcode.New(errcode.IOError, "cannot render %s: %v", path, err)
+		return false, errcode.New(errcode.IOError, "cannot render %s: %w", path, err)
 	}
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return false, nil
 	}
 	if err := state.WriteFileAtomic(path, data, 0o644); err != nil {
-		return false, errcode.New(errcode.IOError, "cannot write %s: %v", path, err)
+		return false, errcode.New(errcode.IOError, "cannot write %s: %w", path, err)
 	}
 	return true, nil
 }

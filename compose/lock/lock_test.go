@@ -56,7 +56,7 @@ func TestInvalid(t *testing.T) {
 		"path":     "version: 1\ncontainers:\n  a: {worker: path://a, requested: '1', resolved: {name: a, version: 1.0.0, type: binary, artifacts: {t: {url: u, sha256: abc}}}}\n",
 		"not yaml": "version: [\n",
 	} {
-		if _, err := Parse("/p/worker-compose.lock", []byte(src)); errcode.Code(err) != errcode.InvalidComposeLock || !strings.Contains(err.Error(), "/p/worker-compose.lock") {
+		if _, err := Parse("/p/worker-compose.lock", []byte(src)); errcode.CodeOf(err) != errcode.InvalidComposeLock || !strings.Contains(err.Error(), "/p/worker-compose.lock") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -75,7 +75,7 @@ func TestCheck(t *testing.T) {
 	}
 	for want, wants := range cases {
 		err := l.Check("x.lock", wants)
-		if errcode.Code(err) != errcode.ComposeLockOutOfDate || !strings.Contains(err.Error(), "x.lock does not match its compose file: "+want) {
+		if errcode.CodeOf(err) != errcode.ComposeLockOutOfDate || !strings.Contains(err.Error(), "x.lock does not match its compose file: "+want) {
 			t.Errorf("want %q, got %v", want, err)
 		}
 	}

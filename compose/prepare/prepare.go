@@ -209,7 +209,7 @@ func (r *run) pathWorkers() error {
 		}
 		m, err := composefile.ReadManifest(c.Source.Dir)
 		if err != nil {
-			if r.o.Build && errcode.Code(err) == errcode.MissingWorkerDirectory {
+			if r.o.Build && errcode.CodeOf(err) == errcode.MissingWorkerDirectory {
 				continue
 			}
 			return errcode.New(errcode.As(err, errcode.IOError).Code, "container '%s': %s", key, errcode.As(err, errcode.IOError).Message)
@@ -535,7 +535,7 @@ func (r *run) write() error {
 		changed, lerr := lock.Write(r.res.LockPath, r.res.Lock)
 		if lerr != nil {
 			if rerr := fileedit.WriteFile(r.f.Path, doc.Orig, doc.Mode); rerr != nil {
-				return errcode.New(errcode.ComposeMutationRollbackFailed, "%v; restoring %s also failed: %v", lerr, r.f.Path, rerr)
+				return errcode.New(errcode.ComposeMutationRollbackFailed, "%w; restoring %s also failed: %w", lerr, r.f.Path, rerr)
 			}
 			return lerr
 		}

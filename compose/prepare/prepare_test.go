@@ -59,7 +59,7 @@ const sandboxed = "namespace: shop\nengine:\n  sandbox: {}\n"
 func TestAddsAdapterThenFrozenPasses(t *testing.T) {
 	path := project(t, sandboxed)
 	ctx := context.Background()
-	if _, err := Run(ctx, path, opts(t, "x86_64-unknown-linux-gnu", true)); errcode.Code(err) != errcode.SandboxAdapterNotDeclared {
+	if _, err := Run(ctx, path, opts(t, "x86_64-unknown-linux-gnu", true)); errcode.CodeOf(err) != errcode.SandboxAdapterNotDeclared {
 		t.Fatalf("frozen before the adapter is declared: %v", err)
 	}
 	res, err := Run(ctx, path, opts(t, "x86_64-unknown-linux-gnu", false))
@@ -105,7 +105,7 @@ func TestLockedEntriesNeedNoRegistry(t *testing.T) {
 		t.Fatalf("%+v", res.Packages["s"])
 	}
 	o.Update = []string{"s"}
-	if _, err := Run(context.Background(), path, o); errcode.Code(err) != errcode.RegistryUnreachable {
+	if _, err := Run(context.Background(), path, o); errcode.CodeOf(err) != errcode.RegistryUnreachable {
 		t.Fatalf("an updated container must be resolved again: %v", err)
 	}
 }
@@ -114,7 +114,7 @@ func TestPlatformRules(t *testing.T) {
 	path := project(t, sandboxed)
 	before, _ := os.ReadFile(path)
 	_, err := Run(context.Background(), path, opts(t, "aarch64-unknown-linux-musl", false))
-	if errcode.Code(err) != errcode.UnsupportedPlatform || !strings.Contains(err.Error(), "no build for aarch64-unknown-linux-musl. It ships: x86_64-unknown-linux-gnu") {
+	if errcode.CodeOf(err) != errcode.UnsupportedPlatform || !strings.Contains(err.Error(), "no build for aarch64-unknown-linux-musl. It ships: x86_64-unknown-linux-gnu") {
 		t.Fatalf("musl: %v", err)
 	}
 	if after, _ := os.ReadFile(path); string(after) != string(before) {
@@ -122,7 +122,7 @@ func TestPlatformRules(t *testing.T) {
 	}
 	bundle := project(t, "containers:\n  v: {worker: package://vm, version: '1'}\n")
 	o := opts(t, "x86_64-pc-windows-msvc", false)
-	if _, err := Run(context.Background(), bundle, o); errcode.Code(err) != errcode.BundleNeedsAVM {
+	if _, err := Run(context.Background(), bundle, o); errcode.CodeOf(err) != errcode.BundleNeedsAVM {
 		t.Fatalf("windows bundle: %v", err)
 	}
 	if _, err := os.Stat(o.CacheDir); !os.IsNotExist(err) {
@@ -150,7 +150,7 @@ func TestCheckMatchesRunWithoutWriting(t *testing.T) {
 	}
 	a, errs := Check(f, nil, platform.Parse("x86_64-unknown-linux-gnu"))
 	_, runErr := Run(context.Background(), path, opts(t, "x86_64-unknown-linux-gnu", true))
-	if len(errs) != 1 || errcode.Code(errs[0]) != errcode.SandboxAdapterNotDeclared || errs[0].Error() != runErr.Error() {
+	if len(errs) != 1 || errcode.CodeOf(errs[0]) != errcode.SandboxAdapterNotDeclared || errs[0].Error() != runErr.Error() {
 		t.Fatalf("Check: %+v %v; Run: %v", a, errs, runErr)
 	}
 	if a.Needed == "" || a.Container != "" {
@@ -162,7 +162,7 @@ func TestCheckMatchesRunWithoutWriting(t *testing.T) {
 	}
 	before, _ := os.ReadFile(path)
 	a, errs = Check(res.File, res.Lock, platform.Parse("aarch64-unknown-linux-musl"))
-	if len(errs) != 1 || errcode.Code(errs[0]) != errcode.UnsupportedPlatform || a.Container != "sandbox-libkrun" {
+	if len(errs) != 1 || errcode.CodeOf(errs[0]) != errcode.UnsupportedPlatform || a.Container != "sandbox-libkrun" {
 		t.Fatalf("musl: %+v %v", a, errs)
 	}
 	if _, errs = Check(res.File, res.Lock, platform.Parse("x86_64-unknown-linux-gnu")); len(errs) != 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/iii-go/iii/compose/vmstate"
 	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 // Outcome is one container's part of an operation result.
@@ -326,7 +327,7 @@ func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, en
 			if json.Unmarshal(pe.Raw(), &env) == nil && env.DocsURL != "" && !strings.Contains(msg, env.DocsURL) {
 				msg += " (" + env.DocsURL + ")"
 			}
-			if pe.Code == "S501" {
+			if pe.Code == scode.S501 {
 				return errcode.New(errcode.SpawnFailed, "container '%s' could not start: %s. The adapter reads its host roots only when it starts: "+
 					"run `iii call compose::restart worker=%s` (it restarts each VM worker the adapter runs and ends every sandbox), "+
 					"then start '%s' with `iii call compose::up`; or move the worker under %s", key, msg, adapterContainer(f), key, f.Dir)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
 	engineerr "github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -179,7 +179,11 @@ func TestKilledWorkerTakesDependentsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := p.opts.Sup.Get("web").PID
-	if err := syscall.Kill(p.opts.Sup.Get("api").PID, syscall.SIGKILL); err != nil {
+	api, err := os.FindProcess(p.opts.Sup.Get("api").PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -189,7 +193,7 @@ func TestKilledWorkerTakesDependentsDown(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if syscall.Kill(web, 0) == nil {
+	if procgroup.Alive(web) {
 		<-p.opts.Sup.Get("web").Done()
 	}
 	if p.state("api") != StateFailed || p.state("db") != StateReady {

@@ -180,16 +180,16 @@ func (p *Project) layeredConfig(ctx context.Context, f *composefile.File, key st
 	}
 	current, err := p.currentEntry(ctx, id)
 	if err != nil {
-		return "", "", errcode.New(errcode.ConfigFetchFailed, "container '%s': reading configuration '%s': %v", key, id, err)
+		return "", "", errcode.New(errcode.ConfigFetchFailed, "container '%s': reading configuration '%s': %w", key, id, err)
 	}
 	defaults, err := configlayer.Normalize(pkg.DefaultConfig)
 	if err != nil {
-		return "", "", errcode.New(errcode.ConfigFetchFailed, "container '%s': package defaults: %v", key, err)
+		return "", "", errcode.New(errcode.ConfigFetchFailed, "container '%s': package defaults: %w", key, err)
 	}
 	var override any
 	if c.ConfigOverride != nil {
 		if override, err = configlayer.Normalize(c.ConfigOverride); err != nil {
-			return "", "", errcode.New(errcode.InvalidComposeFile, "container '%s': config_override: %v", key, err)
+			return "", "", errcode.New(errcode.InvalidComposeFile, "container '%s': config_override: %w", key, err)
 		}
 	}
 	value := configlayer.Layers(defaults, current, override)
@@ -198,7 +198,7 @@ func (p *Project) layeredConfig(ctx context.Context, f *composefile.File, key st
 		if !p.opts.Managed && errors.As(err, &pe) && pe.Code == engineerr.Forbidden {
 			return "", "", errcode.New(errcode.ConfigPublishFailed, "%s", p.grantHint(key, id, pe.Message))
 		}
-		return "", "", errcode.New(errcode.ConfigPublishFailed, "container '%s': publishing configuration '%s': %v", key, id, err)
+		return "", "", errcode.New(errcode.ConfigPublishFailed, "container '%s': publishing configuration '%s': %w", key, id, err)
 	}
 	b, err := yaml.Marshal(value)
 	if err != nil {
@@ -206,7 +206,7 @@ func (p *Project) layeredConfig(ctx context.Context, f *composefile.File, key st
 	}
 	path = p.opts.State.ConfigPath(key)
 	if err := state.WriteFileAtomic(path, b, 0o600); err != nil {
-		return "", "", errcode.New(errcode.IOError, "writing %s: %v", path, err)
+		return "", "", errcode.New(errcode.IOError, "writing %s: %w", path, err)
 	}
 	return path, id, nil
 }
@@ -269,7 +269,7 @@ func (p *Project) environment(f *composefile.File, key, configPath, configID str
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, errcode.New(errcode.MissingEnvFile, "container '%s': env_file %s: %v", key, path, err)
+			return nil, errcode.New(errcode.MissingEnvFile, "container '%s': env_file %s: %w", key, path, err)
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			line = strings.TrimSpace(line)
@@ -366,9 +366,9 @@ func runHook(ctx context.Context, key, which, script, dir string, env []string, 
 	case hctx.Err() == context.DeadlineExceeded:
 		return errcode.New(errcode.HookTimeout, "container '%s': %s ran past %v", key, which, timeout)
 	case errors.Is(err, exec.ErrNotFound):
-		return errcode.New(errcode.HookSpawnFailed, "container '%s': %s could not start: %v", key, which, err)
+		return errcode.New(errcode.HookSpawnFailed, "container '%s': %s could not start: %w", key, which, err)
 	}
-	return errcode.New(errcode.HookFailed, "container '%s': %s failed (%v): %s", key, which, err, tail(out.String(), 5))
+	return errcode.New(errcode.HookFailed, "container '%s': %s failed (%w): %s", key, which, err, tail(out.String(), 5))
 }
 
 func tail(s string, n int) string {
@@ -464,7 +464,7 @@ func (p *Project) startAndWait(ctx context.Context, f *composefile.File, key str
 	}
 	proc, err := p.opts.Sup.Start(supervisor.Spec{Name: key, Argv: pl.argv, Dir: pl.dir, Env: env, LogPath: log})
 	if err != nil {
-		return errcode.New(errcode.SpawnFailed, "container '%s' could not start: %v", key, err)
+		return errcode.New(errcode.SpawnFailed, "container '%s' could not start: %w", key, err)
 	}
 	p.setState(key, func(ct *Container) { ct.PID = proc.PID })
 	if err := p.waitReady(ctx, f, key, timeout, proc.Done()); err != nil {
@@ -488,13 +488,13 @@ type liveWorker struct {
 func (p *Project) workers(ctx context.Context) ([]liveWorker, error) {
 	raw, err := p.opts.Engine.Call(ctx, protocol.FnListWorkers, map[string]any{})
 	if err != nil {
-		return nil, errcode.New(errcode.EngineCallFailed, "engine::workers::list: %v", err)
+		return nil, errcode.New(errcode.EngineCallFailed, "engine::workers::list: %w", err)
 	}
 	var out struct {
 		Workers []liveWorker `json:"workers"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, errcode.New(errcode.EngineCallFailed, "engine::workers::list: %v", err)
+		return nil, errcode.New(errcode.EngineCallFailed, "engine::workers::list: %w", err)
 	}
 	return out.Workers, nil
 }
@@ -550,7 +550,7 @@ func (p *Project) waitReady(ctx context.Context, f *composefile.File, key string
 			}
 			return errcode.New(errcode.StartupTimeout, "container '%s' did not register within %v; see %s", key, timeout, p.opts.State.LogPath(key))
 		case <-ctx.Done():
-			return errcode.New(errcode.OperationCancelled, "container '%s': the start was interrupted before it registered: %v", key, context.Cause(ctx))
+			return errcode.New(errcode.OperationCancelled, "container '%s': the start was interrupted before it registered: %w", key, context.Cause(ctx))
 		case <-tick.C:
 		}
 	}

@@ -45,7 +45,7 @@ func CacheDir() (string, error) {
 	if root := os.Getenv(state.EnvStateDir); root != "" {
 		abs, err := filepath.Abs(root)
 		if err != nil {
-			return "", errcode.New(errcode.StateDirUnavailable, "%s=%s: %v", state.EnvStateDir, root, err)
+			return "", errcode.New(errcode.StateDirUnavailable, "%s=%s: %w", state.EnvStateDir, root, err)
 		}
 		return filepath.Join(abs, "packages"), nil
 	}
@@ -111,7 +111,7 @@ func (k *Cache) Install(ctx context.Context, c *Client, name, version, target st
 		return Installed{Dir: dest}, nil
 	}
 	if err := os.MkdirAll(k.Dir, 0o755); err != nil {
-		return Installed{}, errcode.New(errcode.IOError, "cannot create the package cache %s: %v", k.Dir, err)
+		return Installed{}, errcode.New(errcode.IOError, "cannot create the package cache %s: %w", k.Dir, err)
 	}
 	if !k.swept {
 		k.swept = true
@@ -124,35 +124,35 @@ func (k *Cache) Install(ctx context.Context, c *Client, name, version, target st
 	defer os.Remove(archive)
 	tmp, err := os.MkdirTemp(k.Dir, tempPattern(unpackPrefix, name))
 	if err != nil {
-		return Installed{}, errcode.New(errcode.IOError, "cannot write the package cache %s: %v", k.Dir, err)
+		return Installed{}, errcode.New(errcode.IOError, "cannot write the package cache %s: %w", k.Dir, err)
 	}
 	defer os.RemoveAll(tmp)
 	n, err := extract(archive, tmp, k.caps())
 	var big *tooLargeError
 	if errors.As(err, &big) {
-		return Installed{}, errcode.New(errcode.PackageTooLarge, "%s %s: %s unpacks to %s; nothing was installed", name, version, art.URL, big)
+		return Installed{}, errcode.New(errcode.PackageTooLarge, "%s %s: %s unpacks to %w; nothing was installed", name, version, art.URL, big)
 	}
 	if err != nil {
-		return Installed{}, errcode.New(errcode.PackageDownloadFailed, "%s %s: cannot unpack %s: %v", name, version, art.URL, err)
+		return Installed{}, errcode.New(errcode.PackageDownloadFailed, "%s %s: cannot unpack %s: %w", name, version, art.URL, err)
 	}
 	if n == 0 {
 		return Installed{}, errcode.New(errcode.PackageArtifactEmpty, "%s %s: %s holds no files", name, version, art.URL)
 	}
 	if err := os.WriteFile(filepath.Join(tmp, markerFile), []byte(art.SHA256+"\n"), 0o644); err != nil {
-		return Installed{}, errcode.New(errcode.IOError, "cannot write the package cache %s: %v", k.Dir, err)
+		return Installed{}, errcode.New(errcode.IOError, "cannot write the package cache %s: %w", k.Dir, err)
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return Installed{}, errcode.New(errcode.IOError, "cannot write the package cache %s: %v", k.Dir, err)
+		return Installed{}, errcode.New(errcode.IOError, "cannot write the package cache %s: %w", k.Dir, err)
 	}
 	old := ""
 	if _, err := os.Stat(dest); err == nil {
 		old = dest + ".old-" + filepath.Base(tmp)
 		if err := os.Rename(dest, old); err != nil {
-			return Installed{}, errcode.New(errcode.IOError, "cannot replace %s: %v", dest, err)
+			return Installed{}, errcode.New(errcode.IOError, "cannot replace %s: %w", dest, err)
 		}
 	}
 	if err := os.Rename(tmp, dest); err != nil {
-		return Installed{}, errcode.New(errcode.IOError, "cannot install %s: %v", dest, err)
+		return Installed{}, errcode.New(errcode.IOError, "cannot install %s: %w", dest, err)
 	}
 	if old != "" {
 		os.RemoveAll(old)
@@ -176,7 +176,7 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 		if e := errcode.As(err, ""); e.Code != "" {
 			return "", errcode.New(e.Code, "%s %s: %s", name, version, e.Message)
 		}
-		return "", errcode.New(errcode.PackageDownloadFailed, "%s %s: cannot download %s: %v", name, version, art.URL, err)
+		return "", errcode.New(errcode.PackageDownloadFailed, "%s %s: cannot download %s: %w", name, version, art.URL, err)
 	}
 	defer rc.Close()
 	if size > limit {
@@ -190,7 +190,7 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 	}
 	f, err := os.CreateTemp(k.Dir, tempPattern(downloadPrefix, name))
 	if err != nil {
-		return "", errcode.New(errcode.IOError, "cannot write the package cache %s: %v", k.Dir, err)
+		return "", errcode.New(errcode.IOError, "cannot write the package cache %s: %w", k.Dir, err)
 	}
 	ok := false
 	defer func() {
@@ -206,7 +206,7 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 	}
 	n, err := io.Copy(io.MultiWriter(f, h), r)
 	if err != nil {
-		return "", errcode.New(errcode.PackageDownloadFailed, "%s %s: download of %s failed: %v", name, version, art.URL, err)
+		return "", errcode.New(errcode.PackageDownloadFailed, "%s %s: download of %s failed: %w", name, version, art.URL, err)
 	}
 	switch {
 	case n > limit && art.Size > 0:
@@ -223,7 +223,7 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 		return "", errcode.New(errcode.PackageDigestMismatch, "%s %s: %s has SHA-256 %s, but the registry and lock expect %s; nothing was installed", name, version, art.URL, got, art.SHA256)
 	}
 	if err := f.Close(); err != nil {
-		return "", errcode.New(errcode.IOError, "cannot write the package cache %s: %v", k.Dir, err)
+		return "", errcode.New(errcode.IOError, "cannot write the package cache %s: %w", k.Dir, err)
 	}
 	ok = true
 	return f.Name(), nil

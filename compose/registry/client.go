@@ -146,22 +146,22 @@ func (c *Client) Index(ctx context.Context, name string) (*Index, error) {
 	if errors.Is(err, errNotFound) {
 		if c.base.Scheme == "file" {
 			if _, serr := os.Stat(filepath.FromSlash(c.base.Path)); serr != nil {
-				return nil, errcode.New(errcode.RegistryUnreachable, "registry %s is unreachable: %v", c.URL(), serr)
+				return nil, errcode.New(errcode.RegistryUnreachable, "registry %s is unreachable: %w", c.URL(), serr)
 			}
 		}
 		return nil, errcode.New(errcode.PackageNotResolved, "the registry %s has no package '%s'", c.URL(), name)
 	}
 	var se *statusError
 	if errors.As(err, &se) {
-		return nil, errcode.New(errcode.PackageNotResolved, "the registry %s refused '%s': %v", c.URL(), name, err)
+		return nil, errcode.New(errcode.PackageNotResolved, "the registry %s refused '%s': %w", c.URL(), name, err)
 	}
 	if err != nil {
-		return nil, errcode.New(errcode.RegistryUnreachable, "registry %s is unreachable: %v", c.URL(), err)
+		return nil, errcode.New(errcode.RegistryUnreachable, "registry %s is unreachable: %w", c.URL(), err)
 	}
 	defer rc.Close()
 	var ix Index
 	if err := json.NewDecoder(io.LimitReader(rc, 16<<20)).Decode(&ix); err != nil {
-		return nil, errcode.New(errcode.PackageNotResolved, "%s is not a valid registry index: %v", u, err)
+		return nil, errcode.New(errcode.PackageNotResolved, "%s is not a valid registry index: %w", u, err)
 	}
 	if ix.Name == "" {
 		ix.Name = name

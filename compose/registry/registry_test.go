@@ -52,18 +52,18 @@ func TestResolveSelectors(t *testing.T) {
 		t.Errorf("0.3.1: targets %v config %v", got, v.Config)
 	}
 	for sel, code := range map[string]string{"^9": errcode.PackageNotResolved, "stable": errcode.PackageNotResolved} {
-		if _, err := c.Resolve(ctx, "tool", sel); errcode.Code(err) != code {
+		if _, err := c.Resolve(ctx, "tool", sel); errcode.CodeOf(err) != code {
 			t.Errorf("Resolve(%q) err %v, want %s", sel, err, code)
 		}
 	}
-	if _, err := c.Resolve(ctx, "nope", "*"); errcode.Code(err) != errcode.PackageNotResolved {
+	if _, err := c.Resolve(ctx, "nope", "*"); errcode.CodeOf(err) != errcode.PackageNotResolved {
 		t.Errorf("missing package: %v", err)
 	}
-	if _, err := c.Resolve(ctx, "../etc", "*"); errcode.Code(err) != errcode.RegistryNameRefused {
+	if _, err := c.Resolve(ctx, "../etc", "*"); errcode.CodeOf(err) != errcode.RegistryNameRefused {
 		t.Errorf("unsafe name: %v", err)
 	}
 	gone, _ := New(filepath.Join(t.TempDir(), "missing"))
-	if _, err := gone.Resolve(ctx, "tool", "*"); errcode.Code(err) != errcode.RegistryUnreachable {
+	if _, err := gone.Resolve(ctx, "tool", "*"); errcode.CodeOf(err) != errcode.RegistryUnreachable {
 		t.Errorf("missing registry: %v", err)
 	}
 }
@@ -98,7 +98,7 @@ func TestInstallOverHTTPAndDigest(t *testing.T) {
 	bad := art
 	bad.SHA256 = strings.Repeat("0", 64)
 	_, err = cache.Install(ctx, c, "tool", "0.3.0", "x86_64-unknown-linux-gnu", bad)
-	if errcode.Code(err) != errcode.PackageDigestMismatch {
+	if errcode.CodeOf(err) != errcode.PackageDigestMismatch {
 		t.Fatalf("digest mismatch: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(cache.Dir, InstallKey("tool", "0.3.0", "x86_64-unknown-linux-gnu"))); !os.IsNotExist(err) {

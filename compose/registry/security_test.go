@@ -145,15 +145,15 @@ func TestArtifactURLOutsideRegistry(t *testing.T) {
 			}
 		}
 	}
-	if err := install(t, k, fileReg, "dotdot"); errcode.Code(err) != errcode.ArtifactURLRefused {
+	if err := install(t, k, fileReg, "dotdot"); errcode.CodeOf(err) != errcode.ArtifactURLRefused {
 		t.Errorf("../ out of a file:// registry: %v", err)
 	}
-	if err := install(t, k, fileReg, "devlink"); errcode.Code(err) != errcode.ArtifactURLRefused || !strings.Contains(err.Error(), "not a regular file") {
+	if err := install(t, k, fileReg, "devlink"); errcode.CodeOf(err) != errcode.ArtifactURLRefused || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("link to /dev/zero: %v", err)
 	}
 	// A lock can carry any URL: Install checks it as well.
 	_, err = k.Install(context.Background(), httpReg, "devzero", "1.0.0", triple, Artifact{URL: "file:///dev/zero", SHA256: digest})
-	if errcode.Code(err) != errcode.ArtifactURLRefused {
+	if errcode.CodeOf(err) != errcode.ArtifactURLRefused {
 		t.Errorf("lock URL file:///dev/zero over http: %v", err)
 	}
 	onlyInstalls(t, k.Dir)
@@ -178,21 +178,21 @@ func TestDownloadStopsAtSize(t *testing.T) {
 	httpReg, _ := New(srv.URL)
 	for _, c := range []*Client{fileReg, httpReg} {
 		k := &Cache{Dir: t.TempDir(), limits: limits{download: 1 << 10}}
-		if err := install(t, k, c, "sizelie"); errcode.Code(err) != errcode.PackageSizeMismatch {
+		if err := install(t, k, c, "sizelie"); errcode.CodeOf(err) != errcode.PackageSizeMismatch {
 			t.Errorf("size 1 from %s: %v", c.URL(), err)
 		}
-		if err := install(t, k, c, "nosize"); errcode.Code(err) != errcode.PackageSizeMismatch {
+		if err := install(t, k, c, "nosize"); errcode.CodeOf(err) != errcode.PackageSizeMismatch {
 			t.Errorf("negative size from %s: %v", c.URL(), err)
 		}
 		// The index gives big's true size, above the cap: refused before any byte is read.
-		if err := install(t, k, c, "big"); errcode.Code(err) != errcode.PackageTooLarge {
+		if err := install(t, k, c, "big"); errcode.CodeOf(err) != errcode.PackageTooLarge {
 			t.Errorf("over the cap from %s: %v", c.URL(), err)
 		}
 		// From a lock (no size), the cap stops the copy.
 		v, _ := c.Resolve(context.Background(), "big", "1.0.0")
 		a := v.Artifacts[triple]
 		a.Size = 0
-		if _, err := k.Install(context.Background(), c, "big", "1.0.0", triple, a); errcode.Code(err) != errcode.PackageTooLarge {
+		if _, err := k.Install(context.Background(), c, "big", "1.0.0", triple, a); errcode.CodeOf(err) != errcode.PackageTooLarge {
 			t.Errorf("over the cap without a size from %s: %v", c.URL(), err)
 		}
 		onlyInstalls(t, k.Dir)
@@ -215,7 +215,7 @@ func TestStreamedDownloadStopsAtCap(t *testing.T) {
 	c, _ := New(srv.URL)
 	k := &Cache{Dir: t.TempDir(), limits: limits{download: 1 << 20}}
 	_, err := k.Install(context.Background(), c, "stream", "1.0.0", triple, Artifact{URL: srv.URL + "/stream.tar.gz", SHA256: strings.Repeat("0", 64)})
-	if errcode.Code(err) != errcode.PackageTooLarge {
+	if errcode.CodeOf(err) != errcode.PackageTooLarge {
 		t.Fatalf("endless download: %v", err)
 	}
 	onlyInstalls(t, k.Dir)
@@ -236,10 +236,10 @@ func TestUnpackCaps(t *testing.T) {
 	if fi, _ := os.Stat(filepath.Join(root, "workers", "bomb", "1.0.0", "bomb.tar.gz")); fi.Size() > 64<<10 {
 		t.Fatalf("the bomb is %d bytes, not a bomb", fi.Size())
 	}
-	if err := install(t, k, c, "bomb"); errcode.Code(err) != errcode.PackageTooLarge || !strings.Contains(err.Error(), "unpacks to more than 1 MiB") {
+	if err := install(t, k, c, "bomb"); errcode.CodeOf(err) != errcode.PackageTooLarge || !strings.Contains(err.Error(), "unpacks to more than 1 MiB") {
 		t.Errorf("bomb: %v", err)
 	}
-	if err := install(t, k, c, "many"); errcode.Code(err) != errcode.PackageTooLarge || !strings.Contains(err.Error(), "more than 10 files") {
+	if err := install(t, k, c, "many"); errcode.CodeOf(err) != errcode.PackageTooLarge || !strings.Contains(err.Error(), "more than 10 files") {
 		t.Errorf("many files: %v", err)
 	}
 	onlyInstalls(t, k.Dir)
@@ -298,7 +298,7 @@ func TestCancelledDownloadLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.Install(ctx, c, "slow", "1.0.0", triple, v.Artifacts[triple]); errcode.Code(err) != errcode.PackageDownloadFailed {
+	if _, err := k.Install(ctx, c, "slow", "1.0.0", triple, v.Artifacts[triple]); errcode.CodeOf(err) != errcode.PackageDownloadFailed {
 		t.Fatalf("cancelled download: %v", err)
 	}
 	onlyInstalls(t, k.Dir)

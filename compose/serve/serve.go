@@ -96,7 +96,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Exe == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return o, errcode.New(errcode.SpawnFailed, "cannot find the iii binary: %v", err)
+			return o, errcode.New(errcode.SpawnFailed, "cannot find the iii binary: %w", err)
 		}
 		o.Exe = exe
 	}
@@ -165,14 +165,14 @@ func (s *session) loadFile(context.Context) error {
 func (s *session) prepareState(context.Context) error {
 	sd, err := state.Resolve(s.f.Path, s.f.Namespace)
 	if err != nil {
-		return errcode.New(errcode.StateDirUnavailable, "%v", err)
+		return errcode.New(errcode.StateDirUnavailable, "%w", err)
 	}
 	if err := sd.Ensure(); err != nil {
-		return errcode.New(errcode.StateDirUnavailable, "cannot create %s: %v", sd.Path, err)
+		return errcode.New(errcode.StateDirUnavailable, "cannot create %s: %w", sd.Path, err)
 	}
 	s.sd = sd
 	if s.tokPath, _, err = token.Ensure(sd.Path); err != nil {
-		return errcode.New(errcode.IOError, "project token in %s: %v", sd.Path, err)
+		return errcode.New(errcode.IOError, "project token in %s: %w", sd.Path, err)
 	}
 	// Compose's own connection holds the owner token; workers never do. The engine Compose starts
 	// gets a fresh one each run; an engine the user runs names a lasting one in its config.
@@ -182,7 +182,7 @@ func (s *session) prepareState(context.Context) error {
 		s.ownerPath, err = token.EnsureOwner(sd.Path)
 	}
 	if err != nil {
-		return errcode.New(errcode.IOError, "owner token in %s: %v", sd.Path, err)
+		return errcode.New(errcode.IOError, "owner token in %s: %w", sd.Path, err)
 	}
 	fmt.Fprintf(s.o.Out, "pid: %d\nowner: %s\nconfig: %s\nlogs: %s\n", os.Getpid(), s.f.Path, sd.Path, sd.Join(state.LogsDir))
 	return nil
@@ -202,7 +202,7 @@ func (s *session) installPackages(ctx context.Context) error {
 	if ak := project.AdapterKey(s.f); ak != "" {
 		msg, err := token.RotateIfExposed(s.sd.Path, s.f.Containers[ak].Source.Name, pkgs[ak].Version)
 		if err != nil {
-			return errcode.New(errcode.IOError, "replacing the project token: %v", err)
+			return errcode.New(errcode.IOError, "replacing the project token: %w", err)
 		}
 		if msg != "" {
 			fmt.Fprintln(s.o.Out, msg)
@@ -216,7 +216,7 @@ func (s *session) installPackages(ctx context.Context) error {
 func (s *session) startSupervisor(context.Context) error {
 	reaper, err := supervisor.StartReaper(s.o.Exe, "compose")
 	if err != nil {
-		return errcode.New(errcode.SpawnFailed, "%v", err)
+		return errcode.New(errcode.SpawnFailed, "%w", err)
 	}
 	s.onTeardown(func() { reaper.Close() })
 	s.sup = supervisor.New(reaper)
@@ -228,7 +228,7 @@ func (s *session) startSupervisor(context.Context) error {
 func (s *session) startManagedEngine(ctx context.Context) error {
 	rec, err := s.sd.Load()
 	if err != nil {
-		return errcode.New(errcode.InvalidStateFile, "%v", err)
+		return errcode.New(errcode.InvalidStateFile, "%w", err)
 	}
 	// Children of an earlier run are gone (they died with it); the VM records stay.
 	rec.DaemonPID, rec.Engine, rec.Children = os.Getpid(), nil, map[string]state.Child{}
@@ -290,11 +290,11 @@ func (s *session) connectDaemon(ctx context.Context) error {
 	if err != nil {
 		var pe *protocol.Error
 		if !s.managed && errors.As(err, &pe) && pe.Code == engineerr.TokenInvalid {
-			return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v. Compose presents its owner token %s on an engine it attaches to; "+
+			return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %w. Compose presents its owner token %s on an engine it attaches to; "+
 				"where that engine protects namespace '%s', its config.yaml must name that file too:\n%sthen restart the engine",
 				s.url, err, s.ownerPath, s.f.Namespace, engineconf.OwnerGrant(s.f.Namespace, s.tokPath, s.ownerPath))
 		}
-		return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %v", s.url, err)
+		return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %w", s.url, err)
 	}
 	s.onTeardown(func() { s.w.Close() })
 	if err := checkServing(ctx, s.w, s.f.Namespace); err != nil {
@@ -369,7 +369,7 @@ func (s *session) wait(ctx context.Context) error {
 		log := s.sd.Join(state.EngineLogFile)
 		return errcode.New(errcode.EngineExited, "the managed engine exited; the end of %s:\n%s", log, tailFile(log, 10))
 	case <-s.w.Done():
-		return errcode.New(errcode.EngineCallFailed, "the daemon lost the engine: %v", s.w.Err())
+		return errcode.New(errcode.EngineCallFailed, "the daemon lost the engine: %w", s.w.Err())
 	}
 }
 
@@ -378,7 +378,7 @@ func (s *session) wait(ctx context.Context) error {
 func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.Dir, tokPath, ownerPath string, sup *supervisor.Supervisor) (*supervisor.Process, error) {
 	host, port, err := engineconf.HostPort(f.Engine.URL)
 	if err != nil {
-		return nil, errcode.New(errcode.InvalidManagedEngineURL, "%s: %v", f.Path, err)
+		return nil, errcode.New(errcode.InvalidManagedEngineURL, "%s: %w", f.Path, err)
 	}
 	addr := net.JoinHostPort(host, fmt.Sprint(port))
 	if c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond); err == nil {
@@ -392,11 +392,11 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.D
 	}
 	data, err := engineconf.Render(in)
 	if err != nil {
-		return nil, errcode.New(errcode.InvalidManagedEngineURL, "%s: %v", f.Path, err)
+		return nil, errcode.New(errcode.InvalidManagedEngineURL, "%s: %w", f.Path, err)
 	}
 	cfg, err := sd.WriteEngineConfig(data)
 	if err != nil {
-		return nil, errcode.New(errcode.IOError, "writing %s: %v", cfg, err)
+		return nil, errcode.New(errcode.IOError, "writing %s: %w", cfg, err)
 	}
 	env := []string{}
 	for _, kv := range os.Environ() {
@@ -406,7 +406,7 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.D
 	}
 	proc, err := sup.Start(supervisor.Spec{Name: "engine", Argv: []string{o.Exe, "--config", cfg}, Dir: f.Dir, Env: env, LogPath: sd.Join(state.EngineLogFile)})
 	if err != nil {
-		return nil, errcode.New(errcode.EngineSpawnFailed, "starting %s --config %s: %v", o.Exe, cfg, err)
+		return nil, errcode.New(errcode.EngineSpawnFailed, "starting %s --config %s: %w", o.Exe, cfg, err)
 	}
 	deadline := time.Now().Add(EngineStartupTimeout)
 	for {
@@ -419,7 +419,7 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.D
 			return nil, errcode.New(errcode.EngineExited, "the managed engine exited before it listened on %s; the end of %s:\n%s", addr, sd.Join(state.EngineLogFile), tailFile(sd.Join(state.EngineLogFile), 10))
 		case <-ctx.Done():
 			_, _ = sup.Stop("engine", time.Second)
-			return nil, errcode.New(errcode.OperationCancelled, "interrupted while the engine started: %v", context.Cause(ctx))
+			return nil, errcode.New(errcode.OperationCancelled, "interrupted while the engine started: %w", context.Cause(ctx))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -458,7 +458,7 @@ func tailFile(path string, n int) string {
 func checkServing(ctx context.Context, w *protocol.Worker, ns string) error {
 	raw, err := w.Call(ctx, protocol.FnListFunctions, map[string]string{"namespace": ns})
 	if err != nil {
-		return errcode.New(errcode.EngineCallFailed, "engine::functions::list: %v", err)
+		return errcode.New(errcode.EngineCallFailed, "engine::functions::list: %w", err)
 	}
 	var out struct {
 		Functions []struct {
@@ -469,7 +469,7 @@ func checkServing(ctx context.Context, w *protocol.Worker, ns string) error {
 		} `json:"functions"`
 	}
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return errcode.New(errcode.EngineCallFailed, "engine::functions::list: %v", err)
+		return errcode.New(errcode.EngineCallFailed, "engine::functions::list: %w", err)
 	}
 	for _, fn := range out.Functions {
 		if fn.FunctionID == daemon.FnUp && fn.Namespace == ns && fn.WorkerID != w.WorkerID() {

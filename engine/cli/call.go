@@ -213,7 +213,7 @@ func orderedObject(keys []string, kv map[string]json.RawMessage) json.RawMessage
 func RunCall(args []string) int {
 	a, err := parseCall(args)
 	if err != nil {
-		return errcode.Exit(os.Stderr, errcode.Usagef(errcode.Usage, "%v", err), errcode.Usage)
+		return errcode.Exit(os.Stderr, errcode.Usagef(errcode.Usage, "%w", err), errcode.Usage)
 	}
 	if a.help {
 		fmt.Print(callUsage)
@@ -229,7 +229,7 @@ func RunCall(args []string) int {
 	w, err := protocol.Connect(dctx, protocol.Config{URL: a.url, Name: "iii-cli:call", Namespace: protocol.DefaultNamespace,
 		Token: userToken(a), NoReconnect: true})
 	if err != nil {
-		return errcode.Exit(os.Stderr, errcode.New(errcode.EngineUnreachable, "no engine answered at %s (%v). Is the engine running at that address and port?", a.url, err), errcode.Unknown)
+		return errcode.Exit(os.Stderr, errcode.New(errcode.EngineUnreachable, "no engine answered at %s (%w). Is the engine running at that address and port?", a.url, err), errcode.Unknown)
 	}
 	defer w.Close()
 	var opts []protocol.CallOption

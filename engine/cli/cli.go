@@ -58,7 +58,7 @@ func runEngine(version string, args []string) error {
 			fmt.Print(engineUsage)
 			return nil
 		}
-		return errcode.Usagef(errcode.Usage, "%v\n%s", err, engineUsage)
+		return errcode.Usagef(errcode.Usage, "%w\n%s", err, engineUsage)
 	}
 	if fs.NArg() > 0 {
 		return errcode.Usagef(errcode.Usage, "unexpected argument %q. Run 'iii --help' to see available commands.", fs.Arg(0))
@@ -97,7 +97,7 @@ func runEngine(version string, args []string) error {
 	store, err := configuration.New(cfg.ConfigDir, log)
 	if err != nil {
 		closeAll()
-		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %v", cfg.ConfigDir, err)
+		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %w", cfg.ConfigDir, err)
 	}
 	store.Install(eng)
 	var bind *sandbox.Binding
@@ -129,7 +129,7 @@ func runEngine(version string, args []string) error {
 		fmt.Fprintf(os.Stderr, "iii engine listener %s on ws://%s%s\n", b.Name, b.Net.Addr(), gateSummary(b.Listener))
 	}
 	if err := eng.ServeAll(ctx, bound); err != nil && ctx.Err() == nil {
-		return errcode.New(errcode.ListenFailed, "%v", err)
+		return errcode.New(errcode.ListenFailed, "%w", err)
 	}
 	fmt.Fprintln(os.Stderr, "iii engine stopped")
 	return nil
@@ -150,7 +150,7 @@ func listen(cfg *config.Config) ([]core.Bound, error) {
 			if l.Line > 0 && cfg.Path != "" {
 				where = fmt.Sprintf(" (%s line %d)", cfg.Path, l.Line)
 			}
-			return nil, errcode.New(errcode.ListenFailed, "cannot listen on %s for listener %s%s: %v", addr, l.Name, where, err)
+			return nil, errcode.New(errcode.ListenFailed, "cannot listen on %s for listener %s%s: %w", addr, l.Name, where, err)
 		}
 		bound = append(bound, core.Bound{Net: ln, Listener: core.Listener{Name: l.Name, AllowedOrigins: l.AllowedOrigins,
 			HandshakeTimeout: time.Duration(l.HandshakeTimeoutMS) * time.Millisecond, Middleware: l.MiddlewareFunctionID, RBAC: l.RBAC}})

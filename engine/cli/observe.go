@@ -81,7 +81,7 @@ func observabilityConfig(ctx context.Context, eng *core.Engine, version string) 
 	}
 	var m map[string]any
 	if err := json.Unmarshal(entry.Value, &m); err != nil {
-		return cfg, errcode.New(errcode.ConfigInvalid, "the configuration entry %s must hold an object of iii-observability's keys: %v", observability.Name, err)
+		return cfg, errcode.New(errcode.ConfigInvalid, "the configuration entry %s must hold an object of iii-observability's keys: %w", observability.Name, err)
 	}
 	return observability.ParseConfig(cfg, m)
 }

@@ -207,7 +207,7 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(text, &doc); err != nil {
-		return nil, &errcode.Error{Code: errcode.ConfigInvalid, Message: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
+		return nil, &errcode.Error{Code: errcode.ConfigInvalid, Message: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
 	}
 	c := Default()
 	if len(doc.Content) == 0 {

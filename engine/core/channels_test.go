@@ -342,6 +342,9 @@ func writeFrames(raw *websocket.Conn, n, size int, closeAfter bool) {
 // drops while its frames are held back (a full buffer: its socket is not read) is caught by the
 // same deadline.
 func TestChannelBytesBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: moves bulk frames, too slow for the race pass; the plain run covers it")
+	}
 	e, url := startEngine(t, Options{ChannelBytes: 2 << 20, ChannelAttach: 300 * time.Millisecond})
 	w := worker(t, url, "default", nil)
 	p := channelPair(t, w, map[string]any{"buffer_size": 1024})

@@ -123,6 +123,9 @@ func TestSlowReaderIsDropped(t *testing.T) {
 // worker gets an answer (timeout; invocation_stopped once the engine drops the worker as
 // SLOW_CONSUMER; function_not_found after that) (review row #15).
 func TestStuckWorkerDoesNotBlockCallers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: moves bulk frames, too slow for the race pass; the plain run covers it")
+	}
 	_, url := startEngine(t, Options{})
 	ctx := context.Background()
 	w := rawDial(t, url)
@@ -429,6 +432,9 @@ func TestWriteDeadlineDropsStuckWorker(t *testing.T) {
 // Node's ws may send a large one), answers a WebSocket ping, and closes with 1009 a message
 // over protocol.MaxFrameBytes.
 func TestFragmentedFramesAndPing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: moves bulk frames, too slow for the race pass; the plain run covers it")
+	}
 	_, url := startEngine(t, Options{})
 	c := rawDial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only

@@ -29,10 +29,14 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 func (e *Error) Unwrap() error { return e.Err }
 
 // New returns an *Error whose message is fmt.Errorf(format, args...); a %w verb makes that
-// argument the cause.
+// argument the cause, and several %w verbs make all of them causes.
 func New(code, format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
-	return &Error{Code: code, Message: err.Error(), Err: errors.Unwrap(err)}
+	cause := errors.Unwrap(err)
+	if _, many := err.(interface{ Unwrap() []error }); many {
+		cause = err
+	}
+	return &Error{Code: code, Message: err.Error(), Err: cause}
 }
 
 // Usagef is New for a command-line mistake (a bad flag, a missing argument): Exit returns 2.

@@ -19,6 +19,10 @@ func TestNewWrapsTheCause(t *testing.T) {
 	if New(Usage, "no %s", "cause").Err != nil {
 		t.Fatal("a message built without %w has a cause")
 	}
+	two := New(ConfigInvalid, "%w; restoring failed too: %w", fs.ErrPermission, fs.ErrNotExist)
+	if !errors.Is(two, fs.ErrPermission) || !errors.Is(two, fs.ErrNotExist) {
+		t.Fatalf("errors.Is does not see both causes of %v", two)
+	}
 }
 
 func TestCodeOfAndAs(t *testing.T) {

@@ -105,7 +105,7 @@ type Invoker struct {
 func New(sec Security, lookup func(string) (string, bool)) (*Invoker, error) {
 	for _, p := range sec.URLAllowlist {
 		if _, err := path.Match(p, ""); err != nil {
-			return nil, errcode.New(errcode.ConfigInvalid, "iii-http-functions: security.url_allowlist: %q is not a valid pattern: %v", p, err)
+			return nil, errcode.New(errcode.ConfigInvalid, "iii-http-functions: security.url_allowlist: %q is not a valid pattern: %w", p, err)
 		}
 	}
 	if lookup == nil {
@@ -196,7 +196,7 @@ func (inv *Invoker) CheckURL(ctx context.Context, raw string) error {
 func (inv *Invoker) Register(ctx context.Context, id string, raw json.RawMessage) (*Function, error) {
 	var in Invocation
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return nil, errcode.New(errcode.HTTPInvocationInvalid, "function %s: invocation is not {url, method, timeout_ms, headers, auth}: %v", id, err)
+		return nil, errcode.New(errcode.HTTPInvocationInvalid, "function %s: invocation is not {url, method, timeout_ms, headers, auth}: %w", id, err)
 	}
 	f := &Function{ID: id, URL: in.URL, Method: strings.ToUpper(in.Method), Timeout: DefaultTimeout, Headers: in.Headers, auth: in.Auth}
 	switch f.Method {

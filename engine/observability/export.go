@@ -53,7 +53,7 @@ func newExporter(ctx context.Context, cfg Config, log *slog.Logger) (*exporter, 
 	u := strings.TrimSuffix(cfg.Endpoint, "/") + "/v1/traces"
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u), otlptracehttp.WithTimeout(exportTimeout))
 	if err != nil {
-		return nil, errcode.New(errcode.ConfigInvalid, "iii-observability config: endpoint %s: %v", cfg.Endpoint, err)
+		return nil, errcode.New(errcode.ConfigInvalid, "iii-observability config: endpoint %s: %w", cfg.Endpoint, err)
 	}
 	x := &exporter{exp: exp, cfg: cfg, log: log, queue: make(chan Span, exportQueue), done: make(chan struct{}), resources: map[string]*resource.Resource{}}
 	go x.run(ctx)

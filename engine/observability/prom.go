@@ -33,7 +33,7 @@ func startProm(ctx context.Context, w *Worker) (*promServer, error) {
 	addr := net.JoinHostPort(w.cfg.PrometheusHost, itoa(w.cfg.PrometheusPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, errcode.New(errcode.ListenFailed, "iii-observability: cannot listen for Prometheus on %s (prometheus_host, prometheus_port): %v", addr, err)
+		return nil, errcode.New(errcode.ListenFailed, "iii-observability: cannot listen for Prometheus on %s (prometheus_host, prometheus_port): %w", addr, err)
 	}
 	reg := prometheus.NewRegistry()
 	p := &promServer{addr: ln.Addr().String(), done: make(chan struct{}),

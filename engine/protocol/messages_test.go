@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -73,8 +74,10 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
-// FuzzDecode: no input crashes Decode, and every accepted frame re-encodes to valid JSON that
-// decodes to the same frame.
+// FuzzDecode: no input crashes Decode; every frame it accepts encoding/json accepts too and
+// decodes to the same frame (compared by their encodings), and re-encodes to valid JSON that
+// decodes to the same frame. Inputs that are not UTF-8 are compared only with themselves:
+// encoding/json replaces invalid bytes in strings with U+FFFD, the decoder keeps them.
 func FuzzDecode(f *testing.F) {
 	for _, m := range samples {
 		b, _ := Encode(m)
@@ -90,6 +93,15 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Decode accepted invalid JSON %q", b)
 		}
 		out, _ := Encode(m)
+		if utf8.Valid(b) {
+			var want Message
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatalf("Decode accepted %q, encoding/json refuses it: %v", b, err)
+			}
+			if w, _ := Encode(&want); string(w) != string(out) {
+				t.Fatalf("Decode and encoding/json differ on %q:\n%s\n%s", b, out, w)
+			}
+		}
 		if !json.Valid(out) {
 			t.Fatalf("Encode produced invalid JSON %q from %q", out, b)
 		}

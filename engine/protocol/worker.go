@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/iii-go/iii/engine/backoff"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 )
@@ -248,8 +249,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.started = true
 	w.mu.Unlock()
-	backoff := 100 * time.Millisecond
-	for {
+	for n := 1; ; n++ {
 		err := w.connect(ctx)
 		if err == nil {
 			return nil
@@ -265,11 +265,14 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("connecting to %s: %w", w.cfg.URL, err)
 		case <-w.ctx.Done():
 			return errors.New("worker closed")
-		case <-time.After(backoff):
+		case <-time.After(reconnect.Jitter(n)):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
+
+// reconnect is the SDK's schedule for connecting again: up to 100ms, doubling to 5s, each wait
+// drawn at random below that (full jitter), so the workers of a restarted engine spread out.
+var reconnect = backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 
 func isRefusal(err error) bool {
 	var e *Error
@@ -464,12 +467,11 @@ func (w *Worker) reconnect() {
 }
 
 func (w *Worker) reconnectLoop() {
-	backoff := 100 * time.Millisecond
-	for {
+	for n := 1; ; {
 		select {
 		case <-w.ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(reconnect.Jitter(n)):
 		}
 		if w.liveConn() != nil {
 			return
@@ -483,7 +485,7 @@ func (w *Worker) reconnectLoop() {
 			w.stop(err)
 			return
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		n++
 	}
 }
 

@@ -1,8 +1,11 @@
 // Command codestats prints the code-shape figures of the consistency issue, from the Go source
 // of every module under a directory (default "."), tests left out: the types that implement
-// error, the functions that print an error[CODE] line, and each module's longest functions.
+// error, the functions that print an error[CODE] line, each module's longest functions, the
+// coded errors that flatten their cause (an error passed to %v, not %w; see internal/causecheck),
+// the SDK's exported identifiers (engine/protocol) and the os.Getenv/LookupEnv calls outside
+// package main.
 //
-//	go run ./internal/codestats [-top N] [dir]
+//	go run ./internal/codestats [-top N] [-v] [dir]
 package main
 
 import (
@@ -18,6 +21,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/iii-go/iii/internal/causecheck"
 )
 
 type fn struct {
@@ -29,26 +34,37 @@ type fn struct {
 type stats struct {
 	errTypes, printers []string
 	funcs              []fn
+	getenv             []string // os.Getenv/LookupEnv calls in non-main packages
+	sdk                map[string]int
+	sdkNames           []string
+	causes             []causecheck.Finding
 }
+
+// sdkDir is the public Go SDK's package, whose exported identifiers are counted.
+const sdkDir = "engine/protocol"
 
 func main() {
 	top := flag.Int("top", 1, "longest functions listed per module")
+	verbose := flag.Bool("v", false, "list every flattened cause, os.Getenv call and SDK identifier")
 	flag.Parse()
 	root := "."
 	if flag.NArg() > 0 {
 		root = flag.Arg(0)
 	}
 	st, err := collect(root)
+	if err == nil {
+		st.causes, err = causecheck.Find(root, "github.com/iii-go/iii/...")
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "codestats:", err)
 		os.Exit(1)
 	}
-	st.report(*top)
+	st.report(*top, *verbose)
 }
 
 // collect parses every non-test Go file below root; this command's own directory is left out.
 func collect(root string) (*stats, error) {
-	st := &stats{}
+	st := &stats{sdk: map[string]int{}}
 	fset := token.NewFileSet()
 	modules := map[string]bool{}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -72,6 +88,12 @@ func collect(root string) (*stats, error) {
 			return err
 		}
 		mod := moduleOf(path, modules)
+		if f.Name.Name != "main" {
+			st.getenv = append(st.getenv, getenvCalls(fset, f)...)
+		}
+		if rel, err := filepath.Rel(root, filepath.Dir(path)); err == nil && filepath.ToSlash(rel) == sdkDir {
+			st.countSDK(f)
+		}
 		for _, decl := range f.Decls {
 			fd, ok := decl.(*ast.FuncDecl)
 			if !ok || fd.Body == nil {
@@ -98,8 +120,9 @@ func collect(root string) (*stats, error) {
 	return st, err
 }
 
-// report prints the figures, with the top longest functions of each module.
-func (st *stats) report(top int) {
+// report prints the figures, with the top longest functions of each module; verbose lists
+// what the counts count.
+func (st *stats) report(top int, verbose bool) {
 	errTypes, printers, funcs := st.errTypes, st.printers, st.funcs
 	fmt.Printf("error types (non-test types with Error() string): %d\n", len(errTypes))
 	for _, s := range errTypes {
@@ -126,6 +149,90 @@ func (st *stats) report(top int) {
 		fmt.Printf("  %-16s %4d %s %s\n", f.module, f.lines, f.name, f.pos)
 	}
 	fmt.Printf("non-test functions over 80 lines: %d\n", over)
+	fmt.Printf("coded errors flattening their cause (an error argument to a verb other than %%w): %d\n", len(st.causes))
+	fmt.Printf("os.Getenv/LookupEnv calls outside package main: %d\n", len(st.getenv))
+	kinds := []string{"const", "var", "func", "type", "method", "field"}
+	var parts []string
+	total := 0
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %ss", st.sdk[k], k))
+		if k != "field" {
+			total += st.sdk[k]
+		}
+	}
+	fmt.Printf("exported identifiers of %s (fields apart): %d (%s)\n", sdkDir, total, strings.Join(parts, ", "))
+	if verbose {
+		for _, c := range st.causes {
+			fmt.Println("  cause " + c.String())
+		}
+		for _, g := range st.getenv {
+			fmt.Println("  getenv " + g)
+		}
+		for _, n := range st.sdkNames {
+			fmt.Println("  sdk " + n)
+		}
+	}
+}
+
+// getenvCalls lists the os.Getenv and os.LookupEnv calls of f.
+func getenvCalls(fset *token.FileSet, f *ast.File) []string {
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == "os" && (sel.Sel.Name == "Getenv" || sel.Sel.Name == "LookupEnv") {
+				out = append(out, fmt.Sprintf("%s os.%s", fset.Position(sel.Pos()), sel.Sel.Name))
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// countSDK counts f's exported top-level identifiers by kind: consts, vars, funcs, types,
+// methods of exported types, and the exported fields of exported struct types.
+func (st *stats) countSDK(f *ast.File) {
+	add := func(kind, name string) {
+		st.sdk[kind]++
+		st.sdkNames = append(st.sdkNames, kind+" "+name)
+	}
+	for _, decl := range f.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() {
+				continue
+			}
+			if d.Recv == nil {
+				add("func", d.Name.Name)
+			} else if recv := strings.TrimPrefix(types(d.Recv.List[0].Type), "*"); ast.IsExported(recv) {
+				add("method", recv+"."+d.Name.Name)
+			}
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch sp := spec.(type) {
+				case *ast.ValueSpec:
+					for _, n := range sp.Names {
+						if n.IsExported() {
+							add(d.Tok.String(), n.Name)
+						}
+					}
+				case *ast.TypeSpec:
+					if !sp.Name.IsExported() {
+						continue
+					}
+					add("type", sp.Name.Name)
+					if s, ok := sp.Type.(*ast.StructType); ok {
+						for _, fl := range s.Fields.List {
+							for _, n := range fl.Names {
+								if n.IsExported() {
+									add("field", sp.Name.Name+"."+n.Name)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
 }
 
 // moduleOf names the module directory holding path: the deepest directory with a go.mod.

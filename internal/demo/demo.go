@@ -250,7 +250,7 @@ func (r *run) startCompose() error {
 	// a parent-death signal when the *thread* that forked the child exits, so Compose starts
 	// from the process-lifetime spawn thread: started from any goroutine's thread, it would get
 	// SIGINT, mid-start, whenever that thread ended.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGINT}
+	cmd.SysProcAttr = interruptWithParent()
 	if err := procgroup.Start(cmd); err != nil {
 		return fmt.Errorf("starting iii compose: %w", err)
 	}
@@ -468,7 +468,9 @@ func (r *run) checkGone() error {
 		if time.Now().After(deadline) {
 			var lines []string
 			for _, p := range left {
-				_ = syscall.Kill(p.pid, syscall.SIGKILL)
+				if proc, err := os.FindProcess(p.pid); err == nil {
+					_ = proc.Kill()
+				}
 				lines = append(lines, fmt.Sprintf("  pid %d: %s", p.pid, p.cmdline))
 			}
 			return fmt.Errorf("%d process(es) of the demo outlived Compose by %v (now killed):\n%s", len(left), goneTimeout, strings.Join(lines, "\n"))

@@ -21,9 +21,10 @@ import (
 // of the other architecture need Emulated besides.
 var VM = []string{"qemu-system-x86", "qemu-system-common", "libcap-ng0", "e2fsprogs", "busybox-static", "cpio", "lz4", "util-linux"}
 
-// Test are the packages the end-to-end suite needs besides VM: the release checks (file,
-// unzip), install.sh under dash with curl and wget, and shellcheck.
-var Test = []string{"file", "unzip", "ca-certificates", "shellcheck", "dash", "curl", "wget"}
+// Test are the packages the test suite needs besides VM: the release checks (file, unzip),
+// install.sh under dash with curl and wget, shellcheck, and the C toolchain the race detector
+// needs (gcc, libc6-dev).
+var Test = []string{"file", "unzip", "ca-certificates", "shellcheck", "dash", "curl", "wget", "gcc", "libc6-dev"}
 
 // Emulated returns what guests of the architecture this host does not have need (the adapter's
 // guest_arch under emulation, which the test suite runs): the qemu package that runs them and

@@ -112,33 +112,87 @@ func rootAndDist() (root, dist string, err error) {
 }
 
 // Test installs what the suite needs (Setup), then runs the linters, every module's unit tests,
-// and the end-to-end suite against bin/.
+// the packages of racy again under the race detector, the fuzz targets of fuzzTargets for
+// fuzzBudget each, and the end-to-end suite against bin/.
 func Test(ctx context.Context) error {
 	mg.SerialCtxDeps(ctx, Setup, Lint, Build)
 	for _, m := range modules {
-		pkgs := []string{"./..."}
-		if m == "." {
-			// The root's e2e package runs last, against the freshly built binaries.
-			out, err := sh.Output("go", "list", "./...")
-			if err != nil {
-				return err
-			}
-			pkgs = nil
-			for _, p := range strings.Fields(out) {
-				if !strings.HasSuffix(p, "/testscripts") {
-					pkgs = append(pkgs, p)
-				}
-			}
+		pkgs, err := unitPackages(m)
+		if err != nil {
+			return err
 		}
 		if err := inDir(m, "go", append([]string{"test", "-count=1"}, pkgs...)...); err != nil {
 			return err
 		}
+		if racy[m] != nil {
+			// -short: the few tests that move bulk frames skip; the plain run above has them.
+			if err := inDir(m, "go", append([]string{"test", "-count=1", "-race", "-short"}, racy[m]...)...); err != nil {
+				return err
+			}
+		}
 	}
-	bin, _ := filepath.Abs("bin")
+	if err := Fuzz(ctx); err != nil {
+		return err
+	}
+	bin, err := filepath.Abs("bin")
+	if err != nil {
+		return err
+	}
 	_, why := hostsetup.Accelerator()
 	fmt.Printf("==> end-to-end suite; VM scenarios: %s\n", why)
 	return sh.RunWithV(map[string]string{"III_TEST_BIN": bin},
 		"go", "test", "-count=1", "-timeout", "45m", "./testscripts")
+}
+
+// racy are, per module, the packages whose unit tests run again under the race detector: the
+// engine's router, the SDK and the WebSocket layer (pooled, borrowed buffers on the hot path),
+// Compose's daemon and the workers.
+var racy = map[string][]string{
+	"engine":  {"./core", "./protocol", "./internal/batchconn"},
+	"compose": {"./daemon"},
+	"workers": {"./..."},
+}
+
+// unitPackages lists module m's packages: "./..." but for the root's e2e package, which runs
+// last, against the fresh binaries.
+func unitPackages(m string) ([]string, error) {
+	if m != "." {
+		return []string{"./..."}, nil
+	}
+	out, err := sh.Output("go", "list", "./...")
+	if err != nil {
+		return nil, err
+	}
+	var pkgs []string
+	for _, p := range strings.Fields(out) {
+		if !strings.HasSuffix(p, "/testscripts") {
+			pkgs = append(pkgs, p)
+		}
+	}
+	return pkgs, nil
+}
+
+// fuzzBudget is how long Fuzz runs each fuzz target.
+const fuzzBudget = "10s"
+
+// fuzzTargets are the fuzz targets Fuzz runs: module, package and target name.
+var fuzzTargets = []struct{ module, pkg, name string }{
+	{"engine", "./internal/batchconn", "FuzzReadMessage"},
+	{"engine", "./protocol", "FuzzDecode"},
+	{"compose", "./composefile", "FuzzParse"},
+	{"compose", "./composefile", "FuzzParseAgreesWithSchema"},
+}
+
+// Fuzz runs each fuzz target of fuzzTargets for fuzzBudget (the WebSocket reader, the frame
+// decoder against encoding/json, the compose parser alone and against its JSON Schema).
+func Fuzz(ctx context.Context) error {
+	for _, f := range fuzzTargets {
+		fmt.Printf("==> fuzz %s %s for %s\n", f.module+"/"+strings.TrimPrefix(f.pkg, "./"), f.name, fuzzBudget)
+		if err := inDir(f.module, "go", "test", "-run", "^$", "-fuzz", "^"+f.name+"$", "-fuzztime", fuzzBudget, f.pkg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Lint checks gofmt, go vet over every module, and shellcheck over the shipped scripts.
@@ -154,11 +208,15 @@ func Lint(ctx context.Context) error {
 	return Vet(ctx)
 }
 
-// Vet runs go vet in every module (these targets included), and over magefiles/ with the mage tag.
+// Vet runs go vet in every module (these targets included) for each GOOS/GOARCH the module
+// ships for (platforms), and over magefiles/ with the mage tag.
 func Vet(ctx context.Context) error {
 	for _, m := range modules {
-		if err := inDir(m, "go", "vet", "./..."); err != nil {
-			return err
+		for _, p := range platforms(m) {
+			fmt.Printf("==> go vet %s (%s/%s)\n", m, p.GOOS, p.GOARCH)
+			if err := inDirEnv(m, []string{"GOOS=" + p.GOOS, "GOARCH=" + p.GOARCH}, "go", "vet", "./..."); err != nil {
+				return err
+			}
 		}
 	}
 	return inDir(".", "go", "vet", "-tags", "mage", "./magefiles")
@@ -186,9 +244,15 @@ func Bench(ctx context.Context) error {
 }
 
 // inDir runs a command in a module directory with its output shown.
-func inDir(dir, cmd string, args ...string) error {
+func inDir(dir, cmd string, args ...string) error { return inDirEnv(dir, nil, cmd, args...) }
+
+// inDirEnv is inDir with env ("KEY=value") added to the environment.
+func inDirEnv(dir string, env []string, cmd string, args ...string) error {
 	c := exec.Command(cmd, args...)
 	c.Dir = dir
+	if env != nil {
+		c.Env = append(os.Environ(), env...)
+	}
 	c.Stdout, c.Stderr = os.Stdout, os.Stderr
 	if err := c.Run(); err != nil {
 		return fmt.Errorf("%s %s in %s: %w", cmd, strings.Join(args, " "), dir, err)

@@ -201,7 +201,7 @@ func (u *updater) update(ctx context.Context, name, current string) error {
 	if err != nil {
 		var e *errcode.Error
 		if errors.As(err, &e) {
-			return errcode.Errorf(e.Code, "%s; %s was left untouched", e.Message, dest)
+			return errcode.New(e.Code, "%s; %s was left untouched", e.Message, dest)
 		}
 		return err
 	}

@@ -39,7 +39,7 @@ func TestGeneration(t *testing.T) {
 		{cur, "console", nil, errcode.UnknownTarget},
 	} {
 		got, err := c.g.Select(c.target)
-		if errcode.Of(err) != c.code || !cmp.Equal(got, c.want) {
+		if errcode.CodeOf(err) != c.code || !cmp.Equal(got, c.want) {
 			t.Errorf("Select(%q) legacy=%v = %v, %v; want %v, %s", c.target, c.g.legacy, got, err, c.want, c.code)
 		}
 	}

@@ -9,14 +9,17 @@ import (
 // Error is the coded error every module shares (engine/errcode.Error).
 type Error = errcode.Error
 
-// Errorf returns an *Error with code and a message built like fmt.Errorf (%w keeps the cause).
-func Errorf(code, format string, args ...any) error { return errcode.New(code, format, args...) }
+// New returns an *Error with code and a message built like fmt.Errorf (%w keeps the cause).
+func New(code, format string, args ...any) *Error { return errcode.New(code, format, args...) }
 
-// Usagef is Errorf for a mistake in the command line: Exit returns 2 for it.
-func Usagef(code, format string, args ...any) error { return errcode.Usagef(code, format, args...) }
+// Usagef is New for a mistake in the command line: Exit returns 2 for it.
+func Usagef(code, format string, args ...any) *Error { return errcode.Usagef(code, format, args...) }
 
-// Of returns the code carried by err, or "" when it has none.
-func Of(err error) string { return errcode.CodeOf(err) }
+// CodeOf returns the code of the first *Error in err's chain, or "" when there is none.
+func CodeOf(err error) string { return errcode.CodeOf(err) }
+
+// As returns the first *Error in err's chain, or err under the fallback code.
+func As(err error, fallback string) *Error { return errcode.As(err, fallback) }
 
 // Exit prints err as error[CODE]: message (INVALID_ARGUMENTS when it has no code) and returns
 // the exit status of `iii update`: 0 for nil, 2 for a usage error, 1 otherwise.

@@ -34,7 +34,7 @@ func Dir() (string, error) {
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return "", errcode.Errorf(errcode.InstallFailed, "cannot find the home directory: %v", err)
+		return "", errcode.New(errcode.InstallFailed, "cannot find the home directory: %w", err)
 	}
 	return filepath.Join(home, ".local", "bin"), nil
 }
@@ -53,10 +53,10 @@ func Extract(archive []byte, assetName, exe string) ([]byte, error) {
 		data, found, err = fromTarGz(archive, exe)
 	}
 	if err != nil {
-		return nil, errcode.Errorf(errcode.BadArchive, "%s: %v", assetName, err)
+		return nil, errcode.New(errcode.BadArchive, "%s: %w", assetName, err)
 	}
 	if !found {
-		return nil, errcode.Errorf(errcode.BadArchive, "%s holds no %s", assetName, exe)
+		return nil, errcode.New(errcode.BadArchive, "%s holds no %s", assetName, exe)
 	}
 	return data, nil
 }
@@ -113,11 +113,11 @@ func fromZip(archive []byte, exe string) ([]byte, bool, error) {
 func Write(dest string, data []byte, check func(path string) error) error {
 	dir := filepath.Dir(dest)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return errcode.Errorf(errcode.InstallFailed, "cannot create %s: %v", dir, err)
+		return errcode.New(errcode.InstallFailed, "cannot create %s: %w", dir, err)
 	}
 	tmp, err := os.CreateTemp(dir, fmt.Sprintf("%sp%d-", tempPrefix(dest), os.Getpid()))
 	if err != nil {
-		return errcode.Errorf(errcode.InstallFailed, "cannot write into %s: %v", dir, err)
+		return errcode.New(errcode.InstallFailed, "cannot write into %s: %w", dir, err)
 	}
 	defer os.Remove(tmp.Name())
 	_, err = tmp.Write(data)
@@ -131,7 +131,7 @@ func Write(dest string, data []byte, check func(path string) error) error {
 		err = cerr
 	}
 	if err != nil {
-		return errcode.Errorf(errcode.InstallFailed, "cannot install %s: %v", dest, err)
+		return errcode.New(errcode.InstallFailed, "cannot install %s: %w", dest, err)
 	}
 	if check != nil {
 		if err := check(tmp.Name()); err != nil {
@@ -139,7 +139,7 @@ func Write(dest string, data []byte, check func(path string) error) error {
 		}
 	}
 	if err := os.Rename(tmp.Name(), dest); err != nil {
-		return errcode.Errorf(errcode.InstallFailed, "cannot install %s: %v", dest, err)
+		return errcode.New(errcode.InstallFailed, "cannot install %s: %w", dest, err)
 	}
 	return nil
 }
@@ -207,7 +207,7 @@ func CheckVersion(ctx context.Context, path, name, version string) error {
 		if text != "" {
 			err = fmt.Errorf("%v: %s", err, text)
 		}
-		return errcode.Errorf(errcode.BinaryCheckFailed, "the new %s (v%s) does not run here: `%s --version`: %v", name, version, name, err)
+		return errcode.New(errcode.BinaryCheckFailed, "the new %s (v%s) does not run here: `%s --version`: %w", name, version, name, err)
 	}
 	lines := strings.Split(text, "\n")
 	for _, f := range strings.Fields(lines[len(lines)-1]) {
@@ -215,5 +215,5 @@ func CheckVersion(ctx context.Context, path, name, version string) error {
 			return nil
 		}
 	}
-	return errcode.Errorf(errcode.BinaryCheckFailed, "the new %s says it is %q, not v%s", name, text, version)
+	return errcode.New(errcode.BinaryCheckFailed, "the new %s says it is %q, not v%s", name, text, version)
 }

@@ -25,10 +25,10 @@ func TestExtractTarGzAndZip(t *testing.T) {
 	if err != nil || string(got) != "exe" {
 		t.Errorf("zip: %q, %v", got, err)
 	}
-	if _, err := Extract(treetest.TarGz(t, "other", nil), "a.tar.gz", "iii"); errcode.Of(err) != errcode.BadArchive {
+	if _, err := Extract(treetest.TarGz(t, "other", nil), "a.tar.gz", "iii"); errcode.CodeOf(err) != errcode.BadArchive {
 		t.Errorf("missing entry: %v", err)
 	}
-	if _, err := Extract([]byte("not gzip"), "a.tar.gz", "iii"); errcode.Of(err) != errcode.BadArchive {
+	if _, err := Extract([]byte("not gzip"), "a.tar.gz", "iii"); errcode.CodeOf(err) != errcode.BadArchive {
 		t.Errorf("garbage: %v", err)
 	}
 }
@@ -65,7 +65,7 @@ func TestWriteFailureKeepsOldBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Chmod(dir, 0o755)
-	if err := Write(dest, []byte("new"), nil); errcode.Of(err) != errcode.InstallFailed {
+	if err := Write(dest, []byte("new"), nil); errcode.CodeOf(err) != errcode.InstallFailed {
 		t.Errorf("Write into read-only dir: %v", err)
 	}
 	if b, _ := os.ReadFile(dest); string(b) != "old" {
@@ -79,7 +79,7 @@ func TestWriteFailureLeavesNoTemp(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dest, "keep"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := Write(dest, []byte("new"), nil); errcode.Of(err) != errcode.InstallFailed {
+	if err := Write(dest, []byte("new"), nil); errcode.CodeOf(err) != errcode.InstallFailed {
 		t.Errorf("Write over a non-empty directory: %v", err)
 	}
 	entries, _ := os.ReadDir(dir)

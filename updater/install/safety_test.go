@@ -52,7 +52,7 @@ func TestWriteRefusesABinaryThatFailsItsCheck(t *testing.T) {
 	check := func(p string) error { return CheckVersion(context.Background(), p, "iii", "0.26.1") }
 	for _, bad := range []string{"", "\x7fELF garbage", "#!/bin/sh\necho 0.26.0\n", "#!/bin/sh\necho 0.26.1; exit 3\n", "#!/bin/sh\necho v0.26.10\n"} {
 		err := Write(dest, []byte(bad), check)
-		if errcode.Of(err) != errcode.BinaryCheckFailed {
+		if errcode.CodeOf(err) != errcode.BinaryCheckFailed {
 			t.Errorf("%q: %v", bad, err)
 		}
 		if b, _ := os.ReadFile(dest); string(b) != "#!/bin/sh\necho 0.25.0\n" {

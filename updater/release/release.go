@@ -93,7 +93,7 @@ func NormalizeVersion(v string) (string, error) {
 	v = strings.TrimPrefix(strings.TrimSpace(v), "iii/")
 	v = strings.TrimPrefix(v, "v")
 	if _, err := semver.StrictNewVersion(v); err != nil {
-		return "", errcode.Errorf(errcode.ReleaseNotFound, "%q is not a version such as 0.26.0 or iii/v0.26.0", v)
+		return "", errcode.New(errcode.ReleaseNotFound, "%q is not a version such as 0.26.0 or iii/v0.26.0", v)
 	}
 	return v, nil
 }
@@ -108,7 +108,7 @@ func (s *Source) Resolve(ctx context.Context, want string) (string, error) {
 		}
 		v, err := NormalizeVersion(string(b))
 		if err != nil {
-			return "", errcode.Errorf(errcode.ReleaseNotFound, "%s/iii/latest does not hold a version: %v", s.Base, err)
+			return "", errcode.New(errcode.ReleaseNotFound, "%s/iii/latest does not hold a version: %w", s.Base, err)
 		}
 		return v, nil
 	}
@@ -130,7 +130,7 @@ func (s *Source) Manifest(ctx context.Context, version string) (*Manifest, error
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, errcode.Errorf(errcode.ReleaseNotFound, "%s/manifest.json: %v", s.TagDir(version), err)
+		return nil, errcode.New(errcode.ReleaseNotFound, "%s/manifest.json: %w", s.TagDir(version), err)
 	}
 	return &m, nil
 }
@@ -148,7 +148,7 @@ func (s *Source) Fetch(ctx context.Context, version string, a Asset) ([]byte, er
 		return nil, err
 	}
 	if a.SHA256 != "" && !strings.EqualFold(a.SHA256, want) {
-		return nil, errcode.Errorf(errcode.ChecksumMismatch,
+		return nil, errcode.New(errcode.ChecksumMismatch,
 			"%s: manifest.json says sha256 %s but %s.sha256 says %s", a.Name, a.SHA256, a.Name, want)
 	}
 	data, err := s.get(ctx, dir+"/"+a.Name)
@@ -157,7 +157,7 @@ func (s *Source) Fetch(ctx context.Context, version string, a Asset) ([]byte, er
 	}
 	sum := sha256.Sum256(data)
 	if got := hex.EncodeToString(sum[:]); got != want {
-		return nil, errcode.Errorf(errcode.ChecksumMismatch,
+		return nil, errcode.New(errcode.ChecksumMismatch,
 			"%s: sha256 is %s but the release publishes %s; the download is corrupt or was tampered with", a.Name, got, want)
 	}
 	return data, nil
@@ -168,13 +168,13 @@ func (s *Source) Fetch(ctx context.Context, version string, a Asset) ([]byte, er
 func ParseChecksum(text, name string) (string, error) {
 	fields := strings.Fields(text)
 	if len(fields) == 0 || len(fields[0]) != 64 {
-		return "", errcode.Errorf(errcode.ChecksumMismatch, "%s.sha256 holds no SHA-256 digest", name)
+		return "", errcode.New(errcode.ChecksumMismatch, "%s.sha256 holds no SHA-256 digest", name)
 	}
 	if _, err := hex.DecodeString(fields[0]); err != nil {
-		return "", errcode.Errorf(errcode.ChecksumMismatch, "%s.sha256 holds no SHA-256 digest", name)
+		return "", errcode.New(errcode.ChecksumMismatch, "%s.sha256 holds no SHA-256 digest", name)
 	}
 	if len(fields) > 1 && strings.TrimPrefix(fields[1], "*") != name {
-		return "", errcode.Errorf(errcode.ChecksumMismatch, "%s.sha256 is the checksum of %s", name, fields[1])
+		return "", errcode.New(errcode.ChecksumMismatch, "%s.sha256 is the checksum of %s", name, fields[1])
 	}
 	return strings.ToLower(fields[0]), nil
 }
@@ -182,9 +182,9 @@ func ParseChecksum(text, name string) (string, error) {
 // wrap gives err a code and a context, keeping "not found" distinct from other failures.
 func (s *Source) wrap(err error, code, what string) error {
 	if errors.Is(err, errNotExist) {
-		return errcode.Errorf(code, "%s: not found in the release tree %s", what, s.Base)
+		return errcode.New(code, "%s: not found in the release tree %s", what, s.Base)
 	}
-	return errcode.Errorf(code, "%s: %v", what, err)
+	return errcode.New(code, "%s: %w", what, err)
 }
 
 // get reads one file of the tree.

@@ -39,10 +39,10 @@ func TestResolve(t *testing.T) {
 				t.Errorf("%s: Resolve(%q) = %q, %v; want %q", scheme, want, got, err, v)
 			}
 		}
-		if _, err := s.Resolve(context.Background(), "0.24.0"); errcode.Of(err) != errcode.ReleaseNotFound {
+		if _, err := s.Resolve(context.Background(), "0.24.0"); errcode.CodeOf(err) != errcode.ReleaseNotFound {
 			t.Errorf("%s: Resolve(0.24.0) error %v, want %s", scheme, err, errcode.ReleaseNotFound)
 		}
-		if _, err := s.Resolve(context.Background(), "banana"); errcode.Of(err) != errcode.ReleaseNotFound {
+		if _, err := s.Resolve(context.Background(), "banana"); errcode.CodeOf(err) != errcode.ReleaseNotFound {
 			t.Errorf("%s: Resolve(banana) error %v, want %s", scheme, err, errcode.ReleaseNotFound)
 		}
 	}
@@ -77,7 +77,7 @@ func TestFetchVerifiesDigest(t *testing.T) {
 		m, _ := s.Manifest(context.Background(), "0.26.0")
 		a, _ := m.Find("iii", triple)
 		data, err := s.Fetch(context.Background(), m.Version, a)
-		if errcode.Of(err) != errcode.ChecksumMismatch || data != nil {
+		if errcode.CodeOf(err) != errcode.ChecksumMismatch || data != nil {
 			t.Errorf("%s: corrupt asset: data %d bytes, error %v; want %s", scheme, len(data), err, errcode.ChecksumMismatch)
 		}
 	}
@@ -86,8 +86,8 @@ func TestFetchVerifiesDigest(t *testing.T) {
 func TestAssetNotFoundText(t *testing.T) {
 	var err error = &AssetNotFoundError{Target: triple, Binary: "iii-init"}
 	want := "Release asset not found for platform x86_64-unknown-linux-gnu: iii-init"
-	if err.Error() != want || errcode.Of(err) != "" {
-		t.Errorf("got %q (code %q), want %q without code", err, errcode.Of(err), want)
+	if err.Error() != want || errcode.CodeOf(err) != "" {
+		t.Errorf("got %q (code %q), want %q without code", err, errcode.CodeOf(err), want)
 	}
 	var nf *AssetNotFoundError
 	if !errors.As(err, &nf) {
@@ -104,7 +104,7 @@ func TestParseChecksum(t *testing.T) {
 		}
 	}
 	for _, text := range []string{"", "zz", sum + "  b.tar.gz"} {
-		if _, err := ParseChecksum(text, "a.tar.gz"); errcode.Of(err) != errcode.ChecksumMismatch {
+		if _, err := ParseChecksum(text, "a.tar.gz"); errcode.CodeOf(err) != errcode.ChecksumMismatch {
 			t.Errorf("ParseChecksum(%q) error %v", text, err)
 		}
 	}

@@ -49,6 +49,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/iii-go/iii/engine/backoff"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -462,9 +463,13 @@ func (s *Service) keepAlive(m jetstream.Msg) chan struct{} {
 	return stop
 }
 
-// deliver calls the message's function until it succeeds, then acknowledges it; past
-// max_retries it moves the message to the dead-letter subject. The function gets the message's
-// id as message_id in the invocation metadata, the same on every delivery.
+// deliver calls the message's function and acknowledges it when that succeeds; past
+// max_retries it moves the message to the dead-letter subject. A failed call is retried by
+// JetStream: the message goes back with NakWithDelay for the backoff, so nothing holds it while
+// it waits and a restart keeps the schedule. Two waits stay here, holding the message: while its
+// function is not registered yet (which is no attempt), and in a group, whose next message must
+// not overtake it. The function gets the message's id as message_id in the invocation metadata,
+// the same on every delivery.
 func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 	fn, ns, meta := tg.functionID, tg.namespace, tg.metadata
 	if tg.kind == "queue" {
@@ -501,7 +506,13 @@ func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 		}
 		delay := time.Duration(set.BackoffMS) * time.Millisecond
 		if !waiting {
-			delay <<= min(attempts-1, 16)
+			delay = backoff.Backoff{Initial: delay, Max: 5 * time.Minute}.Delay(attempts)
+			if m.Headers().Get(hGroup) == "" {
+				if err := m.NakWithDelay(delay); err != nil {
+					s.log.Warn("handing a message back for its retry", "err", err)
+				}
+				return
+			}
 		}
 		if !s.sleep(min(delay, 5*time.Minute)) {
 			return

@@ -288,3 +288,21 @@ func TestRedeliveryKeepsTheMessageID(t *testing.T) {
 		t.Errorf("redelivery message_id %q, want %q", got, id)
 	}
 }
+
+// A failed job waits for its retry in JetStream (NakWithDelay), not in the worker: with one
+// delivery at a time, the next job runs while the failed one's 60s backoff is still going.
+func TestRetryWaitsInJetStream(t *testing.T) {
+	svc, c := openService(t, Config{Queues: map[string]Settings{"q": {Concurrency: 1, MaxRetries: 3, BackoffMS: 60_000}}})
+	ctx := context.Background()
+	if _, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"bad::fn","data":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the failing call", func() bool { return len(c.get("bad::fn")) == 1 })
+	if _, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"ok::fn","data":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the next job", func() bool { return len(c.get("ok::fn")) == 1 })
+	if n := len(c.get("bad::fn")); n != 1 {
+		t.Errorf("the failed job was called %d times within its 60s backoff", n)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/internal/unixmode"
 )
 
@@ -44,7 +45,7 @@ func Do(op string, req json.RawMessage) (json.RawMessage, *Error) {
 	}
 	b, merr := json.Marshal(v)
 	if merr != nil {
-		return nil, &Error{Code: "S216", Message: "fs i/o error: " + merr.Error()}
+		return nil, &Error{Code: scode.S216, Message: "fs i/o error: " + merr.Error()}
 	}
 	return b, nil
 }
@@ -55,7 +56,7 @@ var ops = map[string]func(json.RawMessage) (any, *Error){
 }
 
 func invalid(format string, a ...any) *Error {
-	return &Error{Code: "S210", Message: fmt.Sprintf(format, a...)}
+	return &Error{Code: scode.S210, Message: fmt.Sprintf(format, a...)}
 }
 
 // field names a string field of a request that must not be empty.
@@ -93,21 +94,21 @@ func fsErr(path string, err error) *Error {
 	errors.As(err, &errno)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return &Error{Code: "S211", Message: "file not found: " + path}
+		return &Error{Code: scode.S211, Message: "file not found: " + path}
 	case errno == syscall.ENOTDIR || errno == syscall.EISDIR:
-		return &Error{Code: "S212", Message: "not a directory or wrong type: " + path}
+		return &Error{Code: scode.S212, Message: "not a directory or wrong type: " + path}
 	case errno == syscall.ENOTEMPTY:
-		return &Error{Code: "S214", Message: "directory not empty: " + path}
+		return &Error{Code: scode.S214, Message: "directory not empty: " + path}
 	case errors.Is(err, fs.ErrExist):
-		return &Error{Code: "S213", Message: "already exists: " + path}
+		return &Error{Code: scode.S213, Message: "already exists: " + path}
 	case errors.Is(err, fs.ErrPermission) || errno == syscall.EROFS:
-		return &Error{Code: "S215", Message: "permission denied: " + err.Error()}
+		return &Error{Code: scode.S215, Message: "permission denied: " + err.Error()}
 	}
-	return &Error{Code: "S216", Message: "fs i/o error: " + err.Error()}
+	return &Error{Code: scode.S216, Message: "fs i/o error: " + err.Error()}
 }
 
 func parentMissing(path string) *Error {
-	return &Error{Code: "S211", Message: "parent directory not found: " + path, Fix: json.RawMessage(`{"parents":true}`)}
+	return &Error{Code: scode.S211, Message: "parent directory not found: " + path, Fix: json.RawMessage(`{"parents":true}`)}
 }
 
 // parseMode reads an octal mode string such as "0644" or "755".

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 // bodyLimit is the largest file whose text is also returned as body.
@@ -34,7 +36,7 @@ func ls(req json.RawMessage) (any, *Error) {
 		return nil, fsErr(r.Path, err)
 	}
 	if !fi.IsDir() {
-		return nil, &Error{Code: "S212", Message: "not a directory or wrong type: " + r.Path}
+		return nil, &Error{Code: scode.S212, Message: "not a directory or wrong type: " + r.Path}
 	}
 	des, err := os.ReadDir(r.Path)
 	if err != nil {
@@ -76,7 +78,7 @@ func mkdir(req json.RawMessage) (any, *Error) {
 		if fi.IsDir() && r.Parents {
 			return map[string]any{"created": false}, nil
 		}
-		return nil, &Error{Code: "S213", Message: "already exists: " + r.Path}
+		return nil, &Error{Code: scode.S213, Message: "already exists: " + r.Path}
 	}
 	if r.Parents {
 		if err := os.MkdirAll(r.Path, mode.Perm()); err != nil {
@@ -136,7 +138,7 @@ func write(req json.RawMessage) (any, *Error) {
 // when r.Parents is set.
 func prepareWrite(r writeReq) *Error {
 	if fi, err := os.Stat(r.Path); err == nil && fi.IsDir() {
-		return &Error{Code: "S212", Message: "not a directory or wrong type: " + r.Path}
+		return &Error{Code: scode.S212, Message: "not a directory or wrong type: " + r.Path}
 	}
 	dir := filepath.Dir(r.Path)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
@@ -156,7 +158,7 @@ func rm(req json.RawMessage) (any, *Error) {
 		return nil, e
 	}
 	if filepath.Clean(r.Path) == "/" {
-		return nil, &Error{Code: "S215", Message: "permission denied: refusing to remove /"}
+		return nil, &Error{Code: scode.S215, Message: "permission denied: refusing to remove /"}
 	}
 	fi, err := os.Lstat(r.Path)
 	if err != nil {
@@ -246,14 +248,14 @@ func mv(req json.RawMessage) (any, *Error) {
 	}
 	if dfi, err := os.Lstat(r.Dst); err == nil {
 		if !r.Overwrite {
-			return nil, &Error{Code: "S213", Message: "already exists: " + r.Dst}
+			return nil, &Error{Code: scode.S213, Message: "already exists: " + r.Dst}
 		}
 		if dfi.IsDir() != sfi.IsDir() {
-			return nil, &Error{Code: "S212", Message: "not a directory or wrong type: " + r.Dst}
+			return nil, &Error{Code: scode.S212, Message: "not a directory or wrong type: " + r.Dst}
 		}
 	}
 	if _, err := os.Stat(filepath.Dir(r.Dst)); errors.Is(err, fs.ErrNotExist) {
-		return nil, &Error{Code: "S211", Message: "parent directory not found: " + r.Dst}
+		return nil, &Error{Code: scode.S211, Message: "parent directory not found: " + r.Dst}
 	}
 	if err := os.Rename(r.Src, r.Dst); err != nil {
 		return nil, fsErr(r.Dst, err)

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"unicode/utf8"
+
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 // Reader is an open fs::read: Head is the reply without content ({size, mode, mtime, body?}) and
@@ -45,7 +47,7 @@ func OpenRead(req json.RawMessage) (*Reader, *Error) {
 	}
 	if fi.IsDir() {
 		f.Close()
-		return nil, &Error{Code: "S212", Message: "not a directory or wrong type: " + r.Path}
+		return nil, &Error{Code: scode.S212, Message: "not a directory or wrong type: " + r.Path}
 	}
 	head := map[string]any{"size": fi.Size(), "mode": modeString(fi.Mode()), "mtime": unixTime(fi.ModTime())}
 	var src io.Reader = f
@@ -70,7 +72,7 @@ func OpenRead(req json.RawMessage) (*Reader, *Error) {
 	b, merr := json.Marshal(head)
 	if merr != nil {
 		f.Close()
-		return nil, &Error{Code: "S216", Message: "fs i/o error: " + merr.Error()}
+		return nil, &Error{Code: scode.S216, Message: "fs i/o error: " + merr.Error()}
 	}
 	return &Reader{Head: b, r: src, f: f}, nil
 }
@@ -135,7 +137,7 @@ func WriteFrom(req json.RawMessage, src io.Reader) (json.RawMessage, *Error) {
 	if err != nil {
 		os.Remove(tmp)
 		if se := (*SourceError)(nil); errors.As(err, &se) {
-			return nil, &Error{Code: "S218", Message: "fs channel aborted: " + se.Error()}
+			return nil, &Error{Code: scode.S218, Message: "fs channel aborted: " + se.Error()}
 		}
 		return nil, fsErr(r.Path, err)
 	}

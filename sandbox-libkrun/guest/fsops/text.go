@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 func compile(pattern string, literal, ignoreCase bool) (*regexp.Regexp, *Error) {
@@ -19,7 +21,7 @@ func compile(pattern string, literal, ignoreCase bool) (*regexp.Regexp, *Error) 
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
-		return nil, &Error{Code: "S217", Message: "invalid regex pattern: " + err.Error()}
+		return nil, &Error{Code: scode.S217, Message: "invalid regex pattern: " + err.Error()}
 	}
 	return re, nil
 }

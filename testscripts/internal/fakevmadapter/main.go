@@ -28,7 +28,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
 type vm struct {
@@ -139,14 +141,14 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 		Env     map[string]string `json:"env"`
 	}
 	if err := json.Unmarshal(raw, &in); err != nil || in.VMID == "" || len(in.Command) == 0 {
-		return nil, sErr("S001", "validation", "invalid request: vm_id, dir and command are required")
+		return nil, sErr(scode.S001, "validation", "invalid request: vm_id, dir and command are required")
 	}
 	ok := false
 	for _, r := range a.roots {
 		ok = ok || under(in.Dir, r)
 	}
 	if !ok {
-		return nil, sErr("S501", "config", fmt.Sprintf("host path '%s' is outside the adapter's host roots (%s); the adapter reads its roots only when it starts: "+
+		return nil, sErr(scode.S501, "config", fmt.Sprintf("host path '%s' is outside the adapter's host roots (%s); the adapter reads its roots only when it starts: "+
 			"restart it with `iii call compose::restart worker=sandbox-libkrun`, or move the worker under the compose directory", in.Dir, strings.Join(a.roots, ", ")))
 	}
 	dir := a.stateDir(in.VMID)
@@ -166,9 +168,9 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 	for k, v := range in.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procgroup.Attr(true)
 	if err := cmd.Start(); err != nil {
-		return nil, sErr("S200", "execution", "starting the VM worker: "+err.Error())
+		return nil, sErr(scode.S200, "execution", "starting the VM worker: "+err.Error())
 	}
 	v := &vm{cmd: cmd, done: make(chan struct{})}
 	go func() {
@@ -201,11 +203,11 @@ func (a *adapter) kill(id string) bool {
 	if v == nil {
 		return false
 	}
-	_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGTERM)
+	_ = procgroup.Signal(v.cmd.Process.Pid, syscall.SIGTERM)
 	select {
 	case <-v.done:
 	case <-time.After(2 * time.Second):
-		_ = syscall.Kill(-v.cmd.Process.Pid, syscall.SIGKILL)
+		_ = procgroup.Signal(v.cmd.Process.Pid, syscall.SIGKILL)
 		<-v.done
 	}
 	return true
@@ -243,7 +245,7 @@ func (a *adapter) status(_ context.Context, raw json.RawMessage) (any, error) {
 func (a *adapter) delete(_ context.Context, raw json.RawMessage) (any, error) {
 	id := vmID(raw)
 	if os.Getenv("FAKEVM_FAIL_DELETE") == "1" {
-		return nil, sErr("S102", "transient", "deleting "+a.stateDir(id)+" failed (FAKEVM_FAIL_DELETE)")
+		return nil, sErr(scode.S102, "transient", "deleting "+a.stateDir(id)+" failed (FAKEVM_FAIL_DELETE)")
 	}
 	a.kill(id)
 	_, err := os.Stat(a.stateDir(id))

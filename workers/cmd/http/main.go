@@ -40,7 +40,7 @@ func main() {
 	cfg := httpworker.Defaults()
 	wmain.Main{Name: "http", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		if err := cfg.Validate(); err != nil {
-			return nil, errcode.New(errcode.ConfigInvalid, "http worker configuration: %v", err)
+			return nil, errcode.New(errcode.ConfigInvalid, "http worker configuration: %w", err)
 		}
 		call := func(ctx context.Context, t protocol.Trigger, fn string, payload any, timeout time.Duration) (json.RawMessage, error) {
 			return w.Call(ctx, fn, payload, append(t.CallOptions(), protocol.WithTimeout(timeout))...)

@@ -1,0 +1,195 @@
+// Package causecheck finds coded errors that flatten their cause: calls of an errcode
+// constructor (New, Usagef, Errorf of a package named errcode) whose format passes an argument
+// of type error to a verb other than %w, so errors.Is and errors.As cannot see through it. It
+// type-checks the repository's packages against the export data `go list -export` gives.
+package causecheck
+
+import (
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/constant"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// constructors are the errcode functions that build a message like fmt.Errorf, with the index
+// of their format argument.
+var constructors = map[string]int{"New": 1, "Usagef": 1, "Errorf": 1}
+
+// Finding is one flattened cause.
+type Finding struct {
+	Pos    token.Position
+	Verb   string         // the verb the error argument gets, e.g. "%v"
+	Arg    string         // the argument's source
+	Format token.Position // where the format argument starts
+	Index  int            // which of the format's verbs it is, from 0
+}
+
+func (f Finding) String() string {
+	return fmt.Sprintf("%s: %s takes the error %s", f.Pos, f.Verb, f.Arg)
+}
+
+type pkg struct {
+	ImportPath, Dir, Export string
+	GoFiles                 []string
+	Standard                bool
+}
+
+// Find type-checks the non-test files of the packages patterns name (as `go list` in dir reads
+// them) and returns every flattened cause in them.
+func Find(dir string, patterns ...string) ([]Finding, error) {
+	cmd := exec.Command("go", append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Dir,Export,GoFiles,Standard"}, patterns...)...)
+	cmd.Dir, cmd.Stderr = dir, os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list: %w", err)
+	}
+	roots, err := listed(dir, patterns)
+	if err != nil {
+		return nil, err
+	}
+	exports := map[string]string{}
+	var mine []pkg
+	for dec := json.NewDecoder(strings.NewReader(string(out))); ; {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		exports[p.ImportPath] = p.Export
+		if roots[p.ImportPath] {
+			mine = append(mine, p)
+		}
+	}
+	fset := token.NewFileSet()
+	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		if exports[path] == "" {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(exports[path])
+	})
+	var found []Finding
+	for _, p := range mine {
+		f, err := check(fset, imp, p)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, f...)
+	}
+	return found, nil
+}
+
+// listed returns the import paths patterns match, without their dependencies.
+func listed(dir string, patterns []string) (map[string]bool, error) {
+	cmd := exec.Command("go", append([]string{"list", "-e"}, patterns...)...)
+	cmd.Dir, cmd.Stderr = dir, os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list: %w", err)
+	}
+	m := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		m[p] = true
+	}
+	return m, nil
+}
+
+// check type-checks one package and inspects its constructor calls.
+func check(fset *token.FileSet, imp types.Importer, p pkg) ([]Finding, error) {
+	var files []*ast.File
+	for _, name := range p.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	info := &types.Info{Types: map[ast.Expr]types.TypeAndValue{}, Uses: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: imp, Error: func(error) {}}
+	if _, err := conf.Check(p.ImportPath, fset, files, info); err != nil {
+		return nil, fmt.Errorf("type-checking %s: %w", p.ImportPath, err)
+	}
+	errType := types.Universe.Lookup("error").Type().Underlying().(*types.Interface)
+	var found []Finding
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			at, ok := formatIndex(call, info)
+			if !ok || at >= len(call.Args) {
+				return true
+			}
+			tv := info.Types[call.Args[at]]
+			if tv.Value == nil || tv.Value.Kind() != constant.String {
+				return true
+			}
+			verbs := Verbs(constant.StringVal(tv.Value))
+			for i, arg := range call.Args[at+1:] {
+				if i >= len(verbs) || verbs[i] == 'w' {
+					continue
+				}
+				if t := info.Types[arg].Type; t != nil && types.Implements(t, errType) {
+					found = append(found, Finding{fset.Position(arg.Pos()), "%" + string(verbs[i]), types.ExprString(arg), fset.Position(call.Args[at].Pos()), i})
+				}
+			}
+			return true
+		})
+	}
+	return found, nil
+}
+
+// formatIndex returns the index of the format argument when call calls an errcode constructor.
+func formatIndex(call *ast.CallExpr, info *types.Info) (int, bool) {
+	var id *ast.Ident
+	switch fn := call.Fun.(type) {
+	case *ast.SelectorExpr:
+		id = fn.Sel
+	case *ast.Ident:
+		id = fn
+	default:
+		return 0, false
+	}
+	obj, ok := info.Uses[id].(*types.Func)
+	if !ok || obj.Pkg() == nil || obj.Pkg().Name() != "errcode" {
+		return 0, false
+	}
+	at, ok := constructors[obj.Name()]
+	return at, ok
+}
+
+// Verbs returns the verb letter of each argument a format consumes, in order ('*' for a width
+// or precision taken from an argument). Explicit argument indexes ([n]) are not followed.
+func Verbs(format string) []byte {
+	var out []byte
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' {
+			continue
+		}
+		for i++; i < len(format); i++ {
+			c := format[i]
+			if c == '*' {
+				out = append(out, '*')
+				continue
+			}
+			if strings.IndexByte("+-# 0123456789.[]", c) >= 0 {
+				continue
+			}
+			if c != '%' {
+				out = append(out, c)
+			}
+			break
+		}
+	}
+	return out
+}
