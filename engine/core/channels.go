@@ -216,19 +216,40 @@ func newKey() string {
 }
 
 func (cs *channels) create(buffer int) (*channel, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	now := time.Now()
-	ch := &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, maxFrames: buffer, created: now, cs: cs,
-		ctx: ctx, cancel: cancel, last: now, wake: make(chan struct{}, 1), space: make(chan struct{}, 1)}
-	cs.mu.Lock()
-	if len(cs.byID) >= cs.max {
-		cs.mu.Unlock()
-		cancel()
-		return nil, protocol.NewError(errcode.ChannelLimit, "the engine already holds %d stream channels, its limit; close or finish some first", cs.max)
+	chs, err := cs.createN(1, buffer)
+	if err != nil {
+		return nil, err
 	}
-	cs.byID[ch.id] = ch
+	return chs[0], nil
+}
+
+// createN makes n channels, all or none: none when the engine would then hold more than its
+// limit.
+func (cs *channels) createN(n, buffer int) ([]*channel, error) {
+	now := time.Now()
+	chs := make([]*channel, n)
+	for i := range chs {
+		ctx, cancel := context.WithCancel(context.Background())
+		chs[i] = &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, maxFrames: buffer, created: now, cs: cs,
+			ctx: ctx, cancel: cancel, last: now, wake: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+	}
+	cs.mu.Lock()
+	if len(cs.byID)+n > cs.max {
+		held := len(cs.byID)
+		cs.mu.Unlock()
+		for _, ch := range chs {
+			ch.cancel()
+		}
+		if n == 1 {
+			return nil, protocol.NewError(errcode.ChannelLimit, "the engine already holds %d stream channels, its limit; close or finish some first", cs.max)
+		}
+		return nil, protocol.NewError(errcode.ChannelLimit, "the engine holds %d stream channels: %d more would pass its limit of %d; close or finish some first", held, n, cs.max)
+	}
+	for _, ch := range chs {
+		cs.byID[ch.id] = ch
+	}
 	cs.mu.Unlock()
-	return ch, nil
+	return chs, nil
 }
 
 // finish marks one end of ch done and forgets ch once both are.
@@ -337,22 +358,62 @@ func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMess
 			return nil, protocol.NewError(errcode.InvalidArguments, "engine::channels::create takes {buffer_size?}: %v", err)
 		}
 	}
-	buffer := DefaultChannelBuffer
-	if in.BufferSize != nil {
-		if *in.BufferSize < 1 || *in.BufferSize > MaxChannelBuffer {
-			return nil, protocol.NewError(errcode.InvalidArguments, "buffer_size must be between 1 and %d frames", MaxChannelBuffer)
-		}
-		buffer = *in.BufferSize
+	buffer, err := channelBuffer(in.BufferSize)
+	if err != nil {
+		return nil, err
 	}
 	ch, err := e.chans.create(buffer)
 	if err != nil {
 		return nil, err
 	}
+	return ch.pair(), nil
+}
+
+func channelBuffer(size *int) (int, error) {
+	if size == nil {
+		return DefaultChannelBuffer, nil
+	}
+	if *size < 1 || *size > MaxChannelBuffer {
+		return 0, protocol.NewError(errcode.InvalidArguments, "buffer_size must be between 1 and %d frames", MaxChannelBuffer)
+	}
+	return *size, nil
+}
+
+func (ch *channel) pair() protocol.ChannelPair {
 	return protocol.ChannelPair{
 		ChannelID: ch.id,
 		Reader:    protocol.ChannelRef{ChannelID: ch.id, AccessKey: ch.keys[endReader], Direction: protocol.ChannelRead},
 		Writer:    protocol.ChannelRef{ChannelID: ch.id, AccessKey: ch.keys[endWriter], Direction: protocol.ChannelWrite},
-	}, nil
+	}
+}
+
+// createChannels is engine::channels::create_many {count, buffer_size?}: count channels in one
+// call, all or none (CHANNEL_LIMIT when they would pass the engine's limit), so that a worker
+// keeping a few ahead of its requests pays one call for many.
+func (e *Engine) createChannels(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Count      int  `json:"count"`
+		BufferSize *int `json:"buffer_size"`
+	}
+	if err := json.Unmarshal(payload, &in); err != nil {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {count, buffer_size?}: %v", protocol.FnCreateChannels, err)
+	}
+	if in.Count < 1 || in.Count > protocol.MaxChannelsPerCall {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s: count must be between 1 and %d", protocol.FnCreateChannels, protocol.MaxChannelsPerCall)
+	}
+	buffer, err := channelBuffer(in.BufferSize)
+	if err != nil {
+		return nil, err
+	}
+	chs, err := e.chans.createN(in.Count, buffer)
+	if err != nil {
+		return nil, err
+	}
+	out := protocol.ChannelPairs{Channels: make([]protocol.ChannelPair, len(chs))}
+	for i, ch := range chs {
+		out.Channels[i] = ch.pair()
+	}
+	return out, nil
 }
 
 // removeChannel aborts and forgets the channel {channel_id, access_key} (the key of either end
@@ -360,26 +421,55 @@ func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMess
 // response is done: a connected end gets the abort, an end that never connected is never
 // waited for. A channel already forgotten is no error.
 func (e *Engine) removeChannel(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
-	var in struct {
-		ChannelID string `json:"channel_id"`
-		AccessKey string `json:"access_key"`
-	}
+	var in protocol.ChannelKey
 	if err := json.Unmarshal(payload, &in); err != nil || in.ChannelID == "" || in.AccessKey == "" {
 		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {channel_id, access_key}", protocol.FnRemoveChannel)
 	}
-	e.chans.mu.Lock()
-	ch := e.chans.byID[in.ChannelID]
-	e.chans.mu.Unlock()
+	return nil, e.chans.remove(in)
+}
+
+// remove aborts and forgets the channel of k, if the engine still holds it.
+func (cs *channels) remove(k protocol.ChannelKey) error {
+	cs.mu.Lock()
+	ch := cs.byID[k.ChannelID]
+	cs.mu.Unlock()
 	if ch == nil {
-		return nil, nil
+		return nil
 	}
-	key := []byte(in.AccessKey)
+	key := []byte(k.AccessKey)
 	if subtle.ConstantTimeCompare([]byte(ch.keys[endReader]), key) != 1 && subtle.ConstantTimeCompare([]byte(ch.keys[endWriter]), key) != 1 {
-		return nil, protocol.NewError(errcode.Forbidden, "wrong access key for channel %s", in.ChannelID)
+		return protocol.NewError(errcode.Forbidden, "wrong access key for channel %s", k.ChannelID)
 	}
 	ch.abort("channel removed by its owner")
-	e.chans.forget(ch)
-	return nil, nil
+	cs.forget(ch)
+	return nil
+}
+
+// removeChannels is engine::channels::remove_many {channels: [{channel_id, access_key}]}: each
+// as engine::channels::remove, in one call. Every channel whose key is right is removed; a
+// wrong key fails the call (FORBIDDEN, naming the first such channel) after the others are.
+func (e *Engine) removeChannels(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Channels []protocol.ChannelKey `json:"channels"`
+	}
+	if err := json.Unmarshal(payload, &in); err != nil {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {channels: [{channel_id, access_key}]}: %v", protocol.FnRemoveChannels, err)
+	}
+	if len(in.Channels) > protocol.MaxChannelsPerCall {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s: at most %d channels a call", protocol.FnRemoveChannels, protocol.MaxChannelsPerCall)
+	}
+	for _, k := range in.Channels {
+		if k.ChannelID == "" || k.AccessKey == "" {
+			return nil, protocol.NewError(errcode.InvalidArguments, "%s: every channel needs channel_id and access_key", protocol.FnRemoveChannels)
+		}
+	}
+	var first error
+	for _, k := range in.Channels {
+		if err := e.chans.remove(k); err != nil && first == nil {
+			first = err
+		}
+	}
+	return nil, first
 }
 
 // serveChannel upgrades a request for /ws/channels/{id}?key= to one end of that channel.
