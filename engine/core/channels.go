@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -42,8 +43,9 @@ type channel struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	cs        *channels
-	wake      chan struct{} // capacity 1: a frame or the end was queued (the reader waits on it)
-	space     chan struct{} // capacity 1: a frame was taken (the writer waits on it)
+	wake      chan struct{}    // capacity 1: a frame or the end was queued (the reader waits on it)
+	space     chan struct{}    // capacity 1: a frame was taken (the writer waits on it)
+	joined    [2]chan struct{} // closed once the reader, the writer, connects
 
 	mu       sync.Mutex
 	buf      []frame // frames waiting for the reader; grows as frames come (nothing up front)
@@ -231,7 +233,8 @@ func (cs *channels) createN(n, buffer int) ([]*channel, error) {
 	for i := range chs {
 		ctx, cancel := context.WithCancel(context.Background())
 		chs[i] = &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, maxFrames: buffer, created: now, cs: cs,
-			ctx: ctx, cancel: cancel, last: now, wake: make(chan struct{}, 1), space: make(chan struct{}, 1)}
+			ctx: ctx, cancel: cancel, last: now, wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
+			joined: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
 	}
 	cs.mu.Lock()
 	if len(cs.byID)+n > cs.max {
@@ -472,6 +475,52 @@ func (e *Engine) removeChannels(_ context.Context, _ Caller, payload json.RawMes
 	return nil, first
 }
 
+// awaitPeer is engine::channels::await_peer {channels: [{channel_id, access_key}]}: it answers
+// {channel_id, attached: true} once, of any listed channel, the end opposite the key's has
+// connected, and {channel_id, attached: false} once one is gone (removed, aborted, expired).
+// The http worker connects its own ends of a request's channels only once the handler
+// connects the other, so a request whose handler ignores them costs no connection.
+func (e *Engine) awaitPeer(ctx context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Channels []protocol.ChannelKey `json:"channels"`
+	}
+	if err := json.Unmarshal(payload, &in); err != nil || len(in.Channels) == 0 || len(in.Channels) > protocol.MaxChannelsPerCall {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {channels: [{channel_id, access_key}]}, 1 to %d of them", protocol.FnAwaitPeer, protocol.MaxChannelsPerCall)
+	}
+	type answer struct {
+		ChannelID string `json:"channel_id"`
+		Attached  bool   `json:"attached"`
+	}
+	cases := make([]reflect.SelectCase, 0, 2*len(in.Channels)+1)
+	ids := make([]string, 0, len(in.Channels))
+	for _, k := range in.Channels {
+		e.chans.mu.Lock()
+		ch := e.chans.byID[k.ChannelID]
+		e.chans.mu.Unlock()
+		if ch == nil {
+			return answer{ChannelID: k.ChannelID}, nil
+		}
+		end := -1
+		for i, key := range ch.keys {
+			if subtle.ConstantTimeCompare([]byte(key), []byte(k.AccessKey)) == 1 {
+				end = i
+			}
+		}
+		if end < 0 {
+			return nil, protocol.NewError(errcode.Forbidden, "wrong access key for channel %s", k.ChannelID)
+		}
+		ids = append(ids, ch.id)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch.joined[1-end])},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch.ctx.Done())})
+	}
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	i, _, _ := reflect.Select(cases)
+	if i == len(cases)-1 {
+		return nil, ctx.Err()
+	}
+	return answer{ChannelID: ids[i/2], Attached: i%2 == 0}, nil
+}
+
 // serveChannel upgrades a request for /ws/channels/{id}?key= to one end of that channel.
 func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string, l *listener) {
 	ch, ok := e.chans.enter(id)
@@ -499,6 +548,9 @@ func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string,
 	taken := ch.attached[end]
 	ch.attached[end] = true
 	ch.last = time.Now()
+	if !taken {
+		close(ch.joined[end])
+	}
 	ch.mu.Unlock()
 	if taken {
 		http.Error(w, "this end of the channel is already connected", http.StatusConflict)

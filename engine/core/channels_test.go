@@ -514,3 +514,62 @@ func TestChannelsManyAtOnce(t *testing.T) {
 		t.Errorf("remove_many without a key: %v", err)
 	}
 }
+
+// engine::channels::await_peer answers once the end opposite the given one connects, or once a
+// listed channel is gone; a wrong key is FORBIDDEN.
+func TestChannelAwaitPeer(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	w := worker(t, url, "default", nil)
+	ctx := context.Background()
+	pairs, err := w.CreateChannels(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.AwaitPeer(ctx, []protocol.ChannelRef{{ChannelID: pairs[0].ChannelID, AccessKey: "nope"}}); protocol.AsError(err).Code != errcode.Forbidden {
+		t.Errorf("wrong key: %v", err)
+	}
+	type result struct {
+		id       string
+		attached bool
+		err      error
+	}
+	await := func(refs ...protocol.ChannelRef) <-chan result {
+		r := make(chan result, 1)
+		go func() {
+			id, ok, err := w.AwaitPeer(ctx, refs)
+			r <- result{id, ok, err}
+		}()
+		return r
+	}
+	// The worker holds the reader of pairs[0] and the writer of pairs[1]: the other side's
+	// writer of pairs[0] connecting answers.
+	got := await(pairs[0].Reader, pairs[1].Writer)
+	select {
+	case r := <-got:
+		t.Fatalf("answered before an end connected: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	wr, err := protocol.DialWriter(ctx, url, pairs[0].Writer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wr.Close()
+	if r := <-got; r.err != nil || r.id != pairs[0].ChannelID || !r.attached {
+		t.Errorf("after the peer connected: %+v", r)
+	}
+	// Already connected: at once.
+	if id, ok, err := w.AwaitPeer(ctx, []protocol.ChannelRef{pairs[0].Reader}); err != nil || id != pairs[0].ChannelID || !ok {
+		t.Errorf("peer already connected: %s %v %v", id, ok, err)
+	}
+	// A removed channel answers attached false.
+	got = await(pairs[1].Writer)
+	if err := w.RemoveChannel(ctx, pairs[1].Reader); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r.err != nil || r.id != pairs[1].ChannelID || r.attached {
+		t.Errorf("after the channel was removed: %+v", r)
+	}
+	if id, ok, err := w.AwaitPeer(ctx, []protocol.ChannelRef{pairs[1].Writer}); err != nil || id != pairs[1].ChannelID || ok {
+		t.Errorf("a forgotten channel: %s %v %v", id, ok, err)
+	}
+}

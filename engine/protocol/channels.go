@@ -26,6 +26,10 @@ const FnCreateChannels = "engine::channels::create_many"
 // FnRemoveChannels removes several stream channels in one call, {channels: [ChannelKey]}.
 const FnRemoveChannels = "engine::channels::remove_many"
 
+// FnAwaitPeer answers once the end opposite a given one of some channels connects, or one of
+// them is gone, {channels: [ChannelKey]} -> {channel_id, attached}.
+const FnAwaitPeer = "engine::channels::await_peer"
+
 // MaxChannelsPerCall is the most channels one create_many or remove_many call takes.
 const MaxChannelsPerCall = 256
 
@@ -146,6 +150,27 @@ func (w *Worker) RemoveChannels(ctx context.Context, refs []ChannelRef) error {
 		keys[i] = ChannelKey{ChannelID: r.ChannelID, AccessKey: r.AccessKey}
 	}
 	return w.CallVoid(ctx, FnRemoveChannels, map[string]any{"channels": keys})
+}
+
+// AwaitPeer waits until, of one of the channels of refs, the end opposite ref connects
+// (attached) or the channel is gone (engine::channels::await_peer); it returns that channel's id.
+func (w *Worker) AwaitPeer(ctx context.Context, refs []ChannelRef, opts ...CallOption) (channelID string, attached bool, err error) {
+	keys := make([]ChannelKey, len(refs))
+	for i, r := range refs {
+		keys[i] = ChannelKey{ChannelID: r.ChannelID, AccessKey: r.AccessKey}
+	}
+	raw, err := w.Call(ctx, FnAwaitPeer, map[string]any{"channels": keys}, opts...)
+	if err != nil {
+		return "", false, err
+	}
+	var a struct {
+		ChannelID string `json:"channel_id"`
+		Attached  bool   `json:"attached"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return "", false, fmt.Errorf("%s reply: %w", FnAwaitPeer, err)
+	}
+	return a.ChannelID, a.Attached, nil
 }
 
 // OpenReader connects to the read end ref on the worker's engine; see DialReader.

@@ -2,6 +2,7 @@ package httpworker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -19,6 +20,15 @@ const PoolChannels = 64
 // connected within the engine's attach deadline of its creation (30 s) is forgotten, so a
 // handler still gets at least 20 s to connect one.
 const PoolMaxAge = 10 * time.Second
+
+// MaxPeerWaits is the most engine::channels::await_peer calls a pool has in flight: half the
+// engine's per-connection limit of engine-served calls (256, TOO_MANY_CALLS past it), leaving
+// the rest to the worker's other calls. A request past it connects its ends after attachGrace,
+// as without a pool.
+const MaxPeerWaits = 128
+
+// errNoPeerWait is AwaitPeer's error when MaxPeerWaits calls are in flight.
+var errNoPeerWait = errors.New("too many engine::channels::await_peer calls in flight")
 
 // poolRetry is how long a pool waits after a failed refill (CHANNEL_LIMIT, a lost engine
 // connection) before it tries again; meanwhile each request makes its own channels.
@@ -39,6 +49,8 @@ type ChannelPool struct {
 	log    *slog.Logger
 	size   int
 	maxAge time.Duration
+
+	waits chan struct{} // a slot per await_peer call in flight
 
 	mu       sync.Mutex
 	free     []pooledChannel // oldest first
@@ -61,7 +73,8 @@ func NewChannelPool(w *protocol.Worker, size int, log *slog.Logger) *ChannelPool
 	if size <= 0 {
 		size = PoolChannels
 	}
-	return &ChannelPool{w: w, log: log, size: min(size, protocol.MaxChannelsPerCall), maxAge: PoolMaxAge}
+	return &ChannelPool{w: w, log: log, size: min(size, protocol.MaxChannelsPerCall), maxAge: PoolMaxAge,
+		waits: make(chan struct{}, MaxPeerWaits)}
 }
 
 // Create hands out a pooled channel, or makes one when none is left.
@@ -96,6 +109,18 @@ func (p *ChannelPool) Remove(ctx context.Context, ref protocol.ChannelRef) error
 	p.doomLocked(ref)
 	p.mu.Unlock()
 	return nil
+}
+
+// AwaitPeer waits until, of one of the channels of refs, the end opposite ref connects
+// (engine::channels::await_peer), up to MaxPeerWaits at once.
+func (p *ChannelPool) AwaitPeer(ctx context.Context, refs []protocol.ChannelRef) (string, bool, error) {
+	select {
+	case p.waits <- struct{}{}:
+	default:
+		return "", false, errNoPeerWait
+	}
+	defer func() { <-p.waits }()
+	return p.w.AwaitPeer(ctx, refs)
 }
 
 // OpenWriter connects to the write end ref.
