@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,5 +141,82 @@ func TestChannelPoolKeepsTheLimit(t *testing.T) {
 	}
 	if n := e.ChannelCount(); n != limit || p.Held() != 0 {
 		t.Errorf("engine holds %d channels, the pool %d; want %d and 0", n, p.Held(), limit)
+	}
+}
+
+// countingChannels counts the worker's connections to its channel ends.
+type countingChannels struct {
+	Channels
+	opens atomic.Int32
+}
+
+func (c *countingChannels) OpenWriter(ctx context.Context, ref protocol.ChannelRef) (*protocol.ChannelWriter, error) {
+	c.opens.Add(1)
+	return c.Channels.OpenWriter(ctx, ref)
+}
+
+func (c *countingChannels) OpenReader(ctx context.Context, ref protocol.ChannelRef) (*protocol.ChannelReader, error) {
+	c.opens.Add(1)
+	return c.Channels.OpenReader(ctx, ref)
+}
+
+// lazyChannels is countingChannels that also tell when a handler connects an end.
+type lazyChannels struct {
+	*countingChannels
+	pool *ChannelPool
+}
+
+func (c lazyChannels) AwaitPeer(ctx context.Context, refs []protocol.ChannelRef) (string, bool, error) {
+	return c.pool.AwaitPeer(ctx, refs)
+}
+
+// A handler that answers normally after longer than attachGrace costs no connection to the
+// channel ends with a pool (the worker connects an end once the handler connects the other);
+// without one, the worker connects both after attachGrace. A handler that streams still
+// streams.
+func TestPlainRequestConnectsNoEnd(t *testing.T) {
+	env := &streamEnv{}
+	env = streamServer(t, Defaults(), map[string]handler{
+		"slow": func(ctx context.Context, _ streamReq) (any, error) {
+			// The handler's run time under test (past attachGrace), not a synchronisation.
+			select {
+			case <-time.After(25 * attachGrace):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return map[string]any{"body": "ok"}, nil
+		},
+		"stream": func(ctx context.Context, req streamReq) (any, error) {
+			w, err := protocol.DialWriter(ctx, env.url, req.Response)
+			if err != nil {
+				return nil, err
+			}
+			_ = write(t, w, "streamed")
+			return nil, w.Close()
+		},
+	})
+	pooled := &countingChannels{Channels: env.pool}
+	unpooled := &countingChannels{Channels: WorkerChannels(env.w)}
+	for _, c := range []struct {
+		name  string
+		chans Channels
+		count *countingChannels
+		want  func(int32) bool
+	}{
+		{"pooled", lazyChannels{pooled, env.pool}, pooled, func(n int32) bool { return n == 0 }},
+		{"unpooled", unpooled, unpooled, func(n int32) bool { return n == 2 }},
+	} {
+		env.s.SetChannels(c.chans)
+		res, body := do(t, "GET", env.ts.URL+"/slow", "", nil)
+		if res.StatusCode != 200 || body != "ok" {
+			t.Errorf("%s: %d %q", c.name, res.StatusCode, body)
+		}
+		if n := c.count.opens.Load(); !c.want(n) {
+			t.Errorf("%s: the worker connected %d channel ends for a plain request", c.name, n)
+		}
+		res, body = do(t, "GET", env.ts.URL+"/stream", "", nil)
+		if res.StatusCode != 200 || body != "streamed" {
+			t.Errorf("%s: streamed %d %q", c.name, res.StatusCode, body)
+		}
 	}
 }
