@@ -130,7 +130,7 @@ type peerAwaiter interface {
 }
 
 // awaitPeers connects the worker's ends of st (reqNow, resNow) each once the handler connects
-// the other; when it cannot tell (an error), both after attachGrace, as without.
+// the other; when it cannot tell (an error), both, as without.
 func awaitPeers(ctx context.Context, aw peerAwaiter, st *streams, reqNow, resNow func()) {
 	refs := []protocol.ChannelRef{st.reqWriter, st.resReader}
 	for len(refs) > 0 {
@@ -139,14 +139,8 @@ func awaitPeers(ctx context.Context, aw peerAwaiter, st *streams, reqNow, resNow
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			t := time.NewTimer(attachGrace)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				reqNow()
-				resNow()
-			case <-ctx.Done():
-			}
+			reqNow()
+			resNow()
 			return
 		case !attached:
 			return
@@ -334,9 +328,10 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	defer s.reap(st)
 	defer cancel() // first of the deferred: the worker's ends close before reap runs
 
-	// The worker connects each of its ends once the handler connects the other (with channels
-	// that tell, a ChannelPool), else once the call has not answered within attachGrace; both
-	// once the call has answered null. A streamed body flows at once.
+	// A call that answers within attachGrace costs no connection. After it, the worker connects
+	// each of its ends once the handler connects the other (with channels that tell, a
+	// ChannelPool), else both at once; and both once the call has answered null. A streamed
+	// body flows at once.
 	attachReq, attachRes := make(chan struct{}), make(chan struct{})
 	reqNow, resNow := sync.OnceFunc(func() { close(attachReq) }), sync.OnceFunc(func() { close(attachRes) })
 	attachNow := func() { reqNow(); resNow() }
@@ -346,9 +341,14 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 		attachNow()
 	case lazy:
 		s.wg.Add(1)
-		go func() {
+		grace := time.AfterFunc(attachGrace, func() {
 			defer s.wg.Done()
 			awaitPeers(ctx, aw, st, reqNow, resNow)
+		})
+		defer func() {
+			if grace.Stop() {
+				s.wg.Done()
+			}
 		}()
 	default:
 		grace := time.AfterFunc(attachGrace, attachNow)
