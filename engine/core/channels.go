@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -42,8 +43,9 @@ type channel struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	cs        *channels
-	wake      chan struct{} // capacity 1: a frame or the end was queued (the reader waits on it)
-	space     chan struct{} // capacity 1: a frame was taken (the writer waits on it)
+	wake      chan struct{}    // capacity 1: a frame or the end was queued (the reader waits on it)
+	space     chan struct{}    // capacity 1: a frame was taken (the writer waits on it)
+	joined    [2]chan struct{} // closed once the reader, the writer, connects
 
 	mu       sync.Mutex
 	buf      []frame // frames waiting for the reader; grows as frames come (nothing up front)
@@ -216,19 +218,41 @@ func newKey() string {
 }
 
 func (cs *channels) create(buffer int) (*channel, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	now := time.Now()
-	ch := &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, maxFrames: buffer, created: now, cs: cs,
-		ctx: ctx, cancel: cancel, last: now, wake: make(chan struct{}, 1), space: make(chan struct{}, 1)}
-	cs.mu.Lock()
-	if len(cs.byID) >= cs.max {
-		cs.mu.Unlock()
-		cancel()
-		return nil, protocol.NewError(errcode.ChannelLimit, "the engine already holds %d stream channels, its limit; close or finish some first", cs.max)
+	chs, err := cs.createN(1, buffer)
+	if err != nil {
+		return nil, err
 	}
-	cs.byID[ch.id] = ch
+	return chs[0], nil
+}
+
+// createN makes n channels, all or none: none when the engine would then hold more than its
+// limit.
+func (cs *channels) createN(n, buffer int) ([]*channel, error) {
+	now := time.Now()
+	chs := make([]*channel, n)
+	for i := range chs {
+		ctx, cancel := context.WithCancel(context.Background())
+		chs[i] = &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, maxFrames: buffer, created: now, cs: cs,
+			ctx: ctx, cancel: cancel, last: now, wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
+			joined: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
+	}
+	cs.mu.Lock()
+	if len(cs.byID)+n > cs.max {
+		held := len(cs.byID)
+		cs.mu.Unlock()
+		for _, ch := range chs {
+			ch.cancel()
+		}
+		if n == 1 {
+			return nil, protocol.NewError(errcode.ChannelLimit, "the engine already holds %d stream channels, its limit; close or finish some first", cs.max)
+		}
+		return nil, protocol.NewError(errcode.ChannelLimit, "the engine holds %d stream channels: %d more would pass its limit of %d; close or finish some first", held, n, cs.max)
+	}
+	for _, ch := range chs {
+		cs.byID[ch.id] = ch
+	}
 	cs.mu.Unlock()
-	return ch, nil
+	return chs, nil
 }
 
 // finish marks one end of ch done and forgets ch once both are.
@@ -337,22 +361,62 @@ func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMess
 			return nil, protocol.NewError(errcode.InvalidArguments, "engine::channels::create takes {buffer_size?}: %v", err)
 		}
 	}
-	buffer := DefaultChannelBuffer
-	if in.BufferSize != nil {
-		if *in.BufferSize < 1 || *in.BufferSize > MaxChannelBuffer {
-			return nil, protocol.NewError(errcode.InvalidArguments, "buffer_size must be between 1 and %d frames", MaxChannelBuffer)
-		}
-		buffer = *in.BufferSize
+	buffer, err := channelBuffer(in.BufferSize)
+	if err != nil {
+		return nil, err
 	}
 	ch, err := e.chans.create(buffer)
 	if err != nil {
 		return nil, err
 	}
+	return ch.pair(), nil
+}
+
+func channelBuffer(size *int) (int, error) {
+	if size == nil {
+		return DefaultChannelBuffer, nil
+	}
+	if *size < 1 || *size > MaxChannelBuffer {
+		return 0, protocol.NewError(errcode.InvalidArguments, "buffer_size must be between 1 and %d frames", MaxChannelBuffer)
+	}
+	return *size, nil
+}
+
+func (ch *channel) pair() protocol.ChannelPair {
 	return protocol.ChannelPair{
 		ChannelID: ch.id,
 		Reader:    protocol.ChannelRef{ChannelID: ch.id, AccessKey: ch.keys[endReader], Direction: protocol.ChannelRead},
 		Writer:    protocol.ChannelRef{ChannelID: ch.id, AccessKey: ch.keys[endWriter], Direction: protocol.ChannelWrite},
-	}, nil
+	}
+}
+
+// createChannels is engine::channels::create_many {count, buffer_size?}: count channels in one
+// call, all or none (CHANNEL_LIMIT when they would pass the engine's limit), so that a worker
+// keeping a few ahead of its requests pays one call for many.
+func (e *Engine) createChannels(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Count      int  `json:"count"`
+		BufferSize *int `json:"buffer_size"`
+	}
+	if err := json.Unmarshal(payload, &in); err != nil {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {count, buffer_size?}: %v", protocol.FnCreateChannels, err)
+	}
+	if in.Count < 1 || in.Count > protocol.MaxChannelsPerCall {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s: count must be between 1 and %d", protocol.FnCreateChannels, protocol.MaxChannelsPerCall)
+	}
+	buffer, err := channelBuffer(in.BufferSize)
+	if err != nil {
+		return nil, err
+	}
+	chs, err := e.chans.createN(in.Count, buffer)
+	if err != nil {
+		return nil, err
+	}
+	out := protocol.ChannelPairs{Channels: make([]protocol.ChannelPair, len(chs))}
+	for i, ch := range chs {
+		out.Channels[i] = ch.pair()
+	}
+	return out, nil
 }
 
 // removeChannel aborts and forgets the channel {channel_id, access_key} (the key of either end
@@ -360,26 +424,101 @@ func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMess
 // response is done: a connected end gets the abort, an end that never connected is never
 // waited for. A channel already forgotten is no error.
 func (e *Engine) removeChannel(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
-	var in struct {
-		ChannelID string `json:"channel_id"`
-		AccessKey string `json:"access_key"`
-	}
+	var in protocol.ChannelKey
 	if err := json.Unmarshal(payload, &in); err != nil || in.ChannelID == "" || in.AccessKey == "" {
 		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {channel_id, access_key}", protocol.FnRemoveChannel)
 	}
-	e.chans.mu.Lock()
-	ch := e.chans.byID[in.ChannelID]
-	e.chans.mu.Unlock()
+	return nil, e.chans.remove(in)
+}
+
+// remove aborts and forgets the channel of k, if the engine still holds it.
+func (cs *channels) remove(k protocol.ChannelKey) error {
+	cs.mu.Lock()
+	ch := cs.byID[k.ChannelID]
+	cs.mu.Unlock()
 	if ch == nil {
-		return nil, nil
+		return nil
 	}
-	key := []byte(in.AccessKey)
+	key := []byte(k.AccessKey)
 	if subtle.ConstantTimeCompare([]byte(ch.keys[endReader]), key) != 1 && subtle.ConstantTimeCompare([]byte(ch.keys[endWriter]), key) != 1 {
-		return nil, protocol.NewError(errcode.Forbidden, "wrong access key for channel %s", in.ChannelID)
+		return protocol.NewError(errcode.Forbidden, "wrong access key for channel %s", k.ChannelID)
 	}
 	ch.abort("channel removed by its owner")
-	e.chans.forget(ch)
-	return nil, nil
+	cs.forget(ch)
+	return nil
+}
+
+// removeChannels is engine::channels::remove_many {channels: [{channel_id, access_key}]}: each
+// as engine::channels::remove, in one call. Every channel whose key is right is removed; a
+// wrong key fails the call (FORBIDDEN, naming the first such channel) after the others are.
+func (e *Engine) removeChannels(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Channels []protocol.ChannelKey `json:"channels"`
+	}
+	if err := json.Unmarshal(payload, &in); err != nil {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {channels: [{channel_id, access_key}]}: %v", protocol.FnRemoveChannels, err)
+	}
+	if len(in.Channels) > protocol.MaxChannelsPerCall {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s: at most %d channels a call", protocol.FnRemoveChannels, protocol.MaxChannelsPerCall)
+	}
+	for _, k := range in.Channels {
+		if k.ChannelID == "" || k.AccessKey == "" {
+			return nil, protocol.NewError(errcode.InvalidArguments, "%s: every channel needs channel_id and access_key", protocol.FnRemoveChannels)
+		}
+	}
+	var first error
+	for _, k := range in.Channels {
+		if err := e.chans.remove(k); err != nil && first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
+
+// awaitPeer is engine::channels::await_peer {channels: [{channel_id, access_key}]}: it answers
+// {channel_id, attached: true} once, of any listed channel, the end opposite the key's has
+// connected, and {channel_id, attached: false} once one is gone (removed, aborted, expired).
+// The http worker connects its own ends of a request's channels only once the handler
+// connects the other, so a request whose handler ignores them costs no connection.
+func (e *Engine) awaitPeer(ctx context.Context, _ Caller, payload json.RawMessage) (any, error) {
+	var in struct {
+		Channels []protocol.ChannelKey `json:"channels"`
+	}
+	if err := json.Unmarshal(payload, &in); err != nil || len(in.Channels) == 0 || len(in.Channels) > protocol.MaxChannelsPerCall {
+		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {channels: [{channel_id, access_key}]}, 1 to %d of them", protocol.FnAwaitPeer, protocol.MaxChannelsPerCall)
+	}
+	type answer struct {
+		ChannelID string `json:"channel_id"`
+		Attached  bool   `json:"attached"`
+	}
+	cases := make([]reflect.SelectCase, 0, 2*len(in.Channels)+1)
+	ids := make([]string, 0, len(in.Channels))
+	for _, k := range in.Channels {
+		e.chans.mu.Lock()
+		ch := e.chans.byID[k.ChannelID]
+		e.chans.mu.Unlock()
+		if ch == nil {
+			return answer{ChannelID: k.ChannelID}, nil
+		}
+		end := -1
+		for i, key := range ch.keys {
+			if subtle.ConstantTimeCompare([]byte(key), []byte(k.AccessKey)) == 1 {
+				end = i
+			}
+		}
+		if end < 0 {
+			return nil, protocol.NewError(errcode.Forbidden, "wrong access key for channel %s", k.ChannelID)
+		}
+		ids = append(ids, ch.id)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch.joined[1-end])},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch.ctx.Done())})
+	}
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	i, _, _ := reflect.Select(cases)
+	if i == len(cases)-1 {
+		return nil, ctx.Err()
+	}
+	return answer{ChannelID: ids[i/2], Attached: i%2 == 0}, nil
 }
 
 // serveChannel upgrades a request for /ws/channels/{id}?key= to one end of that channel.
@@ -409,6 +548,9 @@ func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string,
 	taken := ch.attached[end]
 	ch.attached[end] = true
 	ch.last = time.Now()
+	if !taken {
+		close(ch.joined[end])
+	}
 	ch.mu.Unlock()
 	if taken {
 		http.Error(w, "this end of the channel is already connected", http.StatusConflict)

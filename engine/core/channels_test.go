@@ -460,3 +460,119 @@ func TestChannelRemove(t *testing.T) {
 		t.Errorf("reader of a removed channel: %v", err)
 	}
 }
+
+// engine::channels::create_many makes count channels in one call, all or none within
+// MaxChannels; engine::channels::remove_many removes several in one call, a wrong key failing
+// the call (FORBIDDEN) without keeping the others.
+func TestChannelsManyAtOnce(t *testing.T) {
+	e, url := startEngine(t, Options{MaxChannels: 5})
+	w := worker(t, url, "default", nil)
+	ctx := context.Background()
+	for _, bad := range []map[string]any{{}, {"count": 0}, {"count": protocol.MaxChannelsPerCall + 1}, {"count": 2, "buffer_size": 0}} {
+		if _, err := w.Call(ctx, protocol.FnCreateChannels, bad); protocol.AsError(err).Code != errcode.InvalidArguments {
+			t.Errorf("create_many %v: %v, want %s", bad, err, errcode.InvalidArguments)
+		}
+	}
+	pairs, err := w.CreateChannels(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, p := range pairs {
+		if seen[p.ChannelID] || p.Reader.Direction != protocol.ChannelRead || p.Writer.Direction != protocol.ChannelWrite || p.Reader.AccessKey == p.Writer.AccessKey {
+			t.Errorf("pair %+v (seen %v)", p, seen[p.ChannelID])
+		}
+		seen[p.ChannelID] = true
+	}
+	if n := e.ChannelCount(); n != 4 {
+		t.Fatalf("%d channels after create_many of 4", n)
+	}
+	// 2 more would pass the limit of 5: none is made.
+	if _, err := w.CreateChannels(ctx, 2); protocol.AsError(err).Code != errcode.ChannelLimit {
+		t.Errorf("create_many past the limit: %v, want %s", err, errcode.ChannelLimit)
+	}
+	if n := e.ChannelCount(); n != 4 {
+		t.Errorf("%d channels after a refused create_many, want 4", n)
+	}
+	// A connected reader of a removed channel gets the abort.
+	rd, err := protocol.DialReader(ctx, url, pairs[0].Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	keys := []protocol.ChannelKey{{ChannelID: pairs[0].ChannelID, AccessKey: pairs[0].Writer.AccessKey},
+		{ChannelID: pairs[1].ChannelID, AccessKey: "nope"}, {ChannelID: pairs[2].ChannelID, AccessKey: pairs[2].Reader.AccessKey}}
+	if _, err := w.Call(ctx, protocol.FnRemoveChannels, map[string]any{"channels": keys}); protocol.AsError(err).Code != errcode.Forbidden {
+		t.Errorf("remove_many with a wrong key: %v, want %s", err, errcode.Forbidden)
+	}
+	waitChannels(t, e, 2) // the two with a right key are gone
+	if _, err := io.ReadAll(rd); !strings.Contains(abortDetail(t, err), "removed") {
+		t.Errorf("reader of a removed channel: %v", err)
+	}
+	if err := w.RemoveChannels(ctx, []protocol.ChannelRef{pairs[1].Writer, pairs[3].Reader, pairs[0].Reader}); err != nil {
+		t.Fatal(err)
+	}
+	waitChannels(t, e, 0) // an already forgotten channel is no error
+	if _, err := w.Call(ctx, protocol.FnRemoveChannels, map[string]any{"channels": []protocol.ChannelKey{{ChannelID: "x"}}}); protocol.AsError(err).Code != errcode.InvalidArguments {
+		t.Errorf("remove_many without a key: %v", err)
+	}
+}
+
+// engine::channels::await_peer answers once the end opposite the given one connects, or once a
+// listed channel is gone; a wrong key is FORBIDDEN.
+func TestChannelAwaitPeer(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	w := worker(t, url, "default", nil)
+	ctx := context.Background()
+	pairs, err := w.CreateChannels(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.AwaitPeer(ctx, []protocol.ChannelRef{{ChannelID: pairs[0].ChannelID, AccessKey: "nope"}}); protocol.AsError(err).Code != errcode.Forbidden {
+		t.Errorf("wrong key: %v", err)
+	}
+	type result struct {
+		id       string
+		attached bool
+		err      error
+	}
+	await := func(refs ...protocol.ChannelRef) <-chan result {
+		r := make(chan result, 1)
+		go func() {
+			id, ok, err := w.AwaitPeer(ctx, refs)
+			r <- result{id, ok, err}
+		}()
+		return r
+	}
+	// The worker holds the reader of pairs[0] and the writer of pairs[1]: the other side's
+	// writer of pairs[0] connecting answers.
+	got := await(pairs[0].Reader, pairs[1].Writer)
+	select {
+	case r := <-got:
+		t.Fatalf("answered before an end connected: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	wr, err := protocol.DialWriter(ctx, url, pairs[0].Writer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wr.Close()
+	if r := <-got; r.err != nil || r.id != pairs[0].ChannelID || !r.attached {
+		t.Errorf("after the peer connected: %+v", r)
+	}
+	// Already connected: at once.
+	if id, ok, err := w.AwaitPeer(ctx, []protocol.ChannelRef{pairs[0].Reader}); err != nil || id != pairs[0].ChannelID || !ok {
+		t.Errorf("peer already connected: %s %v %v", id, ok, err)
+	}
+	// A removed channel answers attached false.
+	got = await(pairs[1].Writer)
+	if err := w.RemoveChannel(ctx, pairs[1].Reader); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r.err != nil || r.id != pairs[1].ChannelID || r.attached {
+		t.Errorf("after the channel was removed: %+v", r)
+	}
+	if id, ok, err := w.AwaitPeer(ctx, []protocol.ChannelRef{pairs[1].Writer}); err != nil || id != pairs[1].ChannelID || ok {
+		t.Errorf("a forgotten channel: %s %v %v", id, ok, err)
+	}
+}

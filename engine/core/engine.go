@@ -323,6 +323,9 @@ func New(opts Options) *Engine {
 	e.HandleInline(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
 	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
 	e.HandleInline(protocol.FnRemoveChannel, "Abort and forget a stream channel: {channel_id, access_key (of either end)}", e.removeChannel)
+	e.HandleInline(protocol.FnCreateChannels, "Create several stream channels, all or none: {count, buffer_size?} -> {channels: [{channel_id, reader, writer}]}", e.createChannels)
+	e.Handle(protocol.FnAwaitPeer, "Wait until the other end of one of the channels connects, or one is gone: {channels: [{channel_id, access_key}]} -> {channel_id, attached}", e.awaitPeer)
+	e.HandleInline(protocol.FnRemoveChannels, "Abort and forget several stream channels: {channels: [{channel_id, access_key}]}", e.removeChannels)
 	e.initTriggers()
 	return e
 }

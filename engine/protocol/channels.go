@@ -19,6 +19,20 @@ const FnCreateChannel = "engine::channels::create"
 // FnRemoveChannel aborts and forgets a stream channel, {channel_id, access_key} (of either end).
 const FnRemoveChannel = "engine::channels::remove"
 
+// FnCreateChannels creates several stream channels in one call, {count, buffer_size?} (this
+// engine's own, beside iii's engine::channels::create).
+const FnCreateChannels = "engine::channels::create_many"
+
+// FnRemoveChannels removes several stream channels in one call, {channels: [ChannelKey]}.
+const FnRemoveChannels = "engine::channels::remove_many"
+
+// FnAwaitPeer answers once the end opposite a given one of some channels connects, or one of
+// them is gone, {channels: [ChannelKey]} -> {channel_id, attached}.
+const FnAwaitPeer = "engine::channels::await_peer"
+
+// MaxChannelsPerCall is the most channels one create_many or remove_many call takes.
+const MaxChannelsPerCall = 256
+
 // ChannelPathPrefix is the listener path of channel streams; the channel id follows it.
 const ChannelPathPrefix = "/ws/channels/"
 
@@ -50,6 +64,17 @@ type ChannelPair struct {
 	ChannelID string     `json:"channel_id"`
 	Reader    ChannelRef `json:"reader"`
 	Writer    ChannelRef `json:"writer"`
+}
+
+// ChannelPairs is the reply of engine::channels::create_many.
+type ChannelPairs struct {
+	Channels []ChannelPair `json:"channels"`
+}
+
+// ChannelKey names a channel to remove and proves its caller holds it (the key of either end).
+type ChannelKey struct {
+	ChannelID string `json:"channel_id"`
+	AccessKey string `json:"access_key"`
 }
 
 // ChannelAbortedError is the error a ChannelReader or ChannelWriter returns when the channel was
@@ -99,6 +124,53 @@ func (w *Worker) CreateChannel(ctx context.Context) (reader, writer ChannelRef, 
 // waiting for the engine's answer.
 func (w *Worker) RemoveChannel(ctx context.Context, ref ChannelRef) error {
 	return w.CallVoid(ctx, FnRemoveChannel, map[string]string{"channel_id": ref.ChannelID, "access_key": ref.AccessKey})
+}
+
+// CreateChannels asks the engine for n new channels in one call (engine::channels::create_many).
+func (w *Worker) CreateChannels(ctx context.Context, n int) ([]ChannelPair, error) {
+	raw, err := w.Call(ctx, FnCreateChannels, map[string]int{"count": n})
+	if err != nil {
+		return nil, err
+	}
+	var p ChannelPairs
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("%s reply: %w", FnCreateChannels, err)
+	}
+	if len(p.Channels) != n {
+		return nil, fmt.Errorf("%s reply: %d channels, asked for %d", FnCreateChannels, len(p.Channels), n)
+	}
+	return p.Channels, nil
+}
+
+// RemoveChannels removes the channels of refs on the engine in one call
+// (engine::channels::remove_many), without waiting for the engine's answer.
+func (w *Worker) RemoveChannels(ctx context.Context, refs []ChannelRef) error {
+	keys := make([]ChannelKey, len(refs))
+	for i, r := range refs {
+		keys[i] = ChannelKey{ChannelID: r.ChannelID, AccessKey: r.AccessKey}
+	}
+	return w.CallVoid(ctx, FnRemoveChannels, map[string]any{"channels": keys})
+}
+
+// AwaitPeer waits until, of one of the channels of refs, the end opposite ref connects
+// (attached) or the channel is gone (engine::channels::await_peer); it returns that channel's id.
+func (w *Worker) AwaitPeer(ctx context.Context, refs []ChannelRef, opts ...CallOption) (channelID string, attached bool, err error) {
+	keys := make([]ChannelKey, len(refs))
+	for i, r := range refs {
+		keys[i] = ChannelKey{ChannelID: r.ChannelID, AccessKey: r.AccessKey}
+	}
+	raw, err := w.Call(ctx, FnAwaitPeer, map[string]any{"channels": keys}, opts...)
+	if err != nil {
+		return "", false, err
+	}
+	var a struct {
+		ChannelID string `json:"channel_id"`
+		Attached  bool   `json:"attached"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return "", false, fmt.Errorf("%s reply: %w", FnAwaitPeer, err)
+	}
+	return a.ChannelID, a.Attached, nil
 }
 
 // OpenReader connects to the read end ref on the worker's engine; see DialReader.

@@ -122,6 +122,44 @@ func (s *Server) reap(st *streams) {
 	}()
 }
 
+// peerAwaiter is Channels that tell when the other end of a channel connects.
+type peerAwaiter interface {
+	// AwaitPeer answers once, of one of the channels of refs, the end opposite ref connects
+	// (attached) or the channel is gone; an error when it cannot tell.
+	AwaitPeer(ctx context.Context, refs []protocol.ChannelRef) (channelID string, attached bool, err error)
+}
+
+// awaitPeers connects the worker's ends of st (reqNow, resNow) each once the handler connects
+// the other; when it cannot tell (an error), both, as without.
+func awaitPeers(ctx context.Context, aw peerAwaiter, st *streams, reqNow, resNow func()) {
+	refs := []protocol.ChannelRef{st.reqWriter, st.resReader}
+	for len(refs) > 0 {
+		id, attached, err := aw.AwaitPeer(ctx, refs)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			reqNow()
+			resNow()
+			return
+		case !attached:
+			return
+		}
+		kept := refs[:0]
+		for _, r := range refs {
+			switch {
+			case r.ChannelID != id:
+				kept = append(kept, r)
+			case r == st.reqWriter:
+				reqNow()
+			default:
+				resNow()
+			}
+		}
+		refs = kept
+	}
+}
+
 // bodyError is the answer to a request whose body failed.
 type bodyError struct {
 	status    int
@@ -290,13 +328,29 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	defer s.reap(st)
 	defer cancel() // first of the deferred: the worker's ends close before reap runs
 
-	// The worker connects its ends once the call has not answered within attachGrace, or has
-	// answered null; a streamed body flows at once.
-	attach := make(chan struct{})
-	attachNow := sync.OnceFunc(func() { close(attach) })
-	if rest != nil {
+	// A call that answers within attachGrace costs no connection. After it, the worker connects
+	// each of its ends once the handler connects the other (with channels that tell, a
+	// ChannelPool), else both at once; and both once the call has answered null. A streamed
+	// body flows at once.
+	attachReq, attachRes := make(chan struct{}), make(chan struct{})
+	reqNow, resNow := sync.OnceFunc(func() { close(attachReq) }), sync.OnceFunc(func() { close(attachRes) })
+	attachNow := func() { reqNow(); resNow() }
+	aw, lazy := s.chans.(peerAwaiter)
+	switch {
+	case rest != nil:
 		attachNow()
-	} else {
+	case lazy:
+		s.wg.Add(1)
+		grace := time.AfterFunc(attachGrace, func() {
+			defer s.wg.Done()
+			awaitPeers(ctx, aw, st, reqNow, resNow)
+		})
+		defer func() {
+			if grace.Stop() {
+				s.wg.Done()
+			}
+		}()
+	default:
 		grace := time.AfterFunc(attachGrace, attachNow)
 		defer grace.Stop()
 	}
@@ -311,7 +365,7 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	go func() {
 		defer s.wg.Done()
 		defer close(st.pumped)
-		s.pumpBody(ctx, st, attach, rc, first, rest, bodyErr)
+		s.pumpBody(ctx, st, attachReq, rc, first, rest, bodyErr)
 	}()
 	if rest != nil {
 		defer func() {
@@ -332,7 +386,7 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	go func() {
 		defer s.wg.Done()
 		select {
-		case <-attach:
+		case <-attachRes:
 		case <-ctx.Done():
 			return
 		}

@@ -34,10 +34,12 @@ type streamReq struct {
 }
 
 type streamEnv struct {
-	ts  *httptest.Server
-	url string // the engine's
-	e   *core.Engine
-	s   *Server
+	ts   *httptest.Server
+	url  string // the engine's
+	e    *core.Engine
+	s    *Server
+	w    *protocol.Worker
+	pool *ChannelPool
 }
 
 // streamServer runs an engine in the process and the http worker on it, its routes (GET or
@@ -86,7 +88,8 @@ func startStreamServer(t testing.TB, cfg Config, hs map[string]handler) *streamE
 		return json.Marshal(out)
 	}
 	s := New(cfg, call, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	s.SetChannels(WorkerChannels(w))
+	pool := NewChannelPool(w, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.SetChannels(pool)
 	for name := range hs {
 		for _, m := range []string{"GET", "POST"} {
 			c := fmt.Sprintf(`{"api_path":"/%s","http_method":%q}`, name, m)
@@ -96,8 +99,18 @@ func startStreamServer(t testing.TB, cfg Config, hs map[string]handler) *streamE
 		}
 	}
 	ts := httptest.NewServer(s)
-	t.Cleanup(func() { ts.Close(); _ = w.Close(); stop(); <-served })
-	return &streamEnv{ts: ts, url: url, e: e, s: s}
+	t.Cleanup(func() {
+		ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := pool.Close(ctx); err != nil {
+			t.Errorf("closing the channel pool: %v", err)
+		}
+		_ = w.Close()
+		stop()
+		<-served
+	})
+	return &streamEnv{ts: ts, url: url, e: e, s: s, w: w, pool: pool}
 }
 
 func write(t *testing.T, w *protocol.ChannelWriter, s string) error {
@@ -323,6 +336,16 @@ func TestStreamFailuresLeakNothing(t *testing.T) {
 	}
 
 	http.DefaultClient.CloseIdleConnections()
+	// The requests' own channels are gone; what is left is the pool's, which its Close removes.
+	waitFor(t, "the engine to forget the requests' channels", func() bool { return env.e.ChannelCount() == env.pool.Held() })
+	if held := env.pool.Held(); held == 0 || held > PoolChannels {
+		t.Errorf("the pool holds %d channels, want 1 to %d", held, PoolChannels)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := env.pool.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "the engine to forget every channel", func() bool { return env.e.ChannelCount() == 0 })
 	deadline := time.Now().Add(10 * time.Second)
 	for runtime.NumGoroutine() > base {
@@ -335,15 +358,18 @@ func TestStreamFailuresLeakNothing(t *testing.T) {
 	t.Logf("goroutines: %d before, %d after; channels: %d", base, runtime.NumGoroutine(), env.e.ChannelCount())
 }
 
-// The cost of the channels on a request whose handler answers normally: with them (two
-// engine::channels::create calls, two WebSocket connections, and the closing of the two
-// ends the handler never opened) and without.
+// The cost of the channels on a request whose handler answers normally: none; unpooled (two
+// engine::channels::create calls before the call, two removals after the answer); pooled (the
+// channels made ahead, many a call, and removed in batches).
 func BenchmarkPlainRequest(b *testing.B) {
-	for _, withChannels := range []bool{false, true} {
-		b.Run(fmt.Sprintf("channels=%v", withChannels), func(b *testing.B) {
+	for _, channels := range []string{"none", "unpooled", "pooled"} {
+		b.Run("channels="+channels, func(b *testing.B) {
 			env := streamServerB(b, map[string]handler{"plain": func(context.Context, streamReq) (any, error) { return map[string]any{"body": "ok"}, nil }})
-			if !withChannels {
+			switch channels {
+			case "none":
 				env.s.SetChannels(nil)
+			case "unpooled":
+				env.s.SetChannels(WorkerChannels(env.w))
 			}
 			for b.Loop() {
 				res, err := http.Get(env.ts.URL + "/plain")

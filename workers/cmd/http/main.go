@@ -46,7 +46,8 @@ func main() {
 			return w.Call(ctx, fn, payload, append(t.CallOptions(), protocol.WithTimeout(timeout))...)
 		}
 		srv := httpworker.New(cfg, call, log)
-		srv.SetChannels(httpworker.WorkerChannels(w))
+		pool := httpworker.NewChannelPool(w, 0, log)
+		srv.SetChannels(pool)
 		addr := net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.Port))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -66,6 +67,9 @@ func main() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_ = hs.Shutdown(sctx)
+			if err := pool.Close(sctx); err != nil {
+				log.Warn("removing the pooled stream channels", "err", err)
+			}
 		}, nil
 	}}.Run()
 }

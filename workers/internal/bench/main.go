@@ -136,7 +136,9 @@ func runHTTP(ctx context.Context, url string, n, c int, quiet *slog.Logger) erro
 		return hw.Call(ctx, f, payload, append(t.CallOptions(), protocol.WithTimeout(timeout))...)
 	}
 	srv := httpworker.New(httpworker.Defaults(), call, quiet)
-	srv.SetChannels(httpworker.WorkerChannels(hw)) // as workers/cmd/http runs it
+	pool := httpworker.NewChannelPool(hw, 0, quiet)
+	defer pool.Close(context.Background())
+	srv.SetChannels(pool) // as workers/cmd/http runs it
 	if err := hw.RegisterTriggerType("http", "bench", srv); err != nil {
 		return err
 	}
