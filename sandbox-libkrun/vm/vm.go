@@ -38,6 +38,12 @@ type Spec struct {
 	Deadline time.Duration // wall-clock bound on the machine's life; 0 means no bound
 	// ScratchMB bounds the tmpfs upper layer that receives the guest's writes.
 	ScratchMB int
+	// RootDisk, when set, is a read-only ext4 image of the root served on virtio-blk instead of
+	// RootFS over a file share: the root of a machine that can be snapshotted (qemu cannot
+	// migrate a vhost-user-fs device). It takes no Mounts.
+	RootDisk string
+	// Hostname, when set, is the guest's host name.
+	Hostname string
 }
 
 // Mount is a host directory made visible in the guest.

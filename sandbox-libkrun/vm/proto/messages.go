@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/5"
+const AgentVersion = "iii-guest/6"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -31,6 +31,22 @@ type Init struct {
 
 // Share9P is Init.Share for shares served over virtio-9p.
 const Share9P = "9p"
+
+// ShareBlock is Init.Share for a root read from the first virtio-blk disk (a read-only ext4
+// image, revision 6): the root of a machine that can be snapshotted, since qemu cannot migrate
+// a vhost-user-fs device. It takes no extra mounts.
+const ShareBlock = "blk"
+
+// Resume is the first frame a machine restored from a snapshot receives (revision 6): every
+// restored copy starts with the same memory, so the guest must get its own randomness, clock
+// and name before it runs anything. The agent credits Entropy to the kernel's pool and forces a
+// reseed of its generator, sets the wall clock to UnixNano and, when Hostname is set, the host
+// name.
+type Resume struct {
+	Entropy  []byte `json:"entropy"`
+	UnixNano int64  `json:"unix_nano"`
+	Hostname string `json:"hostname,omitempty"`
+}
 
 // GuestMount is a virtiofs tag mounted at Path inside the guest root.
 type GuestMount struct {
