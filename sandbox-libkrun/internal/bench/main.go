@@ -32,6 +32,7 @@ func main() {
 	guestArch := flag.String("guest-arch", other.Name, "architecture of the last section's guests (empty: no such section)")
 	guestFW := flag.String("guest-firmware", "", "VM firmware directory of -guest-arch (default dist/firmware/<its linux target>, else the installed one)")
 	fsOnly := flag.Bool("fs", false, "run only the fs::read / fs::write section")
+	snapOnly := flag.Bool("snapshots", false, "run only the floor and the snapshot section")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -58,6 +59,13 @@ func main() {
 	root, ok := image.NewCache("").RootFS(preset.Ref)
 	if !ok {
 		fmt.Printf("driver and sandbox::run: skipped, image %s not cached (go tool mage images)\n", preset.Ref)
+		return
+	}
+	if err := measureSnapshots(ctx, d, root, *n, floor); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: snapshots:", err)
+		os.Exit(1)
+	}
+	if *snapOnly {
 		return
 	}
 	ds, err := measureDriver(ctx, d, root, *n)
