@@ -72,7 +72,7 @@ type Store struct {
 	LimitMB int64
 
 	mu       sync.Mutex
-	verified map[string]bool // entries whose checksums this process has checked
+	verified map[string]string // entry → the sizes and times of its files when their checksums last matched
 }
 
 // DefaultDir is ~/.iii/sandbox/snapshots.
@@ -86,15 +86,16 @@ func DefaultDir() string {
 
 // NewStore is the store in dir bounded by limitMB.
 func NewStore(dir string, limitMB int64) *Store {
-	return &Store{Dir: dir, LimitMB: limitMB, verified: map[string]bool{}}
+	return &Store{Dir: dir, LimitMB: limitMB, verified: map[string]string{}}
 }
 
 // ErrNone says the store has no snapshot of a key (yet).
 var ErrNone = errors.New("no snapshot")
 
 // Lookup returns the snapshot of k. A missing one is ErrNone; one whose metadata, sizes or
-// (the first time this process uses it) checksums do not match is removed and the error says
-// why. A found entry counts as used now (for LRU).
+// checksums do not match is removed and the error says why. The checksums are computed the first
+// time this process uses the entry and again whenever one of its files changed (size or
+// modification time) since. A found entry counts as used now (for LRU).
 func (s *Store) Lookup(k Key) (Entry, error) {
 	e := Entry{Dir: filepath.Join(s.Dir, k.ID())}
 	b, err := os.ReadFile(filepath.Join(e.Dir, MetaFile))
@@ -123,11 +124,15 @@ func (s *Store) forget(dir string) {
 	s.mu.Unlock()
 }
 
-// check compares e with k and its files with their recorded sizes and, once per process, their
-// SHA-256.
+// check compares e with k and its files with their recorded sizes and, unless they are as when
+// last verified, their SHA-256.
 func (s *Store) check(e Entry, k Key) error {
 	if e.Meta.Key != k {
 		return errors.New("made for another key")
+	}
+	fp, err := fingerprint(e.Dir)
+	if err != nil {
+		return err
 	}
 	for _, name := range []string{DiskFile, MachineFile} {
 		st, err := os.Stat(filepath.Join(e.Dir, name))
@@ -139,7 +144,7 @@ func (s *Store) check(e Entry, k Key) error {
 		}
 	}
 	s.mu.Lock()
-	done := s.verified[e.Dir]
+	done := s.verified[e.Dir] == fp
 	s.mu.Unlock()
 	if done {
 		return nil
@@ -154,9 +159,22 @@ func (s *Store) check(e Entry, k Key) error {
 		}
 	}
 	s.mu.Lock()
-	s.verified[e.Dir] = true
+	s.verified[e.Dir] = fp
 	s.mu.Unlock()
 	return nil
+}
+
+// fingerprint is the sizes and modification times of the files of the entry in dir.
+func fingerprint(dir string) (string, error) {
+	var b strings.Builder
+	for _, name := range []string{DiskFile, MachineFile} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "%s %d %d;", name, st.Size(), st.ModTime().UnixNano())
+	}
+	return b.String(), nil
 }
 
 // Discard removes the snapshot of k (one that failed to restore).
@@ -214,9 +232,11 @@ func (s *Store) Make(k Key, build func(dir string) (kernelRelease string, err er
 	if err := os.Rename(tmp, dst); err != nil {
 		return Entry{}, err
 	}
-	s.mu.Lock()
-	s.verified[dst] = true
-	s.mu.Unlock()
+	if fp, err := fingerprint(dst); err == nil {
+		s.mu.Lock()
+		s.verified[dst] = fp
+		s.mu.Unlock()
+	}
 	s.Prune(k.ID())
 	return Entry{Dir: dst, Meta: meta}, nil
 }

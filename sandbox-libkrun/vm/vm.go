@@ -19,6 +19,25 @@ type Driver interface {
 	Boot(ctx context.Context, spec Spec) (Machine, error)
 }
 
+// Snapshotter is a Driver that can save a machine to a file and start copies of it (the qemu
+// driver). Only a machine whose root is a Spec.RootDisk, without networking, can be saved.
+type Snapshotter interface {
+	// Snapshot boots a machine of spec, runs warm on it, saves it to dst and stops it.
+	Snapshot(ctx context.Context, spec Spec, dst string, warm func(context.Context, Machine) error) (SnapshotInfo, error)
+	// Restore starts a copy of the machine saved in src (made with the same CPUs, memory, scratch
+	// size and root disk) with its own randomness, the host's clock and spec.Hostname.
+	Restore(ctx context.Context, spec Spec, src, kernelRelease string) (Machine, error)
+}
+
+// SnapshotInfo describes a snapshot Snapshotter.Snapshot made.
+type SnapshotInfo struct {
+	KernelRelease string        // the guest's `uname -r`
+	Size          int64         // bytes of the file
+	Boot          time.Duration // booting the machine to a ready agent
+	Warm          time.Duration // the caller's warm-up commands
+	Save          time.Duration // stopping the machine and writing the file
+}
+
 // The file shares that serve a machine's image and mounts.
 const (
 	ShareVirtiofs = "virtiofs" // one virtiofsd per share (Linux)

@@ -21,13 +21,9 @@ import (
 // its writable layer, is its own; the disk is opened read-only by every copy.
 
 // SnapshotInfo describes a snapshot Driver.Snapshot made.
-type SnapshotInfo struct {
-	KernelRelease string        // the guest's `uname -r`
-	Size          int64         // bytes of the file
-	Boot          time.Duration // booting the machine to a ready agent
-	Warm          time.Duration // the caller's warm-up commands
-	Save          time.Duration // stopping the machine and writing the file
-}
+type SnapshotInfo = vm.SnapshotInfo
+
+var _ vm.Snapshotter = (*Driver)(nil)
 
 // Snapshot boots a machine of spec (whose root must be a RootDisk), runs warm on it (commands
 // whose files and translated code should be ready in every copy), then saves it to dst, a file
