@@ -170,3 +170,44 @@ func TestSnapshotRestoreFailureBoots(t *testing.T) {
 
 func strp(s string) *string { return &s }
 func boolp(b bool) *bool    { return &b }
+
+// With snapshots on the warm pool refills by restoring: its first machine boots and has the
+// snapshot made, the refill after a take is a restore.
+func TestPoolRefillsByRestoring(t *testing.T) {
+	if _, err := exec.LookPath(snapshot.Mkfs); err != nil {
+		t.Skipf("%s (e2fsprogs) is needed to build root disks", snapshot.Mkfs)
+	}
+	root := t.TempDir()
+	st := settings.Defaults()
+	st.ImageAllowlist = []string{"python"}
+	st.Snapshots = settings.SnapshotsOn
+	st.WarmPool = map[string]uint32{"python": 1}
+	drv := &snapDriver{}
+	svc := New(Options{Settings: st, Driver: drv, Images: dirImages{root}, Version: "9.9.9", StateDir: t.TempDir(),
+		Snapshots: snapshot.NewStore(filepath.Join(t.TempDir(), "snapshots"), 100), FirmwareID: "fw"})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		svc.Shutdown(ctx)
+	})
+	awaitMade(t, svc, 1)
+	if _, err := svc.create(context.Background(), CreateRequest{Image: strp("python")}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		drv.smu.Lock()
+		n := len(drv.restored)
+		drv.smu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool did not refill by restoring: %+v", snapInfo(t, svc))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := svc.pool.status()["python"]; got.Served != 1 {
+		t.Fatalf("pool: %+v", got)
+	}
+}
