@@ -16,9 +16,10 @@ import (
 )
 
 // VM are the packages a sandbox microVM needs on the host, and what builds its firmware and
-// preset images: qemu and virtiofsd, libcap-ng0 for virtiofsd, busybox, cpio and lz4. The guests
-// of the other architecture need Emulated besides.
-var VM = []string{"qemu-system-x86", "qemu-system-common", "libcap-ng0", "busybox-static", "cpio", "lz4", "util-linux"}
+// preset images: qemu and virtiofsd, libcap-ng0 for virtiofsd, busybox, cpio and lz4, and
+// e2fsprogs (mkfs.ext4) for the root disks of image snapshots. The guests of the other
+// architecture need Emulated besides.
+var VM = []string{"qemu-system-x86", "qemu-system-common", "libcap-ng0", "busybox-static", "cpio", "lz4", "util-linux", "e2fsprogs"}
 
 // Test are the packages the end-to-end suite needs besides VM: the release checks (file,
 // unzip), install.sh under dash with curl and wget, and shellcheck.

@@ -369,6 +369,7 @@ func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.
 		Network:   p.network,
 		StateDir:  stateDir,
 		ScratchMB: int(p.mem) / 2,
+		Hostname:  hostname(id),
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)

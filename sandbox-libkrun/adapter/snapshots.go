@@ -170,6 +170,10 @@ func (sn *snapshots) makeInBackground(bg context.Context, k snapshot.Key, image,
 			sn.st.Last = e.Dir
 		}
 		sn.mu.Unlock()
+		if err != nil && bg.Err() != nil {
+			sn.logf("snapshot: image %s (%d cpus, %d MiB): making a snapshot stopped with the adapter", image, k.CPUs, k.MemoryMB)
+			return
+		}
 		if err != nil {
 			sn.failed(fmt.Sprintf("image %s (%d cpus, %d MiB): making a snapshot failed: %s", image, k.CPUs, k.MemoryMB, tail(vm.BootDetail(err), bootErrorTail)))
 			return

@@ -116,6 +116,12 @@ func (a *agent) setup(f proto.Frame) {
 	if err := seedEntropy(in.Entropy); err != nil {
 		fmt.Fprintf(os.Stderr, "guest agent: entropy: %v\n", err)
 	}
+	if in.Hostname != "" {
+		if err := unix.Sethostname([]byte(in.Hostname)); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("hostname: %w", err))
+			return
+		}
+	}
 	if in.Network {
 		if err := loadNetModules(); err != nil {
 			a.replyErr(f.ID, fmt.Errorf("network: %w", err))

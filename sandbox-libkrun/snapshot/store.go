@@ -18,15 +18,15 @@ import (
 // Key is what a restored machine cannot change, so what a snapshot is made for: a snapshot of
 // one key is never restored for another.
 type Key struct {
-	Firmware    string `json:"firmware"`     // SHA-256 of the firmware's kernel and initramfs
-	Image       string `json:"image"`        // the image's digest
-	Agent       string `json:"agent"`        // guest agent protocol revision
-	Accelerator string `json:"accelerator"`  // kvm, hvf or tcg
-	Arch        string `json:"arch"`         // guest architecture
-	CPUs        int    `json:"cpus"`         // vCPUs
-	MemoryMB    int    `json:"memory_mb"`    // guest RAM
-	ScratchMB   int    `json:"scratch_mb"`   // the tmpfs upper layer of the root
-	Version     string `json:"adapter_vers"` // the adapter that made it (its warm-up, its disk layout)
+	Firmware    string `json:"firmware"`        // SHA-256 of the firmware's kernel and initramfs
+	Image       string `json:"image"`           // the image's digest
+	Agent       string `json:"agent"`           // guest agent protocol revision
+	Accelerator string `json:"accelerator"`     // kvm, hvf or tcg
+	Arch        string `json:"arch"`            // guest architecture
+	CPUs        int    `json:"cpus"`            // vCPUs
+	MemoryMB    int    `json:"memory_mb"`       // guest RAM
+	ScratchMB   int    `json:"scratch_mb"`      // the tmpfs upper layer of the root
+	Version     string `json:"adapter_version"` // the adapter that made it (its warm-up, its disk layout)
 }
 
 // ID names the snapshot directory of k: the first 24 hex digits of the SHA-256 of its JSON.

@@ -27,6 +27,8 @@ type Init struct {
 	Network bool `json:"network,omitempty"`
 	// Entropy is random data from the host credited to the guest kernel's pool.
 	Entropy []byte `json:"entropy,omitempty"`
+	// Hostname, when set, is the guest's host name (revision 6).
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // Share9P is Init.Share for shares served over virtio-9p.

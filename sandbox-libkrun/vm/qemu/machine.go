@@ -270,7 +270,7 @@ func (d *Driver) handshake(ctx context.Context, m *machine) error {
 
 // initFor is the Init message of spec: the root and mounts to set up and fresh entropy.
 func (d *Driver) initFor(spec vm.Spec) (proto.Init, error) {
-	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64)}
+	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, Network: spec.Network, Entropy: make([]byte, 64), Hostname: spec.Hostname}
 	switch {
 	case spec.RootDisk != "":
 		init.Share = proto.ShareBlock
