@@ -54,8 +54,17 @@ func newSnapshots(opt Options) *snapshots {
 	if !ok || opt.Snapshots == nil {
 		return nil
 	}
-	return &snapshots{store: opt.Snapshots, drv: sn, firmware: opt.FirmwareID, accel: opt.Accelerator, arch: opt.GuestArch,
+	s := &snapshots{store: opt.Snapshots, drv: sn, firmware: opt.FirmwareID, accel: opt.Accelerator, arch: opt.GuestArch,
 		version: opt.Version, logf: opt.Logf, making: map[string]bool{}, st: SnapshotStatus{Dir: opt.Snapshots.Dir}}
+	// The checksums of what an earlier adapter made are checked now, off every caller's path.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for _, err := range s.store.VerifyAll() {
+			s.failed(err.Error())
+		}
+	}()
+	return s
 }
 
 // key is the snapshot key of a machine of p on rootfs.

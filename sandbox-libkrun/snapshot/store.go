@@ -177,6 +177,39 @@ func fingerprint(dir string) (string, error) {
 	return b.String(), nil
 }
 
+// VerifyAll checks every complete snapshot in the store as Lookup does (its metadata, sizes and
+// checksums), so that the first restore of each after the adapter starts does not pay for the
+// checksums; a snapshot that fails is removed and its error returned.
+func (s *Store) VerifyAll() []error {
+	ents, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return nil
+	}
+	var errs []error
+	for _, d := range ents {
+		if !d.IsDir() || strings.HasPrefix(d.Name(), ".tmp-") {
+			continue
+		}
+		e := Entry{Dir: filepath.Join(s.Dir, d.Name())}
+		b, err := os.ReadFile(filepath.Join(e.Dir, MetaFile))
+		if err == nil {
+			err = json.Unmarshal(b, &e.Meta)
+		}
+		if err == nil && e.Meta.Key.ID() != d.Name() {
+			err = errors.New("stored under another key's name")
+		}
+		if err == nil {
+			err = s.check(e, e.Meta.Key)
+		}
+		if err != nil {
+			os.RemoveAll(e.Dir)
+			s.forget(e.Dir)
+			errs = append(errs, fmt.Errorf("snapshot %s discarded: %w", e.Dir, err))
+		}
+	}
+	return errs
+}
+
 // Discard removes the snapshot of k (one that failed to restore).
 func (s *Store) Discard(k Key) {
 	dir := filepath.Join(s.Dir, k.ID())

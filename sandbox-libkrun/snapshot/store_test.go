@@ -107,3 +107,36 @@ func TestPruneLRU(t *testing.T) {
 		t.Fatalf("newest pruned: %v", err)
 	}
 }
+
+// VerifyAll checks what an earlier process left: a sound snapshot is then known good (no
+// checksum on its first lookup), a damaged one is removed with the reason.
+func TestVerifyAll(t *testing.T) {
+	dir := t.TempDir()
+	s := NewStore(dir, 100)
+	good, bad := Key{Image: "good"}, Key{Image: "bad"}
+	for _, k := range []Key{good, bad} {
+		if _, err := s.Make(k, fakeBuild("data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, bad.ID(), DiskFile), []byte(DiskFile+"dat4"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s = NewStore(dir, 100) // a new process
+	errs := s.VerifyAll()
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), bad.ID()) || !strings.Contains(errs[0].Error(), "fails its checksum") {
+		t.Fatalf("VerifyAll: %v", errs)
+	}
+	if _, err := os.Stat(filepath.Join(dir, bad.ID())); !os.IsNotExist(err) {
+		t.Fatalf("damaged snapshot kept: %v", err)
+	}
+	s.mu.Lock()
+	known := s.verified[filepath.Join(dir, good.ID())] != ""
+	s.mu.Unlock()
+	if !known {
+		t.Fatal("the sound snapshot is not marked verified")
+	}
+	if _, err := s.Lookup(good); err != nil {
+		t.Fatal(err)
+	}
+}
