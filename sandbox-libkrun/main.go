@@ -33,6 +33,7 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/hostcheck"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
@@ -271,6 +272,32 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 	return vmHost{drv, arch, inUse}, nil
 }
 
+// snapshotStore is the snapshot store of settings st and the identity of the firmware of arch in
+// its keys; nil with snapshots off, or (logged) when the firmware cannot boot a snapshot machine.
+func snapshotStore(st settings.Settings, arch guestarch.Arch) (*snapshot.Store, string) {
+	if st.Snapshots != settings.SnapshotsOn {
+		return nil, ""
+	}
+	p, err := firmware.LocateFor(arch)
+	var man firmware.Manifest
+	if err == nil {
+		man, err = firmware.ReadManifest(p)
+	}
+	if err == nil && !man.Serves(firmware.ShareBlock) {
+		err = fmt.Errorf("the firmware in %s has no virtio-blk root (rebuild it with `go tool mage firmware`)", p.Dir)
+	}
+	if err != nil {
+		logf("warning: snapshots: off: %v", err)
+		return nil, ""
+	}
+	dir := snapshot.DefaultDir()
+	if arch.Name != guestarch.Host().Name {
+		dir = filepath.Join(dir, arch.Name)
+	}
+	logf("snapshots: on, in %s (at most %d MiB)", dir, st.SnapshotCacheMB)
+	return snapshot.NewStore(dir, int64(st.SnapshotCacheMB)), man.SHA256[firmware.KernelFile] + "+" + man.SHA256[firmware.InitrdFile]
+}
+
 // runAdapter serves <prefix>::* on w until ctx ends or the engine connection does, then stops
 // every VM. It returns the exit status: 1 when the engine connection failed.
 func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.Settings, vms vmHost) (int, error) {
@@ -280,8 +307,9 @@ func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.
 	images := cacheImages{c: image.NewCacheFor(image.DirFor(image.DefaultDir(), arch), arch)}
 	runDir := processDir("iii-sbx")
 	defer os.RemoveAll(runDir)
+	snaps, fwID := snapshotStore(st, arch)
 	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Accelerator: vms.inUse, GuestArch: arch.Name,
-		StateDir: filepath.Join(runDir, "s"), Logf: logf, Channels: w})
+		StateDir: filepath.Join(runDir, "s"), Logf: logf, Channels: w, Snapshots: snaps, FirmwareID: fwID})
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,

@@ -17,8 +17,8 @@ import (
 
 // VM are the packages a sandbox microVM needs on the host, and what builds its firmware and
 // preset images: qemu and virtiofsd, libcap-ng0 for virtiofsd, e2fsprogs (mkfs.ext4 formats each
-// VM worker's state disk), busybox, cpio and lz4. The guests
-// of the other architecture need Emulated besides.
+// VM worker's state disk and the root disks of image snapshots), busybox, cpio and lz4. The
+// guests of the other architecture need Emulated besides.
 var VM = []string{"qemu-system-x86", "qemu-system-common", "libcap-ng0", "e2fsprogs", "busybox-static", "cpio", "lz4", "util-linux"}
 
 // Test are the packages the test suite needs besides VM: the release checks (file, unzip),

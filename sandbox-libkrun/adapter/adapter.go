@@ -21,6 +21,7 @@ import (
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/catalog"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
@@ -82,6 +83,10 @@ type Options struct {
 	Now       func() time.Time // clock; time.Now when nil
 	Logf      func(format string, args ...any)
 	Channels  Channels // engine stream channels of fs::read and fs::write; without, channel content is S218
+	// Snapshots, when set (and the Driver is a vm.Snapshotter), is where cold sandboxes without
+	// networking are restored from; FirmwareID identifies the firmware in their keys.
+	Snapshots  *snapshot.Store
+	FirmwareID string
 }
 
 // Service holds the live sandboxes and serves every operation.
@@ -92,7 +97,8 @@ type Service struct {
 	boxes   map[string]*sandbox
 	booting int
 	stops   sync.WaitGroup
-	pool    *pool // nil without warm_pool
+	pool    *pool      // nil without warm_pool
+	snaps   *snapshots // nil with snapshots off
 
 	streamCtx  context.Context // parent of fs::read streams; cancelled by Shutdown
 	stopStream context.CancelFunc
@@ -107,6 +113,7 @@ type sandbox struct {
 	machine         vm.Machine
 	env             []string // create's env, layered under each exec's (pooled machines boot without)
 	stateDir        string
+	fromSnapshot    bool
 	inflight        uint32
 	stopped         bool
 	stoppedAt       time.Time
@@ -128,6 +135,9 @@ func New(opt Options) *Service {
 	s.streamCtx, s.stopStream = context.WithCancel(context.Background())
 	if len(opt.Settings.WarmPool) > 0 {
 		s.pool = newPool(s, opt.Settings.WarmPool)
+	}
+	if opt.Settings.Snapshots == settings.SnapshotsOn {
+		s.snaps = newSnapshots(opt)
 	}
 	return s
 }
@@ -166,6 +176,7 @@ type InfoReply struct {
 	GuestArch      string                `json:"guest_arch,omitempty"`
 	FileShare      string                `json:"file_share,omitempty"`
 	WarmPool       map[string]PoolStatus `json:"warm_pool,omitempty"`
+	Snapshots      *SnapshotStatus       `json:"snapshots,omitempty"`
 }
 
 // Info answers adapter::info.
@@ -177,6 +188,17 @@ func (s *Service) Info(context.Context, json.RawMessage) (any, error) {
 	}
 	if s.pool != nil {
 		r.WarmPool = s.pool.status()
+	}
+	if s.snaps != nil {
+		var restored []string
+		s.mu.Lock()
+		for id, b := range s.boxes {
+			if b.fromSnapshot && !b.stopped {
+				restored = append(restored, id)
+			}
+		}
+		s.mu.Unlock()
+		r.Snapshots = s.snaps.status(restored)
 	}
 	return r, nil
 }
@@ -328,6 +350,17 @@ func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.
 	if p.network {
 		env = RewriteLoopback(env)
 	}
+	var makeSnapshot func()
+	if s.snaps != nil {
+		var m vm.Machine
+		if m, makeSnapshot = s.snaps.restore(ctx, s.streamCtx, id, img.Name, rootfs, p, env, stateDir); m != nil {
+			box := s.addBox(req, id, img.Name, p.idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB, from a snapshot", p.cpus, p.mem))
+			s.mu.Lock()
+			box.fromSnapshot = true
+			s.mu.Unlock()
+			return box, nil
+		}
+	}
 	m, err := s.opt.Driver.Boot(ctx, vm.Spec{
 		RootFS:    rootfs,
 		CPUs:      int(p.cpus),
@@ -336,10 +369,14 @@ func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.
 		Network:   p.network,
 		StateDir:  stateDir,
 		ScratchMB: int(p.mem) / 2,
+		Hostname:  hostname(id),
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)
 		return nil, scode.BootFailed(tail(vm.BootDetail(err), bootErrorTail))
+	}
+	if makeSnapshot != nil {
+		makeSnapshot()
 	}
 	return s.addBox(req, id, img.Name, p.idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB", p.cpus, p.mem)), nil
 }
@@ -705,7 +742,14 @@ func (s *Service) Shutdown(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
-	go func() { s.stops.Wait(); s.streams.Wait(); close(done) }()
+	go func() {
+		s.stops.Wait()
+		s.streams.Wait()
+		if s.snaps != nil {
+			s.snaps.wait() // streamCtx, cancelled above, ends them
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -123,7 +123,8 @@ func (p *pool) boot(pi *poolImage, pb *pendingBoot) {
 	}
 }
 
-// bootMachine boots one pool machine for image and warms it up.
+// bootMachine boots (or, with snapshots on, restores) one pool machine for image and warms it
+// up.
 func (p *pool) bootMachine(image string) (pooled, error) {
 	s := p.s
 	img, err := s.cat.Lookup(image)
@@ -134,17 +135,30 @@ func (p *pool) bootMachine(image string) (pooled, error) {
 	if err != nil {
 		return pooled{}, err
 	}
-	stateDir := filepath.Join(s.opt.StateDir, "p"+strings.ReplaceAll(newUUID(), "-", "")[:15])
+	id := "p" + strings.ReplaceAll(newUUID(), "-", "")[:15]
+	stateDir := filepath.Join(s.opt.StateDir, id)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return pooled{}, err
 	}
 	mem := int(s.opt.Settings.DefaultMemoryMB)
-	m, err := s.opt.Driver.Boot(p.ctx, vm.Spec{
-		RootFS: rootfs, CPUs: int(s.opt.Settings.DefaultCPUs), MemoryMB: mem, StateDir: stateDir, ScratchMB: mem / 2,
-	})
-	if err != nil {
-		os.RemoveAll(stateDir)
-		return pooled{}, err
+	var m vm.Machine
+	var makeSnapshot func()
+	if s.snaps != nil {
+		// With snapshots on, a refill is a restore; the first boot of the image makes the snapshot.
+		params := createParams{cpus: s.opt.Settings.DefaultCPUs, mem: s.opt.Settings.DefaultMemoryMB}
+		m, makeSnapshot = s.snaps.restore(p.ctx, s.streamCtx, id, img.Name, rootfs, params, nil, stateDir)
+	}
+	if m == nil {
+		m, err = s.opt.Driver.Boot(p.ctx, vm.Spec{
+			RootFS: rootfs, CPUs: int(s.opt.Settings.DefaultCPUs), MemoryMB: mem, StateDir: stateDir, ScratchMB: mem / 2,
+		})
+		if err != nil {
+			os.RemoveAll(stateDir)
+			return pooled{}, err
+		}
+		if makeSnapshot != nil {
+			makeSnapshot()
+		}
 	}
 	got := pooled{m: m, stateDir: stateDir}
 	warm, ok := warmUps[image]

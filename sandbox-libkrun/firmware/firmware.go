@@ -57,10 +57,15 @@ var DiskModules = []string{"crc32c_generic", "virtio_blk", "ext4"}
 // serves virtiofs only.
 var NinePModules = []string{"9pnet_virtio", "9p"}
 
+// BlockModules are loaded only when the root is a read-only ext4 image on virtio-blk (machines
+// that are snapshotted; ext4 itself is built into the kernels used).
+var BlockModules = []string{"virtio_blk"}
+
 // The file shares a firmware's guest can mount, as listed in Manifest.Shares.
 const (
 	ShareVirtiofs = vm.ShareVirtiofs
 	Share9P       = vm.Share9P
+	ShareBlock    = proto.ShareBlock // the root as a read-only ext4 image on virtio-blk (snapshots)
 )
 
 // Manifest describes a firmware: what it was built from and the SHA-256 of its two files.
@@ -205,6 +210,9 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	if sets.ninePErr != nil {
 		o.logf("firmware: %s has no 9p (%v): this firmware serves virtiofs only", filepath.Base(deb), sets.ninePErr)
 	}
+	if sets.blockErr != nil {
+		o.logf("firmware: %s has no virtio-blk (%v): machines of this firmware cannot be snapshotted", filepath.Base(deb), sets.blockErr)
+	}
 	agent := o.Agent
 	if agent == "" {
 		agent = filepath.Join(root, "init")
@@ -212,13 +220,13 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 			return Paths{}, err
 		}
 	}
-	initrd, err := Initramfs(agent, sets.boot, sets.net, sets.disk, sets.nineP)
+	initrd, err := Initramfs(agent, sets.boot, sets.net, sets.disk, sets.nineP, sets.block)
 	if err != nil {
 		return Paths{}, err
 	}
 	man := Manifest{KernelRelease: release, Arch: o.Arch.Name, Shares: sets.shares(), Package: filepath.Base(deb), Agent: proto.AgentVersion,
 		SHA256: map[string]string{KernelFile: digest(vmlinux), InitrdFile: digest(initrd)}}
-	for _, m := range slices.Concat(sets.boot, sets.net, sets.disk, sets.nineP) {
+	for _, m := range slices.Concat(sets.boot, sets.net, sets.disk, sets.nineP, sets.block) {
 		man.Modules = append(man.Modules, m.Name)
 	}
 	if err := writeFirmware(o.OutDir, vmlinux, initrd, man); err != nil {
@@ -269,11 +277,12 @@ func extractKernel(ctx context.Context, arch guestarch.Arch, deb, root string) (
 }
 
 // moduleSets are the kernel modules the initramfs carries, each set in load order after the
-// ones before it: loaded at boot, for networking, and for 9p file sharing (none when the kernel
-// has no 9p, with the reason in ninePErr).
+// ones before it: loaded at boot, for networking, for 9p file sharing (none when the kernel
+// has no 9p, with the reason in ninePErr) and for a root on virtio-blk (none when the kernel has
+// no virtio_blk module, with the reason in blockErr).
 type moduleSets struct {
-	boot, net, disk, nineP []Module
-	ninePErr               error
+	boot, net, disk, nineP, block []Module
+	ninePErr, blockErr            error
 }
 
 // moduleSetsOf resolves the module sets from the modules directory of one kernel release.
@@ -305,15 +314,25 @@ func moduleSetsOf(dir string) (moduleSets, error) {
 	} else {
 		s.ninePErr = err
 	}
+	if withBlock, err := LoadOrder(idx, slices.Concat(Modules, BlockModules)); err == nil {
+		s.block = withBlock[len(s.boot):]
+	} else {
+		s.blockErr = err
+	}
 	return s, nil
 }
 
-// shares lists the file shares the firmware serves: virtiofs always, 9p when it has the modules.
+// shares lists the file shares the firmware serves: virtiofs always, 9p and a block root when it
+// has their modules.
 func (s moduleSets) shares() []string {
-	if s.ninePErr != nil {
-		return []string{ShareVirtiofs}
+	sh := []string{ShareVirtiofs}
+	if s.ninePErr == nil {
+		sh = append(sh, Share9P)
 	}
-	return []string{ShareVirtiofs, Share9P}
+	if s.blockErr == nil {
+		sh = append(sh, ShareBlock)
+	}
+	return sh
 }
 
 // writeFirmware writes the kernel, the initramfs and then the manifest into dir, each atomically.
@@ -344,9 +363,10 @@ func writeManifest(p Paths, m Manifest) error {
 
 // Initramfs builds the uncompressed cpio archive: /init (the agent), the module files under
 // /lib/modules with their load order in /lib/modules/order (at boot), /lib/modules/order.net
-// (when networking is on), /lib/modules/order.disk (with a state disk) and /lib/modules/order.9p
-// (when files are shared over 9p), and /dev/console for init's stdio.
-func Initramfs(agent string, mods, netMods, diskMods, ninePMods []Module) ([]byte, error) {
+// (when networking is on), /lib/modules/order.disk (with a state disk), /lib/modules/order.9p
+// (when files are shared over 9p), /lib/modules/order.blk (when the root is on virtio-blk), and
+// /dev/console for init's stdio.
+func Initramfs(agent string, mods, netMods, diskMods, ninePMods, blockMods []Module) ([]byte, error) {
 	init, err := os.ReadFile(agent)
 	if err != nil {
 		return nil, err
@@ -361,7 +381,7 @@ func Initramfs(agent string, mods, netMods, diskMods, ninePMods []Module) ([]byt
 	for _, set := range []struct {
 		order string
 		mods  []Module
-	}{{"order", mods}, {"order.net", netMods}, {"order.disk", diskMods}, {"order.9p", ninePMods}} {
+	}{{"order", mods}, {"order.net", netMods}, {"order.disk", diskMods}, {"order.9p", ninePMods}, {"order.blk", blockMods}} {
 		var order strings.Builder
 		for _, m := range set.mods {
 			data, err := os.ReadFile(m.Path)

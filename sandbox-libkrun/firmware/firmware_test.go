@@ -131,7 +131,7 @@ func TestInitramfs(t *testing.T) {
 	if err := os.WriteFile(ko, []byte("module"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, err := Initramfs(agent, []Module{{Name: "m", Path: ko}}, nil, nil, []Module{{Name: "m", Path: ko}})
+	data, err := Initramfs(agent, []Module{{Name: "m", Path: ko}}, nil, nil, []Module{{Name: "m", Path: ko}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestInitramfs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cpio -t: %v", err)
 	}
-	for _, want := range []string{"crw-------", "dev/console", "-rwxr-xr-x", " init", "lib/modules/m.ko", "lib/modules/order", "lib/modules/order.net", "lib/modules/order.disk", "lib/modules/order.9p"} {
+	for _, want := range []string{"crw-------", "dev/console", "-rwxr-xr-x", " init", "lib/modules/m.ko", "lib/modules/order", "lib/modules/order.net", "lib/modules/order.disk", "lib/modules/order.9p", "lib/modules/order.blk"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("listing lacks %q:\n%s", want, out)
 		}

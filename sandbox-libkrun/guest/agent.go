@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/iii-go/iii/sandbox-libkrun/guest/fsops"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
@@ -72,6 +73,8 @@ func (a *agent) serve() error {
 			a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
 		case proto.TypeInit:
 			a.setup(f)
+		case proto.TypeResume:
+			a.resume(f)
 		case proto.TypeExec:
 			var ex proto.Exec
 			if err := json.Unmarshal(f.Payload, &ex); err != nil {
@@ -113,6 +116,12 @@ func (a *agent) setup(f proto.Frame) {
 	if err := seedEntropy(in.Entropy); err != nil {
 		fmt.Fprintf(os.Stderr, "guest agent: entropy: %v\n", err)
 	}
+	if in.Hostname != "" {
+		if err := unix.Sethostname([]byte(in.Hostname)); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("hostname: %w", err))
+			return
+		}
+	}
 	if in.Network {
 		if err := loadNetModules(); err != nil {
 			a.replyErr(f.ID, fmt.Errorf("network: %w", err))
@@ -120,12 +129,24 @@ func (a *agent) setup(f proto.Frame) {
 		}
 	}
 	fsType := "virtiofs"
-	if in.Share == proto.Share9P {
+	switch in.Share {
+	case proto.Share9P:
 		if err := loadModules("/lib/modules/order.9p"); err != nil {
 			a.replyErr(f.ID, fmt.Errorf("9p: %w", err))
 			return
 		}
 		fsType = "9p"
+	case proto.ShareBlock:
+		if err := loadModules("/lib/modules/order.blk"); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("block root: %w", err))
+			return
+		}
+		if err := waitDevice(blockRoot, 5*time.Second); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("block root: %w", err))
+			return
+		}
+		fsType = "ext4"
+		in.RootTag = blockRoot
 	}
 	if err := setupRoot(fsType, in.RootTag, in.ScratchMB, in.StateDisk, in.Mounts); err != nil {
 		a.replyErr(f.ID, err)
@@ -137,6 +158,35 @@ func (a *agent) setup(f proto.Frame) {
 	if in.Network {
 		if err := setupNetwork(); err != nil {
 			a.replyErr(f.ID, fmt.Errorf("network: %w", err))
+			return
+		}
+	}
+	a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
+}
+
+// resume answers a Resume frame, the first one a machine restored from a snapshot gets: its own
+// randomness (credited, then the generator reseeded, so no two copies of one snapshot share
+// their random stream), the host's clock and its host name.
+func (a *agent) resume(f proto.Frame) {
+	var r proto.Resume
+	if err := json.Unmarshal(f.Payload, &r); err != nil {
+		a.replyErr(f.ID, err)
+		return
+	}
+	if err := reseedEntropy(r.Entropy); err != nil {
+		a.replyErr(f.ID, fmt.Errorf("entropy: %w", err))
+		return
+	}
+	if r.UnixNano > 0 {
+		ts := unix.NsecToTimespec(r.UnixNano)
+		if err := unix.ClockSettime(unix.CLOCK_REALTIME, &ts); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("clock: %w", err))
+			return
+		}
+	}
+	if r.Hostname != "" {
+		if err := unix.Sethostname([]byte(r.Hostname)); err != nil {
+			a.replyErr(f.ID, fmt.Errorf("hostname: %w", err))
 			return
 		}
 	}

@@ -98,6 +98,23 @@ func openPort(name string, wait time.Duration) (*os.File, error) {
 	}
 }
 
+// blockRoot is the device of a root on virtio-blk: the machine's first and only disk.
+const blockRoot = "/dev/vda"
+
+// waitDevice waits for the device node path to appear (devtmpfs creates it as the driver binds).
+func waitDevice(path string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not appear within %s", path, wait)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // shareOpts are the mount options of a share of fsType. 9p: the read-only root is cached in the
 // guest (it never changes under it); writable mounts cache only what mmap needs, so the host's
 // changes show at once. virtiofs needs none.

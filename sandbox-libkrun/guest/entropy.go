@@ -33,3 +33,24 @@ func seedEntropy(seed []byte) error {
 	}
 	return nil
 }
+
+// reseedEntropy credits seed to the kernel's pool and makes the kernel reseed its generator
+// from the pool at once (RNDRESEEDCRNG), so a restored copy of a snapshot stops producing the
+// stream every other copy of it produces.
+func reseedEntropy(seed []byte) error {
+	if len(seed) < 32 {
+		return fmt.Errorf("%d bytes of seed, at least 32 needed", len(seed))
+	}
+	if err := seedEntropy(seed); err != nil {
+		return err
+	}
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.RNDRESEEDCRNG, 0); errno != 0 {
+		return fmt.Errorf("RNDRESEEDCRNG: %w", errno)
+	}
+	return nil
+}

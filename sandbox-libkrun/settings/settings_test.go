@@ -74,6 +74,8 @@ func TestFailsClosed(t *testing.T) {
 		{`[1,2]`, "", "must be a map"},
 		{`{"accelerator":"qemu"}`, "accelerator", "must be one of kvm, tcg, auto, hvf, got a string (\"qemu\")"},
 		{`{"accelerator":true}`, "accelerator", "must be one of kvm, tcg, auto, hvf"},
+		{`{"snapshots":"yes"}`, "snapshots", "must be on or off, got a string (\"yes\")"},
+		{`{"snapshot_cache_mb":-1}`, "snapshot_cache_mb", "non-negative"},
 		{`{"warm_pool":"python"}`, "warm_pool", "must be a count (0-8) for every allowlisted image or a map"},
 		{`{"warm_pool":9}`, "warm_pool", "must be a count"},
 		{`{"warm_pool":{"python":-1}}`, "warm_pool.python", "non-negative"},
@@ -130,6 +132,21 @@ func TestLoadFile(t *testing.T) {
 	}
 	if _, _, err := LoadFile(p); err == nil || !strings.Contains(err.Error(), "YAML") {
 		t.Fatalf("malformed YAML: %v", err)
+	}
+}
+
+func TestSnapshotKeys(t *testing.T) {
+	if d := Defaults(); d.Snapshots != SnapshotsOff || d.SnapshotCacheMB != DefaultSnapshotCacheMB {
+		t.Fatalf("defaults: snapshots %q, snapshot_cache_mb %d", d.Snapshots, d.SnapshotCacheMB)
+	}
+	for _, v := range []any{"on", true} {
+		s, _, err := Parse(map[string]any{"snapshots": v, "snapshot_cache_mb": 100})
+		if err != nil || s.Snapshots != SnapshotsOn || s.SnapshotCacheMB != 100 {
+			t.Fatalf("snapshots %v: %+v %v", v, s, err)
+		}
+	}
+	if s, _, err := Parse(map[string]any{"snapshots": false}); err != nil || s.Snapshots != SnapshotsOff {
+		t.Fatalf("snapshots false: %q %v", s.Snapshots, err)
 	}
 }
 

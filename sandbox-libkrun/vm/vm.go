@@ -19,6 +19,25 @@ type Driver interface {
 	Boot(ctx context.Context, spec Spec) (Machine, error)
 }
 
+// Snapshotter is a Driver that can save a machine to a file and start copies of it (the qemu
+// driver). Only a machine whose root is a Spec.RootDisk, without networking, can be saved.
+type Snapshotter interface {
+	// Snapshot boots a machine of spec, runs warm on it, saves it to dst and stops it.
+	Snapshot(ctx context.Context, spec Spec, dst string, warm func(context.Context, Machine) error) (SnapshotInfo, error)
+	// Restore starts a copy of the machine saved in src (made with the same CPUs, memory, scratch
+	// size and root disk) with its own randomness, the host's clock and spec.Hostname.
+	Restore(ctx context.Context, spec Spec, src, kernelRelease string) (Machine, error)
+}
+
+// SnapshotInfo describes a snapshot Snapshotter.Snapshot made.
+type SnapshotInfo struct {
+	KernelRelease string        // the guest's `uname -r`
+	Size          int64         // bytes of the file
+	Boot          time.Duration // booting the machine to a ready agent
+	Warm          time.Duration // the caller's warm-up commands
+	Save          time.Duration // stopping the machine and writing the file
+}
+
 // The file shares that serve a machine's image and mounts.
 const (
 	ShareVirtiofs = "virtiofs" // one virtiofsd per share (Linux)
@@ -44,6 +63,12 @@ type Spec struct {
 	// disk fails the guest's writes with ENOSPC; an image made larger since it was formatted has
 	// its file system grown to fill it when the guest mounts it.
 	Disk string
+	// RootDisk, when set, is a read-only ext4 image of the root served on virtio-blk instead of
+	// RootFS over a file share: the root of a machine that can be snapshotted (qemu cannot
+	// migrate a vhost-user-fs device). It takes no Mounts.
+	RootDisk string
+	// Hostname, when set, is the guest's host name.
+	Hostname string
 }
 
 // Mount is a host directory made visible in the guest.

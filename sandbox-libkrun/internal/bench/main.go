@@ -32,6 +32,7 @@ func main() {
 	guestArch := flag.String("guest-arch", other.Name, "architecture of the last section's guests (empty: no such section)")
 	guestFW := flag.String("guest-firmware", "", "VM firmware directory of -guest-arch (default dist/firmware/<its linux target>, else the installed one)")
 	fsOnly := flag.Bool("fs", false, "run only the fs::read / fs::write section")
+	snapOnly := flag.Bool("snapshots", false, "run only the floor, the snapshot section and sandbox::run cold with snapshots off and from a snapshot")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -60,6 +61,15 @@ func main() {
 		fmt.Printf("driver and sandbox::run: skipped, image %s not cached (go tool mage images)\n", preset.Ref)
 		return
 	}
+	if err := measureSnapshots(ctx, d, root, *n, floor); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: snapshots:", err)
+		os.Exit(1)
+	}
+	if *snapOnly {
+		runSection(ctx, d, *n, floor, debimage.Presets[0].Name, runModes[0:1:1])
+		runSection(ctx, d, *n, floor, debimage.Presets[0].Name, runModes[2:])
+		return
+	}
 	ds, err := measureDriver(ctx, d, root, *n)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench: driver:", err)
@@ -71,31 +81,7 @@ func main() {
 	fmt.Printf("%-44s %s  (%.2fx floor)\n", "driver boot+exec+stop:", ds.Cycle, float64(ds.Cycle.Median)/float64(floor.Median))
 	ds.Phases.Print(os.Stdout, "the driver boot ("+preset.Name+" image) and its first exec")
 
-	fmt.Printf("sandbox::run end to end (client -> engine -> router -> adapter -> VM), image %s, default cpus/memory;\n", preset.Name)
-	fmt.Printf("each run starts once the previous VM is gone (and the pool is full again); ratio = median / floor median;\n")
-	var targets []string
-	for _, c := range runCases {
-		targets = append(targets, fmt.Sprintf("%s at most %.2fx the floor", c.Lang, c.Target))
-	}
-	fmt.Printf("targets (issue 18): %s\n", strings.Join(targets, ", "))
-	for _, mode := range []struct {
-		label string
-		pool  int
-	}{{"cold", 0}, {"warm", 1}} {
-		stats, phases, err := measureRuns(ctx, d, *n, mode.pool, image.NewCache(""))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: sandbox::run:", err)
-			os.Exit(1)
-		}
-		for i, c := range runCases {
-			name := fmt.Sprintf("run %s, %s:", c.Label, mode.label)
-			if mode.pool > 0 {
-				name = fmt.Sprintf("run %s, warm_pool %d:", c.Label, mode.pool)
-			}
-			fmt.Printf("%s %s  %s\n", pad(name, 44), stats[i], verdict(stats[i], floor, c.Target))
-			phases[i].Print(os.Stdout, "the "+preset.Name+" image")
-		}
-	}
+	runSection(ctx, d, *n, floor, preset.Name, runModes)
 	fsSection(ctx, d, *n)
 	if *guestArch != "" {
 		if err := guestSection(ctx, *guestArch, *guestFW, *accel, *n); err != nil {
@@ -144,7 +130,7 @@ func guestSection(ctx context.Context, name, fw, accel string, n int) error {
 				return nil
 			}
 		}
-		stats, phases, err := measureRuns(ctx, d, n, 0, cache)
+		stats, phases, err := measureRuns(ctx, d, n, 0, cache, false)
 		if err != nil {
 			return err
 		}
@@ -193,5 +179,45 @@ func fsSection(ctx context.Context, d *qemu.Driver, n int) {
 	if err := measureFS(ctx, d, min(n, 5), cache, root); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: fs:", err)
 		os.Exit(1)
+	}
+}
+
+// runMode is one way sandbox::run is timed: cold (every run boots, or restores with snaps) or
+// with a warm pool.
+type runMode struct {
+	label string
+	pool  int
+	snaps bool
+}
+
+var runModes = []runMode{{"cold, snapshots off", 0, false}, {"warm", 1, false}, {"cold, from a snapshot", 0, true}}
+
+// runSection times sandbox::run of each case in each mode against the floor.
+func runSection(ctx context.Context, d *qemu.Driver, n int, floor Stats, imageName string, modes []runMode) {
+	fmt.Printf("sandbox::run end to end (client -> engine -> router -> adapter -> VM), image %s, default cpus/memory;\n", imageName)
+	fmt.Printf("each run starts once the previous VM is gone (and the pool is full again); ratio = median / floor median;\n")
+	var targets []string
+	for _, c := range runCases {
+		targets = append(targets, fmt.Sprintf("%s at most %.2fx the floor", c.Lang, c.Target))
+	}
+	fmt.Printf("targets (issue 18): %s; from a snapshot (issue 28): shell at most 0.25x, python at most 0.50x\n", strings.Join(targets, ", "))
+	for _, mode := range modes {
+		stats, phases, err := measureRuns(ctx, d, n, mode.pool, image.NewCache(""), mode.snaps)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: sandbox::run:", err)
+			os.Exit(1)
+		}
+		for i, c := range runCases {
+			name := fmt.Sprintf("run %s, %s:", c.Label, mode.label)
+			if mode.pool > 0 {
+				name = fmt.Sprintf("run %s, warm_pool %d:", c.Label, mode.pool)
+			}
+			target := c.Target
+			if mode.snaps {
+				target = snapshotCases[i].Target
+			}
+			fmt.Printf("%s %s  %s\n", pad(name, 44), stats[i], verdict(stats[i], floor, target))
+			phases[i].Print(os.Stdout, "the "+imageName+" image")
+		}
 	}
 }

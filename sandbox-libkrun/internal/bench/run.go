@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/adapter"
 	"github.com/iii-go/iii/sandbox-libkrun/image"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
 )
@@ -64,8 +66,14 @@ func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings, cache
 	}
 	drv := &countingDriver{Driver: d}
 	aw := protocol.NewWorker(protocol.Config{URL: url, Name: adapter.Name, Logger: quiet})
-	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: cachedImages{cache}, Version: "bench", StateDir: state,
-		Accelerator: d.Accel(), Channels: aw})
+	opt := adapter.Options{Settings: st, Driver: drv, Images: cachedImages{cache}, Version: "bench", StateDir: state,
+		Accelerator: d.Accel(), Channels: aw}
+	if st.Snapshots == settings.SnapshotsOn {
+		opt.Driver = &snapshotDriver{countingDriver: drv, sn: d}
+		opt.Snapshots = snapshot.NewStore(filepath.Join(state, "snapshots"), int64(st.SnapshotCacheMB))
+		opt.FirmwareID, opt.GuestArch = "bench", d.Arch().Name
+	}
+	svc := adapter.New(opt)
 	for op, h := range svc.Handlers() {
 		if err := aw.Register(adapter.Name+"::"+op, wrap(h)); err != nil {
 			cancel()
@@ -143,19 +151,28 @@ func (s *stack) settle(ctx context.Context, pool int) error {
 
 // measureRuns times n sandbox::run calls of each case end to end from the client, with a warm
 // pool of pool python machines (0: every run boots its own), images from cache. Cold runs
-// (pool 0) also return each case's phases.
-func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int, cache *image.Cache) ([]Stats, []Breakdown, error) {
+// (pool 0) also return each case's phases. With snaps, cold runs are restored from the image's
+// snapshot, made (and not timed) by a first run.
+func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int, cache *image.Cache, snaps bool) ([]Stats, []Breakdown, error) {
 	st := settings.Defaults()
 	st.AutoInstall = false
 	st.ImageAllowlist = []string{"python"}
 	if pool > 0 {
 		st.WarmPool = map[string]uint32{"python": uint32(pool)}
 	}
+	if snaps {
+		st.Snapshots = settings.SnapshotsOn
+	}
 	s, err := startStack(ctx, d, st, cache)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer s.close()
+	if snaps {
+		if err := s.makeSnapshot(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
 	var out []Stats
 	var phases []Breakdown
 	for _, c := range runCases {
@@ -179,6 +196,46 @@ func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int, cache *image.
 		phases = append(phases, b)
 	}
 	return out, phases, nil
+}
+
+// makeSnapshot runs one sandbox (which boots) and waits until the adapter has made the image's
+// snapshot behind it.
+func (s *stack) makeSnapshot(ctx context.Context) error {
+	if _, err := s.run(ctx, runCases[0]); err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		info, _ := s.svc.Info(ctx, nil)
+		if st := info.(adapter.InfoReply).Snapshots; st != nil && st.Making == 0 {
+			if st.Made == 0 {
+				return fmt.Errorf("no snapshot made: %s", st.LastError)
+			}
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return ctx.Err()
+}
+
+// snapshotDriver is a countingDriver that also saves and restores machines; restored machines
+// count as live.
+type snapshotDriver struct {
+	*countingDriver
+	sn vm.Snapshotter
+}
+
+func (d *snapshotDriver) Snapshot(ctx context.Context, spec vm.Spec, dst string, warm func(context.Context, vm.Machine) error) (vm.SnapshotInfo, error) {
+	return d.sn.Snapshot(ctx, spec, dst, warm)
+}
+
+func (d *snapshotDriver) Restore(ctx context.Context, spec vm.Spec, src, release string) (vm.Machine, error) {
+	m, err := d.sn.Restore(ctx, spec, src, release)
+	if err == nil {
+		d.mu.Lock()
+		d.machines = append(d.machines, m)
+		d.mu.Unlock()
+	}
+	return m, err
 }
 
 // cachedImages resolves images from the cache only.

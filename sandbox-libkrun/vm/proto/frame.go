@@ -37,6 +37,7 @@ const (
 	TypeData     Type = 11 // a chunk of a streamed file (raw bytes, not JSON); same id as its FS
 	TypeEnd      Type = 12 // end of a stream: empty payload when complete, else why it was aborted
 	TypeCredit   Type = 13 // the receiver of a stream took bytes: Credit
+	TypeResume   Type = 14 // a machine restored from a snapshot starts anew: Resume; answered by Reply
 )
 
 // Frame is one message on the control channel.

@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/6"
+const AgentVersion = "iii-guest/7"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -17,7 +17,7 @@ type Hello struct {
 
 // Init asks the guest to assemble its root: the share RootTag mounted read-only under a tmpfs
 // upper layer of ScratchMB MiB, plus extra shares, then chroot into it. Every share is virtiofs,
-// or virtio-9p when Share is Share9P (revision 4). With StateDisk (revision 6) the upper layer is
+// or virtio-9p when Share is Share9P (revision 4). With StateDisk (revision 7) the upper layer is
 // the ext4 file system on the machine's virtio block device instead, kept across boots, and /run
 // and /tmp are tmpfs of ScratchMB MiB.
 type Init struct {
@@ -30,6 +30,8 @@ type Init struct {
 	Network bool `json:"network,omitempty"`
 	// Entropy is random data from the host credited to the guest kernel's pool.
 	Entropy []byte `json:"entropy,omitempty"`
+	// Hostname, when set, is the guest's host name (revision 7).
+	Hostname string `json:"hostname,omitempty"`
 }
 
 // StateDiskSerial is the virtio serial number of the block device Init.StateDisk refers to: the
@@ -38,6 +40,22 @@ const StateDiskSerial = "iii-state"
 
 // Share9P is Init.Share for shares served over virtio-9p.
 const Share9P = "9p"
+
+// ShareBlock is Init.Share for a root read from the first virtio-blk disk (a read-only ext4
+// image, revision 6): the root of a machine that can be snapshotted, since qemu cannot migrate
+// a vhost-user-fs device. It takes no extra mounts.
+const ShareBlock = "blk"
+
+// Resume is the first frame a machine restored from a snapshot receives (revision 7): every
+// restored copy starts with the same memory, so the guest must get its own randomness, clock
+// and name before it runs anything. The agent credits Entropy to the kernel's pool and forces a
+// reseed of its generator, sets the wall clock to UnixNano and, when Hostname is set, the host
+// name.
+type Resume struct {
+	Entropy  []byte `json:"entropy"`
+	UnixNano int64  `json:"unix_nano"`
+	Hostname string `json:"hostname,omitempty"`
+}
 
 // GuestMount is a virtiofs tag mounted at Path inside the guest root.
 type GuestMount struct {

@@ -91,3 +91,20 @@ func TestAutoForeignArchIsTCG(t *testing.T) {
 		t.Fatalf("Accel() = %q", got)
 	}
 }
+
+// A machine whose root is a disk image (one that can be snapshotted) has no vhost-user device
+// and no shared RAM, under every accelerator; a restore waits for its snapshot.
+func TestArgsRootDisk(t *testing.T) {
+	spec := vm.Spec{RootDisk: "/snap/ro,ot.ext4", CPUs: 1, MemoryMB: 512}
+	for _, arch := range []guestarch.Arch{guestarch.X86_64, guestarch.AArch64} {
+		for _, accel := range []string{"tcg", "kvm"} {
+			d := fakeDriver(t, Options{Arch: arch, Share: ShareVirtiofs, Accel: accel})
+			a := strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: accel, ctrlSock: "/run/ctrl.sock", qmpSock: "/run/qmp.sock", incoming: true}), " ")
+			has(t, a, "-drive file=/snap/ro,,ot.ext4,format=raw,if=none,id=root,readonly=on", "-device virtio-blk-device,drive=root",
+				"-qmp unix:/run/qmp.sock,server=on,wait=off", "-incoming defer", "virtserialport,chardev=ctrl,name=ctrl")
+			hasNot(t, a, "memory-backend", "vhost-user", "virtio-9p", "force-legacy")
+		}
+	}
+	d := fakeDriver(t, Options{Arch: guestarch.X86_64, Share: ShareVirtiofs})
+	hasNot(t, strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: "tcg", ctrlSock: "/run/ctrl.sock"}), " "), "-qmp", "-incoming")
+}

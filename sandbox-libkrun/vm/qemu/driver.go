@@ -208,6 +208,8 @@ type qemuConfig struct {
 	vfsSocks     []string // virtiofsd sockets of the image root and the mounts (virtiofs)
 	ctrlSock     string   // the socket of the agent's port
 	extraCmdline string   // appended to the kernel command line
+	qmpSock      string   // when set, qemu's monitor (QMP) listens on this socket
+	incoming     bool     // wait for a migration stream (a snapshot) instead of booting
 }
 
 // qemuArgs is qemu's command line for c. Unless c.consoleOnly, the shares are served from
@@ -252,7 +254,13 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 	if c.consoleOnly {
 		return append(a, "-M", machine)
 	}
-	if d.opt.Share == Share9P {
+	switch {
+	case c.spec.RootDisk != "":
+		// A disk instead of a share: nothing that qemu cannot migrate, so no memfd RAM either.
+		a = append(a, "-M", machine,
+			"-drive", "file="+optEscape(c.spec.RootDisk)+",format=raw,if=none,id=root,readonly=on",
+			"-device", "virtio-blk-device,drive=root")
+	case d.opt.Share == Share9P:
 		a = append(a, "-M", machine)
 		shares := append([]vm.Mount{{Host: c.spec.RootFS, ReadOnly: true}}, c.spec.Mounts...)
 		for i, sh := range shares {
@@ -264,7 +272,7 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 			}
 			a = append(a, "-fsdev", fsdev, "-device", "virtio-9p-device,fsdev="+id+",mount_tag="+tagFor(i))
 		}
-	} else {
+	default:
 		// vhost-user needs modern virtio, which virtio-mmio does not offer by default.
 		a = append(a, "-M", machine+",memory-backend=mem",
 			"-object", "memory-backend-memfd,id=mem,size="+mem+",share=on",
@@ -286,6 +294,12 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 		"-device", "virtserialport,chardev=ctrl,name=ctrl")
 	if c.spec.Network {
 		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
+	}
+	if c.qmpSock != "" {
+		a = append(a, "-qmp", "unix:"+optEscape(c.qmpSock)+",server=on,wait=off")
+	}
+	if c.incoming {
+		a = append(a, "-incoming", "defer")
 	}
 	return a
 }

@@ -20,6 +20,9 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
+// randRead fills b with the host's randomness.
+var randRead = rand.Read
+
 // ErrStopped is returned by calls on a machine that has exited.
 var ErrStopped = errors.New("vm: machine has exited")
 
@@ -30,9 +33,12 @@ type machine struct {
 
 	qemu     *proc
 	vfsd     []*proc
-	console  string   // console log path
-	sockDir  string   // holds the sockets: StateDir, or a short temporary path
-	tempDirs []string // directories the driver created, removed on exit
+	console  string        // console log path
+	sockDir  string        // holds the sockets: StateDir, or a short temporary path
+	qmpSock  string        // qemu's monitor socket, for machines that are snapshotted or restored
+	incoming bool          // qemu starts waiting for a snapshot (Restore) instead of booting
+	restored *RestoreTimes // set for a machine Restore started
+	tempDirs []string      // directories the driver created, removed on exit
 
 	conn net.Conn
 	wmu  sync.Mutex
@@ -93,7 +99,14 @@ func checkSpec(spec vm.Spec) (vm.Spec, error) {
 		// tmpfs pages live in guest RAM: by default writes may use half of it.
 		spec.ScratchMB = spec.MemoryMB / 2
 	}
-	if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
+	if spec.RootDisk != "" {
+		if len(spec.Mounts) > 0 {
+			return spec, bootError(errors.New("a machine whose root is a disk image takes no mounts"))
+		}
+		if st, err := os.Stat(spec.RootDisk); err != nil || !st.Mode().IsRegular() {
+			return spec, bootError(fmt.Errorf("root disk %q is not a file", spec.RootDisk))
+		}
+	} else if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
 		return spec, bootError(fmt.Errorf("root filesystem %q is not a directory", spec.RootFS))
 	}
 	for _, mt := range spec.Mounts {
@@ -189,7 +202,7 @@ func (d *Driver) start(ctx context.Context, m *machine, accel string) error {
 // startVirtiofsd serves the image root and the mounts, one virtiofsd each, and returns their
 // sockets once they all exist. Under 9p qemu serves them itself and none is started.
 func (d *Driver) startVirtiofsd(ctx context.Context, m *machine, log *os.File) ([]string, error) {
-	if d.opt.Share == Share9P {
+	if d.opt.Share == Share9P || m.spec.RootDisk != "" {
 		return nil, nil
 	}
 	shares := append([]vm.Mount{{Host: m.spec.RootFS, ReadOnly: true}}, m.spec.Mounts...)
@@ -216,7 +229,8 @@ func (d *Driver) startVirtiofsd(ctx context.Context, m *machine, log *os.File) (
 func (d *Driver) startQemu(ctx context.Context, m *machine, accel string, socks []string, log *os.File) error {
 	ctrl := filepath.Join(m.sockDir, "ctrl.sock")
 	_ = os.Remove(ctrl)
-	argv := append([]string{d.opt.Qemu}, d.qemuArgs(qemuConfig{spec: m.spec, accel: accel, vfsSocks: socks, ctrlSock: ctrl})...)
+	argv := append([]string{d.opt.Qemu}, d.qemuArgs(qemuConfig{spec: m.spec, accel: accel, vfsSocks: socks, ctrlSock: ctrl,
+		qmpSock: m.qmpSock, incoming: m.incoming})...)
 	var err error
 	m.qemu, err = startProc("qemu", argv, log)
 	if err != nil {
@@ -261,11 +275,14 @@ func (d *Driver) handshake(ctx context.Context, m *machine) error {
 
 // initFor is the Init message of spec: the root and mounts to set up and fresh entropy.
 func (d *Driver) initFor(spec vm.Spec) (proto.Init, error) {
-	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, StateDisk: spec.Disk != "", Network: spec.Network, Entropy: make([]byte, 64)}
-	if d.opt.Share == Share9P {
+	init := proto.Init{RootTag: "root", ScratchMB: spec.ScratchMB, StateDisk: spec.Disk != "", Network: spec.Network, Entropy: make([]byte, 64), Hostname: spec.Hostname}
+	switch {
+	case spec.RootDisk != "":
+		init.Share = proto.ShareBlock
+	case d.opt.Share == Share9P:
 		init.Share = proto.Share9P
 	}
-	if _, err := rand.Read(init.Entropy); err != nil {
+	if _, err := randRead(init.Entropy); err != nil {
 		return init, fmt.Errorf("entropy for the guest: %w", err)
 	}
 	for i, mt := range spec.Mounts {

@@ -1,0 +1,105 @@
+//go:build linux
+
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/image"
+	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+)
+
+// TestSnapshotRestore saves a machine booted on a root disk and restores two machines from it:
+// each runs commands, reads its own random bytes, has the host's clock and keeps its writes to
+// itself. With the python preset in the cache it is the root (and python's first run is timed).
+func TestSnapshotRestore(t *testing.T) {
+	d := newDriver(t)
+	root := busyboxRoot(t)
+	python := false
+	if r, ok := image.NewCache("").RootFS("docker.io/iiidev/python:latest"); ok && os.Getenv("III_TEST_SNAPSHOT_PYTHON") != "" {
+		root, python = r, true
+	}
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "root.ext4")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if err := snapshot.BuildRootDisk(ctx, root, disk); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("root disk built in %s", time.Since(start).Round(time.Millisecond))
+	spec := vm.Spec{RootDisk: disk, CPUs: 1, MemoryMB: 512, ScratchMB: 64}
+	file := filepath.Join(dir, "machine.snap")
+	info, err := d.Snapshot(ctx, spec, file, func(ctx context.Context, m vm.Machine) error {
+		argvs := [][]string{{"sh", "-c", "true"}}
+		if python {
+			argvs = append(argvs, []string{"python3", "-c", "pass"})
+		}
+		for _, argv := range argvs {
+			if _, err := m.Exec(ctx, vm.ExecRequest{Argv: argv, Timeout: time.Minute}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot: %d MiB, boot %s, warm %s, save %s", info.Size>>20, info.Boot.Round(time.Millisecond), info.Warm.Round(time.Millisecond), info.Save.Round(time.Millisecond))
+	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("snapshot file: %v, mode %v", err, st.Mode())
+	}
+	var rand [][]byte
+	for i := range 2 {
+		spec := spec
+		spec.StateDir = t.TempDir()
+		spec.Hostname = "sbx-" + strconv.Itoa(i)
+		start := time.Now()
+		m, err := d.Restore(ctx, spec, file, info.KernelRelease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Stop(context.Background()) })
+		restored := time.Since(start)
+		res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "true"}})
+		shell := time.Since(start)
+		var phases []string
+		for _, p := range m.(interface{ RestoreTimes() *RestoreTimes }).RestoreTimes().Phases() {
+			phases = append(phases, p.Name+" "+p.D.Round(time.Millisecond).String())
+		}
+		t.Logf("restore %d: ready in %s (%s), sh -c true done at %s", i, restored.Round(time.Millisecond), strings.Join(phases, ", "), shell.Round(time.Millisecond))
+		if python {
+			t0 := time.Now()
+			res := run(t, m, vm.ExecRequest{Argv: []string{"python3", "-c", "print(1)"}, Timeout: time.Minute})
+			t.Logf("restore %d: python3 print(1) %s (exit %d)", i, time.Since(t0).Round(time.Millisecond), code(res))
+		}
+		if code(res) != 0 {
+			t.Fatalf("sh -c true: exit %d", code(res))
+		}
+		res = run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "head -c 32 /dev/urandom; cat /proc/sys/kernel/hostname; ls /tmp; echo " + strconv.Itoa(i) + " > /tmp/mine; date +%s"}})
+		out := res.Stdout
+		if len(out) < 32 {
+			t.Fatalf("restore %d: output %q stderr %q", i, out, res.Stderr)
+		}
+		rand = append(rand, out[:32])
+		lines := strings.Fields(string(out[32:]))
+		if len(lines) != 2 || lines[0] != spec.Hostname {
+			t.Fatalf("restore %d: hostname and files %q (want only %s and the date: a copy sees another's /tmp?)", i, lines, spec.Hostname)
+		}
+		sec, _ := strconv.ParseInt(lines[1], 10, 64)
+		if skew := time.Now().Unix() - sec; skew < -2 || skew > 2 {
+			t.Fatalf("restore %d: guest clock %d is %d s off the host's", i, sec, skew)
+		}
+	}
+	if bytes.Equal(rand[0], rand[1]) {
+		t.Fatalf("two machines restored from one snapshot read the same /dev/urandom bytes %x", rand[0])
+	}
+}
