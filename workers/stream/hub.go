@@ -1,0 +1,210 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/nats-io/nats.go"
+)
+
+// Hub is the stream WebSocket endpoint, as iii's on its stream port: a client connects (any
+// path), sends {type: "join", data: {subscriptionId, streamName, groupId, id?}} and gets a
+// Message with event {type: "sync", data} (the item, or the group's items, as they are now),
+// then every Message of that group (or item) from any stream worker sharing the store;
+// {type: "leave", data: {subscriptionId, ...}} ends the subscription. Frames that are not a
+// join or a leave are ignored, as iii does. A client that falls OutboundLimit messages behind
+// is disconnected rather than slowing the others.
+type Hub struct {
+	svc *Service
+	sub *nats.Subscription
+	// Log reports dropped clients; nil discards.
+	Log func(msg string, args ...any)
+
+	mu    sync.Mutex
+	conns map[*client]struct{}
+}
+
+// OutboundLimit is how many messages a client may have waiting before it is disconnected.
+const OutboundLimit = 256
+
+// NewHub subscribes to the namespace's stream messages.
+func NewHub(svc *Service) (*Hub, error) {
+	h := &Hub{svc: svc, conns: map[*client]struct{}{}}
+	sub, err := svc.nc.Subscribe(svc.subject+".>", h.dispatch)
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	h.sub = sub
+	return h, nil
+}
+
+// Close ends the subscription and every client.
+func (h *Hub) Close() {
+	_ = h.sub.Unsubscribe()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.conns {
+		c.drop(websocket.StatusGoingAway, "stream worker stopping")
+	}
+}
+
+type subscription struct {
+	stream, group string
+	id            *string
+}
+
+type client struct {
+	out  chan []byte
+	stop context.CancelFunc
+	once sync.Once
+
+	mu   sync.Mutex
+	subs map[string]subscription
+	ws   *websocket.Conn
+}
+
+func (c *client) drop(code websocket.StatusCode, why string) {
+	c.once.Do(func() {
+		c.stop()
+		go func() { _ = c.ws.Close(code, why) }() // the close handshake may take seconds: never under the hub's lock
+	})
+}
+
+// wants reports whether one of the client's subscriptions covers m.
+func (c *client) wants(m *Message) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.subs {
+		if s.stream == m.StreamName && s.group == m.GroupID && (s.id == nil || (m.ID != nil && *s.id == *m.ID)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *Hub) dispatch(msg *nats.Msg) {
+	var m Message
+	if err := json.Unmarshal(msg.Data, &m); err != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c := range h.conns {
+		if !c.wants(&m) {
+			continue
+		}
+		select {
+		case c.out <- msg.Data:
+		default:
+			if h.Log != nil {
+				h.Log("stream client too slow; disconnected", "pending", OutboundLimit)
+			}
+			c.drop(websocket.StatusPolicyViolation, "too many pending messages")
+		}
+	}
+}
+
+type incoming struct {
+	Type string `json:"type"`
+	Data struct {
+		SubscriptionID string  `json:"subscriptionId"`
+		StreamName     string  `json:"streamName"`
+		GroupID        string  `json:"groupId"`
+		ID             *string `json:"id"`
+	} `json:"data"`
+}
+
+// ServeHTTP upgrades any request to a stream connection. Browsers connect from the pages of
+// the app, so every origin is admitted, as iii's stream port does.
+func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		return
+	}
+	ws.SetReadLimit(1 << 20)
+	ctx, cancel := context.WithCancel(r.Context())
+	c := &client{out: make(chan []byte, OutboundLimit), stop: cancel, subs: map[string]subscription{}, ws: ws}
+	h.mu.Lock()
+	h.conns[c] = struct{}{}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.conns, c)
+		h.mu.Unlock()
+		c.drop(websocket.StatusNormalClosure, "")
+	}()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case b := <-c.out:
+				wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+				err := ws.Write(wctx, websocket.MessageText, b)
+				wcancel()
+				if err != nil {
+					c.drop(websocket.StatusInternalError, "write failed")
+					return
+				}
+			}
+		}
+	}()
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			return
+		}
+		var in incoming
+		if json.Unmarshal(b, &in) != nil || in.Data.SubscriptionID == "" {
+			continue
+		}
+		switch in.Type {
+		case "join":
+			s := subscription{stream: in.Data.StreamName, group: in.Data.GroupID, id: in.Data.ID}
+			c.mu.Lock()
+			c.subs[in.Data.SubscriptionID] = s
+			c.mu.Unlock()
+			h.sync(ctx, c, s)
+		case "leave":
+			c.mu.Lock()
+			delete(c.subs, in.Data.SubscriptionID)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// sync sends a new subscription what its item or group holds now.
+func (h *Hub) sync(ctx context.Context, c *client, s subscription) {
+	var data json.RawMessage
+	if s.id != nil {
+		v, err := h.svc.get(ctx, s.stream, s.group, *s.id)
+		if err != nil {
+			return
+		}
+		data = v
+	} else {
+		items, err := h.svc.list(ctx, s.stream, s.group)
+		if err != nil {
+			return
+		}
+		data, _ = json.Marshal(items)
+	}
+	b, err := json.Marshal(Message{Type: "stream", Timestamp: time.Now().UnixMilli(), StreamName: s.stream, GroupID: s.group, ID: s.id,
+		Event: Event{Type: "sync", Data: data}})
+	if err != nil {
+		return
+	}
+	select {
+	case c.out <- b:
+	default:
+		c.drop(websocket.StatusPolicyViolation, "too many pending messages")
+	}
+}
