@@ -27,7 +27,9 @@
 //
 // Trigger type "stream", config {stream_name, group_id?, item_id?, condition_function_id?}: the
 // bound function gets the Message of each matching change made through this worker; with a
-// condition function, only when that function does not answer false (as iii's). Errors carry
+// condition function, only when that function does not answer false (as iii's). Each trigger
+// gets its changes one at a time, in the order they were committed (at most MaxPending waiting).
+// Errors carry
 // INVALID_ARGUMENTS or iii's STREAM_*_ERROR codes.
 package stream
 
@@ -64,6 +66,10 @@ const (
 
 // TriggerType is the trigger type of stream changes.
 const TriggerType = "stream"
+
+// MaxPending bounds the changes waiting for one trigger's function; past it new changes are
+// dropped for that trigger (and logged) rather than held without limit.
+const MaxPending = 10000
 
 // Event is the event of a Message: a change (create, update, delete with data) or, from
 // stream::send, a custom event (type "event" with Event set).
@@ -112,6 +118,15 @@ type Service struct {
 type streamTrigger struct {
 	t   protocol.Trigger
 	cfg TriggerConfig
+	q   *queue
+}
+
+// queue holds one trigger's undelivered changes: they go out one at a time, in commit order,
+// so a handler sees create before update and a slow handler delays only its own trigger.
+type queue struct {
+	mu      sync.Mutex
+	pending []Message
+	running bool
 }
 
 // TriggerConfig is a stream trigger's config.
@@ -506,7 +521,7 @@ func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.triggers[t.ID] = streamTrigger{t: t, cfg: cfg}
+	s.triggers[t.ID] = streamTrigger{t: t, cfg: cfg, q: &queue{}}
 	return nil
 }
 
@@ -518,34 +533,56 @@ func (s *Service) UnregisterTrigger(_ context.Context, t protocol.Trigger) error
 	return nil
 }
 
-// fire calls, in the background and in turn, the function of each trigger m matches.
+// fire queues m for each trigger it matches; each trigger's queue is delivered in the background,
+// in order.
 func (s *Service) fire(m Message) {
 	item := ""
 	if m.ID != nil {
 		item = *m.ID
 	}
-	s.mu.Lock()
-	var hit []streamTrigger
-	for _, st := range s.triggers {
-		c := st.cfg
-		if c.StreamName == m.StreamName && (c.GroupID == "" || c.GroupID == m.GroupID) && (c.ItemID == "" || c.ItemID == item) {
-			hit = append(hit, st)
-		}
-	}
-	s.mu.Unlock()
-	if len(hit) == 0 || s.call == nil {
+	if s.call == nil {
 		return
 	}
-	sort.Slice(hit, func(i, j int) bool { return hit[i].t.ID < hit[j].t.ID })
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.triggers {
+		c := st.cfg
+		if c.StreamName != m.StreamName || (c.GroupID != "" && c.GroupID != m.GroupID) || (c.ItemID != "" && c.ItemID != item) {
+			continue
+		}
+		st.q.mu.Lock()
+		if len(st.q.pending) >= MaxPending {
+			s.logf("stream trigger too far behind; change dropped", "trigger_id", st.t.ID, "function_id", st.t.FunctionID, "pending", MaxPending)
+			st.q.mu.Unlock()
+			continue
+		}
+		st.q.pending = append(st.q.pending, m)
+		if !st.q.running {
+			st.q.running = true
+			go s.drain(st)
+		}
+		st.q.mu.Unlock()
+	}
+}
+
+// drain delivers a trigger's queue until it is empty.
+func (s *Service) drain(st streamTrigger) {
 	timeout := s.CallTimeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	go func() {
-		for _, st := range hit {
-			s.deliver(st, m, timeout)
+	for {
+		st.q.mu.Lock()
+		if len(st.q.pending) == 0 {
+			st.q.running = false
+			st.q.mu.Unlock()
+			return
 		}
-	}()
+		m := st.q.pending[0]
+		st.q.pending = st.q.pending[1:]
+		st.q.mu.Unlock()
+		s.deliver(st, m, timeout)
+	}
 }
 
 func (s *Service) deliver(st streamTrigger, m Message, timeout time.Duration) {
