@@ -26,16 +26,18 @@
 // Keys this engine parses but does not implement are refused with CONFIG_UNSUPPORTED naming the
 // key, never accepted and ignored: rbac and middleware_function_id on iii-worker-manager, a
 // second instance of an engine worker ("#instance" or a second entry of the same name: one
-// listener only), a non-zero ttl_seconds, and iii-stream's auth_function and its adapters
-// other than kv (redis, bridge). iii-http-functions takes iii's security: {url_allowlist,
+// listener only), a non-zero ttl_seconds, and iii-stream's adapters other than kv (redis,
+// bridge). iii-http-functions takes iii's security: {url_allowlist,
 // block_private_ips, require_https}; it serves HTTP-invoked functions whether declared or not.
 // iii-stream, when declared, is served in the engine's process with iii's keys:
 //
-//	- name: iii-stream
-//	  config:
-//	    host: 127.0.0.1          # default 127.0.0.1 (iii's: 0.0.0.0)
-//	    port: ${STREAM_PORT:3112}
-//	    adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}}
+//	workers:
+//	  - name: iii-stream
+//	    config:
+//	      host: 127.0.0.1          # default 127.0.0.1 (iii's: 0.0.0.0)
+//	      port: ${STREAM_PORT:3112}
+//	      auth_function: my::auth  # optional
+//	      adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}}
 package config
 
 import (
@@ -90,6 +92,8 @@ type Config struct {
 type Stream struct {
 	Host string
 	Port int
+	// AuthFunction is called for each new WebSocket connection; "" for none.
+	AuthFunction string
 	// Memory is store_method: in_memory (items lost when the engine stops).
 	Memory bool
 	// FilePath is the kv adapter's file_path: the directory of the store ("" for
@@ -435,16 +439,15 @@ func (c *Config) parseConfiguration(v *yaml.Node) error {
 	})
 }
 
-// parseStream reads iii-stream config: {host, port, adapter: {name: kv, config: {store_method,
-// file_path}}}. auth_function and the adapters redis and bridge are iii's and refused here.
+// parseStream reads iii-stream config: {host, port, auth_function, adapter: {name: kv, config:
+// {store_method, file_path}}}. The adapters redis and bridge are iii's and refused here.
 func (c *Config) parseStream(v *yaml.Node) error {
 	st := c.Stream
 	return mapping(v, "iii-stream config", []string{"host", "port", "adapter", "auth_function"}, func(k, v *yaml.Node) error {
 		var err error
 		switch k.Value {
 		case "auth_function":
-			return refuseKey(k.Line, "iii-stream config: key \"auth_function\" (a function that admits stream connections) is not supported: "+
-				"keep the stream endpoint on a loopback host or in front of your own proxy")
+			st.AuthFunction, err = strValue(v, k.Value)
 		case "host":
 			st.Host, err = strValue(v, k.Value)
 			if err == nil && st.Host == "" {

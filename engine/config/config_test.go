@@ -31,7 +31,7 @@ workers:
   - name: configuration
     config: {adapter: {name: fs, config: {directory: /tmp/cfg}}, ttl_seconds: 0}
   - name: iii-stream
-    config: {port: "${SPORT:3200}", host: 0.0.0.0, adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}}}
+    config: {port: "${SPORT:3200}", host: 0.0.0.0, auth_function: my::auth, adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}}}
   - name: iii-http-functions
     config: {security: {url_allowlist: ["127.0.0.1", "*.example.com"], block_private_ips: false, require_https: ${HTTPS:false}}}
 sandbox:
@@ -49,7 +49,7 @@ namespaces:
 		Namespaces:     []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
 		Declared:       []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"},
 		HTTPSecurity:   HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}},
-		Stream:         &Stream{Host: "0.0.0.0", Port: 3200, FilePath: "./data/streams"}}
+		Stream:         &Stream{Host: "0.0.0.0", Port: 3200, AuthFunction: "my::auth", FilePath: "./data/streams"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
 	}
@@ -98,7 +98,6 @@ func TestParseErrors(t *testing.T) {
 			`line 5: workers[1]: a second "configuration" entry, after the one on line 2, is a second instance of configuration: this engine runs one configuration`},
 		{"workers:\n  - name: configuration\n    config: {ttl_seconds: 1}\n", errcode.ConfigUnsupported, "ttl_seconds: 1"},
 		{"workers:\n  - name: iii-stream\n    config: {anything_at_all: [1]}\n", errcode.ConfigInvalid, `line 3: unknown key "anything_at_all" in iii-stream config; allowed: host, port, adapter, auth_function`},
-		{"workers:\n  - name: iii-stream\n    config: {auth_function: onAuth}\n", errcode.ConfigUnsupported, `line 3: iii-stream config: key "auth_function"`},
 		{"workers:\n  - name: iii-stream\n    config:\n      adapter: {name: redis, config: {redis_url: 'redis://x'}}\n", errcode.ConfigUnsupported, `line 4: iii-stream adapter: name "redis"`},
 		{"workers:\n  - name: iii-stream\n    config: {adapter: {name: bridge}}\n", errcode.ConfigUnsupported, `iii-stream adapter: name "bridge"`},
 		{"workers:\n  - name: iii-stream\n    config: {adapter: {config: {}}}\n", errcode.ConfigInvalid, "name is required"},

@@ -106,8 +106,8 @@ const (
 	ConfigInvalid = "CONFIG_INVALID"
 	// ConfigUnsupported: config.yaml sets a key this engine does not implement (rbac,
 	// middleware_function_id, a second instance of an engine worker such as a #instance or a
-	// second iii-worker-manager listener, a non-zero ttl_seconds, iii-stream's auth_function and
-	// its redis and bridge adapters); refused rather than accepted and ignored.
+	// second iii-worker-manager listener, a non-zero ttl_seconds, iii-stream's redis and bridge
+	// adapters); refused rather than accepted and ignored.
 	ConfigUnsupported = "CONFIG_UNSUPPORTED"
 	// ConfigNotFound: the file named by --config does not exist.
 	ConfigNotFound = "CONFIG_NOT_FOUND"

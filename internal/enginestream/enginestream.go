@@ -24,7 +24,7 @@ const StartTimeout = 30 * time.Second
 func Config(env cli.EngineWorkerEnv) stream.Config {
 	sc := env.Config.Stream
 	cfg := stream.Default()
-	cfg.Host, cfg.Port = sc.Host, stream.Port(sc.Port)
+	cfg.Host, cfg.Port, cfg.AuthFunction = sc.Host, stream.Port(sc.Port), sc.AuthFunction
 	cfg.Adapter = &stream.Adapter{Name: "kv", Config: map[string]any{}}
 	if sc.Memory {
 		cfg.Adapter.Config["store_method"] = "in_memory"

@@ -24,13 +24,15 @@ const (
 	DefaultPort = 3112
 )
 
-// Config is the stream worker's configuration: iii's iii-stream keys (port, host, adapter)
+// Config is the stream worker's configuration: iii's iii-stream keys (port, host, auth_function, adapter)
 // plus the store's (nats, replicas).
 type Config struct {
 	// Host and Port of the WebSocket endpoint. iii listens on 0.0.0.0 by default; this worker
 	// on 127.0.0.1, as the engine does, so a stream is not open to the network unless asked.
 	Host string `yaml:"host"`
 	Port Port   `yaml:"port"`
+	// AuthFunction is called for each new WebSocket connection (see Hub).
+	AuthFunction string `yaml:"auth_function"`
 	// Adapter is iii's adapter: {name: kv, config: {store_method, file_path}}. kv is the only
 	// one; redis and bridge are refused (use nats.url to share the store instead).
 	Adapter *Adapter `yaml:"adapter"`
@@ -150,6 +152,7 @@ func Setup(ctx context.Context, cfg Config, w *protocol.Worker, log *slog.Logger
 		return nil, err
 	}
 	hub.Log = log.Warn
+	hub.AuthFunction = cfg.AuthFunction
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -180,9 +183,18 @@ func Setup(ctx context.Context, cfg Config, w *protocol.Worker, log *slog.Logger
 			return nil, err
 		}
 	}
-	if err := w.RegisterTriggerType(TriggerType, "Fires on every change of a stream: {stream_name, group_id?, item_id?, condition_function_id?}", svc); err != nil {
-		cleanup()
-		return nil, err
+	for _, tt := range []struct {
+		name, what string
+		h          protocol.TriggerHandler
+	}{
+		{TriggerType, "Fires on every change of a stream: {stream_name, group_id?, item_id?, condition_function_id?}", svc},
+		{JoinTriggerType, "Fires when a WebSocket client joins a stream; {unauthorized: true} refuses it", JoinLeave{Svc: svc, Join: true}},
+		{LeaveTriggerType, "Fires when a WebSocket client leaves a stream", JoinLeave{Svc: svc}},
+	} {
+		if err := w.RegisterTriggerType(tt.name, tt.what, tt.h); err != nil {
+			cleanup()
+			return nil, err
+		}
 	}
 	return cleanup, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,11 +19,19 @@ import (
 // {type: "leave", data: {subscriptionId, ...}} ends the subscription. Frames that are not a
 // join or a leave are ignored, as iii does. A client that falls OutboundLimit messages behind
 // is disconnected rather than slowing the others.
+//
+// With AuthFunction set, each connection first calls it with {headers, path, query_params, addr}
+// and keeps the context of its answer {context}, which the stream:join and stream:leave
+// functions get; a join function answering {unauthorized: true} refuses the join with a Message
+// whose event is {type: "unauthorized"}. As iii's, an auth function that fails admits the
+// connection without a context.
 type Hub struct {
 	svc *Service
 	sub *nats.Subscription
 	// Log reports dropped clients; nil discards.
 	Log func(msg string, args ...any)
+	// AuthFunction is called for each new connection ("" for none).
+	AuthFunction string
 
 	mu    sync.Mutex
 	conns map[*client]struct{}
@@ -61,8 +70,41 @@ type subscription struct {
 	id            *string
 }
 
+func (s subscription) event(id string, auth json.RawMessage) JoinEvent {
+	return JoinEvent{SubscriptionID: id, StreamName: s.stream, GroupID: s.group, ID: s.id, Context: auth}
+}
+
+// authenticate calls the auth function for r and returns the context it answers (nil for none).
+func (h *Hub) authenticate(r *http.Request) json.RawMessage {
+	if h.AuthFunction == "" || h.svc.call == nil {
+		return nil
+	}
+	headers := map[string]string{}
+	for k, v := range r.Header {
+		headers[strings.ToLower(k)] = strings.Join(v, ", ")
+	}
+	query := map[string][]string(r.URL.Query())
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	res, err := h.svc.call.Call(ctx, h.AuthFunction, map[string]any{"headers": headers, "path": r.URL.Path, "query_params": query, "addr": r.RemoteAddr})
+	if err != nil {
+		if h.Log != nil {
+			h.Log("the stream auth function failed; connection admitted without a context", "function_id", h.AuthFunction, "err", err)
+		}
+		return nil
+	}
+	var out struct {
+		Context json.RawMessage `json:"context"`
+	}
+	if json.Unmarshal(res, &out) != nil {
+		return nil
+	}
+	return out.Context
+}
+
 type client struct {
 	out  chan []byte
+	auth json.RawMessage // the auth function's context
 	stop context.CancelFunc
 	once sync.Once
 
@@ -131,7 +173,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(1 << 20)
 	ctx, cancel := context.WithCancel(r.Context())
-	c := &client{out: make(chan []byte, OutboundLimit), stop: cancel, subs: map[string]subscription{}, ws: ws}
+	c := &client{out: make(chan []byte, OutboundLimit), stop: cancel, subs: map[string]subscription{}, ws: ws, auth: h.authenticate(r)}
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
@@ -140,6 +182,13 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		delete(h.conns, c)
 		h.mu.Unlock()
 		c.drop(websocket.StatusNormalClosure, "")
+		c.mu.Lock()
+		left := c.subs
+		c.subs = nil
+		c.mu.Unlock()
+		for id, s := range left {
+			h.svc.joinLeave(context.Background(), false, s.event(id, c.auth))
+		}
 	}()
 	go func() {
 		for {
@@ -169,14 +218,23 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch in.Type {
 		case "join":
 			s := subscription{stream: in.Data.StreamName, group: in.Data.GroupID, id: in.Data.ID}
+			if h.svc.joinLeave(ctx, true, s.event(in.Data.SubscriptionID, c.auth)) {
+				h.send(c, Message{Type: "stream", Timestamp: time.Now().UnixMilli(), StreamName: s.stream, GroupID: s.group, ID: s.id,
+					Event: Event{Type: "unauthorized"}})
+				continue
+			}
 			c.mu.Lock()
 			c.subs[in.Data.SubscriptionID] = s
 			c.mu.Unlock()
 			h.sync(ctx, c, s)
 		case "leave":
 			c.mu.Lock()
+			s, ok := c.subs[in.Data.SubscriptionID]
 			delete(c.subs, in.Data.SubscriptionID)
 			c.mu.Unlock()
+			if ok {
+				h.svc.joinLeave(ctx, false, s.event(in.Data.SubscriptionID, c.auth))
+			}
 		}
 	}
 }
@@ -197,8 +255,13 @@ func (h *Hub) sync(ctx context.Context, c *client, s subscription) {
 		}
 		data, _ = json.Marshal(items)
 	}
-	b, err := json.Marshal(Message{Type: "stream", Timestamp: time.Now().UnixMilli(), StreamName: s.stream, GroupID: s.group, ID: s.id,
+	h.send(c, Message{Type: "stream", Timestamp: time.Now().UnixMilli(), StreamName: s.stream, GroupID: s.group, ID: s.id,
 		Event: Event{Type: "sync", Data: data}})
+}
+
+// send queues m for c, or drops c when it is too far behind.
+func (h *Hub) send(c *client, m Message) {
+	b, err := json.Marshal(m)
 	if err != nil {
 		return
 	}

@@ -1,7 +1,7 @@
 // Package stream is the stream worker, as iii's iii-stream: items addressed by stream_name >
 // group_id > item_id in a JetStream key-value bucket, the "stream" trigger type that reports
 // every change, and a WebSocket endpoint (see Hub) where clients join a group or an item and
-// receive its changes.
+// receive its changes, with the "stream:join" and "stream:leave" trigger types (see JoinLeave).
 //
 // Functions (payloads and results are JSON, as iii's):
 //
@@ -64,8 +64,12 @@ const (
 	CodeSendError       = "STREAM_SEND_ERROR"
 )
 
-// TriggerType is the trigger type of stream changes.
-const TriggerType = "stream"
+// Trigger types: stream changes, and WebSocket clients joining and leaving a stream.
+const (
+	TriggerType      = "stream"
+	JoinTriggerType  = "stream:join"
+	LeaveTriggerType = "stream:leave"
+)
 
 // MaxPending bounds the changes waiting for one trigger's function; past it new changes are
 // dropped for that trigger (and logged) rather than held without limit.
@@ -113,6 +117,8 @@ type Service struct {
 
 	mu       sync.Mutex
 	triggers map[string]streamTrigger
+	joins    map[string]protocol.Trigger // stream:join triggers, by id
+	leaves   map[string]protocol.Trigger // stream:leave triggers, by id
 }
 
 type streamTrigger struct {
@@ -172,7 +178,8 @@ func Open(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, namespace 
 	if err != nil {
 		return nil, fmt.Errorf("opening the stream bucket %s: %w", BucketName(namespace), err)
 	}
-	return &Service{kv: kv, nc: nc, subject: "iii.stream." + clean(namespace), call: call, triggers: map[string]streamTrigger{}}, nil
+	return &Service{kv: kv, nc: nc, subject: "iii.stream." + clean(namespace), call: call, triggers: map[string]streamTrigger{},
+		joins: map[string]protocol.Trigger{}, leaves: map[string]protocol.Trigger{}}, nil
 }
 
 var enc = base64.RawURLEncoding
@@ -531,6 +538,83 @@ func (s *Service) UnregisterTrigger(_ context.Context, t protocol.Trigger) error
 	defer s.mu.Unlock()
 	delete(s.triggers, t.ID)
 	return nil
+}
+
+// JoinLeave is the provider of stream:join (Join true) or stream:leave triggers of a Service:
+// any config; the function gets {subscription_id, stream_name, group_id, id, context} when a
+// WebSocket client joins (leaves) a stream, and a join function answering {unauthorized: true}
+// refuses the join.
+type JoinLeave struct {
+	Svc  *Service
+	Join bool
+}
+
+func (j JoinLeave) set() map[string]protocol.Trigger {
+	if j.Join {
+		return j.Svc.joins
+	}
+	return j.Svc.leaves
+}
+
+// RegisterTrigger adds the trigger.
+func (j JoinLeave) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	j.Svc.mu.Lock()
+	defer j.Svc.mu.Unlock()
+	j.set()[t.ID] = t
+	return nil
+}
+
+// UnregisterTrigger removes the trigger.
+func (j JoinLeave) UnregisterTrigger(_ context.Context, t protocol.Trigger) error {
+	j.Svc.mu.Lock()
+	defer j.Svc.mu.Unlock()
+	delete(j.set(), t.ID)
+	return nil
+}
+
+// JoinEvent is what stream:join and stream:leave functions get.
+type JoinEvent struct {
+	SubscriptionID string          `json:"subscription_id"`
+	StreamName     string          `json:"stream_name"`
+	GroupID        string          `json:"group_id"`
+	ID             *string         `json:"id"`
+	Context        json.RawMessage `json:"context"`
+}
+
+// joinLeave calls the join (or leave) functions with ev, in trigger id order, and reports
+// whether one of the join functions answered {unauthorized: true}.
+func (s *Service) joinLeave(ctx context.Context, join bool, ev JoinEvent) (unauthorized bool) {
+	s.mu.Lock()
+	set := s.leaves
+	if join {
+		set = s.joins
+	}
+	ts := make([]protocol.Trigger, 0, len(set))
+	for _, t := range set {
+		ts = append(ts, t)
+	}
+	s.mu.Unlock()
+	if s.call == nil {
+		return false
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
+	ev.Context = orNull(ev.Context)
+	for _, t := range ts {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := s.call.Call(cctx, t.FunctionID, ev, t.CallOptions()...)
+		cancel()
+		if err != nil {
+			s.logf("a stream join/leave function failed", "trigger_id", t.ID, "function_id", t.FunctionID, "err", err)
+			continue
+		}
+		var r struct {
+			Unauthorized bool `json:"unauthorized"`
+		}
+		if join && json.Unmarshal(res, &r) == nil && r.Unauthorized {
+			unauthorized = true
+		}
+	}
+	return unauthorized
 }
 
 // fire queues m for each trigger it matches; each trigger's queue is delivered in the background,

@@ -295,3 +295,107 @@ func TestValidate(t *testing.T) {
 		t.Errorf("kv: %+v %v", st, err)
 	}
 }
+
+// authCaller answers the auth function with a context, refuses joins of stream "secret" and
+// records the join and leave events.
+type authCaller struct {
+	mu     sync.Mutex
+	events []string // "fn <payload>"
+	auth   map[string]any
+}
+
+func (a *authCaller) Call(_ context.Context, fn string, payload any, _ ...protocol.CallOption) (json.RawMessage, error) {
+	switch fn {
+	case "auth":
+		a.mu.Lock()
+		a.auth = payload.(map[string]any)
+		a.mu.Unlock()
+		return json.RawMessage(`{"context":{"user":"ann"}}`), nil
+	case "on-join", "on-leave":
+		b, _ := json.Marshal(payload)
+		a.mu.Lock()
+		a.events = append(a.events, fn+" "+string(b))
+		a.mu.Unlock()
+		if fn == "on-join" && payload.(JoinEvent).StreamName == "secret" {
+			return json.RawMessage(`{"unauthorized":true}`), nil
+		}
+	}
+	return json.RawMessage("null"), nil
+}
+
+func (a *authCaller) seen() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.events...)
+}
+
+func TestHubJoinLeaveAuth(t *testing.T) {
+	a := &authCaller{}
+	svc, closeStore := open(t, t.TempDir(), a)
+	defer closeStore()
+	ctx := context.Background()
+	for _, tr := range []struct {
+		h  protocol.TriggerHandler
+		id string
+	}{{JoinLeave{Svc: svc, Join: true}, "on-join"}, {JoinLeave{Svc: svc}, "on-leave"}} {
+		if err := tr.h.RegisterTrigger(ctx, protocol.Trigger{ID: tr.id, FunctionID: tr.id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hub, err := NewHub(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub.AuthFunction = "auth"
+	defer hub.Close()
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/stream/x?token=t1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	a.mu.Lock()
+	if a.auth["path"] != "/stream/x" || a.auth["query_params"].(map[string][]string)["token"][0] != "t1" || a.auth["addr"] == "" {
+		t.Errorf("auth input: %+v", a.auth)
+	}
+	a.mu.Unlock()
+	send := func(s string) {
+		if err := ws.Write(ctx, websocket.MessageText, []byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"type":"join","data":{"subscriptionId":"s1","streamName":"secret","groupId":"g"}}`)
+	if m := read(t, ws); m.Event.Type != "unauthorized" || m.StreamName != "secret" {
+		t.Fatalf("refused join: %+v", m)
+	}
+	send(`{"type":"join","data":{"subscriptionId":"s2","streamName":"open","groupId":"g","id":"i"}}`)
+	if m := read(t, ws); m.Event.Type != "sync" {
+		t.Fatalf("join: %+v", m)
+	}
+	send(`{"type":"join","data":{"subscriptionId":"s3","streamName":"open","groupId":"h"}}`)
+	read(t, ws)
+	send(`{"type":"leave","data":{"subscriptionId":"s2"}}`)
+	// A refused subscription gets nothing.
+	call(t, svc.Set, `{"stream_name":"secret","group_id":"g","item_id":"i","data":1}`)
+	call(t, svc.Set, `{"stream_name":"open","group_id":"h","item_id":"i","data":2}`)
+	if m := read(t, ws); m.StreamName != "open" || m.GroupID != "h" || m.Event.Type != "create" {
+		t.Fatalf("after the refusal and the leave: %+v", m)
+	}
+	ws.Close(websocket.StatusNormalClosure, "")
+	// Closing the connection leaves s3.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(a.seen()) < 5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := []string{
+		`on-join {"subscription_id":"s1","stream_name":"secret","group_id":"g","id":null,"context":{"user":"ann"}}`,
+		`on-join {"subscription_id":"s2","stream_name":"open","group_id":"g","id":"i","context":{"user":"ann"}}`,
+		`on-join {"subscription_id":"s3","stream_name":"open","group_id":"h","id":null,"context":{"user":"ann"}}`,
+		`on-leave {"subscription_id":"s2","stream_name":"open","group_id":"g","id":"i","context":{"user":"ann"}}`,
+		`on-leave {"subscription_id":"s3","stream_name":"open","group_id":"h","id":null,"context":{"user":"ann"}}`,
+	}
+	if got := a.seen(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("join/leave events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
