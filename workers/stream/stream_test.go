@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -397,5 +398,46 @@ func TestHubJoinLeaveAuth(t *testing.T) {
 	}
 	if got := a.seen(); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("join/leave events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// BenchmarkSetFanout measures a stream::set on the embedded store (fsync before the answer) and
+// its delivery to one WebSocket client of the group.
+func BenchmarkSetFanout(b *testing.B) {
+	st, err := jsstore.Open(context.Background(), jsstore.Config{}, b.TempDir(), "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	svc, err := Open(context.Background(), st.JS, st.NC, "default", Options{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hub, err := NewHub(svc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer hub.Close()
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	ctx := context.Background()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ws.CloseNow()
+	_ = ws.Write(ctx, websocket.MessageText, []byte(`{"type":"join","data":{"subscriptionId":"s","streamName":"s","groupId":"g"}}`))
+	if _, _, err := ws.Read(ctx); err != nil { // the sync
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		payload := json.RawMessage(`{"stream_name":"s","group_id":"g","item_id":"i","data":` + strconv.Itoa(i) + `}`)
+		if _, err := svc.Set(ctx, payload); err != nil {
+			b.Fatal(err)
+		}
+		if _, _, err := ws.Read(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
