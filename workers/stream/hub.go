@@ -111,6 +111,10 @@ type client struct {
 	mu   sync.Mutex
 	subs map[string]subscription
 	ws   *websocket.Conn
+	// syncing counts the joins whose sync is being read; meanwhile messages are held, so none
+	// goes out before the sync it may be newer than.
+	syncing int
+	held    [][]byte
 }
 
 func (c *client) drop(code websocket.StatusCode, why string) {
@@ -120,12 +124,17 @@ func (c *client) drop(code websocket.StatusCode, why string) {
 	})
 }
 
-// wants reports whether one of the client's subscriptions covers m.
-func (c *client) wants(m *Message) bool {
+// wants reports whether one of the client's subscriptions covers m; while a sync is being read
+// it holds b instead (and reports false).
+func (c *client) wants(m *Message, b []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.subs {
 		if s.stream == m.StreamName && s.group == m.GroupID && (s.id == nil || (m.ID != nil && *s.id == *m.ID)) {
+			if c.syncing > 0 {
+				c.held = append(c.held, b)
+				return false
+			}
 			return true
 		}
 	}
@@ -140,17 +149,21 @@ func (h *Hub) dispatch(msg *nats.Msg) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for c := range h.conns {
-		if !c.wants(&m) {
-			continue
+		if c.wants(&m, msg.Data) {
+			h.queue(c, msg.Data)
 		}
-		select {
-		case c.out <- msg.Data:
-		default:
-			if h.Log != nil {
-				h.Log("stream client too slow; disconnected", "pending", OutboundLimit)
-			}
-			c.drop(websocket.StatusPolicyViolation, "too many pending messages")
+	}
+}
+
+// queue hands b to c's writer, or drops c when it is OutboundLimit messages behind.
+func (h *Hub) queue(c *client, b []byte) {
+	select {
+	case c.out <- b:
+	default:
+		if h.Log != nil {
+			h.Log("stream client too slow; disconnected", "pending", OutboundLimit)
 		}
+		c.drop(websocket.StatusPolicyViolation, "too many pending messages")
 	}
 }
 
@@ -167,13 +180,14 @@ type incoming struct {
 // ServeHTTP upgrades any request to a stream connection. Browsers connect from the pages of
 // the app, so every origin is admitted, as iii's stream port does.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	auth := h.authenticate(r) // before the upgrade, as iii's
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		return
 	}
 	ws.SetReadLimit(1 << 20)
 	ctx, cancel := context.WithCancel(r.Context())
-	c := &client{out: make(chan []byte, OutboundLimit), stop: cancel, subs: map[string]subscription{}, ws: ws, auth: h.authenticate(r)}
+	c := &client{out: make(chan []byte, OutboundLimit), stop: cancel, subs: map[string]subscription{}, ws: ws, auth: auth}
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
@@ -225,8 +239,17 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			c.mu.Lock()
 			c.subs[in.Data.SubscriptionID] = s
+			c.syncing++
 			c.mu.Unlock()
 			h.sync(ctx, c, s)
+			c.mu.Lock()
+			if c.syncing--; c.syncing == 0 {
+				for _, b := range c.held {
+					h.queue(c, b)
+				}
+				c.held = nil
+			}
+			c.mu.Unlock()
 		case "leave":
 			c.mu.Lock()
 			s, ok := c.subs[in.Data.SubscriptionID]
@@ -239,7 +262,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// sync sends a new subscription what its item or group holds now.
+// sync sends a new subscription what its item or group holds now. Messages held meanwhile follow
+// it: some may be older than what it holds, none is lost.
 func (h *Hub) sync(ctx context.Context, c *client, s subscription) {
 	var data json.RawMessage
 	if s.id != nil {
@@ -259,15 +283,9 @@ func (h *Hub) sync(ctx context.Context, c *client, s subscription) {
 		Event: Event{Type: "sync", Data: data}})
 }
 
-// send queues m for c, or drops c when it is too far behind.
+// send queues m for c.
 func (h *Hub) send(c *client, m Message) {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return
-	}
-	select {
-	case c.out <- b:
-	default:
-		c.drop(websocket.StatusPolicyViolation, "too many pending messages")
+	if b, err := json.Marshal(m); err == nil {
+		h.queue(c, b)
 	}
 }

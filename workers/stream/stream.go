@@ -383,9 +383,10 @@ func (s *Service) Update(ctx context.Context, payload json.RawMessage) (any, err
 	return map[string]json.RawMessage{"old_value": orNull(old), "new_value": nw}, nil
 }
 
-// keys lists the decoded keys of the bucket.
-func (s *Service) keys(ctx context.Context) ([][3]string, error) {
-	lister, err := s.kv.ListKeys(ctx)
+// keys lists the decoded keys of the bucket under a subject filter (">" for all), so a group's
+// list reads only that group's keys.
+func (s *Service) keys(ctx context.Context, filter string) ([][3]string, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -409,7 +410,7 @@ func (s *Service) List(ctx context.Context, payload json.RawMessage) (any, error
 }
 
 func (s *Service) list(ctx context.Context, stream, group string) ([]json.RawMessage, error) {
-	ks, err := s.keys(ctx)
+	ks, err := s.keys(ctx, enc.EncodeToString([]byte(stream))+"."+enc.EncodeToString([]byte(group))+".*")
 	if err != nil {
 		return nil, protocol.NewError(CodeListError, "listing %s/%s: %v", stream, group, err)
 	}
@@ -434,9 +435,9 @@ func (s *Service) list(ctx context.Context, stream, group string) ([]json.RawMes
 	return out, nil
 }
 
-// groups returns the sorted groups of every stream.
-func (s *Service) groups(ctx context.Context) (map[string][]string, error) {
-	ks, err := s.keys(ctx)
+// groups returns the sorted groups of every stream under filter.
+func (s *Service) groups(ctx context.Context, filter string) (map[string][]string, error) {
+	ks, err := s.keys(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +461,7 @@ func (s *Service) ListGroups(ctx context.Context, payload json.RawMessage) (any,
 	if err != nil {
 		return nil, err
 	}
-	all, err := s.groups(ctx)
+	all, err := s.groups(ctx, enc.EncodeToString([]byte(r.StreamName))+".>")
 	if err != nil {
 		return nil, protocol.NewError(CodeListGroupsError, "listing the groups of %s: %v", r.StreamName, err)
 	}
@@ -478,7 +479,7 @@ type StreamInfo struct {
 
 // ListAll returns every stream with its groups: {stream: [{id, groups}], count}.
 func (s *Service) ListAll(ctx context.Context, _ json.RawMessage) (any, error) {
-	all, err := s.groups(ctx)
+	all, err := s.groups(ctx, ">")
 	if err != nil {
 		return nil, protocol.NewError(CodeListAllError, "listing the streams: %v", err)
 	}

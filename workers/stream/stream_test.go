@@ -224,6 +224,8 @@ func read(t *testing.T, ws *websocket.Conn) Message {
 func TestHub(t *testing.T) {
 	svc, closeStore := open(t, t.TempDir(), nil)
 	defer closeStore()
+	// Written before the hub subscribes: only the sync carries it.
+	call(t, svc.Set, `{"stream_name":"presence","group_id":"room-1","item_id":"u1","data":{"name":"Alice"}}`)
 	hub, err := NewHub(svc)
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +233,6 @@ func TestHub(t *testing.T) {
 	defer hub.Close()
 	srv := httptest.NewServer(hub)
 	defer srv.Close()
-	call(t, svc.Set, `{"stream_name":"presence","group_id":"room-1","item_id":"u1","data":{"name":"Alice"}}`)
 
 	ctx := context.Background()
 	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/stream/presence/room-1/", nil)
@@ -264,6 +265,11 @@ func TestHub(t *testing.T) {
 		t.Fatalf("group update: %+v", m)
 	}
 	send(`{"type":"leave","data":{"subscriptionId":"g","streamName":"presence","groupId":"room-1"}}`)
+	// Frames are handled in order: once this join's sync is back, the leave is done.
+	send(`{"type":"join","data":{"subscriptionId":"x","streamName":"none","groupId":"none"}}`)
+	if m := read(t, ws); m.Event.Type != "sync" || m.StreamName != "none" {
+		t.Fatalf("sync after the leave: %+v", m)
+	}
 	call(t, svc.Delete, `{"stream_name":"presence","group_id":"room-1","item_id":"u1"}`)
 	call(t, svc.Delete, `{"stream_name":"presence","group_id":"room-2","item_id":"u7"}`)
 	if m := read(t, ws); m.Event.Type != "delete" || m.GroupID != "room-2" || string(m.Event.Data) != "7" {
