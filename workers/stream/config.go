@@ -80,7 +80,7 @@ func (c Config) Validate() (Store, error) {
 		return st, errcode.New(errcode.ConfigInvalid, "port %d is out of range (0-65535)", c.Port)
 	}
 	if c.Replicas < 0 {
-		return st, errcode.New(errcode.ConfigInvalid, "replicas is %d: it must be 1 or more", c.Replicas)
+		return st, errcode.New(errcode.ConfigInvalid, "replicas is %d: it must be 1 or more (0 means 1)", c.Replicas)
 	}
 	if c.Adapter == nil {
 		return st, nil

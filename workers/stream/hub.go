@@ -226,7 +226,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var in incoming
-		if json.Unmarshal(b, &in) != nil || in.Data.SubscriptionID == "" {
+		if json.Unmarshal(b, &in) != nil || in.Data.SubscriptionID == "" || (in.Type == "join" && (in.Data.StreamName == "" || in.Data.GroupID == "")) {
 			continue
 		}
 		switch in.Type {

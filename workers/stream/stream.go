@@ -322,7 +322,10 @@ func (s *Service) Set(ctx context.Context, payload json.RawMessage) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	v := orNull(r.Data)
+	if len(r.Data) == 0 {
+		return nil, protocol.NewError(errcode.InvalidArguments, "stream::set: data is required (null stores null)")
+	}
+	v := r.Data
 	old, nw, err := s.mutate(ctx, CodeSetError, r, func(json.RawMessage) (json.RawMessage, error) { return v, nil })
 	if err != nil {
 		return nil, err
@@ -372,6 +375,9 @@ func (s *Service) Update(ctx context.Context, payload json.RawMessage) (any, err
 	r, err := parse("stream::update", payload, "stream_name", "group_id", "item_id")
 	if err != nil {
 		return nil, err
+	}
+	if r.Ops == nil {
+		return nil, protocol.NewError(errcode.InvalidArguments, "stream::update: ops is required (a list of operations)")
 	}
 	old, nw, err := s.mutate(ctx, CodeUpdateError, r, func(old json.RawMessage) (json.RawMessage, error) {
 		return state.Apply(orNull(old), r.Ops)

@@ -138,6 +138,8 @@ func TestBadPayloads(t *testing.T) {
 		{svc.Update, `[1]`, "payload must be an object"},
 		{svc.Update, `{"stream_name":"s","group_id":"g","item_id":"i","ops":[{"type":"explode","path":"a"}]}`, "unknown op type"},
 		{svc.Send, `{"stream_name":"s","group_id":"g"}`, "type"},
+		{svc.Set, `{"stream_name":"s","group_id":"g","item_id":"i"}`, "data is required"},
+		{svc.Update, `{"stream_name":"s","group_id":"g","item_id":"i"}`, "ops is required"},
 	} {
 		_, err := c.fn(context.Background(), json.RawMessage(c.in))
 		var pe *protocol.Error
