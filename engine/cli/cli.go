@@ -28,7 +28,8 @@ import (
 const engineUsage = `Usage: iii [--config FILE]
 
 Runs the iii engine: the worker listener (ws://127.0.0.1:49134 unless config.yaml's
-iii-worker-manager entry says otherwise), the configuration worker and the sandbox router.
+iii-worker-manager entry says otherwise), the configuration worker and the sandbox router, and
+iii-stream (stream::*, its WebSocket port, default 127.0.0.1:3112) when config.yaml declares it.
 SIGINT or SIGTERM stops it. With no namespaces: in its config it writes an owner credential
 for a Compose of this user to ~/.iii/engine/owners/<host>_<port> (mode 0600, removed when it
 stops), which lets that Compose publish configuration entries here with no grant.
