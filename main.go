@@ -11,6 +11,7 @@ import (
 	"github.com/iii-go/iii/doctor"
 	engine "github.com/iii-go/iii/engine/cli"
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/enginestream"
 	updater "github.com/iii-go/iii/updater/cli"
 )
 
@@ -27,6 +28,10 @@ Usage:
 Run 'iii <command> --help' for the flags of a command.
 `
 
+// engineWorkers are the engine workers this binary serves in the engine's process when
+// config.yaml declares them.
+var engineWorkers = map[string]engine.EngineWorker{"iii-stream": enginestream.Serve}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout))
 }
@@ -34,7 +39,7 @@ func main() {
 func run(args []string, stdout io.Writer) int {
 	version := currentVersion()
 	if len(args) == 0 {
-		return engine.RunEngine(version, args)
+		return engine.RunEngine(version, args, engineWorkers)
 	}
 	switch args[0] {
 	case "--version", "-v", "-V", "version":
@@ -52,10 +57,10 @@ func run(args []string, stdout io.Writer) int {
 	case "doctor":
 		return doctor.Run(args[1:])
 	case "engine":
-		return engine.RunEngine(version, args[1:])
+		return engine.RunEngine(version, args[1:], engineWorkers)
 	}
 	if args[0] != "" && args[0][0] == '-' {
-		return engine.RunEngine(version, args)
+		return engine.RunEngine(version, args, engineWorkers)
 	}
 	return errcode.Exit(os.Stderr, errcode.Usagef(errcode.UnknownCommand, "unknown command %q. Run 'iii --help' to see available commands.", args[0]), errcode.UnknownCommand)
 }

@@ -30,7 +30,8 @@ const engineUsage = `Usage: iii [--config FILE]
 
 Runs the iii engine: the worker listeners (ws://127.0.0.1:49134 unless config.yaml's
 iii-worker-manager entries say otherwise; every entry is a listener, which rbac: and
-middleware_function_id may gate), the configuration worker and the sandbox router.
+middleware_function_id may gate), the configuration worker and the sandbox router, and
+iii-stream (stream::*, its WebSocket port, default 127.0.0.1:3112) when config.yaml declares it.
 SIGINT or SIGTERM stops it. With no namespaces: in its config it writes an owner credential
 for a Compose of this user to ~/.iii/engine/owners/<host>_<port> (mode 0600, removed when it
 stops), which lets that Compose publish configuration entries here with no grant.
@@ -41,12 +42,29 @@ Flags:
   -h, --help            show this help
 `
 
-// RunEngine runs the engine with the given arguments and returns the process exit code.
-func RunEngine(version string, args []string) int {
-	return errcode.Exit(os.Stderr, runEngine(version, args), errcode.Unknown)
+// EngineWorker serves, in the engine's process, an engine worker config.yaml declares whose code
+// lives outside the engine module (iii-stream: the iii binary hands its own). It is called once
+// the listener is bound and before the engine serves; what it binds must fail here, with a coded
+// error that stops the engine. It connects to env.URL as a worker and keeps serving until stop,
+// which the engine calls when it stops.
+type EngineWorker func(ctx context.Context, env EngineWorkerEnv) (stop func(), err error)
+
+// EngineWorkerEnv is what an EngineWorker gets from the engine.
+type EngineWorkerEnv struct {
+	URL       string // the engine's own listener, ws://host:port
+	TokenFile string // the default namespace's project token file, "" when it is open
+	Version   string
+	Config    *config.Config
+	Log       *slog.Logger
 }
 
-func runEngine(version string, args []string) error {
+// RunEngine runs the engine with the given arguments and returns the process exit code; workers
+// serves the declared engine workers by name (iii-stream).
+func RunEngine(version string, args []string, workers map[string]EngineWorker) int {
+	return errcode.Exit(os.Stderr, runEngine(version, args, workers), errcode.Unknown)
+}
+
+func runEngine(version string, args []string, workers map[string]EngineWorker) error {
 	fs := flag.NewFlagSet("iii", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var path string
@@ -107,14 +125,28 @@ func runEngine(version string, args []string) error {
 	sandbox.New(eng, bind).Install()
 	obs, err := installObservers(ctx, eng, version, logs, log, ln, builtinComponents(cfg, bind))
 	if err != nil {
-		ln.Close()
+		closeAll()
 		return err
 	}
 	defer obs.Stop()
-	for _, d := range cfg.Declared {
-		if d == "iii-stream" {
-			log.Info("engine worker declared but not served by this engine", "worker", d)
+	if cfg.Stream != nil {
+		serve := workers["iii-stream"]
+		if serve == nil {
+			closeAll()
+			return errcode.New(errcode.ConfigUnsupported, "%s declares iii-stream, which this build of the engine cannot serve", cfg.Path)
 		}
+		env := EngineWorkerEnv{URL: "ws://" + ln.Addr().String(), Version: version, Config: cfg, Log: log.With("worker", "iii-stream")}
+		for _, n := range cfg.Namespaces {
+			if n.Name == "default" {
+				env.TokenFile = n.TokenFile
+			}
+		}
+		stop, err := serve(ctx, env)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		defer stop()
 	}
 	if bind != nil {
 		log.Info("sandbox router bound", "adapter", bind.Adapter, "namespace", bind.Namespace)

@@ -116,7 +116,7 @@ func TestSIGTERMStopsTheEngine(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: {host: 127.0.0.1, port: %d}\n  - name: configuration\n    config: {adapter: {name: fs, config: {directory: %s}}}\n", port, filepath.Dir(cfg))), 0o644)
 	code := make(chan int, 1)
-	go func() { code <- RunEngine("test", []string{"--config", cfg}) }()
+	go func() { code <- RunEngine("test", []string{"--config", cfg}, nil) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))

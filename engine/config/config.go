@@ -41,10 +41,18 @@
 //
 // Keys this engine parses but does not implement are refused with CONFIG_UNSUPPORTED naming the
 // key, never accepted and ignored: a second instance of another engine worker ("#instance" or a
-// second entry of the same name), a non-zero ttl_seconds, and any setting of iii-stream (which
-// may be declared, bare, for compatibility). iii-http-functions takes iii's security:
-// {url_allowlist, block_private_ips, require_https}; it serves HTTP-invoked functions whether
-// declared or not.
+// second entry of the same name), a non-zero ttl_seconds, and iii-stream's adapters other than
+// kv (redis, bridge). iii-http-functions takes iii's security: {url_allowlist,
+// block_private_ips, require_https}; it serves HTTP-invoked functions whether declared or not.
+// iii-stream, when declared, is served in the engine's process with iii's keys:
+//
+//	workers:
+//	  - name: iii-stream
+//	    config:
+//	      host: 127.0.0.1          # default 127.0.0.1 (iii's: 0.0.0.0)
+//	      port: ${STREAM_PORT:3112}
+//	      auth_function: my::auth  # optional
+//	      adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}}
 package config
 
 import (
@@ -93,6 +101,8 @@ type Config struct {
 	Declared   []string // engine workers declared in workers:, in file order
 	// HTTPSecurity is iii-http-functions' security: block (iii's defaults when absent).
 	HTTPSecurity HTTPSecurity
+	// Stream is iii-stream's config when it is declared, nil otherwise.
+	Stream *Stream
 }
 
 // Listener is one iii-worker-manager entry: a WebSocket listener for workers.
@@ -115,6 +125,25 @@ func (c *Config) Main() Listener { return c.Listeners[0] }
 func defaultListener() Listener {
 	return Listener{Name: ListenerWorker, Host: DefaultHost, Port: DefaultPort, HandshakeTimeoutMS: DefaultHandshakeMS}
 }
+
+// Stream is iii-stream's config: the WebSocket endpoint and the kv adapter's store.
+type Stream struct {
+	Host string
+	Port int
+	// AuthFunction is called for each new WebSocket connection; "" for none.
+	AuthFunction string
+	// Memory is store_method: in_memory (items lost when the engine stops).
+	Memory bool
+	// FilePath is the kv adapter's file_path: the directory of the store ("" for
+	// ~/.iii/data/stream/<namespace>).
+	FilePath string
+}
+
+// Defaults of iii-stream.
+const (
+	DefaultStreamHost = "127.0.0.1"
+	DefaultStreamPort = 3112
+)
 
 // HTTPSecurity is iii-http-functions config security: {url_allowlist, block_private_ips,
 // require_https}, iii's keys; see package httpfn.
@@ -356,6 +385,9 @@ func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) 
 		}
 		entries[base] = e.Line
 		c.Declared = append(c.Declared, name)
+		if base == "iii-stream" {
+			c.Stream = &Stream{Host: DefaultStreamHost, Port: DefaultStreamPort}
+		}
 		if cfg == nil {
 			continue
 		}
@@ -365,13 +397,8 @@ func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) 
 			err = c.parseConfiguration(cfg)
 		case "iii-http-functions":
 			err = c.parseHTTPFunctions(cfg)
-		default: // iii-stream: declared for compatibility, not served
-			if cfg.Kind == yaml.MappingNode && len(cfg.Content) > 0 {
-				err = refuseKey(cfg.Content[0].Line, "%s: key %q: this engine does not serve %s, so its settings would do nothing; "+
-					"remove the config block", name, cfg.Content[0].Value, base)
-			} else if !(cfg.Kind == yaml.ScalarNode && cfg.Tag == "!!null") && cfg.Kind != yaml.MappingNode {
-				err = invalid(cfg.Line, "%s config must be a mapping", name)
-			}
+		case "iii-stream":
+			err = c.parseStream(cfg)
 		}
 		if err != nil {
 			return nil, err
@@ -521,6 +548,78 @@ func (c *Config) parseConfiguration(v *yaml.Node) error {
 				return err
 			})
 		})
+	})
+}
+
+// parseStream reads iii-stream config: {host, port, auth_function, adapter: {name: kv, config:
+// {store_method, file_path}}}. The adapters redis and bridge are iii's and refused here.
+func (c *Config) parseStream(v *yaml.Node) error {
+	st := c.Stream
+	return mapping(v, "iii-stream config", []string{"host", "port", "adapter", "auth_function"}, func(k, v *yaml.Node) error {
+		var err error
+		switch k.Value {
+		case "auth_function":
+			st.AuthFunction, err = strValue(v, k.Value)
+		case "host":
+			st.Host, err = strValue(v, k.Value)
+			if err == nil && st.Host == "" {
+				err = invalid(v.Line, "iii-stream config: host must not be empty")
+			}
+		case "port":
+			st.Port, err = intValue(v, k.Value)
+			if err == nil && (st.Port < 0 || st.Port > 65535) {
+				err = invalid(v.Line, "iii-stream config: port %d is out of range", st.Port)
+			}
+		case "adapter":
+			err = c.parseStreamAdapter(v)
+		}
+		return err
+	})
+}
+
+func (c *Config) parseStreamAdapter(v *yaml.Node) error {
+	var name *yaml.Node
+	var conf *yaml.Node
+	if err := mapping(v, "iii-stream adapter", []string{"name", "config"}, func(k, v *yaml.Node) error {
+		if k.Value == "name" {
+			name = v
+		} else {
+			conf = v
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if name == nil {
+		return invalid(v.Line, "iii-stream adapter: name is required (kv)")
+	}
+	switch name.Value {
+	case "kv":
+	case "redis", "bridge":
+		return refuseKey(name.Line, "iii-stream adapter: name %q: this engine keeps streams in JetStream (adapter kv, the default); "+
+			"to share streams between engines run the stream worker with nats.url", name.Value)
+	default:
+		return invalid(name.Line, "iii-stream adapter: unknown adapter %q; use kv", name.Value)
+	}
+	if conf == nil {
+		return nil
+	}
+	return mapping(conf, "iii-stream kv adapter config", []string{"store_method", "file_path"}, func(k, v *yaml.Node) error {
+		s, err := strValue(v, k.Value)
+		if err != nil {
+			return err
+		}
+		switch {
+		case k.Value == "file_path" && s == "":
+			return invalid(v.Line, "iii-stream kv adapter config: file_path must not be empty")
+		case k.Value == "file_path":
+			c.Stream.FilePath = s
+		case s == "in_memory":
+			c.Stream.Memory = true
+		case s != "file_based":
+			return invalid(v.Line, "iii-stream kv adapter config: store_method %q; use file_based or in_memory", s)
+		}
+		return nil
 	})
 }
 

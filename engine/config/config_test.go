@@ -31,7 +31,7 @@ workers:
   - name: configuration
     config: {adapter: {name: fs, config: {directory: /tmp/cfg}}, ttl_seconds: 0}
   - name: iii-stream
-    config: {}
+    config: {port: "${SPORT:3200}", host: 0.0.0.0, auth_function: my::auth, adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}}}
   - name: iii-http-functions
     config: {security: {url_allowlist: ["127.0.0.1", "*.example.com"], block_private_ips: false, require_https: ${HTTPS:false}}}
 sandbox:
@@ -49,7 +49,8 @@ namespaces:
 		Sandbox:      &Sandbox{Adapter: "mybox", Namespace: "default"},
 		Namespaces:   []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
 		Declared:     []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"},
-		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}}}
+		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}},
+		Stream:       &Stream{Host: "0.0.0.0", Port: 3200, AuthFunction: "my::auth", FilePath: "./data/streams"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
 	}
@@ -106,7 +107,12 @@ func TestParseErrors(t *testing.T) {
 		{"modules:\n  - name: configuration\nworkers:\n  - name: iii-stream\n  - name: configuration\n", errcode.ConfigUnsupported,
 			`line 5: workers[1]: a second "configuration" entry, after the one on line 2, is a second instance of configuration: this engine runs one configuration`},
 		{"workers:\n  - name: configuration\n    config: {ttl_seconds: 1}\n", errcode.ConfigUnsupported, "ttl_seconds: 1"},
-		{"workers:\n  - name: iii-stream\n    config: {anything_at_all: [1]}\n", errcode.ConfigUnsupported, `iii-stream: key "anything_at_all"`},
+		{"workers:\n  - name: iii-stream\n    config: {anything_at_all: [1]}\n", errcode.ConfigInvalid, `line 3: unknown key "anything_at_all" in iii-stream config; allowed: host, port, adapter, auth_function`},
+		{"workers:\n  - name: iii-stream\n    config:\n      adapter: {name: redis, config: {redis_url: 'redis://x'}}\n", errcode.ConfigUnsupported, `line 4: iii-stream adapter: name "redis"`},
+		{"workers:\n  - name: iii-stream\n    config: {adapter: {name: bridge}}\n", errcode.ConfigUnsupported, `iii-stream adapter: name "bridge"`},
+		{"workers:\n  - name: iii-stream\n    config: {adapter: {config: {}}}\n", errcode.ConfigInvalid, "name is required"},
+		{"workers:\n  - name: iii-stream\n    config: {adapter: {name: kv, config: {store_method: tape}}}\n", errcode.ConfigInvalid, `store_method "tape"`},
+		{"workers:\n  - name: iii-stream\n    config: {port: 70000}\n", errcode.ConfigInvalid, "port 70000 is out of range"},
 		{"workers:\n  - name: iii-http-functions\n    config: {bogus_key: 1}\n", errcode.ConfigInvalid, `unknown key "bogus_key" in iii-http-functions config; allowed: security`},
 		{"workers:\n  - name: iii-http-functions\n    config: {security: {allow: [x]}}\n", errcode.ConfigInvalid, `unknown key "allow" in iii-http-functions security; allowed: url_allowlist, block_private_ips, require_https`},
 		{"workers:\n  - name: iii-http-functions\n    config: {security: {url_allowlist: x}}\n", errcode.ConfigInvalid, "must be a list of host patterns"},
@@ -216,4 +222,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("accepted an empty binding %+v", c.Sandbox)
 		}
 	})
+}
+
+// Declared bare, iii-stream is served with iii's port and this engine's loopback host; not
+// declared, it is not served at all.
+func TestParseStreamDefaults(t *testing.T) {
+	got, err := Parse([]byte("workers:\n  - name: iii-stream\n"), env(nil), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(&Stream{Host: "127.0.0.1", Port: 3112}, got.Stream); d != "" {
+		t.Error(d)
+	}
+	got, err = Parse([]byte("workers:\n  - name: iii-stream\n    config: {adapter: {name: kv, config: {store_method: in_memory}}}\n"), env(nil), ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Stream.Memory {
+		t.Errorf("store_method in_memory: %+v", got.Stream)
+	}
+	if got, _ = Parse([]byte("workers: []\n"), env(nil), "."); got.Stream != nil {
+		t.Errorf("not declared: %+v", got.Stream)
+	}
 }

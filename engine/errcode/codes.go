@@ -111,7 +111,8 @@ const (
 	ConfigInvalid = "CONFIG_INVALID"
 	// ConfigUnsupported: config.yaml sets a key this engine does not implement (a second
 	// instance of an engine worker other than iii-worker-manager, such as configuration#two, a
-	// non-zero ttl_seconds, iii-stream settings); refused rather than accepted and ignored.
+	// non-zero ttl_seconds, iii-stream's redis and bridge adapters); refused rather than
+	// accepted and ignored.
 	ConfigUnsupported = "CONFIG_UNSUPPORTED"
 	// ConfigNotFound: the file named by --config does not exist.
 	ConfigNotFound = "CONFIG_NOT_FOUND"
