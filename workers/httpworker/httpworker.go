@@ -49,6 +49,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/iii-go/iii/engine/errcode"
@@ -155,8 +156,8 @@ type Server struct {
 	clients   map[string]int // slots held by client address
 	perClient int
 
-	chans Channels       // the request_body and response channels; nil: none
-	wg    sync.WaitGroup // goroutines of streamed requests
+	chans atomic.Pointer[Channels] // the request_body and response channels (SetChannels); nil: none
+	wg    sync.WaitGroup           // goroutines of streamed requests
 
 	mu     sync.RWMutex
 	routes map[string]*route // by trigger id
@@ -455,7 +456,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Del("Connection")
 	}
-	if s.chans != nil {
+	if s.channels() != nil {
 		s.serveStreamed(w, r, rt, req, first, rest, timeout)
 		return
 	}
@@ -500,7 +501,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body any, fir
 	isJSON := mt == "application/json" || strings.HasSuffix(mt, "+json")
 	var raw []byte
 	var err error
-	if isJSON || s.chans == nil {
+	if isJSON || s.channels() == nil {
 		raw, err = io.ReadAll(lim)
 	} else if raw, err = io.ReadAll(io.LimitReader(lim, InlineBodyBytes+1)); err == nil && len(raw) > InlineBodyBytes {
 		return nil, raw, lim, true

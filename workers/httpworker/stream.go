@@ -79,7 +79,16 @@ func (c workerChannels) OpenReader(ctx context.Context, ref protocol.ChannelRef)
 
 // SetChannels gives the server its stream channels: from then on every handler call carries
 // request_body and response (without, a handler gets neither and bodies are read whole).
-func (s *Server) SetChannels(c Channels) { s.chans = c }
+func (s *Server) SetChannels(c Channels) { s.chans.Store(&c) }
+
+// channels is what SetChannels set, nil before; safe beside a SetChannels (requests in flight
+// keep working with the Channels they read).
+func (s *Server) channels() Channels {
+	if c := s.chans.Load(); c != nil {
+		return *c
+	}
+	return nil
+}
 
 // streams are one request's two channels: the refs of both ends of each, and whether the worker
 // connected its own ends (the request body's writer, the response's reader).
@@ -97,10 +106,10 @@ func (s *Server) openStreams(ctx context.Context) (*streams, error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		st.resReader, st.resWriter, resErr = s.chans.Create(ctx)
+		st.resReader, st.resWriter, resErr = s.channels().Create(ctx)
 	}()
 	var err error
-	st.reqReader, st.reqWriter, err = s.chans.Create(ctx)
+	st.reqReader, st.reqWriter, err = s.channels().Create(ctx)
 	<-done
 	return st, errors.Join(err, resErr)
 }
@@ -115,7 +124,7 @@ func (s *Server) reap(st *streams) {
 		ctx, cancel := context.WithTimeout(context.Background(), reapTimeout)
 		defer cancel()
 		for _, ref := range []protocol.ChannelRef{st.reqWriter, st.resReader} {
-			if err := s.chans.Remove(ctx, ref); err != nil {
+			if err := s.channels().Remove(ctx, ref); err != nil {
 				s.log.Warn("removing a request's stream channel", "channel_id", ref.ChannelID, "err", err)
 			}
 		}
@@ -193,7 +202,7 @@ func (s *Server) pumpBody(ctx context.Context, st *streams, attach <-chan struct
 		close(st.read)
 		return
 	}
-	wr, err := s.chans.OpenWriter(ctx, st.reqWriter)
+	wr, err := s.channels().OpenWriter(ctx, st.reqWriter)
 	if err != nil {
 		close(st.read)
 		return
@@ -335,7 +344,7 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	attachReq, attachRes := make(chan struct{}), make(chan struct{})
 	reqNow, resNow := sync.OnceFunc(func() { close(attachReq) }), sync.OnceFunc(func() { close(attachRes) })
 	attachNow := func() { reqNow(); resNow() }
-	aw, lazy := s.chans.(peerAwaiter)
+	aw, lazy := s.channels().(peerAwaiter)
 	switch {
 	case rest != nil:
 		attachNow()
@@ -390,7 +399,7 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 		case <-ctx.Done():
 			return
 		}
-		rd, err := s.chans.OpenReader(ctx, st.resReader)
+		rd, err := s.channels().OpenReader(ctx, st.resReader)
 		if err != nil {
 			select {
 			case events <- resEvent{err: &protocol.ChannelAbortedError{Detail: "the http worker could not open the response channel: " + err.Error()}}:
