@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -164,6 +163,13 @@ func (p *parser) expanded(pr pair) (string, error) {
 	return p.expandAt(nodeRef{pr.val, pr.where}, s)
 }
 
+// engineURLPattern is what engine.url may be once interpolated: ws:// or wss://, a host name or
+// a bracketed IPv6 address, an optional port, path, query and fragment with valid escapes. The
+// JSON Schema states the same pattern (TestEngineURLPatternIsTheSchemas).
+const engineURLPattern = `^\s*[wW][sS][sS]?://([A-Za-z0-9._~!$&'()*+,;=:-]*@)?([A-Za-z0-9._~!$&'()*+,;=-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]*)?([/?#]([^\x00-\x20\x7f%]|%[0-9A-Fa-f]{2})*)?\s*$`
+
+var engineURLRE = regexp.MustCompile(engineURLPattern)
+
 var durationRE = regexp.MustCompile(`^([0-9]{1,9})(ms|s|m|h)$`)
 
 // ParseDuration reads a compose duration: a whole number with the unit ms, s, m or h.
@@ -289,11 +295,10 @@ func (p *parser) engine(pr pair) (*Engine, error) {
 			if err != nil {
 				return nil, err
 			}
-			u, perr := url.Parse(strings.TrimSpace(s))
-			if strings.TrimSpace(s) == "" || perr != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+			if !engineURLRE.MatchString(s) {
 				return nil, p.at(errcode.InvalidManagedEngineURL, k.val, k.where, "%q is not an engine URL; write ws://HOST:PORT (default %s)", s, DefaultEngineURL)
 			}
-			e.URL = s
+			e.URL = strings.TrimSpace(s)
 		case "registration_namespace_grace_ms":
 			n, err := strconv.ParseInt(k.val.Value, 10, 64)
 			if k.val.Kind != yaml.ScalarNode || err != nil || n < 0 {
