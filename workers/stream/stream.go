@@ -14,6 +14,9 @@
 //	stream::list_all    {}                                     -> {stream: [{id, groups}], count}
 //	stream::send        {stream_name, group_id, id?, type, data} -> null (an event, not stored)
 //
+// A worker's custom stream (iii-sdk's createStream: stream::get(<name>) and the like, see
+// custom.go) serves that stream's operations in place of the store.
+//
 // update's ops are the state worker's (set, merge, increment, decrement, append, remove; see
 // state.Apply). Every write is a compare-and-set on the item's revision, so concurrent writers,
 // also other stream workers on one NATS cluster, never lose an update. A value is absent or
@@ -325,6 +328,16 @@ func (s *Service) Set(ctx context.Context, payload json.RawMessage) (any, error)
 	if len(r.Data) == 0 {
 		return nil, protocol.NewError(errcode.InvalidArguments, "stream::set: data is required (null stores null)")
 	}
+	if out, ok, cerr := s.custom(ctx, "stream::set", r.StreamName, payload); ok {
+		old, nw, err := customChange("stream::set", r.StreamName, CodeSetError, out, cerr)
+		if err != nil {
+			return nil, err
+		}
+		if nw != nil {
+			s.changed(r, old, nw)
+		}
+		return out, nil
+	}
 	v := r.Data
 	old, nw, err := s.mutate(ctx, CodeSetError, r, func(json.RawMessage) (json.RawMessage, error) { return v, nil })
 	if err != nil {
@@ -344,6 +357,10 @@ func (s *Service) Get(ctx context.Context, payload json.RawMessage) (any, error)
 }
 
 func (s *Service) get(ctx context.Context, stream, group, item string) (json.RawMessage, error) {
+	in := map[string]string{"stream_name": stream, "group_id": group, "item_id": item}
+	if out, ok, err := s.custom(ctx, "stream::get", stream, in); ok {
+		return orNull(out), err
+	}
 	e, err := s.kv.Get(ctx, itemKey(stream, group, item))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return json.RawMessage("null"), nil
@@ -359,6 +376,16 @@ func (s *Service) Delete(ctx context.Context, payload json.RawMessage) (any, err
 	r, err := parse("stream::delete", payload, "stream_name", "group_id", "item_id")
 	if err != nil {
 		return nil, err
+	}
+	if out, ok, cerr := s.custom(ctx, "stream::delete", r.StreamName, payload); ok {
+		old, _, err := customChange("stream::delete", r.StreamName, CodeDeleteError, out, cerr)
+		if err != nil {
+			return nil, err
+		}
+		if old != nil {
+			s.changed(r, old, nil)
+		}
+		return out, nil
 	}
 	old, _, err := s.mutate(ctx, CodeDeleteError, r, func(json.RawMessage) (json.RawMessage, error) { return nil, nil })
 	if err != nil {
@@ -378,6 +405,16 @@ func (s *Service) Update(ctx context.Context, payload json.RawMessage) (any, err
 	}
 	if r.Ops == nil {
 		return nil, protocol.NewError(errcode.InvalidArguments, "stream::update: ops is required (a list of operations)")
+	}
+	if out, ok, cerr := s.custom(ctx, "stream::update", r.StreamName, payload); ok {
+		old, nw, err := customChange("stream::update", r.StreamName, CodeUpdateError, out, cerr)
+		if err != nil {
+			return nil, err
+		}
+		if nw != nil {
+			s.changed(r, old, nw)
+		}
+		return out, nil
 	}
 	old, nw, err := s.mutate(ctx, CodeUpdateError, r, func(old json.RawMessage) (json.RawMessage, error) {
 		return state.Apply(orNull(old), r.Ops)
@@ -416,6 +453,19 @@ func (s *Service) List(ctx context.Context, payload json.RawMessage) (any, error
 }
 
 func (s *Service) list(ctx context.Context, stream, group string) ([]json.RawMessage, error) {
+	in := map[string]string{"stream_name": stream, "group_id": group}
+	if out, ok, err := s.custom(ctx, "stream::list", stream, in); ok {
+		if err != nil {
+			return nil, err
+		}
+		items := []json.RawMessage{}
+		if !isNull(out) {
+			if err := json.Unmarshal(out, &items); err != nil {
+				return nil, protocol.NewError(CodeJSONError, "%s returned %s, not a list of items: %v", customID("stream::list", stream), clip(out), err)
+			}
+		}
+		return items, nil
+	}
 	ks, err := s.keys(ctx, enc.EncodeToString([]byte(stream))+"."+enc.EncodeToString([]byte(group))+".*")
 	if err != nil {
 		return nil, protocol.NewError(CodeListError, "listing %s/%s: %v", stream, group, err)
@@ -466,6 +516,9 @@ func (s *Service) ListGroups(ctx context.Context, payload json.RawMessage) (any,
 	r, err := parse("stream::list_groups", payload, "stream_name")
 	if err != nil {
 		return nil, err
+	}
+	if out, ok, err := s.custom(ctx, "stream::list_groups", r.StreamName, payload); ok {
+		return orNull(out), err
 	}
 	all, err := s.groups(ctx, enc.EncodeToString([]byte(r.StreamName))+".>")
 	if err != nil {

@@ -27,6 +27,9 @@ type caller struct {
 }
 
 func (c *caller) Call(_ context.Context, fn string, payload any, _ ...protocol.CallOption) (json.RawMessage, error) {
+	if strings.HasPrefix(fn, "stream::") {
+		return nil, notFound(fn)
+	}
 	b, _ := json.Marshal(payload)
 	c.mu.Lock()
 	c.calls = append(c.calls, fn+" "+string(b))
@@ -39,6 +42,11 @@ func (c *caller) Call(_ context.Context, fn string, payload any, _ ...protocol.C
 	}
 	c.got <- struct{}{}
 	return json.RawMessage("null"), nil
+}
+
+// notFound is the engine's answer to a call of a function nobody registered.
+func notFound(fn string) error {
+	return &protocol.Error{Code: errcode.FunctionNotFound, Message: "Function " + fn + " not found in namespace default."}
 }
 
 // next waits for the next handler call and returns its payload decoded.
@@ -314,6 +322,9 @@ type authCaller struct {
 }
 
 func (a *authCaller) Call(_ context.Context, fn string, payload any, _ ...protocol.CallOption) (json.RawMessage, error) {
+	if strings.HasPrefix(fn, "stream::") {
+		return nil, notFound(fn)
+	}
 	switch fn {
 	case "auth":
 		a.mu.Lock()
