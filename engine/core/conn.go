@@ -339,9 +339,11 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 		}()
 	case protocol.TypeInvocationResult:
 		if pc := c.take(m.InvocationID); pc != nil {
-			if m.Error != nil {
+			switch {
+			case m.Error != nil && e.reroute(c, pc, m.Error):
+			case m.Error != nil:
 				pc.deliver(nil, m.Error)
-			} else {
+			default:
 				res := m.Result
 				if pc.ch != nil {
 					res = bytes.Clone(res) // an engine call keeps it past the read buffer

@@ -549,7 +549,8 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	}
 	e.mu.RLock()
 	b, isBuiltin := e.builtins[id]
-	f := e.funcs[fkey{ns, id}].pick()
+	head := e.funcs[fkey{ns, id}]
+	f, several := head.pick(), head != nil && len(head.more) > 0
 	e.mu.RUnlock()
 	if isBuiltin && b.fn != nil {
 		f = nil
@@ -574,7 +575,11 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	if f.http != nil {
 		return e.callHTTP(ctx, f.http, data, timeout)
 	}
-	return e.forward(ctx, f.conn, id, data, meta, tc, timeout, void)
+	var retry *retryCall
+	if several && !void {
+		retry = newRetry(ns, data, meta, tc)
+	}
+	return e.forward(ctx, f.conn, id, data, meta, tc, timeout, void, retry)
 }
 
 func runBuiltin(ctx context.Context, fn Builtin, caller Caller, data json.RawMessage, id string, timeout time.Duration) (res json.RawMessage, perr *protocol.Error) {

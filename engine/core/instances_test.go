@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,5 +128,43 @@ func TestSameRights(t *testing.T) {
 	}
 	if sameRights(&fnEntry{conn: &conn{}, frame: plain}, &conn{session: &rbac.Session{}}, plain) {
 		t.Error("a gated session admitted")
+	}
+}
+
+// A call that reaches a worker after it unregistered the function (a rolling deploy's old
+// instance drops its handler, and the SDK answers function_not_found) goes to another
+// instance; a worker that still serves the function and answers function_not_found is
+// answered as it said.
+func TestRaceWithUnregistrationIsRerouted(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	var old *protocol.Worker
+	var oldCalls atomic.Int32
+	old = worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(context.Context, json.RawMessage) (any, error) {
+		oldCalls.Add(1)
+		if err := old.Unregister("pool::who"); err != nil {
+			return nil, err
+		}
+		return nil, protocol.NewError(errcode.FunctionNotFound, "Function not found")
+	}})
+	worker(t, url, "default", answers("two"))
+	cl := worker(t, url, "default", nil)
+	for i := range 20 {
+		out, err := cl.Call(context.Background(), "pool::who", nil, protocol.WithTimeout(10*time.Second))
+		if err != nil || string(out) != `"two"` {
+			t.Fatalf("call %d: %s, %v", i, out, err)
+		}
+	}
+	if oldCalls.Load() == 0 {
+		t.Fatal("no call reached the old instance: the test proves nothing")
+	}
+
+	// Still registered, the worker's own function_not_found is the answer.
+	liar := func(context.Context, json.RawMessage) (any, error) {
+		return nil, protocol.NewError(errcode.FunctionNotFound, "Function not found")
+	}
+	worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
+	worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
+	if _, err := cl.Call(context.Background(), "pool::liar", nil); code(err) != errcode.FunctionNotFound {
+		t.Fatalf("a worker that still serves the function: %v", err)
 	}
 }

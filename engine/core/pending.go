@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/iii-go/iii/engine/errcode"
@@ -22,6 +23,25 @@ type pendingCall struct {
 	callerID string
 	ch       chan outcome
 	end      func(*protocol.Error) // the observer's end of the call's span; nil: none
+	retry    *retryCall            // nil: the call goes to no other instance (reroute)
+}
+
+// retryCall is what a call to a function with several instances keeps to be sent again: a
+// worker that unregistered the function while the call was on its way answers
+// function_not_found, and reroute gives the call to another instance instead (issue 27). A call
+// to a function with one instance keeps nothing, so pays nothing.
+type retryCall struct {
+	ns         string
+	data, meta json.RawMessage
+	tc         traceCtx
+	done       bool // sent again once already
+}
+
+// newRetry is a retryCall for a call to ns of data, meta and tc, with copies of what the
+// caller's read buffer holds.
+func newRetry(ns string, data, meta json.RawMessage, tc traceCtx) *retryCall {
+	return &retryCall{ns: ns, data: bytes.Clone(data), meta: bytes.Clone(meta),
+		tc: traceCtx{strings.Clone(tc.traceparent), strings.Clone(tc.baggage)}}
 }
 
 type outcome struct {
@@ -116,13 +136,14 @@ func (e *Engine) startForward(target *conn, id string, data, meta json.RawMessag
 	return m.InvocationID, nil
 }
 
-// forward sends an invocation to the worker serving it and waits for its result.
-func (e *Engine) forward(ctx context.Context, target *conn, id string, data, meta json.RawMessage, tc traceCtx, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error) {
+// forward sends an invocation to the worker serving it and waits for its result. retry is
+// non-nil when the function has other instances (see retryCall).
+func (e *Engine) forward(ctx context.Context, target *conn, id string, data, meta json.RawMessage, tc traceCtx, timeout time.Duration, void bool, retry *retryCall) (json.RawMessage, *protocol.Error) {
 	if void {
 		_, perr := e.startForward(target, id, data, meta, tc, timeout, nil)
 		return nil, perr
 	}
-	pc := &pendingCall{ch: make(chan outcome, 1)}
+	pc := &pendingCall{ch: make(chan outcome, 1), retry: retry}
 	iid, perr := e.startForward(target, id, data, meta, tc, timeout, pc)
 	if perr != nil {
 		return nil, perr
@@ -151,7 +172,8 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	}
 	e.mu.RLock()
 	_, isBuiltin := e.builtins[m.FunctionID]
-	f := e.funcs[fkey{ns, m.FunctionID}].pick()
+	head := e.funcs[fkey{ns, m.FunctionID}]
+	f, several := head.pick(), head != nil && len(head.more) > 0
 	e.mu.RUnlock()
 	if isBuiltin || f == nil {
 		return false
@@ -177,9 +199,60 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 		return true
 	}
 	pc := &pendingCall{caller: c, callerID: m.InvocationID, end: end}
+	if several {
+		pc.retry = newRetry(ns, data, m.Metadata, tc)
+	}
 	if _, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, tc, timeout, pc); perr != nil {
 		pc.fn = m.FunctionID
 		pc.deliver(nil, perr)
+	}
+	return true
+}
+
+// reroute sends pc, which worker c answered with perr, to another instance of its function when
+// perr is function_not_found and c no longer serves the function: the call raced c's
+// unregistration (a rolling deploy's old worker drops its handler once it unregistered). It
+// does so once per call, within the call's deadline, and reports whether it did.
+func (e *Engine) reroute(c *conn, pc *pendingCall, perr *protocol.Error) bool {
+	rc := pc.retry
+	if rc == nil || rc.done || perr.Code != errcode.FunctionNotFound {
+		return false
+	}
+	var next *fnEntry
+	serves := false
+	e.mu.RLock()
+	if head := e.funcs[fkey{rc.ns, pc.fn}]; head != nil {
+		head.instances(func(i *fnEntry) {
+			switch {
+			case i.conn == c:
+				serves = true
+			case next == nil || i.conn.serving.Load() < next.conn.serving.Load():
+				next = i
+			}
+		})
+	}
+	e.mu.RUnlock()
+	if serves || next == nil || next.http != nil {
+		return false
+	}
+	timeout := pc.timeout
+	if !pc.deadline.IsZero() {
+		if timeout = time.Until(pc.deadline); timeout <= 0 {
+			return false
+		}
+	}
+	rc.done = true
+	if pc.caller != nil {
+		pc.caller.mu.Lock()
+		if pc.caller.calls != nil {
+			delete(pc.caller.calls, pc.iid)
+		}
+		pc.caller.mu.Unlock()
+	}
+	e.log.Debug("call rerouted: its worker answered function_not_found after unregistering the function",
+		"function_id", pc.fn, "namespace", rc.ns, "from", c.id, "to", next.conn.id)
+	if _, err := e.startForward(next.conn, pc.fn, rc.data, rc.meta, rc.tc, timeout, pc); err != nil {
+		pc.deliver(nil, err)
 	}
 	return true
 }
