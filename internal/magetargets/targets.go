@@ -112,9 +112,8 @@ func rootAndDist() (root, dist string, err error) {
 }
 
 // Test installs what the suite needs (Setup), then runs the linters, every module's unit tests,
-// the packages of racy again under the race detector, and the end-to-end suite against bin/.
-// The unit tests replay every fuzz target's seeds and saved findings; new fuzzing is Fuzz's, so
-// that a gate's result depends only on the tree.
+// the packages of racy again under the race detector, the fuzz targets of fuzzTargets for
+// fuzzBudget each, and the end-to-end suite against bin/.
 func Test(ctx context.Context) error {
 	mg.SerialCtxDeps(ctx, Setup, Lint, Build)
 	for _, m := range modules {
@@ -131,6 +130,9 @@ func Test(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	if err := Fuzz(ctx); err != nil {
+		return err
 	}
 	bin, err := filepath.Abs("bin")
 	if err != nil {
