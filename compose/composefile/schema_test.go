@@ -94,6 +94,9 @@ func jsonValue(n *yaml.Node) (any, error) {
 			if err != nil {
 				return nil, err
 			}
+			if kn := n.Content[i]; kn.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("line %d: a key that is not a scalar has no JSON form", kn.Line)
+			}
 			k := n.Content[i].Value
 			if _, dup := m[k]; dup {
 				return nil, fmt.Errorf("line %d: duplicate key %q", n.Content[i].Line, k)
