@@ -40,6 +40,26 @@ func (s *Service) custom(ctx context.Context, fn, name string, payload any) (out
 	return out, true, err
 }
 
+// customWrite serves a set, update or delete (fn) of r's stream by its custom function when one
+// is registered (ok): it reports the change the function answers to the stream's triggers and
+// subscribers, and returns the function's result. code is the operation's error code.
+func (s *Service) customWrite(ctx context.Context, fn, code string, r request, payload json.RawMessage) (res any, ok bool, err error) {
+	out, ok, cerr := s.custom(ctx, fn, r.StreamName, payload)
+	if !ok {
+		return nil, false, nil
+	}
+	old, nw, err := customChange(fn, r.StreamName, code, out, cerr)
+	switch {
+	case err != nil:
+		return nil, true, err
+	case fn == "stream::delete" && old != nil:
+		s.changed(r, old, nil)
+	case fn != "stream::delete" && nw != nil:
+		s.changed(r, old, nw)
+	}
+	return out, true, nil
+}
+
 // customChange reads the result of a custom set, update or delete: {old_value?, new_value?},
 // null members being absent. code is the operation's error code.
 func customChange(fn, name, code string, out json.RawMessage, callErr error) (old, nw json.RawMessage, err error) {

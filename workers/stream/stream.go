@@ -328,15 +328,8 @@ func (s *Service) Set(ctx context.Context, payload json.RawMessage) (any, error)
 	if len(r.Data) == 0 {
 		return nil, protocol.NewError(errcode.InvalidArguments, "stream::set: data is required (null stores null)")
 	}
-	if out, ok, cerr := s.custom(ctx, "stream::set", r.StreamName, payload); ok {
-		old, nw, err := customChange("stream::set", r.StreamName, CodeSetError, out, cerr)
-		if err != nil {
-			return nil, err
-		}
-		if nw != nil {
-			s.changed(r, old, nw)
-		}
-		return out, nil
+	if out, ok, err := s.customWrite(ctx, "stream::set", CodeSetError, r, payload); ok {
+		return out, err
 	}
 	v := r.Data
 	old, nw, err := s.mutate(ctx, CodeSetError, r, func(json.RawMessage) (json.RawMessage, error) { return v, nil })
@@ -377,15 +370,8 @@ func (s *Service) Delete(ctx context.Context, payload json.RawMessage) (any, err
 	if err != nil {
 		return nil, err
 	}
-	if out, ok, cerr := s.custom(ctx, "stream::delete", r.StreamName, payload); ok {
-		old, _, err := customChange("stream::delete", r.StreamName, CodeDeleteError, out, cerr)
-		if err != nil {
-			return nil, err
-		}
-		if old != nil {
-			s.changed(r, old, nil)
-		}
-		return out, nil
+	if out, ok, err := s.customWrite(ctx, "stream::delete", CodeDeleteError, r, payload); ok {
+		return out, err
 	}
 	old, _, err := s.mutate(ctx, CodeDeleteError, r, func(json.RawMessage) (json.RawMessage, error) { return nil, nil })
 	if err != nil {
@@ -406,15 +392,8 @@ func (s *Service) Update(ctx context.Context, payload json.RawMessage) (any, err
 	if r.Ops == nil {
 		return nil, protocol.NewError(errcode.InvalidArguments, "stream::update: ops is required (a list of operations)")
 	}
-	if out, ok, cerr := s.custom(ctx, "stream::update", r.StreamName, payload); ok {
-		old, nw, err := customChange("stream::update", r.StreamName, CodeUpdateError, out, cerr)
-		if err != nil {
-			return nil, err
-		}
-		if nw != nil {
-			s.changed(r, old, nw)
-		}
-		return out, nil
+	if out, ok, err := s.customWrite(ctx, "stream::update", CodeUpdateError, r, payload); ok {
+		return out, err
 	}
 	old, nw, err := s.mutate(ctx, CodeUpdateError, r, func(old json.RawMessage) (json.RawMessage, error) {
 		return state.Apply(orNull(old), r.Ops)
