@@ -1,6 +1,14 @@
 package queue
 
-import "testing"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/iii-go/iii/engine/protocol"
+)
 
 // durable:subscriber configs become the "queue" trigger's; what the queue cannot honour is
 // refused.
@@ -27,5 +35,44 @@ func TestDurableConfig(t *testing.T) {
 		if got, err := durableConfig([]byte(in)); err == nil {
 			t.Errorf("%s accepted as %s", in, got)
 		}
+	}
+}
+
+// A durable:subscriber trigger is a "queue" subscriber under iii's name: registered with iii's
+// queue_config it gets what is published on its topic (fifo: one at a time, in order), a failing
+// delivery is retried up to queue_config.maxRetries, and once unregistered it gets nothing.
+func TestDurableSubscriber(t *testing.T) {
+	svc, c := openService(t, Config{})
+	ctx := context.Background()
+	d := svc.Durable()
+	sub := protocol.Trigger{ID: "d", FunctionID: "sub::d", Config: json.RawMessage(`{"topic":"orders","queue_config":{"type":"fifo"}}`)}
+	flaky := protocol.Trigger{ID: "f", FunctionID: "flaky::fn", Config: json.RawMessage(`{"topic":"orders","queue_config":{"maxRetries":2,"backoffDelayMs":1}}`)}
+	for _, tr := range []protocol.Trigger{sub, flaky} {
+		if err := d.RegisterTrigger(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.RegisterTrigger(ctx, protocol.Trigger{ID: "x", FunctionID: "f", Config: json.RawMessage(`{"topic":"orders","queue_config":{"delaySeconds":5}}`)}); err == nil {
+		t.Error("a queue_config this queue cannot honour was accepted")
+	}
+	for i := 1; i <= 3; i++ {
+		if _, err := svc.Publish(ctx, json.RawMessage(fmt.Sprintf(`{"topic":"orders","data":{"n":%d}}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the fifo subscriber's three messages", func() bool { return len(c.get("sub::d")) == 3 })
+	if got := strings.Join(c.get("sub::d"), " "); got != `{"n":1} {"n":2} {"n":3}` {
+		t.Errorf("fifo order: %s", got)
+	}
+	// flaky::fn fails its first delivery: that message comes again, so 4 calls for 3 messages.
+	eventually(t, "the retried subscriber", func() bool { return len(c.get("flaky::fn")) == 4 })
+
+	if err := d.UnregisterTrigger(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = svc.Publish(ctx, json.RawMessage(`{"topic":"orders","data":{"n":4}}`))
+	eventually(t, "the remaining subscriber", func() bool { return len(c.get("flaky::fn")) == 5 })
+	if n := len(c.get("sub::d")); n != 3 {
+		t.Errorf("the unregistered durable subscriber got %d messages, want 3", n)
 	}
 }

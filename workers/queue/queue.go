@@ -28,7 +28,8 @@
 // queue::dlq::list {queue | topic}) and acknowledged; nothing is dropped. A job whose function is
 // not registered (function_not_found) waits and is tried again every backoff without counting
 // as an attempt. At most concurrency calls of one consumer run at once in one worker; messages
-// of the same group run one at a time, in order, within one worker.
+// of the same group run one at a time, in order, within one worker, and with concurrency 1
+// (durable:subscriber's fifo) all of a consumer's messages do.
 package queue
 
 import (
@@ -393,7 +394,9 @@ func (s *Service) consume(name, subject string, set Settings, policy jetstream.D
 			}
 			s.deliver(m, set, tg)
 		}
-		if g := m.Headers().Get(hGroup); g != "" {
+		// A group's messages run one at a time in arrival order; with concurrency 1 (fifo)
+		// every message does, as one group.
+		if g := m.Headers().Get(hGroup); g != "" || set.Concurrency == 1 {
 			groups.push(g, m, run)
 			return
 		}
