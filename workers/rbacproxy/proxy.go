@@ -14,6 +14,9 @@
 //     function_registration_prefix (calls the engine sends back lose it again);
 //   - engine::workers::register into a namespace the session is not scoped to is refused;
 //   - the results of engine::functions::list list only what the session may call.
+//
+// Channel streams (/ws/channels/<id>) are forwarded unchanged to the engine's, which admits them
+// by their access key.
 package rbacproxy
 
 import (
@@ -23,7 +26,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,12 +56,13 @@ type Proxy struct {
 	version string
 	active  atomic.Int64
 
-	mu    sync.Mutex
-	srv   *http.Server
-	ln    net.Listener
-	wg    sync.WaitGroup // connections being served
-	conns map[uint64]context.CancelFunc
-	next  uint64
+	mu      sync.Mutex
+	srv     *http.Server
+	ln      net.Listener
+	wg      sync.WaitGroup // connections being served
+	conns   map[uint64]context.CancelFunc
+	next    uint64
+	closing bool
 }
 
 // New returns a proxy for cfg (checked) that calls the auth function, the hooks and the
@@ -106,6 +112,7 @@ func (p *Proxy) Close() {
 func (p *Proxy) shutdown() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closing = true
 	for _, cancel := range p.conns {
 		cancel()
 	}
@@ -138,19 +145,25 @@ func (p *Proxy) Status() Status {
 
 // ServeHTTP upgrades one inbound worker connection, authenticates it and proxies it.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	id, ok := p.track(cancel)
+	if !ok {
+		http.Error(w, "rbac-proxy is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer p.untrack(id)
+	if strings.HasPrefix(r.URL.Path, protocol.ChannelPathPrefix) {
+		p.serveChannel(ctx, cancel, w, r)
+		return
+	}
 	in, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return
 	}
 	in.SetReadLimit(protocol.MaxFrameBytes)
-	p.wg.Add(1)
-	defer p.wg.Done()
 	p.active.Add(1)
 	defer p.active.Add(-1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	id := p.track(cancel)
-	defer p.untrack(id)
 
 	s, perr := p.authenticate(ctx, r)
 	if perr != nil {
@@ -175,22 +188,60 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.run()
 }
 
-// track records a connection's cancel for Close.
-func (p *Proxy) track(cancel context.CancelFunc) uint64 {
+// serveChannel forwards a channel stream (/ws/channels/<id>?key=...) to the engine's, frame by
+// frame and unchanged: the engine admits it by its access key, as on an RBAC listener. The
+// engine's refusal (no such channel, wrong key, end taken) is answered with its HTTP status.
+func (p *Proxy) serveChannel(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, r *http.Request) {
+	u, err := url.Parse(p.cfg.EngineURL)
+	if err != nil {
+		http.Error(w, "rbac-proxy: engine_url is not a URL", http.StatusBadGateway)
+		return
+	}
+	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
+	dctx, dcancel := context.WithTimeout(ctx, p.handshake())
+	out, resp, err := websocket.Dial(dctx, u.String(), nil)
+	dcancel()
+	if err != nil {
+		status := http.StatusBadGateway
+		if resp != nil && resp.StatusCode >= 400 {
+			status = resp.StatusCode
+		}
+		http.Error(w, "rbac-proxy: the engine refused the channel stream", status)
+		return
+	}
+	in, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		_ = out.CloseNow()
+		return
+	}
+	in.SetReadLimit(protocol.MaxFrameBytes)
+	out.SetReadLimit(protocol.MaxFrameBytes)
+	c := &session{p: p, in: in, out: out, ctx: ctx, cancel: cancel, raw: true, closed: -1}
+	c.run()
+}
+
+// track records a connection's cancel for Close and counts it in the wait group; false once the
+// proxy is closing.
+func (p *Proxy) track(cancel context.CancelFunc) (uint64, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closing {
+		return 0, false
+	}
 	if p.conns == nil {
 		p.conns = map[uint64]context.CancelFunc{}
 	}
 	p.next++
 	p.conns[p.next] = cancel
-	return p.next
+	p.wg.Add(1)
+	return p.next, true
 }
 
 func (p *Proxy) untrack(id uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.conns, id)
+	p.wg.Done()
 }
 
 // authenticate opens the session of an upgrade request as an engine RBAC listener does: Open

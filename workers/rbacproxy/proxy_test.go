@@ -310,3 +310,50 @@ func TestEngineUnreachable(t *testing.T) {
 		t.Errorf("close %v", err)
 	}
 }
+
+func TestChannelStream(t *testing.T) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != protocol.ChannelPathPrefix+"ch1" || r.URL.Query().Get("key") != "k" {
+			http.Error(w, "wrong channel access key", http.StatusForbidden)
+			return
+		}
+		ws, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		for { // echo
+			typ, b, err := ws.Read(context.Background())
+			if err != nil || ws.Write(context.Background(), typ, b) != nil {
+				return
+			}
+		}
+	}))
+	defer engine.Close()
+	calls := gateCalls()
+	p := startProxy(t, gateConfig("ws"+strings.TrimPrefix(engine.URL, "http")), calls)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	base := "ws://" + p.Addr().String() + protocol.ChannelPathPrefix
+	ws, _, err := websocket.Dial(ctx, base+"ch1?key=k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	for _, typ := range []websocket.MessageType{websocket.MessageBinary, websocket.MessageText} {
+		if err := ws.Write(ctx, typ, []byte(`{"type":"invokefunction","function_id":"hidden::secret"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if got, b, err := ws.Read(ctx); err != nil || got != typ || !strings.Contains(string(b), "hidden::secret") {
+			t.Errorf("echo %v %s %v: a channel frame is passed unchanged", got, b, err)
+		}
+	}
+	_, resp, err := websocket.Dial(ctx, base+"ch1?key=wrong", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a wrong key: %v %v, want the engine's 403", resp, err)
+	}
+	calls.mu.Lock()
+	defer calls.mu.Unlock()
+	if len(calls.calls) != 0 {
+		t.Errorf("a channel stream called %v; the engine admits it by its key", calls.calls)
+	}
+}

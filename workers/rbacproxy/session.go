@@ -27,6 +27,7 @@ type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the two pumps and the middleware calls
+	raw     bool           // a channel stream: frames pass unchanged
 
 	mu        sync.Mutex
 	closed    websocket.StatusCode // how the engine closed its side, -1 until it did
@@ -76,7 +77,7 @@ func (c *session) pump(ws *websocket.Conn, handle func([]byte)) {
 			}
 			return
 		}
-		if typ != websocket.MessageText {
+		if typ != websocket.MessageText || c.raw {
 			c.write(other, typ, b)
 			continue
 		}
