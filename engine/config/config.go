@@ -479,6 +479,11 @@ func parseListener(l *Listener, v *yaml.Node) error {
 	})
 }
 
+// ParseRBAC reads an rbac: block (package rbac) as a listener takes it, for the rbac-proxy
+// worker's own: an empty or null one exposes nothing but the infrastructure functions; what
+// names the block in errors (CONFIG_INVALID, with the line).
+func ParseRBAC(v *yaml.Node, what string) (*rbac.Config, error) { return parseRBAC(v, what) }
+
 // parseRBAC reads an rbac: block (package rbac); an empty or null one exposes nothing but the
 // infrastructure functions.
 func parseRBAC(v *yaml.Node, what string) (*rbac.Config, error) {

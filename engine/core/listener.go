@@ -100,13 +100,8 @@ func (e *Engine) gateInvoke(c *conn, m *protocol.Message) bool {
 		meta = f.frame.Metadata
 	}
 	e.mu.RUnlock()
-	if !c.l.RBAC.Allowed(c.session, m.FunctionID, ns, meta) {
-		why := "it matches none of the listener's rbac.expose_functions and the auth function did not allow it"
-		if c.l.RBAC == nil || containsString(c.session.ForbiddenFunctions, m.FunctionID) {
-			why = "the auth function lists it in forbidden_functions"
-		}
-		c.sendResult(m, nil, protocol.NewError(errcode.Forbidden, "function '%s' in namespace '%s' is not allowed on listener %s: %s",
-			m.FunctionID, ns, c.l.Name, why))
+	if why := c.l.RBAC.Denial(c.session, m.FunctionID, ns, meta); why != "" {
+		c.sendResult(m, nil, rbac.Forbidden("listener "+c.l.Name, m.FunctionID, ns, why))
 		return true
 	}
 	if c.l.Middleware == "" || isBuiltin {
@@ -137,79 +132,27 @@ func (e *Engine) gateInvoke(c *conn, m *protocol.Message) bool {
 	return true
 }
 
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // gateRegistration applies c's session to registration m (owned; it may rewrite it): the
-// session's allow_* rights, the listener's hooks and the function_registration_prefix. It
-// reports whether the registration goes on; a refused one has been answered.
+// session's allow_* rights, the listener's hooks and the function_registration_prefix
+// (rbac.Config.GateRegistration). It reports whether the registration goes on; a refused one
+// has been answered.
 func (e *Engine) gateRegistration(c *conn, ns string, m *protocol.Message) bool {
-	s, cfg := c.session, c.l.RBAC
-	hook := func(id string, reg any) bool {
-		if cfg == nil || id == "" {
-			return true
-		}
-		res, perr := e.Invoke(c.ctx, protocol.DefaultNamespace, id, rbac.HookInput(reg, s.Context), c.l.HandshakeTimeout)
+	hook := func(id string, in json.RawMessage) (json.RawMessage, error) {
+		res, perr := e.Invoke(c.ctx, protocol.DefaultNamespace, id, in, c.l.HandshakeTimeout)
 		if perr != nil {
 			e.log.Warn("registration refused: the hook failed", "listener", c.l.Name, "hook", id, "worker_id", c.id, "code", perr.Code, "reason", perr.Message)
-			return false
+			return nil, perr
 		}
-		return rbac.ApplyHook(res, reg)
+		return res, nil
 	}
-	refuse := func(what, why string) bool {
-		e.log.Warn("registration refused", "listener", c.l.Name, "what", what, "namespace", ns, "worker_id", c.id, "reason", why)
-		return false
+	r := c.l.RBAC.GateRegistration(c.session, m, hook)
+	if r == nil {
+		return true
 	}
-	switch m.Type {
-	case protocol.TypeRegisterFunction:
-		if !s.AllowFunctionRegistration {
-			return e.rejectFunction(c, ns, m.ID, refuse(m.ID, "the auth function did not allow function registration"))
-		}
-		reg := &rbac.FunctionReg{FunctionID: m.ID, Description: m.Description, Metadata: m.Metadata}
-		if cfg != nil && !hook(cfg.OnFunctionRegistration, reg) {
-			return e.rejectFunction(c, ns, m.ID, refuse(m.ID, "on_function_registration_function_id "+cfg.OnFunctionRegistration+" refused it"))
-		}
-		m.ID, m.Description, m.Metadata = s.Prefixed(reg.FunctionID), reg.Description, reg.Metadata
-	case protocol.TypeUnregisterFunction:
-		m.ID = s.Prefixed(m.ID)
-	case protocol.TypeRegisterTriggerType:
-		if !s.AllowTriggerTypeRegistration {
-			return refuse("trigger type "+m.ID, "the auth function did not allow trigger type registration")
-		}
-		reg := &rbac.TriggerTypeReg{TriggerTypeID: m.ID, Description: m.Description}
-		if cfg != nil && !hook(cfg.OnTriggerTypeRegistration, reg) {
-			return refuse("trigger type "+m.ID, "on_trigger_type_registration_function_id "+cfg.OnTriggerTypeRegistration+" refused it")
-		}
-		m.ID, m.Description = reg.TriggerTypeID, reg.Description
-	case protocol.TypeRegisterTrigger:
-		if !s.MayUseTriggerType(m.TriggerType) {
-			return e.rejectTrigger(c, m, refuse("trigger "+m.ID, "its type "+m.TriggerType+" is not in the auth function's allowed_trigger_types"))
-		}
-		reg := &rbac.TriggerReg{TriggerID: m.ID, TriggerType: m.TriggerType, FunctionID: m.FunctionID, Config: m.Config, Metadata: m.Metadata}
-		if cfg != nil && !hook(cfg.OnTriggerRegistration, reg) {
-			return e.rejectTrigger(c, m, refuse("trigger "+m.ID, "on_trigger_registration_function_id "+cfg.OnTriggerRegistration+" refused it"))
-		}
-		m.ID, m.TriggerType, m.FunctionID, m.Config = reg.TriggerID, reg.TriggerType, s.Prefixed(reg.FunctionID), reg.Config
+	e.log.Warn("registration refused", "listener", c.l.Name, "what", r.What, "namespace", ns, "worker_id", c.id, "reason", r.Why)
+	if f := rbac.Rejection(m, ns, "listener "+c.l.Name); f != nil {
+		_ = c.send(f)
 	}
-	return true
-}
-
-// rejectFunction answers a refused function registration with registrationrejected FORBIDDEN.
-func (e *Engine) rejectFunction(c *conn, ns, id string, _ bool) bool {
-	_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: errcode.Forbidden, Namespace: &ns, FunctionID: id, OwnerWorkerID: "engine"})
-	return false
-}
-
-// rejectTrigger answers a refused trigger registration with its triggerregistrationresult.
-func (e *Engine) rejectTrigger(c *conn, m *protocol.Message, _ bool) bool {
-	_ = c.send(&protocol.Message{Type: protocol.TypeTriggerRegistrationResult, ID: m.ID, TriggerType: m.TriggerType, FunctionID: m.FunctionID,
-		Error: protocol.NewError(errcode.Forbidden, "trigger %s refused by listener %s", m.ID, c.l.Name)})
 	return false
 }
 

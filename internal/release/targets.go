@@ -34,7 +34,8 @@ type Target struct {
 }
 
 // Products lists every product that ships. iii-worker and iii-init are gone in 0.26 (req A1).
-// The event workers (http, cron, queue, state, pubsub, stream) are project workers, as in iii 0.23+.
+// The event workers (http, cron, queue, state, pubsub, stream) are project workers, as in iii 0.23+;
+// rbac-proxy is the RBAC gate in front of an engine, as iii's worker of that name.
 var Products = []Product{
 	{Name: "iii", Package: ".", VersionFile: "VERSION"},
 	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION", Firmware: true, Worker: true,
@@ -45,10 +46,11 @@ var Products = []Product{
 	{Name: "state", Package: "./workers/cmd/state", VersionFile: "workers/VERSION", Worker: true},
 	{Name: "pubsub", Package: "./workers/cmd/pubsub", VersionFile: "workers/VERSION", Worker: true},
 	{Name: "stream", Package: "./workers/cmd/stream", VersionFile: "workers/VERSION", Worker: true},
+	{Name: "rbac-proxy", Package: "./workers/cmd/rbac-proxy", VersionFile: "workers/VERSION", Worker: true},
 }
 
-// eventWorkers ship for every target iii ships for.
-var eventWorkers = []string{"http", "cron", "queue", "state", "pubsub", "stream"}
+// eventWorkers ship for every target iii ships for, and so does the rbac-proxy worker.
+var eventWorkers = []string{"http", "cron", "queue", "state", "pubsub", "stream", "rbac-proxy"}
 
 // Targets is the one table of release targets: iii and the event workers ship for all of them;
 // the sandbox adapter only for Apple Silicon macOS and glibc Linux (req H1, H4).

@@ -1,0 +1,120 @@
+package rbacproxy
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/iii-go/iii/engine/config"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
+)
+
+// Defaults of the configuration. The host is the loopback address, as the other workers' (iii's
+// proxy binds 0.0.0.0): a proxy facing a network says so with host: 0.0.0.0.
+const (
+	DefaultHost        = "127.0.0.1"
+	DefaultPort        = 49200
+	DefaultHandshakeMS = 10000
+)
+
+// Config is the proxy's configuration (iii's rbac-proxy keys): where it listens, the trusted
+// engine listener it forwards to, and the gate, an rbac: block with the keys of an engine
+// listener's.
+type Config struct {
+	Host      string `yaml:"host"`
+	Port      int    `yaml:"port"`
+	EngineURL string `yaml:"engine_url"` // default $III_URL, else the engine's default address
+	// MiddlewareFunctionID, when set, is called with rbac.MiddlewareInput instead of every
+	// allowed function outside engine:: that a session invokes; its answer is the call's.
+	MiddlewareFunctionID string `yaml:"middleware_function_id"`
+	// HandshakeTimeoutMS bounds the auth function's and the hooks' calls, and the dial to the
+	// engine.
+	HandshakeTimeoutMS int   `yaml:"handshake_timeout_ms"`
+	RBAC               Block `yaml:"rbac"`
+}
+
+// Block is the rbac: block, read by the engine's own parser (config.ParseRBAC). Absent or
+// empty, it admits every connection and exposes only the infrastructure functions.
+type Block struct{ *rbac.Config }
+
+// UnmarshalYAML reads the block as an engine listener's, refusing unknown keys and the
+// metadata filters the proxy cannot apply (engine::functions::list carries no metadata).
+func (b *Block) UnmarshalYAML(n *yaml.Node) error {
+	c, err := config.ParseRBAC(n, "rbac-proxy rbac")
+	if err != nil {
+		return err
+	}
+	for _, f := range c.Expose {
+		if f.Metadata != nil {
+			return errcode.New(errcode.ConfigInvalid, "line %d: rbac-proxy rbac.expose_functions: metadata filters are not supported by the proxy "+
+				"(it does not see the functions' metadata); use match(\"pattern\") filters or an engine RBAC listener", n.Line)
+		}
+	}
+	b.Config = c
+	return nil
+}
+
+// Default is the configuration before the file is read.
+func Default() Config {
+	return Config{Host: DefaultHost, Port: DefaultPort, HandshakeTimeoutMS: DefaultHandshakeMS}
+}
+
+// Check completes c (the engine URL's default, an empty rbac: block) and refuses what cannot
+// work, with CONFIG_INVALID naming the key.
+func (c *Config) Check() error {
+	if c.EngineURL == "" {
+		c.EngineURL = os.Getenv(protocol.EnvURL)
+	}
+	if c.EngineURL == "" {
+		c.EngineURL = protocol.DefaultURL
+	}
+	if c.RBAC.Config == nil {
+		c.RBAC.Config = &rbac.Config{}
+	}
+	if c.Host == "" {
+		return errcode.New(errcode.ConfigInvalid, "rbac-proxy host must not be empty")
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return errcode.New(errcode.ConfigInvalid, "rbac-proxy port %d is out of range 0-65535", c.Port)
+	}
+	if c.HandshakeTimeoutMS <= 0 {
+		return errcode.New(errcode.ConfigInvalid, "rbac-proxy handshake_timeout_ms must be positive, got %d", c.HandshakeTimeoutMS)
+	}
+	u, err := url.Parse(c.EngineURL)
+	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
+		return errcode.New(errcode.ConfigInvalid, "rbac-proxy engine_url %q must be a ws:// or wss:// URL of the engine's trusted listener", RedactURL(c.EngineURL))
+	}
+	return nil
+}
+
+// RedactURL is u with any user information replaced, for logs and rbac-proxy::status.
+func RedactURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if p.User != nil {
+		p.User = url.User("REDACTED")
+	}
+	q := p.Query()
+	for k := range q {
+		q.Set(k, "REDACTED")
+	}
+	p.RawQuery = q.Encode()
+	return p.String()
+}
+
+func (c Config) String() string {
+	return fmt.Sprintf("host=%s port=%d engine_url=%s middleware=%q auth=%q", c.Host, c.Port, RedactURL(c.EngineURL), c.MiddlewareFunctionID, c.authID())
+}
+
+func (c Config) authID() string {
+	if c.RBAC.Config == nil {
+		return ""
+	}
+	return c.RBAC.AuthFunctionID
+}

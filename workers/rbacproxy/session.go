@@ -1,0 +1,284 @@
+package rbacproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
+)
+
+// writeTimeout bounds one frame's write to either side; a peer that does not read ends the pair.
+const writeTimeout = 30 * time.Second
+
+// session is one proxied connection: the inbound worker's socket, its engine socket and the
+// rights the auth function gave it.
+type session struct {
+	p       *Proxy
+	s       *rbac.Session
+	in, out *websocket.Conn
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the two pumps and the middleware calls
+	raw     bool           // a channel stream: frames pass unchanged
+
+	mu        sync.Mutex
+	closed    websocket.StatusCode // how the engine closed its side, -1 until it did
+	reason    string
+	ns        string          // the namespace engine::workers::register declared
+	discovery map[string]bool // invocation ids of engine::functions::list calls, whose results are filtered
+}
+
+// run pumps frames both ways until either side closes, then closes both and waits for every
+// goroutine of the pair.
+func (c *session) run() {
+	c.wg.Add(2)
+	go c.pump(c.in, c.down)
+	go c.pump(c.out, c.up)
+	<-c.ctx.Done()
+	_ = c.out.CloseNow()
+	c.mu.Lock()
+	status, reason := c.closed, c.reason
+	c.mu.Unlock()
+	if status < 0 {
+		status = websocket.StatusNormalClosure
+	}
+	_ = c.in.Close(status, reason)
+	c.wg.Wait()
+}
+
+// pump reads from ws and hands each text frame to handle; binary frames pass unchanged. Any read
+// error ends the pair; a close of the engine's side is passed on to the worker.
+func (c *session) pump(ws *websocket.Conn, handle func([]byte)) {
+	defer c.wg.Done()
+	defer c.cancel()
+	other := c.out
+	if ws == c.out {
+		other = c.in
+	}
+	for {
+		typ, b, err := ws.Read(context.Background()) // run closes the sockets: a cancelled read would drop the close status
+		if err != nil {
+			if ws == c.out {
+				if st := websocket.CloseStatus(err); st >= 0 {
+					var ce websocket.CloseError
+					_ = errors.As(err, &ce)
+					c.mu.Lock()
+					c.closed, c.reason = st, ce.Reason // the engine's close reaches the worker
+					c.mu.Unlock()
+				}
+			}
+			return
+		}
+		if typ != websocket.MessageText || c.raw {
+			c.write(other, typ, b)
+			continue
+		}
+		handle(b)
+	}
+}
+
+// write sends one frame to ws; a failure ends the pair.
+func (c *session) write(ws *websocket.Conn, typ websocket.MessageType, b []byte) {
+	ctx, cancel := context.WithTimeout(c.ctx, writeTimeout)
+	defer cancel()
+	if ws.Write(ctx, typ, b) != nil {
+		c.cancel()
+	}
+}
+
+func (c *session) send(ws *websocket.Conn, m *protocol.Message) {
+	b, _ := protocol.Encode(m)
+	c.write(ws, websocket.MessageText, b)
+}
+
+// down handles a frame from the inbound worker: gated, rewritten or answered here.
+func (c *session) down(b []byte) {
+	m, err := protocol.Decode(b)
+	if err != nil {
+		c.write(c.out, websocket.MessageText, b) // the engine answers malformed frames itself
+		return
+	}
+	switch m.Type {
+	case protocol.TypeInvokeFunction:
+		c.invoke(m, b)
+	case protocol.TypeRegisterFunction, protocol.TypeUnregisterFunction, protocol.TypeRegisterTriggerType, protocol.TypeRegisterTrigger:
+		c.register(m)
+	default:
+		c.write(c.out, websocket.MessageText, b)
+	}
+}
+
+// invoke gates a call as an engine RBAC listener does (core's gateInvoke).
+func (c *session) invoke(m *protocol.Message, raw []byte) {
+	if m.FunctionID == protocol.FnRegisterWorker {
+		c.registerWorker(m, raw)
+		return
+	}
+	ns := protocol.DefaultNamespace
+	if m.Namespace != nil {
+		if strings.TrimSpace(*m.Namespace) == "" {
+			c.write(c.out, websocket.MessageText, raw) // answered INVALID_NAMESPACE by the engine
+			return
+		}
+		ns = *m.Namespace
+	}
+	if why := c.p.cfg.RBAC.Denial(c.s, m.FunctionID, ns, nil); why != "" {
+		c.result(m, nil, rbac.Forbidden(Where, m.FunctionID, ns, why))
+		return
+	}
+	if m.FunctionID == protocol.FnListFunctions && m.InvocationID != "" {
+		c.mu.Lock()
+		c.discovery[m.InvocationID] = true
+		c.mu.Unlock()
+	}
+	if c.p.cfg.MiddlewareFunctionID == "" || strings.HasPrefix(m.FunctionID, "engine::") {
+		c.write(c.out, websocket.MessageText, raw)
+		return
+	}
+	c.wg.Add(1)
+	go func() { // the pump goes on: the middleware may call back into this connection's functions
+		defer c.wg.Done()
+		var action json.RawMessage
+		if m.Action != nil {
+			action, _ = json.Marshal(m.Action)
+		}
+		data := m.Data
+		if len(data) == 0 {
+			data = json.RawMessage("null")
+		}
+		in := rbac.MiddlewareInput{FunctionID: m.FunctionID, Payload: data, Action: action, Context: c.s.Context, Namespace: ns}
+		d := 30 * time.Second
+		if m.TimeoutMS > 0 {
+			d = time.Duration(m.TimeoutMS) * time.Millisecond
+		}
+		res, perr := c.p.call(c.ctx, c.p.cfg.MiddlewareFunctionID, in, d)
+		c.result(m, res, perr)
+	}()
+}
+
+// result answers call m to the inbound worker (nothing for a void call).
+func (c *session) result(m *protocol.Message, res json.RawMessage, perr *protocol.Error) {
+	if m.IsVoid() {
+		return
+	}
+	out := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: m.InvocationID, FunctionID: m.FunctionID, Error: perr}
+	if perr == nil && strings.TrimSpace(string(res)) != "null" {
+		out.Result = res
+	}
+	c.send(c.in, out)
+}
+
+// registerWorker refuses a namespace the auth function did not scope the session to, as the
+// engine does: the call's FORBIDDEN result, registrationrejected, then close 1008.
+func (c *session) registerWorker(m *protocol.Message, raw []byte) {
+	var info struct {
+		Name      string  `json:"name"`
+		Namespace *string `json:"namespace"`
+	}
+	_ = json.Unmarshal(m.Data, &info)
+	ns := protocol.DefaultNamespace
+	if info.Namespace != nil {
+		ns = *info.Namespace
+	}
+	if !c.s.MayDeclare(ns) {
+		perr := protocol.NewError(errcode.Forbidden, "%s: the auth function scoped this connection to other namespaces than '%s'", Where, ns)
+		c.p.log.Warn("worker registration refused", "name", info.Name, "namespace", ns, "code", perr.Code)
+		c.result(m, nil, perr)
+		c.send(c.in, &protocol.Message{Type: protocol.TypeRegistrationRejected, Code: perr.Code, Namespace: &ns, WorkerName: info.Name})
+		_ = c.in.Close(websocket.StatusPolicyViolation, perr.Code)
+		c.cancel()
+		return
+	}
+	c.mu.Lock()
+	c.ns = ns
+	c.mu.Unlock()
+	c.write(c.out, websocket.MessageText, raw)
+}
+
+// register gates a registration (rbac.Config.GateRegistration), calling the hooks through the
+// proxy's worker connection within the handshake deadline; the frame order is kept.
+func (c *session) register(m *protocol.Message) {
+	hook := func(id string, in json.RawMessage) (json.RawMessage, error) {
+		res, perr := c.p.call(c.ctx, id, in, c.p.handshake())
+		if perr != nil {
+			c.p.log.Warn("registration refused: the hook failed", "hook", id, "code", perr.Code, "reason", perr.Message)
+			return nil, perr
+		}
+		return res, nil
+	}
+	c.mu.Lock()
+	ns := c.ns
+	c.mu.Unlock()
+	if r := c.p.cfg.RBAC.GateRegistration(c.s, m, hook); r != nil {
+		c.p.log.Warn("registration refused", "what", r.What, "namespace", ns, "reason", r.Why)
+		if f := rbac.Rejection(m, ns, Where); f != nil {
+			c.send(c.in, f)
+		}
+		return
+	}
+	c.send(c.out, m)
+}
+
+// up handles a frame from the engine: calls lose the session's registration prefix, and
+// engine::functions::list results list only what the session may call.
+func (c *session) up(b []byte) {
+	m, err := protocol.Decode(b)
+	if err != nil {
+		c.write(c.in, websocket.MessageText, b)
+		return
+	}
+	switch m.Type {
+	case protocol.TypeInvokeFunction:
+		if local := c.s.Local(m.FunctionID); local != m.FunctionID {
+			m.FunctionID = local
+			c.send(c.in, m)
+			return
+		}
+	case protocol.TypeInvocationResult:
+		c.mu.Lock()
+		listed := c.discovery[m.InvocationID]
+		delete(c.discovery, m.InvocationID)
+		c.mu.Unlock()
+		if listed && m.Error == nil && len(m.Result) > 0 {
+			m.Result = c.filterFunctions(m.Result)
+			c.send(c.in, m)
+			return
+		}
+	}
+	c.write(c.in, websocket.MessageText, b)
+}
+
+// filterFunctions keeps the entries of an engine::functions::list result the session may call,
+// every other field of the result and of the entries as the engine sent them.
+func (c *session) filterFunctions(res json.RawMessage) json.RawMessage {
+	var top map[string]json.RawMessage
+	var list []json.RawMessage
+	if json.Unmarshal(res, &top) != nil || json.Unmarshal(top["functions"], &list) != nil {
+		return json.RawMessage(`{"functions":[]}`) // fail closed: nothing unfiltered gets through
+	}
+	kept := []json.RawMessage{}
+	for _, e := range list {
+		var f struct {
+			FunctionID string `json:"function_id"`
+			Namespace  string `json:"namespace"`
+		}
+		_ = json.Unmarshal(e, &f)
+		if f.Namespace == "" {
+			f.Namespace = protocol.DefaultNamespace
+		}
+		if c.p.cfg.RBAC.Allowed(c.s, f.FunctionID, f.Namespace, nil) {
+			kept = append(kept, e)
+		}
+	}
+	top["functions"], _ = json.Marshal(kept)
+	out, _ := json.Marshal(top)
+	return out
+}
