@@ -65,21 +65,9 @@ func RunEngine(version string, args []string, workers map[string]EngineWorker) i
 }
 
 func runEngine(version string, args []string, workers map[string]EngineWorker) error {
-	fs := flag.NewFlagSet("iii", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var path string
-	fs.StringVar(&path, "config", "", "")
-	fs.StringVar(&path, "c", "", "")
-	fs.Bool("no-update-check", false, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Print(engineUsage)
-			return nil
-		}
-		return errcode.Usagef(errcode.Usage, "%w\n%s", err, engineUsage)
-	}
-	if fs.NArg() > 0 {
-		return errcode.Usagef(errcode.Usage, "unexpected argument %q. Run 'iii --help' to see available commands.", fs.Arg(0))
+	path, help, err := parseEngineArgs(args)
+	if err != nil || help {
+		return err
 	}
 	cfg, err := loadConfig(path)
 	if err != nil {
@@ -94,10 +82,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker) e
 		return err
 	}
 	ln := bound[0].Net
-	policies := map[string]core.NamespacePolicy{}
-	for _, n := range cfg.Namespaces {
-		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, OwnerTokenFile: n.OwnerTokenFile}
-	}
+	policies := namespacePolicies(cfg)
 	closeAll := func() {
 		for _, b := range bound {
 			b.Net.Close()
@@ -129,25 +114,73 @@ func runEngine(version string, args []string, workers map[string]EngineWorker) e
 		return err
 	}
 	defer obs.Stop()
-	if cfg.Stream != nil {
-		serve := workers["iii-stream"]
-		if serve == nil {
-			closeAll()
-			return errcode.New(errcode.ConfigUnsupported, "%s declares iii-stream, which this build of the engine cannot serve", cfg.Path)
-		}
-		env := EngineWorkerEnv{URL: "ws://" + ln.Addr().String(), Version: version, Config: cfg, Log: log.With("worker", "iii-stream")}
-		for _, n := range cfg.Namespaces {
-			if n.Name == "default" {
-				env.TokenFile = n.TokenFile
-			}
-		}
-		stop, err := serve(ctx, env)
-		if err != nil {
-			closeAll()
-			return err
-		}
-		defer stop()
+	stopStream, err := startStream(ctx, cfg, workers, ln.Addr().String(), version, log)
+	if err != nil {
+		closeAll()
+		return err
 	}
+	defer stopStream()
+	logStartup(cfg, bind, bound, version, log)
+	if err := eng.ServeAll(ctx, bound); err != nil && ctx.Err() == nil {
+		return errcode.New(errcode.ListenFailed, "%w", err)
+	}
+	fmt.Fprintln(os.Stderr, "iii engine stopped")
+	return nil
+}
+
+// parseEngineArgs parses the engine's flags and returns the configuration file's path; help
+// reports that --help was asked for, and printed.
+func parseEngineArgs(args []string) (path string, help bool, err error) {
+	fs := flag.NewFlagSet("iii", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&path, "config", "", "")
+	fs.StringVar(&path, "c", "", "")
+	fs.Bool("no-update-check", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Print(engineUsage)
+			return "", true, nil
+		}
+		return "", false, errcode.Usagef(errcode.Usage, "%w\n%s", err, engineUsage)
+	}
+	if fs.NArg() > 0 {
+		return "", false, errcode.Usagef(errcode.Usage, "unexpected argument %q. Run 'iii --help' to see available commands.", fs.Arg(0))
+	}
+	return path, false, nil
+}
+
+// namespacePolicies returns the token files of each namespace cfg declares, by name.
+func namespacePolicies(cfg *config.Config) map[string]core.NamespacePolicy {
+	policies := map[string]core.NamespacePolicy{}
+	for _, n := range cfg.Namespaces {
+		policies[n.Name] = core.NamespacePolicy{TokenFile: n.TokenFile, OwnerTokenFile: n.OwnerTokenFile}
+	}
+	return policies
+}
+
+// startStream starts iii-stream, when cfg declares it, from workers, connected to the engine
+// at addr with the default namespace's token; the returned stop stops it (and does nothing
+// when cfg does not declare it). A build that cannot serve it fails CONFIG_UNSUPPORTED.
+func startStream(ctx context.Context, cfg *config.Config, workers map[string]EngineWorker, addr, version string, log *slog.Logger) (stop func(), err error) {
+	if cfg.Stream == nil {
+		return func() {}, nil
+	}
+	serve := workers["iii-stream"]
+	if serve == nil {
+		return nil, errcode.New(errcode.ConfigUnsupported, "%s declares iii-stream, which this build of the engine cannot serve", cfg.Path)
+	}
+	env := EngineWorkerEnv{URL: "ws://" + addr, Version: version, Config: cfg, Log: log.With("worker", "iii-stream")}
+	for _, n := range cfg.Namespaces {
+		if n.Name == "default" {
+			env.TokenFile = n.TokenFile
+		}
+	}
+	return serve(ctx, env)
+}
+
+// logStartup logs how the sandbox router is bound and which namespaces are protected, and
+// prints the listeners the engine serves on.
+func logStartup(cfg *config.Config, bind *sandbox.Binding, bound []core.Bound, version string, log *slog.Logger) {
 	if bind != nil {
 		log.Info("sandbox router bound", "adapter", bind.Adapter, "namespace", bind.Namespace)
 	} else {
@@ -156,15 +189,10 @@ func runEngine(version string, args []string, workers map[string]EngineWorker) e
 	for _, n := range cfg.Namespaces {
 		log.Info("namespace protected by a project token", "namespace", n.Name, "owner_token", n.OwnerTokenFile != "")
 	}
-	fmt.Fprintf(os.Stderr, "iii engine %s listening on ws://%s\n", version, ln.Addr())
+	fmt.Fprintf(os.Stderr, "iii engine %s listening on ws://%s\n", version, bound[0].Net.Addr())
 	for _, b := range bound[1:] {
 		fmt.Fprintf(os.Stderr, "iii engine listener %s on ws://%s%s\n", b.Name, b.Net.Addr(), gateSummary(b.Listener))
 	}
-	if err := eng.ServeAll(ctx, bound); err != nil && ctx.Err() == nil {
-		return errcode.New(errcode.ListenFailed, "%w", err)
-	}
-	fmt.Fprintln(os.Stderr, "iii engine stopped")
-	return nil
 }
 
 // listen opens every listener of cfg, the main one first; a port that cannot be opened closes

@@ -389,53 +389,11 @@ func (d *Discovery) workerInfo(_ context.Context, _ core.Caller, payload json.Ra
 	}
 	workers := d.e.Workers()
 	rows := d.e.Functions()
-	// Where a worker of that name is connected ("engine" is the built-ins, in default).
-	var where []string
-	if in.Name == "engine" {
-		where = append(where, protocol.DefaultNamespace)
-	}
-	for _, w := range workers {
-		if w.Name == in.Name && !contains(where, w.Namespace) {
-			where = append(where, w.Namespace)
-		}
-	}
-	ns, perr := resolveWorker(in.Name, in.Namespace, where)
+	ns, perr := resolveWorker(in.Name, in.Namespace, namespacesOf(in.Name, workers))
 	if perr != nil {
 		return nil, perr
 	}
-	var wd workerDetail
-	var fns []string
-	var workerID string
-	if in.Name == "engine" && ns == protocol.DefaultNamespace {
-		for _, r := range rows {
-			if r.Builtin {
-				fns = append(fns, r.FunctionID)
-			}
-		}
-		wd = workerDetail{Name: str("engine"), Description: str("The engine's built-in functions"), ID: "engine", Namespace: ns,
-			Runtime: str("engine"), Status: "available", ConnectedAtMS: started.UnixMilli(), Isolation: str("in-process"), Internal: true}
-		workerID = "engine"
-	} else {
-		for _, w := range workers {
-			if w.Name != in.Name || w.Namespace != ns {
-				continue
-			}
-			wd = workerDetail{Name: str(w.Name), Description: w.Description, Version: w.Version, ID: w.ID, Namespace: ns, Runtime: w.Runtime,
-				OS: w.OS, Status: w.Status, ConnectedAtMS: w.ConnectedAtMS, ActiveInvocations: w.ActiveInvocations, Isolation: w.Isolation,
-				IPAddress: w.IPAddress, PID: w.PID}
-			if d.metrics != nil {
-				if m, ok := d.metrics.WorkerMetrics(w.ID).(map[string]any); ok {
-					if _, has := m["runtime"]; !has && w.Runtime != nil {
-						m["runtime"] = *w.Runtime // iii's WorkerMetrics carries it
-					}
-					wd.LatestMetrics = m
-				}
-			}
-			fns = w.Functions
-			workerID = w.ID
-			break
-		}
-	}
+	wd, fns, workerID := d.describeWorker(in.Name, ns, workers, rows)
 	wd.FunctionCount = len(fns)
 	set := map[string]bool{}
 	functions := []functionSummary{}
@@ -445,6 +403,63 @@ func (d *Discovery) workerInfo(_ context.Context, _ core.Caller, payload json.Ra
 			set[r.FunctionID] = true
 		}
 	}
+	types, regs := d.workerTriggers(in.Name, ns, workerID, set)
+	return map[string]any{"worker": wd, "functions": functions, "trigger_types": types, "registered_triggers": regs}, nil
+}
+
+// namespacesOf lists the namespaces where a worker called name is connected ("engine" is the
+// built-ins, in default).
+func namespacesOf(name string, workers []core.WorkerRow) []string {
+	var where []string
+	if name == "engine" {
+		where = append(where, protocol.DefaultNamespace)
+	}
+	for _, w := range workers {
+		if w.Name == name && !contains(where, w.Namespace) {
+			where = append(where, w.Namespace)
+		}
+	}
+	return where
+}
+
+// describeWorker returns the detail of the worker called name in namespace ns (the engine's
+// built-ins for engine in default, else the first such worker connected), the functions it
+// registered and its id.
+func (d *Discovery) describeWorker(name, ns string, workers []core.WorkerRow, rows []core.FunctionRow) (wd workerDetail, fns []string, workerID string) {
+	if name == "engine" && ns == protocol.DefaultNamespace {
+		for _, r := range rows {
+			if r.Builtin {
+				fns = append(fns, r.FunctionID)
+			}
+		}
+		wd = workerDetail{Name: str("engine"), Description: str("The engine's built-in functions"), ID: "engine", Namespace: ns,
+			Runtime: str("engine"), Status: "available", ConnectedAtMS: started.UnixMilli(), Isolation: str("in-process"), Internal: true}
+		return wd, fns, "engine"
+	}
+	for _, w := range workers {
+		if w.Name != name || w.Namespace != ns {
+			continue
+		}
+		wd = workerDetail{Name: str(w.Name), Description: w.Description, Version: w.Version, ID: w.ID, Namespace: ns, Runtime: w.Runtime,
+			OS: w.OS, Status: w.Status, ConnectedAtMS: w.ConnectedAtMS, ActiveInvocations: w.ActiveInvocations, Isolation: w.Isolation,
+			IPAddress: w.IPAddress, PID: w.PID}
+		if d.metrics != nil {
+			if m, ok := d.metrics.WorkerMetrics(w.ID).(map[string]any); ok {
+				if _, has := m["runtime"]; !has && w.Runtime != nil {
+					m["runtime"] = *w.Runtime // iii's WorkerMetrics carries it
+				}
+				wd.LatestMetrics = m
+			}
+		}
+		return wd, w.Functions, w.ID
+	}
+	return wd, nil, ""
+}
+
+// workerTriggers returns the trigger types the worker workerID registered (the discovery
+// worker's for the engine) and the triggers registered in ns on its functions (set), shown as
+// the worker called name's.
+func (d *Discovery) workerTriggers(name, ns, workerID string, set map[string]bool) ([]triggerTypeSummary, []registeredTrigger) {
 	types := []triggerTypeSummary{}
 	for _, t := range d.e.Triggers().Types() {
 		if t.WorkerID == workerID || workerID == "engine" && t.WorkerName == WorkerName {
@@ -455,10 +470,10 @@ func (d *Discovery) workerInfo(_ context.Context, _ core.Caller, payload json.Ra
 	for _, t := range d.e.Triggers().Triggers(triggers.Filter{}) {
 		if t.Namespace == ns && set[t.FunctionID] {
 			regs = append(regs, registeredTrigger{ID: t.ID, TriggerType: t.TriggerType, FunctionID: t.FunctionID,
-				WorkerName: in.Name, Status: t.Status, Config: t.Config, ConfigSummary: t.ConfigSummary})
+				WorkerName: name, Status: t.Status, Config: t.Config, ConfigSummary: t.ConfigSummary})
 		}
 	}
-	return map[string]any{"worker": wd, "functions": functions, "trigger_types": types, "registered_triggers": regs}, nil
+	return types, regs
 }
 
 func resolveWorker(name string, ns *string, where []string) (string, *protocol.Error) {

@@ -93,86 +93,124 @@ func ParseConfig(base Config, m map[string]any) (Config, error) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v := m[k]
-		var err error
-		switch k {
-		case "enabled":
-			c.Enabled, err = boolOf(k, v)
-		case "service_name":
-			c.ServiceName, err = strOf(k, v)
-		case "service_version":
-			c.ServiceVersion, err = strOf(k, v)
-		case "service_namespace":
-			c.ServiceNamespace, err = strOf(k, v)
-		case "exporter":
-			c.Exporter, err = oneOf(k, v, "memory", "otlp", "both")
-		case "endpoint":
-			if c.Endpoint, err = strOf(k, v); err == nil {
-				u, perr := url.Parse(c.Endpoint)
-				if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-					err = invalid("endpoint %q must be an http:// or https:// URL of an OTLP/HTTP collector, e.g. http://localhost:4318", c.Endpoint)
-				}
-			}
-		case "sampling_ratio":
-			c.SamplingRatio, err = ratioOf(k, v)
-		case "memory_max_spans":
-			c.MemoryMaxSpans, err = countOf(k, v)
-		case "memory_max_bytes":
-			c.MemoryMaxBytes, err = countOf(k, v)
-		case "metrics_enabled":
-			c.MetricsEnabled, err = boolOf(k, v)
-		case "metrics_exporter":
-			if s, _ := v.(string); s == "otlp" {
-				err = unsupported("metrics_exporter: otlp (OTLP metric export); use memory, or prometheus for a /metrics endpoint")
-			} else {
-				c.MetricsExporter, err = oneOf(k, v, "memory", "prometheus")
-			}
-		case "metrics_retention_seconds":
-			c.MetricsRetentionSeconds, err = countOf(k, v)
-		case "metrics_max_count":
-			c.MetricsMaxCount, err = countOf(k, v)
-		case "metrics_max_bytes":
-			c.MetricsMaxBytes, err = countOf(k, v)
-		case "prometheus_host":
-			c.PrometheusHost, err = strOf(k, v)
-		case "prometheus_port":
-			if c.PrometheusPort, err = countOf(k, v); err == nil && c.PrometheusPort > 65535 {
-				err = invalid("prometheus_port %d is not a TCP port", c.PrometheusPort)
-			}
-		case "logs_enabled":
-			c.LogsEnabled, err = boolOf(k, v)
-		case "logs_exporter":
-			if s, _ := v.(string); s == "otlp" || s == "both" {
-				err = unsupported("logs_exporter: " + s + " (OTLP log export); logs are kept in memory")
-			} else {
-				c.LogsExporter, err = oneOf(k, v, "memory")
-			}
-		case "logs_max_count":
-			c.LogsMaxCount, err = countOf(k, v)
-		case "logs_max_bytes":
-			c.LogsMaxBytes, err = countOf(k, v)
-		case "logs_retention_seconds":
-			c.LogsRetentionSeconds, err = countOf(k, v)
-		case "logs_sampling_ratio":
-			c.LogsSamplingRatio, err = ratioOf(k, v)
-		case "logs_console_output":
-			c.LogsConsoleOutput, err = boolOf(k, v)
-		case "level":
-			c.Level, err = oneOf(k, v, "trace", "debug", "info", "warn", "error")
-		case "format":
-			c.Format, err = oneOf(k, v, "default", "json")
-		default:
-			if what, ok := unsupportedKeys[k]; ok {
-				err = unsupported(fmt.Sprintf("key %q (%s)", k, what))
-			} else {
-				err = invalid("unknown key %q; see the README's Observability section for the keys", k)
-			}
-		}
-		if err != nil {
+		if err := c.set(k, m[k]); err != nil {
 			return base, err
 		}
 	}
 	return c, nil
+}
+
+// set sets the key k of a config block to v; a key none of the setters knows is unsupported
+// (one of iii's) or invalid.
+func (c *Config) set(k string, v any) error {
+	if known, err := c.setTracing(k, v); known {
+		return err
+	}
+	if known, err := c.setMetrics(k, v); known {
+		return err
+	}
+	if known, err := c.setLogs(k, v); known {
+		return err
+	}
+	if what, ok := unsupportedKeys[k]; ok {
+		return unsupported(fmt.Sprintf("key %q (%s)", k, what))
+	}
+	return invalid("unknown key %q; see the README's Observability section for the keys", k)
+}
+
+// setTracing sets k to v when k is a key of the service or its traces, and reports whether it
+// was one.
+func (c *Config) setTracing(k string, v any) (known bool, err error) {
+	switch k {
+	case "enabled":
+		c.Enabled, err = boolOf(k, v)
+	case "service_name":
+		c.ServiceName, err = strOf(k, v)
+	case "service_version":
+		c.ServiceVersion, err = strOf(k, v)
+	case "service_namespace":
+		c.ServiceNamespace, err = strOf(k, v)
+	case "exporter":
+		c.Exporter, err = oneOf(k, v, "memory", "otlp", "both")
+	case "endpoint":
+		if c.Endpoint, err = strOf(k, v); err == nil {
+			u, perr := url.Parse(c.Endpoint)
+			if perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				err = invalid("endpoint %q must be an http:// or https:// URL of an OTLP/HTTP collector, e.g. http://localhost:4318", c.Endpoint)
+			}
+		}
+	case "sampling_ratio":
+		c.SamplingRatio, err = ratioOf(k, v)
+	case "memory_max_spans":
+		c.MemoryMaxSpans, err = countOf(k, v)
+	case "memory_max_bytes":
+		c.MemoryMaxBytes, err = countOf(k, v)
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+// setMetrics sets k to v when k is a key of the metrics (metrics_*, prometheus_*), and reports
+// whether it was one.
+func (c *Config) setMetrics(k string, v any) (known bool, err error) {
+	switch k {
+	case "metrics_enabled":
+		c.MetricsEnabled, err = boolOf(k, v)
+	case "metrics_exporter":
+		if s, _ := v.(string); s == "otlp" {
+			err = unsupported("metrics_exporter: otlp (OTLP metric export); use memory, or prometheus for a /metrics endpoint")
+		} else {
+			c.MetricsExporter, err = oneOf(k, v, "memory", "prometheus")
+		}
+	case "metrics_retention_seconds":
+		c.MetricsRetentionSeconds, err = countOf(k, v)
+	case "metrics_max_count":
+		c.MetricsMaxCount, err = countOf(k, v)
+	case "metrics_max_bytes":
+		c.MetricsMaxBytes, err = countOf(k, v)
+	case "prometheus_host":
+		c.PrometheusHost, err = strOf(k, v)
+	case "prometheus_port":
+		if c.PrometheusPort, err = countOf(k, v); err == nil && c.PrometheusPort > 65535 {
+			err = invalid("prometheus_port %d is not a TCP port", c.PrometheusPort)
+		}
+	default:
+		return false, nil
+	}
+	return true, err
+}
+
+// setLogs sets k to v when k is a key of the logs (logs_*, level, format), and reports whether
+// it was one.
+func (c *Config) setLogs(k string, v any) (known bool, err error) {
+	switch k {
+	case "logs_enabled":
+		c.LogsEnabled, err = boolOf(k, v)
+	case "logs_exporter":
+		if s, _ := v.(string); s == "otlp" || s == "both" {
+			err = unsupported("logs_exporter: " + s + " (OTLP log export); logs are kept in memory")
+		} else {
+			c.LogsExporter, err = oneOf(k, v, "memory")
+		}
+	case "logs_max_count":
+		c.LogsMaxCount, err = countOf(k, v)
+	case "logs_max_bytes":
+		c.LogsMaxBytes, err = countOf(k, v)
+	case "logs_retention_seconds":
+		c.LogsRetentionSeconds, err = countOf(k, v)
+	case "logs_sampling_ratio":
+		c.LogsSamplingRatio, err = ratioOf(k, v)
+	case "logs_console_output":
+		c.LogsConsoleOutput, err = boolOf(k, v)
+	case "level":
+		c.Level, err = oneOf(k, v, "trace", "debug", "info", "warn", "error")
+	case "format":
+		c.Format, err = oneOf(k, v, "default", "json")
+	default:
+		return false, nil
+	}
+	return true, err
 }
 
 func invalid(format string, args ...any) error {

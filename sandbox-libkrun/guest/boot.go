@@ -213,6 +213,21 @@ func setupRoot(fsType, rootTag string, scratchMB int, stateDisk bool, mounts []m
 	if scratchMB <= 0 {
 		scratchMB = 256
 	}
+	if err := mountOverlay(fsType, rootTag, scratchMB, stateDisk); err != nil {
+		return err
+	}
+	if err := mountSystem(scratchMB, stateDisk); err != nil {
+		return err
+	}
+	if err := mountShares(fsType, mounts); err != nil {
+		return err
+	}
+	return switchRoot()
+}
+
+// mountOverlay mounts at /newroot the overlay of the image root (the share rootTag, read-only,
+// at /lower) under an upper layer at /scratch: a tmpfs of scratchMB MiB, or the state disk.
+func mountOverlay(fsType, rootTag string, scratchMB int, stateDisk bool) error {
 	for _, d := range []string{"/lower", "/scratch", "/newroot"} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -237,6 +252,13 @@ func setupRoot(fsType, rootTag string, scratchMB int, stateDisk bool, mounts []m
 	if err := unix.Mount("overlay", "/newroot", "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay: %w", err)
 	}
+	return nil
+}
+
+// mountSystem mounts the kernel's file systems (proc, sys, dev, dev/shm, dev/pts) in the new
+// root, with stateDisk /run and /tmp as tmpfs of scratchMB MiB, and makes /tmp world-writable
+// and sticky.
+func mountSystem(scratchMB int, stateDisk bool) error {
 	for _, m := range []struct{ src, dst, typ, opts string }{
 		{"proc", "proc", "proc", ""},
 		{"sysfs", "sys", "sysfs", ""},
@@ -271,6 +293,12 @@ func setupRoot(fsType, rootTag string, scratchMB int, stateDisk bool, mounts []m
 			_ = os.Chmod("/newroot/tmp", tmpMode)
 		}
 	}
+	return nil
+}
+
+// mountShares mounts each of the sandbox's mounts, shares of fsType, at its path in the new
+// root, read-only when asked.
+func mountShares(fsType string, mounts []mountReq) error {
 	for _, m := range mounts {
 		dst := filepath.Join("/newroot", filepath.Clean("/"+m.Path))
 		if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -284,7 +312,12 @@ func setupRoot(fsType, rootTag string, scratchMB int, stateDisk bool, mounts []m
 			return fmt.Errorf("mount %s %q at %s: %w", fsType, m.Tag, m.Path, err)
 		}
 	}
-	// switch_root: move the new root over / so no path leads back to the initramfs.
+	return nil
+}
+
+// switchRoot moves /newroot over / and chroots into it, so no path leads back to the
+// initramfs.
+func switchRoot() error {
 	if err := unix.Chdir("/newroot"); err != nil {
 		return err
 	}

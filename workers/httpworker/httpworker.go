@@ -370,54 +370,17 @@ func (s *Server) cors(w http.ResponseWriter, r *http.Request) {
 // per_client_request_limit and take a slot of concurrency_request_limit.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.cors(w, r)
-	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-		w.Header().Set("Access-Control-Allow-Methods", strings.Join(s.cfg.CORS.AllowedMethods, ", "))
-		if h := r.Header.Get("Access-Control-Request-Headers"); h != "" {
-			w.Header().Set("Access-Control-Allow-Headers", h)
-		}
-		w.WriteHeader(http.StatusNoContent)
+	if s.preflight(w, r) {
 		return
 	}
-	segs := splitPath(r.URL.Path)
-	rt, params, allow := s.match(r.Method, segs)
-	if rt == nil {
-		if len(allow) > 0 {
-			w.Header().Set("Allow", strings.Join(allow, ", "))
-			s.answerError(w, r, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", r.Method+" is not served on "+r.URL.Path)
-			return
-		}
-		s.answerError(w, r, http.StatusNotFound, CodeNotFound, "no route serves "+r.URL.Path)
+	rt, params, ok := s.findRoute(w, r)
+	if !ok {
 		return
-	}
-	for name, v := range params {
-		if strings.IndexByte(v, 0) >= 0 {
-			s.answerError(w, r, http.StatusBadRequest, CodeInvalidPathParameter, fmt.Sprintf("path parameter %q holds a NUL byte", name))
-			return
-		}
 	}
 	timeout := ms(s.cfg.DefaultTimeoutMS)
 	mwctx := map[string]any{}
-	if len(s.global) > 0 {
-		// As in iii, the global middleware runs before the body is read, so it can refuse a
-		// request (auth, rate limits) without taking its body. It holds a slot while it runs.
-		// An answer before the body is read closes the connection: net/http would otherwise
-		// wait for the unread body to keep the connection alive.
-		if r.ContentLength != 0 {
-			w.Header().Set("Connection", "close")
-		}
-		release, ok := s.admit(w, r)
-		if !ok {
-			return
-		}
-		req := request(r, rt, params, nil)
-		for _, fn := range s.global {
-			if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
-				release()
-				return
-			}
-		}
-		release()
-		w.Header().Del("Connection")
+	if !s.runGlobal(w, r, rt, params, mwctx, timeout) {
+		return
 	}
 	body, first, rest, ok := s.readBody(w, r)
 	if !ok {
@@ -433,19 +396,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	req := request(r, rt, params, body)
 	req["context"] = mwctx
-	if rt.condition != "" {
-		out, err := s.call(r.Context(), rt.t, rt.condition, req, timeout)
-		if err != nil {
-			s.closeUnread(w, rest)
-			s.failCall(w, r, "condition", rt.condition, err)
-			return
-		}
-		if !truthy(out) {
-			s.closeUnread(w, rest)
-			writeJSON(w, http.StatusUnprocessableEntity, envelope{Skipped: true,
-				Error: envelopeError{Code: CodeConditionNotMet, Message: "the route's condition " + rt.condition + " refused the request"}})
-			return
-		}
+	if !s.checkCondition(w, r, rt, req, rest, timeout) {
+		return
 	}
 	for _, fn := range rt.middleware {
 		if rest != nil {
@@ -466,6 +418,94 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.respond(w, out)
+}
+
+// preflight answers a CORS preflight request (OPTIONS with Access-Control-Request-Method)
+// with the allowed methods and the requested headers, and reports whether r was one.
+func (s *Server) preflight(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	w.Header().Set("Access-Control-Allow-Methods", strings.Join(s.cfg.CORS.AllowedMethods, ", "))
+	if h := r.Header.Get("Access-Control-Request-Headers"); h != "" {
+		w.Header().Set("Access-Control-Allow-Headers", h)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return true
+}
+
+// findRoute finds the route serving r and its path parameters. When none serves r, or a
+// parameter holds a NUL byte, it answers 405, 404 or 400 and reports false.
+func (s *Server) findRoute(w http.ResponseWriter, r *http.Request) (*route, map[string]string, bool) {
+	segs := splitPath(r.URL.Path)
+	rt, params, allow := s.match(r.Method, segs)
+	if rt == nil {
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			s.answerError(w, r, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", r.Method+" is not served on "+r.URL.Path)
+			return nil, nil, false
+		}
+		s.answerError(w, r, http.StatusNotFound, CodeNotFound, "no route serves "+r.URL.Path)
+		return nil, nil, false
+	}
+	for name, v := range params {
+		if strings.IndexByte(v, 0) >= 0 {
+			s.answerError(w, r, http.StatusBadRequest, CodeInvalidPathParameter, fmt.Sprintf("path parameter %q holds a NUL byte", name))
+			return nil, nil, false
+		}
+	}
+	return rt, params, true
+}
+
+// runGlobal runs the global middleware, before the body is read, filling mwctx. It reports
+// false when the request was answered: refused by a middleware or at a limit.
+func (s *Server) runGlobal(w http.ResponseWriter, r *http.Request, rt *route, params map[string]string, mwctx map[string]any, timeout time.Duration) bool {
+	if len(s.global) == 0 {
+		return true
+	}
+	// As in iii, the global middleware runs before the body is read, so it can refuse a
+	// request (auth, rate limits) without taking its body. It holds a slot while it runs.
+	// An answer before the body is read closes the connection: net/http would otherwise
+	// wait for the unread body to keep the connection alive.
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	release, ok := s.admit(w, r)
+	if !ok {
+		return false
+	}
+	req := request(r, rt, params, nil)
+	for _, fn := range s.global {
+		if !s.runMiddleware(w, r, rt, fn, req, mwctx, timeout) {
+			release()
+			return false
+		}
+	}
+	release()
+	w.Header().Del("Connection")
+	return true
+}
+
+// checkCondition calls the route's condition function, if it has one, with req. When the
+// call fails or the condition refuses the request it answers (a failure, or 422 with
+// CONDITION_NOT_MET), closing a body still unread (rest), and reports false.
+func (s *Server) checkCondition(w http.ResponseWriter, r *http.Request, rt *route, req map[string]any, rest io.Reader, timeout time.Duration) bool {
+	if rt.condition == "" {
+		return true
+	}
+	out, err := s.call(r.Context(), rt.t, rt.condition, req, timeout)
+	if err != nil {
+		s.closeUnread(w, rest)
+		s.failCall(w, r, "condition", rt.condition, err)
+		return false
+	}
+	if !truthy(out) {
+		s.closeUnread(w, rest)
+		writeJSON(w, http.StatusUnprocessableEntity, envelope{Skipped: true,
+			Error: envelopeError{Code: CodeConditionNotMet, Message: "the route's condition " + rt.condition + " refused the request"}})
+		return false
+	}
+	return true
 }
 
 // admit counts r against its client's per_client_request_limit and takes a slot of

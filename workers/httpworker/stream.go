@@ -337,34 +337,54 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	defer s.reap(st)
 	defer cancel() // first of the deferred: the worker's ends close before reap runs
 
-	// A call that answers within attachGrace costs no connection. After it, the worker connects
-	// each of its ends once the handler connects the other (with channels that tell, a
-	// ChannelPool), else both at once; and both once the call has answered null. A streamed
-	// body flows at once.
-	attachReq, attachRes := make(chan struct{}), make(chan struct{})
-	reqNow, resNow := sync.OnceFunc(func() { close(attachReq) }), sync.OnceFunc(func() { close(attachRes) })
-	attachNow := func() { reqNow(); resNow() }
+	attachReq, attachRes, attachNow, stopAttach := s.scheduleAttach(ctx, st, rest != nil)
+	defer stopAttach()
+	bodyErr, drainBody := s.startBodyPump(ctx, cancel, w, st, attachReq, first, rest)
+	defer drainBody()
+	events := s.startResponseReader(ctx, st, attachRes)
+	results := s.startCall(ctx, rt, req, st, timeout)
+	s.answerStreamed(w, r, rt, attachNow, results, events, bodyErr, timeout)
+}
+
+// scheduleAttach decides when the worker connects its ends of the request's channels and
+// returns the channels closed when it should connect request_body and response, a function
+// that connects both at once, and a function to defer that stops what is still pending.
+//
+// A call that answers within attachGrace costs no connection. After it, the worker connects
+// each of its ends once the handler connects the other (with channels that tell, a
+// ChannelPool), else both at once; and both once the call has answered null. A streamed body
+// (streamed true) flows at once.
+func (s *Server) scheduleAttach(ctx context.Context, st *streams, streamed bool) (attachReq, attachRes <-chan struct{}, attachNow, stop func()) {
+	req, res := make(chan struct{}), make(chan struct{})
+	reqNow, resNow := sync.OnceFunc(func() { close(req) }), sync.OnceFunc(func() { close(res) })
+	attachNow = func() { reqNow(); resNow() }
 	aw, lazy := s.channels().(peerAwaiter)
 	switch {
-	case rest != nil:
+	case streamed:
 		attachNow()
+		stop = func() {}
 	case lazy:
 		s.wg.Add(1)
 		grace := time.AfterFunc(attachGrace, func() {
 			defer s.wg.Done()
 			awaitPeers(ctx, aw, st, reqNow, resNow)
 		})
-		defer func() {
+		stop = func() {
 			if grace.Stop() {
 				s.wg.Done()
 			}
-		}()
+		}
 	default:
 		grace := time.AfterFunc(attachGrace, attachNow)
-		defer grace.Stop()
+		stop = func() { grace.Stop() }
 	}
+	return req, res, attachNow, stop
+}
 
-	// The request body streams into request_body while the function runs.
+// startBodyPump streams the request body into request_body, once attach is closed, while the
+// function runs, and returns the channel its failure comes on and a function to defer that,
+// for a body still streaming (rest not nil), cancels ctx and waits for the pump to end.
+func (s *Server) startBodyPump(ctx context.Context, cancel context.CancelFunc, w http.ResponseWriter, st *streams, attach <-chan struct{}, first []byte, rest io.Reader) (<-chan error, func()) {
 	bodyErr := make(chan error, 1)
 	rc := http.NewResponseController(w)
 	if rest != nil {
@@ -374,28 +394,33 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 	go func() {
 		defer s.wg.Done()
 		defer close(st.pumped)
-		s.pumpBody(ctx, st, attachReq, rc, first, rest, bodyErr)
+		s.pumpBody(ctx, st, attach, rc, first, rest, bodyErr)
 	}()
-	if rest != nil {
-		defer func() {
-			cancel()
-			select {
-			case <-st.read:
-			default:
-				// Unblock a body read in progress: the body must not be read after ServeHTTP
-				// returns, and the connection closes after this answer.
-				_ = rc.SetReadDeadline(time.Now())
-			}
-			<-st.pumped
-		}()
+	if rest == nil {
+		return bodyErr, func() {}
 	}
+	return bodyErr, func() {
+		cancel()
+		select {
+		case <-st.read:
+		default:
+			// Unblock a body read in progress: the body must not be read after ServeHTTP
+			// returns, and the connection closes after this answer.
+			_ = rc.SetReadDeadline(time.Now())
+		}
+		<-st.pumped
+	}
+}
 
+// startResponseReader opens the response channel once attach is closed and returns the
+// channel its messages, bytes and end come on (an abort when it could not be opened).
+func (s *Server) startResponseReader(ctx context.Context, st *streams, attach <-chan struct{}) chan resEvent {
 	events := make(chan resEvent)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		select {
-		case <-attachRes:
+		case <-attach:
 		case <-ctx.Done():
 			return
 		}
@@ -410,7 +435,12 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 		defer rd.Close()
 		readResponse(ctx, rd, events)
 	}()
+	return events
+}
 
+// startCall calls the route's function with req and the request's channel ends and returns
+// the channel its result comes on.
+func (s *Server) startCall(ctx context.Context, rt *route, req map[string]any, st *streams, timeout time.Duration) chan callResult {
 	payload := make(map[string]any, len(req)+2)
 	for k, v := range req {
 		payload[k] = v
@@ -424,7 +454,14 @@ func (s *Server) serveStreamed(w http.ResponseWriter, r *http.Request, rt *route
 		out, err := s.call(ctx, rt.t, rt.t.FunctionID, payload, timeout)
 		results <- callResult{out, err}
 	}()
+	return results
+}
 
+// answerStreamed answers the request from the function's result, the response channel's
+// events and the body pump's failure, whichever decides first: a result that is not null, a
+// failure, the channel's first byte (then streamed), its end after a null result, or the
+// channel neither sending a byte nor ending within timeout.
+func (s *Server) answerStreamed(w http.ResponseWriter, r *http.Request, rt *route, attachNow func(), results chan callResult, events chan resEvent, bodyErr <-chan error, timeout time.Duration) {
 	status, headers := http.StatusOK, map[string]string{}
 	var result *callResult
 	var ended error // the response channel's end before its first byte

@@ -191,35 +191,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		delete(h.conns, c)
-		h.mu.Unlock()
-		c.drop(websocket.StatusNormalClosure, "")
-		c.mu.Lock()
-		left := c.subs
-		c.subs = nil
-		c.mu.Unlock()
-		for id, s := range left {
-			h.svc.joinLeave(context.Background(), false, s.event(id, c.auth))
-		}
-	}()
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case b := <-c.out:
-				wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
-				err := ws.Write(wctx, websocket.MessageText, b)
-				wcancel()
-				if err != nil {
-					c.drop(websocket.StatusInternalError, "write failed")
-					return
-				}
-			}
-		}
-	}()
+	defer h.disconnect(c)
+	go c.writeLoop(ctx, ws)
 	for {
 		_, b, err := ws.Read(ctx)
 		if err != nil {
@@ -231,34 +204,78 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		switch in.Type {
 		case "join":
-			s := subscription{stream: in.Data.StreamName, group: in.Data.GroupID, id: in.Data.ID}
-			if h.svc.joinLeave(ctx, true, s.event(in.Data.SubscriptionID, c.auth)) {
-				h.send(c, Message{Type: "stream", Timestamp: time.Now().UnixMilli(), StreamName: s.stream, GroupID: s.group, ID: s.id,
-					Event: Event{Type: "unauthorized"}})
-				continue
-			}
-			c.mu.Lock()
-			c.subs[in.Data.SubscriptionID] = s
-			c.syncing++
-			c.mu.Unlock()
-			h.sync(ctx, c, s)
-			c.mu.Lock()
-			if c.syncing--; c.syncing == 0 {
-				for _, b := range c.held {
-					h.queue(c, b)
-				}
-				c.held = nil
-			}
-			c.mu.Unlock()
+			h.join(ctx, c, in.Data.SubscriptionID, subscription{stream: in.Data.StreamName, group: in.Data.GroupID, id: in.Data.ID})
 		case "leave":
-			c.mu.Lock()
-			s, ok := c.subs[in.Data.SubscriptionID]
-			delete(c.subs, in.Data.SubscriptionID)
-			c.mu.Unlock()
-			if ok {
-				h.svc.joinLeave(ctx, false, s.event(in.Data.SubscriptionID, c.auth))
+			h.leave(ctx, c, in.Data.SubscriptionID)
+		}
+	}
+}
+
+// disconnect forgets the connection c, closes it and has each subscription it still had leave.
+func (h *Hub) disconnect(c *client) {
+	h.mu.Lock()
+	delete(h.conns, c)
+	h.mu.Unlock()
+	c.drop(websocket.StatusNormalClosure, "")
+	c.mu.Lock()
+	left := c.subs
+	c.subs = nil
+	c.mu.Unlock()
+	for id, s := range left {
+		h.svc.joinLeave(context.Background(), false, s.event(id, c.auth))
+	}
+}
+
+// writeLoop writes the messages queued on c.out to ws, its WebSocket, until ctx ends; a write
+// that fails, or takes over 10 s, drops the connection.
+func (c *client) writeLoop(ctx context.Context, ws *websocket.Conn) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b := <-c.out:
+			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+			err := ws.Write(wctx, websocket.MessageText, b)
+			wcancel()
+			if err != nil {
+				c.drop(websocket.StatusInternalError, "write failed")
+				return
 			}
 		}
+	}
+}
+
+// join subscribes c to s as id once the join hooks admit it (else it answers unauthorized),
+// sends what s holds now, then the messages held while it synced.
+func (h *Hub) join(ctx context.Context, c *client, id string, s subscription) {
+	if h.svc.joinLeave(ctx, true, s.event(id, c.auth)) {
+		h.send(c, Message{Type: "stream", Timestamp: time.Now().UnixMilli(), StreamName: s.stream, GroupID: s.group, ID: s.id,
+			Event: Event{Type: "unauthorized"}})
+		return
+	}
+	c.mu.Lock()
+	c.subs[id] = s
+	c.syncing++
+	c.mu.Unlock()
+	h.sync(ctx, c, s)
+	c.mu.Lock()
+	if c.syncing--; c.syncing == 0 {
+		for _, b := range c.held {
+			h.queue(c, b)
+		}
+		c.held = nil
+	}
+	c.mu.Unlock()
+}
+
+// leave ends c's subscription id, running the leave hooks when it had one.
+func (h *Hub) leave(ctx context.Context, c *client, id string) {
+	c.mu.Lock()
+	s, ok := c.subs[id]
+	delete(c.subs, id)
+	c.mu.Unlock()
+	if ok {
+		h.svc.joinLeave(ctx, false, s.event(id, c.auth))
 	}
 }
 

@@ -166,15 +166,11 @@ func (c *Conn) readErr(err error, k *clock, arrived int) error {
 // maxHeader is the longest frame header: 2 bytes, a 64-bit length and a masking key.
 const maxHeader = 14
 
+// readMessage is ReadMessage once the connection is known open; with discard it reads and
+// drops data frames, answering only control frames.
 func (c *Conn) readMessage(buf []byte, hold func(int) bool, discard bool) (byte, []byte, error) {
-	if c.br == nil {
-		c.br = bufio.NewReaderSize(c.Conn, readBufSize)
-	}
-	if c.skip > 0 { // the rest of a frame whose memory hold refused
-		if _, err := c.br.Discard(int(c.skip)); err != nil {
-			return 0, nil, err
-		}
-		c.skip = 0
+	if err := c.skipHeld(); err != nil {
+		return 0, nil, err
 	}
 	b := buf[:0]
 	var op byte
@@ -201,13 +197,8 @@ func (c *Conn) readMessage(buf []byte, hold func(int) bool, discard bool) (byte,
 			}
 			continue
 		}
-		switch {
-		case h.op != opContinuation && h.op != OpText && h.op != OpBinary:
-			return 0, nil, c.fail(StatusProtocolError, fmt.Sprintf("unknown opcode %d", h.op))
-		case h.op == opContinuation && !started && !c.dropMsg:
-			return 0, nil, c.fail(StatusProtocolError, "continuation frame outside a fragmented message")
-		case h.op != opContinuation && (started || c.dropMsg):
-			return 0, nil, c.fail(StatusProtocolError, "new message inside a fragmented one")
+		if err := c.checkSequence(h.op, started); err != nil {
+			return 0, nil, err
 		}
 		if c.dropMsg { // a fragment of the message whose memory hold refused
 			if _, err := c.br.Discard(int(h.n)); err != nil {
@@ -219,42 +210,8 @@ func (c *Conn) readMessage(buf []byte, hold func(int) bool, discard bool) (byte,
 		if !started {
 			started, op = true, h.op
 		}
-		need := int64(len(b)) + h.n
-		if c.readLimit > 0 && need > c.readLimit {
-			return 0, nil, c.fail(StatusMessageTooBig, fmt.Sprintf("read limited at %d bytes", c.readLimit))
-		}
-		for off, left := 0, h.n; left > 0; {
-			if len(b) == cap(b) {
-				n := c.grow(cap(b), need, h.fin)
-				if hold != nil && !hold(n-cap(b)) {
-					c.skip, c.dropMsg = left, !h.fin
-					c.disarm(&k)
-					return 0, nil, ErrHeld
-				}
-				nb := make([]byte, len(b), n)
-				copy(nb, b)
-				b = nb
-			}
-			start := len(b)
-			n := int(min(left, int64(cap(b)-start)))
-			if c.br.Buffered() < n {
-				c.arm(&k, start)
-			}
-			b = b[:start+n]
-			if _, err := io.ReadFull(c.br, b[start:]); err != nil {
-				return 0, nil, c.readErr(err, &k, start)
-			}
-			if h.masked {
-				maskBytesAt(b[start:], h.key[:], off)
-			}
-			off += n
-			left -= int64(n)
-			if op == OpText {
-				var ok bool
-				if valid, ok = checkUTF8(b, valid); !ok {
-					return 0, nil, c.fail(StatusInvalidPayload, "a text message that is not UTF-8")
-				}
-			}
+		if b, valid, err = c.readPayload(b, &h, op, valid, &k, hold); err != nil {
+			return 0, nil, err
 		}
 		if h.fin {
 			if op == OpText && valid < len(b) {
@@ -264,6 +221,81 @@ func (c *Conn) readMessage(buf []byte, hold func(int) bool, discard bool) (byte,
 			return op, b, nil
 		}
 	}
+}
+
+// skipHeld sets up the buffered reader on first use and drops the rest of a frame whose
+// memory hold refused.
+func (c *Conn) skipHeld() error {
+	if c.br == nil {
+		c.br = bufio.NewReaderSize(c.Conn, readBufSize)
+	}
+	if c.skip > 0 {
+		if _, err := c.br.Discard(int(c.skip)); err != nil {
+			return err
+		}
+		c.skip = 0
+	}
+	return nil
+}
+
+// checkSequence fails the connection (1002) on a data frame's opcode that is unknown or out of
+// place: a continuation with no fragmented message begun, or a new message inside one (started,
+// or one being dropped).
+func (c *Conn) checkSequence(op byte, started bool) error {
+	switch {
+	case op != opContinuation && op != OpText && op != OpBinary:
+		return c.fail(StatusProtocolError, fmt.Sprintf("unknown opcode %d", op))
+	case op == opContinuation && !started && !c.dropMsg:
+		return c.fail(StatusProtocolError, "continuation frame outside a fragmented message")
+	case op != opContinuation && (started || c.dropMsg):
+		return c.fail(StatusProtocolError, "new message inside a fragmented one")
+	}
+	return nil
+}
+
+// readPayload appends the payload of the data frame h to b, the message of opcode op read so
+// far (of which b[:valid] is checked UTF-8), unmasking it and checking a text message's UTF-8 as
+// it arrives, and returns b and valid. It fails the connection past the read limit (1009) or on
+// bytes that are not UTF-8 (1007), and returns ErrHeld when hold refuses the buffer's growth.
+func (c *Conn) readPayload(b []byte, h *header, op byte, valid int, k *clock, hold func(int) bool) ([]byte, int, error) {
+	need := int64(len(b)) + h.n
+	if c.readLimit > 0 && need > c.readLimit {
+		return nil, valid, c.fail(StatusMessageTooBig, fmt.Sprintf("read limited at %d bytes", c.readLimit))
+	}
+	for off, left := 0, h.n; left > 0; {
+		if len(b) == cap(b) {
+			n := c.grow(cap(b), need, h.fin)
+			if hold != nil && !hold(n-cap(b)) {
+				c.skip, c.dropMsg = left, !h.fin
+				c.disarm(k)
+				return nil, valid, ErrHeld
+			}
+			nb := make([]byte, len(b), n)
+			copy(nb, b)
+			b = nb
+		}
+		start := len(b)
+		n := int(min(left, int64(cap(b)-start)))
+		if c.br.Buffered() < n {
+			c.arm(k, start)
+		}
+		b = b[:start+n]
+		if _, err := io.ReadFull(c.br, b[start:]); err != nil {
+			return nil, valid, c.readErr(err, k, start)
+		}
+		if h.masked {
+			maskBytesAt(b[start:], h.key[:], off)
+		}
+		off += n
+		left -= int64(n)
+		if op == OpText {
+			var ok bool
+			if valid, ok = checkUTF8(b, valid); !ok {
+				return nil, valid, c.fail(StatusInvalidPayload, "a text message that is not UTF-8")
+			}
+		}
+	}
+	return b, valid, nil
 }
 
 // grow is the capacity the buffer of a message grows to from have, need bytes declared so far

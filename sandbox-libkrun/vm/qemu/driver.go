@@ -219,41 +219,85 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 	mem := strconv.Itoa(c.spec.MemoryMB) + "M"
 	aarch64 := d.opt.Arch.Machine == "virt"
 	a := []string{"-nodefaults", "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot"}
-	switch c.accel {
-	case "kvm", "hvf":
-		a = append(a, "-accel", c.accel, "-cpu", "host")
-	default:
-		if c.spec.CPUs > 1 {
-			a = append(a, "-accel", "tcg,thread=multi")
-		} else {
-			a = append(a, "-accel", "tcg")
-		}
-		if aarch64 {
-			// cortex-a72 boots about 4x faster under TCG than -cpu max (no pointer
-			// authentication or SVE to emulate).
-			a = append(a, "-cpu", "cortex-a72")
-		}
+	a = append(a, accelArgs(c.accel, c.spec.CPUs, aarch64)...)
+	a = append(a, "-smp", strconv.Itoa(c.spec.CPUs), "-m", mem,
+		"-kernel", d.opt.Kernel, "-initrd", d.opt.Initrd, "-append", kernelCmdline(aarch64, c.extraCmdline))
+	machine := machineType(aarch64, c.accel)
+	if c.consoleOnly {
+		return append(a, "-M", machine)
 	}
+	a = append(a, d.rootArgs(c, machine, mem)...)
+	if c.spec.Disk != "" {
+		a = append(a, diskArgs(c.spec.Disk)...)
+	}
+	// The agent's port is the only one: max_ports=2 (port 0 stays reserved for a console) makes
+	// the guest's virtio_console set up 6 virtqueues instead of 64, about 7 ms less module
+	// loading under TCG.
+	a = append(a, "-device", "virtio-serial-device,max_ports=2",
+		"-chardev", "socket,id=ctrl,path="+optEscape(c.ctrlSock)+",server=on,wait=off",
+		"-device", "virtserialport,chardev=ctrl,name=ctrl")
+	if c.spec.Network {
+		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
+	}
+	if c.qmpSock != "" {
+		a = append(a, "-qmp", "unix:"+optEscape(c.qmpSock)+",server=on,wait=off")
+	}
+	if c.incoming {
+		a = append(a, "-incoming", "defer")
+	}
+	return a
+}
+
+// accelArgs are qemu's acceleration and CPU flags: the host's CPU under kvm or hvf, else TCG
+// (multi-threaded for more than one CPU).
+func accelArgs(accel string, cpus int, aarch64 bool) []string {
+	switch accel {
+	case "kvm", "hvf":
+		return []string{"-accel", accel, "-cpu", "host"}
+	}
+	var a []string
+	if cpus > 1 {
+		a = append(a, "-accel", "tcg,thread=multi")
+	} else {
+		a = append(a, "-accel", "tcg")
+	}
+	if aarch64 {
+		// cortex-a72 boots about 4x faster under TCG than -cpu max (no pointer
+		// authentication or SVE to emulate).
+		a = append(a, "-cpu", "cortex-a72")
+	}
+	return a
+}
+
+// kernelCmdline is the guest kernel's command line for the architecture, extra appended.
+func kernelCmdline(aarch64 bool, extra string) string {
 	cmdline := KernelCmdline
 	if aarch64 {
 		cmdline = KernelCmdlineAArch64
 	}
-	if c.extraCmdline != "" {
-		cmdline += " " + c.extraCmdline
+	if extra != "" {
+		cmdline += " " + extra
 	}
-	a = append(a, "-smp", strconv.Itoa(c.spec.CPUs), "-m", mem,
-		"-kernel", d.opt.Kernel, "-initrd", d.opt.Initrd, "-append", cmdline)
-	machine := "microvm"
-	if aarch64 {
-		// A GICv3 in qemu (TCG, HVF) or the host's (KVM).
-		machine = "virt,gic-version=3"
-		if c.accel == "kvm" {
-			machine = "virt,gic-version=host"
-		}
+	return cmdline
+}
+
+// machineType is qemu's machine: microvm on x86_64, virt with a GICv3 on aarch64.
+func machineType(aarch64 bool, accel string) string {
+	if !aarch64 {
+		return "microvm"
 	}
-	if c.consoleOnly {
-		return append(a, "-M", machine)
+	// A GICv3 in qemu (TCG, HVF) or the host's (KVM).
+	if accel == "kvm" {
+		return "virt,gic-version=host"
 	}
+	return "virt,gic-version=3"
+}
+
+// rootArgs are the machine flag and the devices of the root and the mounts: the root disk
+// when c has one, else the shares over 9p, or over virtiofs from c.vfsSocks (with the shared
+// memory of size mem vhost-user needs).
+func (d *Driver) rootArgs(c qemuConfig, machine, mem string) []string {
+	var a []string
 	switch {
 	case c.spec.RootDisk != "":
 		// A disk instead of a share: nothing that qemu cannot migrate, so no memfd RAM either.
@@ -282,24 +326,6 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 			a = append(a, "-chardev", "socket,id="+id+",path="+optEscape(s),
 				"-device", "vhost-user-fs-device,chardev="+id+",tag="+tagFor(i))
 		}
-	}
-	if c.spec.Disk != "" {
-		a = append(a, diskArgs(c.spec.Disk)...)
-	}
-	// The agent's port is the only one: max_ports=2 (port 0 stays reserved for a console) makes
-	// the guest's virtio_console set up 6 virtqueues instead of 64, about 7 ms less module
-	// loading under TCG.
-	a = append(a, "-device", "virtio-serial-device,max_ports=2",
-		"-chardev", "socket,id=ctrl,path="+optEscape(c.ctrlSock)+",server=on,wait=off",
-		"-device", "virtserialport,chardev=ctrl,name=ctrl")
-	if c.spec.Network {
-		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
-	}
-	if c.qmpSock != "" {
-		a = append(a, "-qmp", "unix:"+optEscape(c.qmpSock)+",server=on,wait=off")
-	}
-	if c.incoming {
-		a = append(a, "-incoming", "defer")
 	}
 	return a
 }
