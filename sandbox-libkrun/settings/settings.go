@@ -68,7 +68,7 @@ type Settings struct {
 	// state directory that keeps what it writes outside its directory across boots; 0: none.
 	WorkerDiskMB uint32 `json:"worker_disk_mb"`
 	// Snapshots says whether cold sandboxes are restored from image snapshots (SnapshotsOn) or
-	// always booted (SnapshotsOff, the default).
+	// always booted (SnapshotsOff). On by default.
 	Snapshots string `json:"snapshots"`
 	// SnapshotCacheMB bounds the disk the snapshots take (least recently used removed first).
 	SnapshotCacheMB uint64 `json:"snapshot_cache_mb"`
@@ -183,7 +183,7 @@ func Defaults() Settings {
 		Accelerator:                 DefaultAccelerator(runtime.GOOS),
 		FileShare:                   DefaultFileShare(runtime.GOOS),
 		WorkerDiskMB:                DefaultWorkerDiskMB,
-		Snapshots:                   SnapshotsOff,
+		Snapshots:                   SnapshotsOn,
 		SnapshotCacheMB:             DefaultSnapshotCacheMB,
 	}
 }

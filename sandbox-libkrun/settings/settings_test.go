@@ -136,7 +136,7 @@ func TestLoadFile(t *testing.T) {
 }
 
 func TestSnapshotKeys(t *testing.T) {
-	if d := Defaults(); d.Snapshots != SnapshotsOff || d.SnapshotCacheMB != DefaultSnapshotCacheMB {
+	if d := Defaults(); d.Snapshots != SnapshotsOn || d.SnapshotCacheMB != DefaultSnapshotCacheMB {
 		t.Fatalf("defaults: snapshots %q, snapshot_cache_mb %d", d.Snapshots, d.SnapshotCacheMB)
 	}
 	for _, v := range []any{"on", true} {
