@@ -147,9 +147,9 @@ func (m *metaCache) drop() {
 }
 
 // metadata is the registered metadata of ids in ns, from the cache or engine::functions::info
-// (batches of batchMax, each within the handshake deadline). An id the engine did not answer
-// for is missing from the map: the caller judges it without metadata, so metadata filters do
-// not expose it (fail closed).
+// (batches of batchMax, each within the handshake deadline; none after one that failed). An id
+// the engine did not answer for is missing from the map: the caller judges it without
+// metadata, so metadata filters do not expose it (fail closed).
 func (p *Proxy) metadata(ctx context.Context, ns string, ids []string) map[string]json.RawMessage {
 	out := make(map[string]json.RawMessage, len(ids))
 	var miss []string
@@ -170,10 +170,10 @@ func (p *Proxy) metadata(ctx context.Context, ns string, ids []string) map[strin
 		miss = miss[len(batch):]
 		gen := p.meta.generation()
 		read, perr := p.readMetadata(ctx, ns, batch)
-		if perr != nil {
+		if perr != nil { // the rest is not asked either: a list waits for one deadline at most
 			p.log.Warn("function metadata unreadable: metadata filters do not expose these functions", "namespace", ns,
-				"functions", len(batch), "code", perr.Code, "reason", perr.Message)
-			continue
+				"functions", len(batch)+len(miss), "code", perr.Code, "reason", perr.Message)
+			break
 		}
 		p.meta.put(gen, ns, read)
 		for id, meta := range read {

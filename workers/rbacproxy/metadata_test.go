@@ -232,6 +232,18 @@ func TestMetadataUnreadable(t *testing.T) {
 	if got := listed(t, e, ws, up, "l1", "api::echo", "pub::card"); got != "api::echo" {
 		t.Errorf("listed %s", got)
 	}
+	// A list of 40 asks no second batch after the first failed.
+	before := len(reg.asked())
+	fns := []string{"api::echo"}
+	for i := range 40 {
+		fns = append(fns, fmt.Sprintf("m::%02d", i))
+	}
+	if got := listed(t, e, ws, up, "l2", fns...); got != "api::echo" {
+		t.Errorf("listed %s", got)
+	}
+	if n := len(reg.asked()) - before; n != 1 {
+		t.Errorf("asked %d batches after a failure, want 1", n)
+	}
 	// A failure is not cached: once the engine answers again, so does the gate.
 	reg.mu.Lock()
 	reg.fail = nil

@@ -30,7 +30,7 @@ type session struct {
 	in, out *websocket.Conn
 	ctx     context.Context
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the two pumps and the middleware calls
+	wg      sync.WaitGroup // the two pumps, the middleware calls and the metadata lookups
 	raw     bool           // a channel stream: frames pass unchanged
 	lookups chan struct{}  // a slot per metadata lookup in flight
 
