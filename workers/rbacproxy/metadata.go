@@ -80,104 +80,137 @@ type metaEntry struct {
 	at   time.Time
 }
 
+// flight is one function's metadata lookup in progress; concurrent lookups of it wait for it.
+type flight struct {
+	done chan struct{}
+	meta json.RawMessage
+	ok   bool // the engine answered for the function
+}
+
 // metaCache holds functions' registered metadata per (namespace, function id), as
 // engine::functions::info answered it, until drop, metaCacheTTL or eviction (at most max
-// entries). A lookup that began before a drop does not store its (possibly stale) answer.
+// entries), and the lookups in flight. A lookup that began before a drop does not store its
+// (possibly stale) answer, and later lookups do not wait for it.
 type metaCache struct {
 	mu      sync.Mutex
 	gen     uint64
 	entries map[metaKey]metaEntry
+	flights map[metaKey]*flight
 	max     int
 	ttl     time.Duration
 	now     func() time.Time
 }
 
 func newMetaCache() *metaCache {
-	return &metaCache{entries: map[metaKey]metaEntry{}, max: metaCacheMax, ttl: metaCacheTTL, now: time.Now}
+	return &metaCache{entries: map[metaKey]metaEntry{}, flights: map[metaKey]*flight{}, max: metaCacheMax, ttl: metaCacheTTL, now: time.Now}
 }
 
 // get is the cached metadata of id in ns, and whether there is a fresh entry.
 func (m *metaCache) get(ns, id string) (json.RawMessage, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e, ok := m.entries[metaKey{ns, id}]
+	return m.getLocked(metaKey{ns, id})
+}
+
+func (m *metaCache) getLocked(k metaKey) (json.RawMessage, bool) {
+	e, ok := m.entries[k]
 	if !ok {
 		return nil, false
 	}
 	if m.now().Sub(e.at) > m.ttl {
-		delete(m.entries, metaKey{ns, id})
+		delete(m.entries, k)
 		return nil, false
 	}
 	return e.meta, true
 }
 
-// generation is the cache's generation, to hand back to put.
-func (m *metaCache) generation() uint64 {
+// claim sorts the distinct ids of ns into fresh entries (hits), lookups in flight to wait for,
+// and the ids the caller is to look up (own, their flights in mine, to land), at generation gen.
+func (m *metaCache) claim(ns string, ids []string) (hits map[string]json.RawMessage, wait, mine map[string]*flight, own []string, gen uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.gen
-}
-
-// put stores what a lookup begun at generation gen read, unless the cache was dropped since.
-func (m *metaCache) put(gen uint64, ns string, read map[string]json.RawMessage) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if gen != m.gen {
-		return
-	}
-	now := m.now()
-	for id, meta := range read {
+	hits, wait, mine = map[string]json.RawMessage{}, map[string]*flight{}, map[string]*flight{}
+	for _, id := range ids {
 		k := metaKey{ns, id}
-		if _, ok := m.entries[k]; !ok && len(m.entries) >= m.max {
-			for old := range m.entries { // evict one, any
-				delete(m.entries, old)
-				break
-			}
+		if _, dup := hits[id]; dup || wait[id] != nil || mine[id] != nil {
+			continue
 		}
-		m.entries[k] = metaEntry{meta: meta, at: now}
+		if meta, ok := m.getLocked(k); ok {
+			hits[id] = meta
+		} else if f := m.flights[k]; f != nil {
+			wait[id] = f
+		} else {
+			f = &flight{done: make(chan struct{})}
+			m.flights[k], mine[id] = f, f
+			own = append(own, id)
+		}
+	}
+	return hits, wait, mine, own, m.gen
+}
+
+// land completes the flights of ids with what the lookup begun at gen read (an id missing from
+// read: unreadable) and caches it, unless the cache was dropped since.
+func (m *metaCache) land(gen uint64, ns string, ids []string, mine map[string]*flight, read map[string]json.RawMessage) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for _, id := range ids {
+		k := metaKey{ns, id}
+		meta, ok := read[id]
+		if ok && gen == m.gen {
+			if _, had := m.entries[k]; !had && len(m.entries) >= m.max {
+				for old := range m.entries { // evict one, any
+					delete(m.entries, old)
+					break
+				}
+			}
+			m.entries[k] = metaEntry{meta: meta, at: now}
+		}
+		f := mine[id]
+		f.meta, f.ok = meta, ok
+		if m.flights[k] == f {
+			delete(m.flights, k)
+		}
+		close(f.done)
 	}
 }
 
-// drop forgets every entry: the engine's function set changed.
+// drop forgets every entry and lookup in flight: the engine's function set changed.
 func (m *metaCache) drop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.gen++
 	clear(m.entries)
+	m.flights = map[metaKey]*flight{}
 }
 
-// metadata is the registered metadata of ids in ns, from the cache or engine::functions::info
-// (batches of batchMax, each within the handshake deadline; none after one that failed). An id
-// the engine did not answer for is missing from the map: the caller judges it without
-// metadata, so metadata filters do not expose it (fail closed).
+// metadata is the registered metadata of ids in ns, from the cache, a lookup in flight or
+// engine::functions::info (batches of batchMax, each within the handshake deadline; none after
+// one that failed). An id the engine did not answer for is missing from the map: the caller
+// judges it without metadata, so metadata filters do not expose it (fail closed).
 func (p *Proxy) metadata(ctx context.Context, ns string, ids []string) map[string]json.RawMessage {
-	out := make(map[string]json.RawMessage, len(ids))
-	var miss []string
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		if meta, ok := p.meta.get(ns, id); ok {
-			out[id] = meta
-		} else {
-			miss = append(miss, id)
-		}
-	}
-	for len(miss) > 0 {
-		batch := miss[:min(len(miss), batchMax)]
-		miss = miss[len(batch):]
-		gen := p.meta.generation()
+	out, wait, mine, own, gen := p.meta.claim(ns, ids)
+	for i := 0; i < len(own); i += batchMax {
+		batch := own[i:min(len(own), i+batchMax)]
 		read, perr := p.readMetadata(ctx, ns, batch)
 		if perr != nil { // the rest is not asked either: a list waits for one deadline at most
 			p.log.Warn("function metadata unreadable: metadata filters do not expose these functions", "namespace", ns,
-				"functions", len(batch)+len(miss), "code", perr.Code, "reason", perr.Message)
+				"functions", len(own)-i, "code", perr.Code, "reason", perr.Message)
+			p.meta.land(gen, ns, own[i:], mine, nil)
 			break
 		}
-		p.meta.put(gen, ns, read)
+		p.meta.land(gen, ns, batch, mine, read)
 		for id, meta := range read {
 			out[id] = meta
+		}
+	}
+	for id, f := range wait {
+		select {
+		case <-f.done:
+			if f.ok {
+				out[id] = f.meta
+			}
+		case <-ctx.Done():
 		}
 	}
 	return out

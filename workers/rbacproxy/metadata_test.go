@@ -289,36 +289,75 @@ func TestMetadataBatches(t *testing.T) {
 	}
 }
 
+// store looks ids up in c and lands read for them, as Proxy.metadata does.
+func store(c *metaCache, ns string, read map[string]json.RawMessage) {
+	var ids []string
+	for id := range read {
+		ids = append(ids, id)
+	}
+	_, _, mine, own, gen := c.claim(ns, ids)
+	c.land(gen, ns, own, mine, read)
+}
+
 func TestMetaCache(t *testing.T) {
 	c := newMetaCache()
 	now := time.Unix(1000, 0)
 	c.now = func() time.Time { return now }
 	c.max = 2
-	c.put(c.generation(), "default", map[string]json.RawMessage{"a": json.RawMessage(`{"x":1}`), "b": nil})
+	store(c, "default", map[string]json.RawMessage{"a": json.RawMessage(`{"x":1}`), "b": nil})
 	if m, ok := c.get("default", "a"); !ok || string(m) != `{"x":1}` {
 		t.Errorf("a: %s %v", m, ok)
 	}
 	if _, ok := c.get("other", "a"); ok {
 		t.Error("an entry of default answers for namespace other")
 	}
-	c.put(c.generation(), "default", map[string]json.RawMessage{"c": nil})
+	store(c, "default", map[string]json.RawMessage{"c": nil})
 	if len(c.entries) != 2 {
 		t.Errorf("%d entries, want at most 2", len(c.entries))
 	}
 	if _, ok := c.get("default", "c"); !ok {
 		t.Error("the newest entry was evicted")
 	}
-	// A lookup that began before a drop does not store its answer.
-	gen := c.generation()
+
+	// A second lookup of an id in flight waits for the first, which alone asks the engine.
+	_, _, mine, own, gen := c.claim("default", []string{"d", "d"})
+	hits, wait, _, own2, _ := c.claim("default", []string{"d", "c"})
+	if len(own) != 1 || len(own2) != 0 || wait["d"] == nil || len(hits) != 1 {
+		t.Fatalf("claims: own %v, then own %v wait %v hits %v", own, own2, wait, hits)
+	}
+	c.land(gen, "default", own, mine, map[string]json.RawMessage{"d": json.RawMessage(`{"y":2}`)})
+	select {
+	case <-wait["d"].done:
+		if !wait["d"].ok || string(wait["d"].meta) != `{"y":2}` {
+			t.Errorf("the waiter got %s %v", wait["d"].meta, wait["d"].ok)
+		}
+	default:
+		t.Error("the waiter's flight was not completed")
+	}
+
+	// A lookup that began before a drop does not store its answer, nor do later ones wait for it.
+	_, _, mine, own, gen = c.claim("default", []string{"e"})
 	c.drop()
-	c.put(gen, "default", map[string]json.RawMessage{"a": nil})
-	if _, ok := c.get("default", "a"); ok || len(c.entries) != 0 {
+	if _, wait, _, own2, _ = c.claim("default", []string{"e"}); len(wait) != 0 || len(own2) != 1 {
+		t.Errorf("after drop: wait %v own %v, want a lookup of its own", wait, own2)
+	}
+	c.land(gen, "default", own, mine, map[string]json.RawMessage{"e": nil})
+	if _, ok := c.get("default", "e"); ok || len(c.entries) != 0 {
 		t.Errorf("after drop: %v", c.entries)
 	}
-	c.put(c.generation(), "default", map[string]json.RawMessage{"a": nil})
+	store(c, "default", map[string]json.RawMessage{"a": nil})
 	now = now.Add(metaCacheTTL + time.Second)
 	if _, ok := c.get("default", "a"); ok {
 		t.Error("an entry older than the TTL answered")
+	}
+	// An unreadable answer completes the flight, not ok, and is not cached.
+	_, _, mine, own, gen = c.claim("default", []string{"f"})
+	c.land(gen, "default", own, mine, nil)
+	if f := mine["f"]; f.ok {
+		t.Error("an unreadable lookup is ok")
+	}
+	if _, ok := c.get("default", "f"); ok {
+		t.Error("an unreadable lookup was cached")
 	}
 }
 
