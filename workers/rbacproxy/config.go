@@ -41,18 +41,11 @@ type Config struct {
 // empty, it admits every connection and exposes only the infrastructure functions.
 type Block struct{ *rbac.Config }
 
-// UnmarshalYAML reads the block as an engine listener's, refusing unknown keys and the
-// metadata filters the proxy cannot apply (engine::functions::list carries no metadata).
+// UnmarshalYAML reads the block as an engine listener's, refusing unknown keys.
 func (b *Block) UnmarshalYAML(n *yaml.Node) error {
 	c, err := config.ParseRBAC(n, "rbac-proxy rbac")
 	if err != nil {
 		return err
-	}
-	for _, f := range c.Expose {
-		if f.Metadata != nil {
-			return errcode.New(errcode.ConfigInvalid, "line %d: rbac-proxy rbac.expose_functions: metadata filters are not supported by the proxy "+
-				"(it does not see the functions' metadata); use match(\"pattern\") filters or an engine RBAC listener", n.Line)
-		}
 	}
 	b.Config = c
 	return nil

@@ -32,15 +32,17 @@ func TestConfig(t *testing.T) {
 	if c.Host != DefaultHost || c.Port != 7000 || c.EngineURL != "ws://127.0.0.1:5555" || c.RBAC.AuthFunctionID != "gate::auth" || len(c.RBAC.Expose) != 1 {
 		t.Errorf("config %+v", c)
 	}
+	if c, err = load(t, "rbac:\n  expose_functions: [{metadata: {public: true}}]\n"); err != nil || len(c.RBAC.Expose) != 1 || c.RBAC.Expose[0].Metadata == nil {
+		t.Errorf("a metadata filter: %+v %v", c.RBAC, err)
+	}
 	if c, err = load(t, "port: 7000\n"); err != nil || c.RBAC.Config == nil || c.authID() != "" {
 		t.Errorf("no rbac block: %+v %v", c, err)
 	}
 	for yaml, want := range map[string]string{
 		"porte: 1\n":                  "field porte not found",
 		"rbac:\n  auth_function: x\n": `unknown key "auth_function" in rbac-proxy rbac`,
-		"rbac:\n  expose_functions: [{metadata: {public: true}}]\n": "metadata filters are not supported",
-		"engine_url: http://x\n":                                    "engine_url",
-		"port: 70000\n":                                             "out of range",
+		"engine_url: http://x\n":      "engine_url",
+		"port: 70000\n":               "out of range",
 	} {
 		_, err := load(t, yaml)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -9,7 +9,10 @@
 //     fail closed, a refusal is iii's AUTH_ERROR error frame, then close 1008;
 //   - invokefunction frames are allowed in iii's order (forbidden > allowed > infrastructure >
 //     expose_functions > deny) and answered FORBIDDEN otherwise; allowed ones outside engine::
-//     go to middleware_function_id when set;
+//     go to middleware_function_id when set. Metadata filters see the function's registered
+//     metadata, read through the proxy's worker connection (engine::functions::info) and cached
+//     until engine::functions-available fires (Watch); metadata that cannot be read exposes
+//     nothing (fail closed);
 //   - registrations pass the session's rights and the registration hooks, and carry its
 //     function_registration_prefix (calls the engine sends back lose it again);
 //   - engine::workers::register into a namespace the session is not scoped to is refused;
@@ -55,6 +58,8 @@ type Proxy struct {
 	log     *slog.Logger
 	version string
 	active  atomic.Int64
+	meta    *metaCache
+	metaNS  map[string]bool // namespaces where a metadata filter applies
 
 	mu      sync.Mutex
 	srv     *http.Server
@@ -68,7 +73,7 @@ type Proxy struct {
 // New returns a proxy for cfg (checked) that calls the auth function, the hooks and the
 // middleware through calls.
 func New(cfg Config, calls Caller, version string, log *slog.Logger) *Proxy {
-	return &Proxy{cfg: cfg, calls: calls, log: log, version: version}
+	return &Proxy{cfg: cfg, calls: calls, log: log, version: version, meta: newMetaCache(), metaNS: metaNamespaces(cfg.RBAC.Config)}
 }
 
 // Listen binds host:port and serves connections until Close.
@@ -184,7 +189,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.SetReadLimit(protocol.MaxFrameBytes)
-	c := &session{p: p, s: s, in: in, out: out, ctx: ctx, cancel: cancel, ns: protocol.DefaultNamespace, discovery: map[string]bool{}, closed: -1}
+	c := &session{p: p, s: s, in: in, out: out, ctx: ctx, cancel: cancel, ns: protocol.DefaultNamespace, discovery: map[string]bool{}, closed: -1,
+		lookups: make(chan struct{}, maxLookups)}
 	c.run()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,9 @@ import (
 // writeTimeout bounds one frame's write to either side; a peer that does not read ends the pair.
 const writeTimeout = 30 * time.Second
 
+// maxLookups bounds a session's metadata lookups in flight; beyond it its frames wait.
+const maxLookups = 16
+
 // session is one proxied connection: the inbound worker's socket, its engine socket and the
 // rights the auth function gave it.
 type session struct {
@@ -26,8 +30,9 @@ type session struct {
 	in, out *websocket.Conn
 	ctx     context.Context
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the two pumps and the middleware calls
+	wg      sync.WaitGroup // the two pumps, the middleware calls and the metadata lookups
 	raw     bool           // a channel stream: frames pass unchanged
+	lookups chan struct{}  // a slot per metadata lookup in flight
 
 	mu        sync.Mutex
 	closed    websocket.StatusCode // how the engine closed its side, -1 until it did
@@ -116,7 +121,8 @@ func (c *session) down(b []byte) {
 	}
 }
 
-// invoke gates a call as an engine RBAC listener does (core's gateInvoke).
+// invoke gates a call as an engine RBAC listener does (core's gateInvoke), reading the
+// function's metadata when a metadata filter could expose it.
 func (c *session) invoke(m *protocol.Message, raw []byte) {
 	if m.FunctionID == protocol.FnRegisterWorker {
 		c.registerWorker(m, raw)
@@ -130,7 +136,45 @@ func (c *session) invoke(m *protocol.Message, raw []byte) {
 		}
 		ns = *m.Namespace
 	}
-	if why := c.p.cfg.RBAC.Denial(c.s, m.FunctionID, ns, nil); why != "" {
+	if !c.needsMetadata(m.FunctionID, ns) {
+		c.gate(m, raw, ns, nil)
+		return
+	}
+	if meta, ok := c.p.meta.get(ns, m.FunctionID); ok {
+		c.gate(m, raw, ns, meta)
+		return
+	}
+	c.lookup(func() {
+		c.gate(m, raw, ns, c.p.metadata(c.ctx, ns, []string{m.FunctionID})[m.FunctionID])
+	})
+}
+
+// needsMetadata reports whether the decision on id in ns depends on its metadata: no other rule
+// allows it, a metadata filter applies in ns and forbidden_functions does not name it.
+func (c *session) needsMetadata(id, ns string) bool {
+	return c.p.metaNS[ns] && !slices.Contains(c.s.ForbiddenFunctions, id) && !c.p.cfg.RBAC.Allowed(c.s, id, ns, nil)
+}
+
+// lookup runs f, which reads metadata, on a goroutine of the pair, so the pump goes on; a pump
+// waits while maxLookups are in flight.
+func (c *session) lookup(f func()) {
+	select {
+	case c.lookups <- struct{}{}:
+	case <-c.ctx.Done():
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer func() { <-c.lookups }()
+		f()
+	}()
+}
+
+// gate answers call m FORBIDDEN when the session may not make it, given the function's
+// metadata, and otherwise sends it on (to the middleware when it takes it).
+func (c *session) gate(m *protocol.Message, raw []byte, ns string, meta json.RawMessage) {
+	if why := c.p.cfg.RBAC.Denial(c.s, m.FunctionID, ns, meta); why != "" {
 		c.result(m, nil, rbac.Forbidden(Where, m.FunctionID, ns, why))
 		return
 	}
@@ -248,33 +292,52 @@ func (c *session) up(b []byte) {
 		delete(c.discovery, m.InvocationID)
 		c.mu.Unlock()
 		if listed && m.Error == nil && len(m.Result) > 0 {
-			m.Result = c.filterFunctions(m.Result)
-			c.send(c.in, m)
+			if len(c.p.metaNS) == 0 {
+				m.Result = c.filterFunctions(m.Result)
+				c.send(c.in, m)
+				return
+			}
+			c.lookup(func() {
+				m.Result = c.filterFunctions(m.Result)
+				c.send(c.in, m)
+			})
 			return
 		}
 	}
 	c.write(c.in, websocket.MessageText, b)
 }
 
-// filterFunctions keeps the entries of an engine::functions::list result the session may call,
-// every other field of the result and of the entries as the engine sent them.
+// filterFunctions keeps the entries of an engine::functions::list result the session may call
+// (the rows carry no metadata: it is read for those a metadata filter decides), every other
+// field of the result and of the entries as the engine sent them.
 func (c *session) filterFunctions(res json.RawMessage) json.RawMessage {
 	var top map[string]json.RawMessage
 	var list []json.RawMessage
 	if json.Unmarshal(res, &top) != nil || json.Unmarshal(top["functions"], &list) != nil {
 		return json.RawMessage(`{"functions":[]}`) // fail closed: nothing unfiltered gets through
 	}
+	type row struct {
+		FunctionID string `json:"function_id"`
+		Namespace  string `json:"namespace"`
+	}
+	rows := make([]row, len(list))
+	need := map[string][]string{} // by namespace, the rows decided by their metadata
+	for i, e := range list {
+		_ = json.Unmarshal(e, &rows[i])
+		if rows[i].Namespace == "" {
+			rows[i].Namespace = protocol.DefaultNamespace
+		}
+		if c.needsMetadata(rows[i].FunctionID, rows[i].Namespace) {
+			need[rows[i].Namespace] = append(need[rows[i].Namespace], rows[i].FunctionID)
+		}
+	}
+	meta := map[string]map[string]json.RawMessage{}
+	for ns, ids := range need {
+		meta[ns] = c.p.metadata(c.ctx, ns, ids)
+	}
 	kept := []json.RawMessage{}
-	for _, e := range list {
-		var f struct {
-			FunctionID string `json:"function_id"`
-			Namespace  string `json:"namespace"`
-		}
-		_ = json.Unmarshal(e, &f)
-		if f.Namespace == "" {
-			f.Namespace = protocol.DefaultNamespace
-		}
-		if c.p.cfg.RBAC.Allowed(c.s, f.FunctionID, f.Namespace, nil) {
+	for i, e := range list {
+		if c.p.cfg.RBAC.Allowed(c.s, rows[i].FunctionID, rows[i].Namespace, meta[rows[i].Namespace][rows[i].FunctionID]) {
 			kept = append(kept, e)
 		}
 	}

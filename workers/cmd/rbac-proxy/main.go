@@ -1,7 +1,9 @@
 // Command rbac-proxy is the rbac-proxy worker (package "rbac-proxy" in the worker registry), as
 // iii's: an RBAC gate on its own WebSocket port in front of the engine's trusted listener, with
 // the engine's own gate (see package rbacproxy). It serves rbac-proxy::status through its
-// worker connection, which also calls the auth function, the hooks and the middleware.
+// worker connection, which also calls the auth function, the hooks and the middleware, reads
+// functions' metadata for metadata filters (engine::functions::info) and, when there are
+// such filters, serves rbac-proxy::functions-changed, bound to engine::functions-available.
 //
 // Configuration (YAML, --config or $III_CONFIG), iii's keys:
 //
@@ -36,6 +38,9 @@ func main() {
 		p := rbacproxy.New(cfg, w, version, log)
 		if err := w.Register("rbac-proxy::status", func(context.Context, json.RawMessage) (any, error) { return p.Status(), nil },
 			protocol.WithDescription("the rbac-proxy's address, engine (credentials redacted), whether an auth function gates it, its live connections and version")); err != nil {
+			return nil, err
+		}
+		if err := p.Watch(w); err != nil {
 			return nil, err
 		}
 		if err := p.Listen(); err != nil {
