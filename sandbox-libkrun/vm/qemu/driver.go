@@ -306,16 +306,9 @@ func (d *Driver) rootArgs(c qemuConfig, machine, mem string) []string {
 	var a []string
 	switch {
 	case c.spec.RootDisk != "":
-		// A disk instead of a share: nothing that qemu cannot migrate. The RAM is a memfd all
-		// the same: qemu asks for transparent huge pages on anonymous RAM, so a restore, which
-		// writes every page the guest had in use, would make each 2 MiB around one resident
-		// (a restored 512 MiB VM held 577 MiB); shmem pages are 4 KiB. memfd is Linux's.
-		if runtime.GOOS == "linux" {
-			a = append(a, "-M", machine+",memory-backend=mem", "-object", "memory-backend-memfd,id=mem,size="+mem+",share=on")
-		} else {
-			a = append(a, "-M", machine)
-		}
-		a = append(a, "-drive", "file="+optEscape(c.spec.RootDisk)+",format=raw,if=none,id=root,readonly=on",
+		// A disk instead of a share: nothing that qemu cannot migrate, so no memfd RAM either.
+		a = append(a, "-M", machine,
+			"-drive", "file="+optEscape(c.spec.RootDisk)+",format=raw,if=none,id=root,readonly=on",
 			"-device", "virtio-blk-device,drive=root")
 	case d.opt.Share == Share9P:
 		a = append(a, "-M", machine)
