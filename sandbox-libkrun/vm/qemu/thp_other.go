@@ -1,0 +1,6 @@
+//go:build !linux
+
+package qemu
+
+// noHugePages does nothing outside Linux (see thp_linux.go).
+func noHugePages() {}
