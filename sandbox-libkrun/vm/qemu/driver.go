@@ -82,7 +82,6 @@ func DefaultShare(goos string) string {
 
 // New returns a driver; it fails when the firmware or binaries cannot be found.
 func New(opt Options) (*Driver, error) {
-	noHugePages()
 	if opt.Arch.Name == "" {
 		opt.Arch = guestarch.Host()
 	}
