@@ -37,12 +37,6 @@ const KernelCmdline = "console=ttyS0 panic=-1 reboot=t quiet tsc_early_khz=26000
 // qemu exit).
 const KernelCmdlineAArch64 = "console=ttyAMA0 panic=-1 quiet " + commonCmdline
 
-// SnapshotCmdline is added to the command line of a machine that is saved as a snapshot (and of
-// its restores, whose kernel is that machine's): the kernel zeroes every page it frees, so the
-// guest's free memory is zero, which qemu's migration stream carries as zero pages and a restore
-// never touches. A restored VM's resident memory is then what its guest uses, not its whole RAM.
-const SnapshotCmdline = "init_on_free=1"
-
 const commonCmdline = "cryptomgr.notests mitigations=off init_on_alloc=0 audit=0 apparmor=0 security=none " +
 	"random.trust_cpu=on nokaslr initcall_blacklist=init_kprobe_trace,crypto_kdf108_init"
 

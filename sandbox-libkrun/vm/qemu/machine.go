@@ -229,11 +229,8 @@ func (d *Driver) startVirtiofsd(ctx context.Context, m *machine, log *os.File) (
 func (d *Driver) startQemu(ctx context.Context, m *machine, accel string, socks []string, log *os.File) error {
 	ctrl := filepath.Join(m.sockDir, "ctrl.sock")
 	_ = os.Remove(ctrl)
-	c := qemuConfig{spec: m.spec, accel: accel, vfsSocks: socks, ctrlSock: ctrl, qmpSock: m.qmpSock, incoming: m.incoming}
-	if m.qmpSock != "" {
-		c.extraCmdline = SnapshotCmdline
-	}
-	argv := append([]string{d.opt.Qemu}, d.qemuArgs(c)...)
+	argv := append([]string{d.opt.Qemu}, d.qemuArgs(qemuConfig{spec: m.spec, accel: accel, vfsSocks: socks, ctrlSock: ctrl,
+		qmpSock: m.qmpSock, incoming: m.incoming})...)
 	var err error
 	m.qemu, err = startProc("qemu", argv, log)
 	if err != nil {
