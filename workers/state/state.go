@@ -54,6 +54,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/jsstore"
 )
 
 // Codes of state errors.
@@ -175,56 +176,31 @@ func orNull(v json.RawMessage) json.RawMessage {
 	return v
 }
 
-// mutate runs change on the current value of (scope, key) and commits the result with a
-// compare-and-set, retrying when another writer got there first. change returns the new value,
-// or nil to delete.
+// mutate runs change on the value of scope/key and commits the result (jsstore.Mutate), refusing
+// a new value over MaxValueBytes; change returns the new value, or nil to delete. A committed
+// change fires the triggers.
 func (s *Service) mutate(ctx context.Context, scope, key string, change func(old json.RawMessage) (json.RawMessage, error)) (old, nw json.RawMessage, err error) {
-	k := kvKey(scope, key)
-	for range 50 {
-		var rev uint64
-		old = nil
-		e, gerr := s.kv.Get(ctx, k)
-		switch {
-		case gerr == nil:
-			rev, old = e.Revision(), json.RawMessage(e.Value())
-		case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		default:
-			return nil, nil, storeErr("reading "+scope+"/"+key, gerr)
+	o, n, err := jsstore.Mutate(ctx, s.kv, kvKey(scope, key), func(b []byte) ([]byte, error) {
+		var prev json.RawMessage
+		if b != nil {
+			prev = b
 		}
-		nw, err = change(old)
+		v, err := change(prev)
 		if err == nil {
-			err = s.checkSize(nw)
+			err = s.checkSize(v)
 		}
-		if err != nil {
-			return nil, nil, err
-		}
-		switch {
-		case nw == nil && old == nil:
-			return nil, nil, nil
-		case nw == nil:
-			err = s.kv.Delete(ctx, k, jetstream.LastRevision(rev))
-		case old == nil:
-			_, err = s.kv.Create(ctx, k, nw)
-		default:
-			_, err = s.kv.Update(ctx, k, nw, rev)
-		}
-		if err == nil {
-			s.changed(scope, key, old, nw)
-			return old, nw, nil
-		}
-		if !isConflict(err) {
-			return nil, nil, storeErr("writing "+scope+"/"+key, err)
-		}
+		return v, err
+	})
+	var me *jsstore.MutateError
+	if errors.As(err, &me) {
+		return nil, nil, storeErr(me.Op+" "+scope+"/"+key, me.Err)
 	}
-	return nil, nil, storeErr("writing "+scope+"/"+key, errors.New("too many concurrent writers; try again"))
-}
-
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return true
+	if err != nil || (o == nil && n == nil) {
+		return nil, nil, err
 	}
-	return errors.Is(err, jetstream.ErrKeyExists)
+	old, nw = o, n
+	s.changed(scope, key, old, nw)
+	return old, nw, nil
 }
 
 // checkSize refuses a value whose compact JSON is over MaxValueBytes.

@@ -52,6 +52,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/jsstore"
 	"github.com/iii-go/iii/workers/state"
 )
 
@@ -242,51 +243,31 @@ func orNull(v json.RawMessage) json.RawMessage {
 	return v
 }
 
-// mutate runs change on the current item and commits the result with a compare-and-set,
-// retrying when another writer got there first. change returns the new value, or nil to delete.
+// mutate runs change on the current item and commits the result (jsstore.Mutate). change
+// returns the new value, or nil to delete; a store failure is code.
 func (s *Service) mutate(ctx context.Context, code string, r request, change func(old json.RawMessage) (json.RawMessage, error)) (old, nw json.RawMessage, err error) {
-	k := itemKey(r.StreamName, r.GroupID, r.ItemID)
-	where := r.StreamName + "/" + r.GroupID + "/" + r.ItemID
-	for range 50 {
-		var rev uint64
-		old = nil
-		e, gerr := s.kv.Get(ctx, k)
-		switch {
-		case gerr == nil:
-			rev, old = e.Revision(), json.RawMessage(e.Value())
-		case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		default:
-			return nil, nil, protocol.NewError(code, "reading %s: %v", where, gerr)
+	o, n, err := jsstore.Mutate(ctx, s.kv, itemKey(r.StreamName, r.GroupID, r.ItemID), func(b []byte) ([]byte, error) {
+		if b == nil {
+			return change(nil)
 		}
-		if nw, err = change(old); err != nil {
-			return nil, nil, err
-		}
-		switch {
-		case nw == nil && old == nil:
-			return nil, nil, nil
-		case nw == nil:
-			err = s.kv.Delete(ctx, k, jetstream.LastRevision(rev))
-		case old == nil:
-			_, err = s.kv.Create(ctx, k, nw)
-		default:
-			_, err = s.kv.Update(ctx, k, nw, rev)
-		}
-		if err == nil {
-			return old, nw, nil
-		}
-		if !isConflict(err) {
-			return nil, nil, protocol.NewError(code, "writing %s: %v", where, err)
-		}
+		return change(json.RawMessage(b))
+	})
+	var me *jsstore.MutateError
+	if errors.As(err, &me) {
+		return nil, nil, protocol.NewError(code, "%s %s/%s/%s: %v", me.Op, r.StreamName, r.GroupID, r.ItemID, me.Err)
 	}
-	return nil, nil, protocol.NewError(code, "writing %s: too many concurrent writers; try again", where)
+	if err != nil {
+		return nil, nil, err
+	}
+	return raw(o), raw(n), nil
 }
 
-func isConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return true
+// raw is b as JSON, nil for nil.
+func raw(b []byte) json.RawMessage {
+	if b == nil {
+		return nil
 	}
-	return errors.Is(err, jetstream.ErrKeyExists)
+	return json.RawMessage(b)
 }
 
 // changed reports a committed write: create or update (old absent or not), or delete.
