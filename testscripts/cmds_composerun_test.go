@@ -17,6 +17,7 @@ import (
 
 func init() {
 	registerBinary(binary{name: "fakevmadapter", pkg: "./testscripts/internal/fakevmadapter", version: "0.0.0-test"})
+	registerBinary(binary{name: "fakevmadapter-0.2", pkg: "./testscripts/internal/fakevmadapter", version: "0.0.0-test", tags: "contract02"})
 	registerCmd("envfile", cmdEnvFile)
 	registerCmd("publish", cmdPublish)
 }

@@ -282,6 +282,7 @@ func (e *Engine) drop(c *conn) {
 	defer c.failPending()
 	defer c.forgetCalls()
 	defer e.triggers.PeerGone(c)
+	e.observers.RemoveOwner(c.id)
 	e.mu.Lock()
 	delete(e.conns, c.id)
 	gone := 0

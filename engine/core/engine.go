@@ -50,6 +50,10 @@
 // forwards each trigger to the provider of its type; 0.26 observe frames are answered
 // UNSUPPORTED (no features are advertised).
 //
+// Observers (observers.go, package observe): engine::observers::add|remove|list; dispatch and
+// forwardAsync keep a watch of each call whose function has observers, and fire them as the
+// call ends.
+//
 // Stream channels (iii's engine::channels::*) are one-way byte pipes between the holders of
 // two StreamChannelRefs {channel_id, access_key, direction: "read"|"write"}, made by
 // engine::channels::create {buffer_size?} -> {channel_id, reader, writer}. Each end connects once
@@ -119,6 +123,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
+	"github.com/iii-go/iii/engine/observe"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -221,6 +226,8 @@ type Engine struct {
 
 	frames budget   // bytes of the frames being read, all connections together
 	obs    Observer // SetObserver; nil: none
+
+	observers *observe.Registry // observers of calls (observers.go)
 }
 
 // budget is the engine-wide byte budget of the frames being read. A connection takes from it
@@ -327,6 +334,7 @@ func New(opts Options) *Engine {
 	e.Handle(protocol.FnAwaitPeer, "Wait until the other end of one of the channels connects, or one is gone: {channels: [{channel_id, access_key}]} -> {channel_id, attached}", e.awaitPeer)
 	e.HandleInline(protocol.FnRemoveChannels, "Abort and forget several stream channels: {channels: [{channel_id, access_key}]}", e.removeChannels)
 	e.initTriggers()
+	e.initObservers()
 	return e
 }
 
@@ -556,9 +564,16 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 		f = nil
 	}
 	tp, end := e.startCall(caller, ns, id, tc.traceparent, tc.baggage, f)
-	defer func() { end(perr) }()
 	tc.traceparent = tp
+	var w *watch // set once the call reaches its function
+	defer func() {
+		end(perr)
+		e.fire(w, res, perr)
+	}()
 	if isBuiltin && b.fn != nil {
+		if !void {
+			w = e.watchCall(caller, protocol.DefaultNamespace, id, data, meta, tc)
+		}
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -571,6 +586,9 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 	}
 	if !e.mayCall(caller.conn, f) {
 		return nil, forbidden(caller.conn, ns, id, f)
+	}
+	if !void {
+		w = e.watchCall(caller, ns, id, data, meta, tc)
 	}
 	if f.http != nil {
 		return e.callHTTP(ctx, f.http, data, timeout)

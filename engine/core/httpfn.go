@@ -40,7 +40,7 @@ func (e *Engine) callHTTP(ctx context.Context, f *httpfn.Function, data json.Raw
 
 // callHTTPAsync serves a worker's invocation m of an HTTP-invoked function on a goroutine of its
 // own and answers c; the call counts against Options.MaxInflight and ends when c disconnects.
-func (e *Engine) callHTTPAsync(c *conn, m *protocol.Message, f *httpfn.Function, data json.RawMessage, timeout time.Duration, end func(*protocol.Error)) {
+func (e *Engine) callHTTPAsync(c *conn, m *protocol.Message, f *httpfn.Function, data json.RawMessage, timeout time.Duration, end func(*protocol.Error), w *watch) {
 	// m is recycled when this returns: keep copies of what the answer needs.
 	reply := &protocol.Message{Type: m.Type, InvocationID: strings.Clone(m.InvocationID), FunctionID: strings.Clone(m.FunctionID)}
 	if m.IsVoid() {
@@ -59,6 +59,7 @@ func (e *Engine) callHTTPAsync(c *conn, m *protocol.Message, f *httpfn.Function,
 		defer c.inflight.Add(-1)
 		res, perr := e.callHTTP(c.ctx, f, data, timeout)
 		end(perr)
+		e.fire(w, res, perr)
 		c.sendResult(reply, res, perr)
 	}()
 }

@@ -24,6 +24,8 @@ type pendingCall struct {
 	ch       chan outcome
 	end      func(*protocol.Error) // the observer's end of the call's span; nil: none
 	retry    *retryCall            // nil: the call goes to no other instance (reroute)
+	watch    *watch                // the call's observers (observers.go); nil: none
+	e        *Engine               // set with watch
 }
 
 // retryCall is what a call to a function with several instances keeps to be sent again: a
@@ -52,6 +54,9 @@ type outcome struct {
 func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
 	if pc.end != nil {
 		pc.end(perr)
+	}
+	if pc.watch != nil {
+		pc.e.fire(pc.watch, res, perr)
 	}
 	if pc.ch != nil {
 		pc.ch <- outcome{res, perr}
@@ -189,16 +194,20 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	timeout := e.callTimeout(m.TimeoutMS)
 	tp, end := e.startCall(c.caller(), ns, m.FunctionID, m.Traceparent, m.Baggage, f)
 	tc := traceCtx{tp, m.Baggage}
-	if f.http != nil {
-		e.callHTTPAsync(c, m, f.http, data, timeout, end)
-		return true
-	}
-	if m.IsVoid() {
+	if m.IsVoid() && f.http == nil {
 		_, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, tc, timeout, nil)
 		end(perr)
 		return true
 	}
-	pc := &pendingCall{caller: c, callerID: m.InvocationID, end: end}
+	var w *watch
+	if !m.IsVoid() {
+		w = e.watchCall(c.caller(), ns, m.FunctionID, data, m.Metadata, tc)
+	}
+	if f.http != nil {
+		e.callHTTPAsync(c, m, f.http, data, timeout, end, w)
+		return true
+	}
+	pc := &pendingCall{caller: c, callerID: m.InvocationID, end: end, watch: w, e: e}
 	if several {
 		pc.retry = newRetry(ns, data, m.Metadata, tc)
 	}

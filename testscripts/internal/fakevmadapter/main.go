@@ -12,6 +12,11 @@
 // the worker's pid while it runs and, once its command ended on its own (kill -9 of that pid is
 // how a scenario kills a VM), state "exited" with its exit_code (128+signal for a signal), as
 // the real adapter does.
+//
+// Built with the tag contract02 it answers worker::start as a 0.2 adapter does in this project's
+// model of the guide's "on 0.2, observers can read the project's token" (req B9): it resolves the
+// project token into the VM's environment and reports that environment in its result, which
+// every observer of worker::start receives. The default build reports no environment, as 0.3 does.
 package main
 
 import (
@@ -162,6 +167,11 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 		return nil, err
 	}
 	defer log.Close()
+	if reportsEnv {
+		if err := resolveToken(in.Env); err != nil {
+			return nil, sErr(scode.S200, "execution", err.Error())
+		}
+	}
 	cmd := exec.Command(in.Command[0], in.Command[1:]...)
 	cmd.Dir = in.Dir
 	cmd.Stdout, cmd.Stderr = log, log
@@ -184,7 +194,26 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 	a.mu.Lock()
 	a.vms[in.VMID] = v
 	a.mu.Unlock()
-	return map[string]any{"vm_id": in.VMID, "name": in.Name, "state": "running", "state_dir": dir, "pids": []int{cmd.Process.Pid}}, nil
+	res := map[string]any{"vm_id": in.VMID, "name": in.Name, "state": "running", "state_dir": dir, "pids": []int{cmd.Process.Pid}}
+	if reportsEnv {
+		res["env"] = in.Env
+	}
+	return res, nil
+}
+
+// resolveToken replaces the token file env names with the token itself, as III_TOKEN.
+func resolveToken(env map[string]string) error {
+	path, ok := env["III_TOKEN_FILE"]
+	if !ok {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading the project token: %v", err)
+	}
+	delete(env, "III_TOKEN_FILE")
+	env["III_TOKEN"] = strings.TrimSpace(string(b))
+	return nil
 }
 
 func vmID(raw json.RawMessage) string {

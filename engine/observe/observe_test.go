@@ -1,0 +1,188 @@
+package observe
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mustFilter(t *testing.T, s string) Filter {
+	t.Helper()
+	f, err := ParseFilter(json.RawMessage(s))
+	if err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return f
+}
+
+func TestFilterMatches(t *testing.T) {
+	doc := Call{Input: json.RawMessage(`{"order":{"total":120,"status":"shipped","tags":["a","b"]}}`),
+		Output: json.RawMessage(`{"ok":true}`), Caller: Caller{WorkerID: "w1", WorkerName: "shop"}}.doc()
+	for _, c := range []struct {
+		filter string
+		want   bool
+	}{
+		{`{}`, true},
+		{`{"input.order.status": "shipped"}`, true},
+		{`{"input.order.status": {"$eq": "new"}}`, false},
+		{`{"input.order.total": {"$gt": 100, "$lte": 120}}`, true},
+		{`{"input.order.total": {"$gt": 120}}`, false},
+		{`{"input.order.total": 120.0}`, true},
+		{`{"input.order.tags.1": "b"}`, true},
+		{`{"input.order.tags": ["a", "b"]}`, true},
+		{`{"input.order.status": {"$in": ["new", "shipped"]}}`, true},
+		{`{"input.order.status": {"$nin": ["new", "shipped"]}}`, false},
+		{`{"input.order.coupon": {"$exists": false}}`, true},
+		{`{"input.order.coupon": {"$ne": "x"}}`, true},
+		{`{"output.ok": true, "caller.worker_name": "shop"}`, true},
+		{`{"error.code": {"$exists": true}}`, false},
+		{`{"$or": [{"input.order.total": {"$lt": 10}}, {"caller.worker_id": "w1"}]}`, true},
+		{`{"$and": [{"input.order.total": {"$lt": 10}}, {"caller.worker_id": "w1"}]}`, false},
+		{`{"input.order.total": {"$gt": "a"}}`, false},
+	} {
+		if got := mustFilter(t, c.filter).Matches(doc); got != c.want {
+			t.Errorf("%s: got %v, want %v", c.filter, got, c.want)
+		}
+	}
+}
+
+func TestFilterRefusesWhatItCannotRead(t *testing.T) {
+	for _, s := range []string{`[]`, `{"body.x": 1}`, `{"input..x": 1}`, `{"input.x": {"$regex": "a"}}`,
+		`{"$not": {}}`, `{"input.x": {"$in": "a"}}`, `{"input.x": {"$exists": 1}}`, `{"input.x": {"$gt": [1]}}`, `{"$or": []}`} {
+		if _, err := ParseFilter(json.RawMessage(s)); err == nil {
+			t.Errorf("%s: accepted", s)
+		}
+	}
+}
+
+func request(t *testing.T, s string) Request {
+	t.Helper()
+	var r Request
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestNewChecksEveryField(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct{ req, want string }{
+		{`{"target": "t::x"}`, "source.function_id"},
+		{`{"source": {"function_id": "a::b"}}`, "target is required"},
+		{`{"source": {"function_id": "a::b", "args": {"x": 1}}, "target": "t::x"}`, "args"},
+		{`{"source": {"function_id": "a::b"}, "target": "a::b"}`, "each call would run it again"},
+		{`{"source": {"function_id": "a::b", "capture": ["body"]}, "target": "t::x"}`, "unknown part"},
+		{`{"source": {"function_id": "a::b", "deliver": "all"}, "target": "t::x"}`, "deliver"},
+		{`{"source": {"function_id": "a::b", "on": "always"}, "target": "t::x"}`, "source.on"},
+		{`{"source": {"function_id": "a::b", "filters": {"x": 1}}, "target": "t::x"}`, "source.filters"},
+		{`{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"max_fires": -1}}`, "max_fires"},
+		{`{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"max_in_flight": 5000}}`, "max_in_flight"},
+	} {
+		if _, err := New(request(t, c.req), "id", "default", "default", now); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %q", c.req, err, c.want)
+		}
+	}
+	o, err := New(request(t, `{"source": {"function_id": "a::b", "namespace": "shop"}, "target": {"function_id": "t::x", "namespace": "ops"}, "options": {"id": "mine"}}`),
+		"generated", "default", "default", now)
+	if err != nil || o.ID != "mine" || o.Namespace != "shop" || o.Target != (Target{"t::x", "ops"}) {
+		t.Fatalf("%+v %v", o, err)
+	}
+}
+
+func add(t *testing.T, r *Registry, owner, req string) *Observer {
+	t.Helper()
+	o, err := New(request(t, req), owner+"-"+req, "default", "default", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Owner = owner
+	if _, err := r.Add(o); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestMatchDeliversEnvelopeByCapture(t *testing.T) {
+	r := NewRegistry()
+	if r.Of("default", "a::b") != nil {
+		t.Fatal("observers of an empty registry")
+	}
+	add(t, r, "w1", `{"source": {"function_id": "a::b"}, "target": "t::all", "options": {"metadata": {"team": "ops"}}}`)
+	add(t, r, "w1", `{"source": {"function_id": "a::b", "capture": ["output"]}, "target": "t::out"}`)
+	add(t, r, "w1", `{"source": {"function_id": "a::b", "deliver": "input"}, "target": "t::in"}`)
+	add(t, r, "w1", `{"source": {"function_id": "a::b", "on": "error"}, "target": "t::err"}`)
+	add(t, r, "w1", `{"source": {"function_id": "a::b", "filters": {"input.n": {"$gt": 5}}}, "target": "t::big"}`)
+	call := Call{FunctionID: "a::b", Namespace: "default", Input: json.RawMessage(`{"n":1}`), Output: json.RawMessage(`{"ok":true}`),
+		Caller: Caller{WorkerID: "c1", WorkerName: "caller"}}
+	got := map[string]string{}
+	for _, d := range r.Match(r.Of("default", "a::b"), call, time.Now(), nil) {
+		got[d.Observer.Target.FunctionID] = string(d.Payload)
+		d.Done(false)
+	}
+	want := map[string]string{
+		"t::all": `{"observer_id":"w1-{\"source\": {\"function_id\": \"a::b\"}, \"target\": \"t::all\", \"options\": {\"metadata\": {\"team\": \"ops\"}}}","function_id":"a::b","namespace":"default","input":{"n":1},"output":{"ok":true},"caller":{"worker_id":"c1","worker_name":"caller"},"observer_metadata":{"team":"ops"}}`,
+		"t::out": `{"observer_id":"w1-{\"source\": {\"function_id\": \"a::b\", \"capture\": [\"output\"]}, \"target\": \"t::out\"}","function_id":"a::b","namespace":"default","output":{"ok":true}}`,
+		"t::in":  `{"n":1}`,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("fired %v", got)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s:\n got %s\nwant %s", k, got[k], v)
+		}
+	}
+	call.Output, call.Error = nil, json.RawMessage(`{"code":"invocation_failed","message":"boom"}`)
+	ds := r.Match(r.Of("default", "a::b"), call, time.Now(), nil)
+	if len(ds) != 1 || ds[0].Observer.Target.FunctionID != "t::err" || !strings.Contains(string(ds[0].Payload), `"error":{"code":"invocation_failed"`) {
+		t.Fatalf("on error: %v", ds)
+	}
+}
+
+func TestMatchBoundsAndLifetime(t *testing.T) {
+	r := NewRegistry()
+	once := add(t, r, "w1", `{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"max_fires": 2}}`)
+	slow := add(t, r, "w2", `{"source": {"function_id": "a::b"}, "target": "t::y", "options": {"max_in_flight": 1}}`)
+	call := Call{FunctionID: "a::b", Namespace: "default", Input: json.RawMessage(`1`)}
+	first := r.Match(r.Of("default", "a::b"), call, time.Now(), nil)
+	if len(first) != 2 {
+		t.Fatalf("first call fired %d", len(first))
+	}
+	second := r.Match(r.Of("default", "a::b"), call, time.Now(), nil) // slow's target still runs
+	if len(second) != 1 || second[0].Observer != once || slow.dropped.Load() != 1 {
+		t.Fatalf("second call: %v, dropped %d", second, slow.dropped.Load())
+	}
+	if r.Get(once.ID) != nil {
+		t.Fatal("an observer past max_fires stays")
+	}
+	for _, d := range append(first, second...) {
+		d.Done(false)
+	}
+	if n := r.RemoveOwner("w2"); n != 1 || r.Of("default", "a::b") != nil {
+		t.Fatalf("RemoveOwner: %d, left %v", n, r.Of("default", "a::b"))
+	}
+	exp := add(t, r, "w1", `{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"expires_in_ms": 10}}`)
+	if ds := r.Match(r.Of("default", "a::b"), call, exp.Created.Add(time.Second), nil); len(ds) != 0 || r.Get(exp.ID) != nil {
+		t.Fatalf("an expired observer fired or stayed: %v", ds)
+	}
+}
+
+func TestAddKeepsIDsPerOwner(t *testing.T) {
+	r := NewRegistry()
+	o1, _ := New(request(t, `{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"id": "obs"}}`), "", "default", "default", time.Now())
+	o1.Owner = "w1"
+	o2, _ := New(request(t, `{"source": {"function_id": "c::d"}, "target": "t::x", "options": {"id": "obs"}}`), "", "default", "default", time.Now())
+	o2.Owner = "w1"
+	if _, err := r.Add(o1); err != nil {
+		t.Fatal(err)
+	}
+	if replaced, err := r.Add(o2); err != nil || !replaced || r.Of("default", "a::b") != nil || len(r.Of("default", "c::d")) != 1 {
+		t.Fatalf("replace: %v %v", replaced, err)
+	}
+	o3, _ := New(request(t, `{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"id": "obs"}}`), "", "default", "default", time.Now())
+	o3.Owner = "w2"
+	if _, err := r.Add(o3); err != ErrIDTaken {
+		t.Fatalf("another owner's id: %v", err)
+	}
+}

@@ -1,0 +1,6 @@
+//go:build !contract02
+
+package main
+
+// reportsEnv: this build answers worker::start as a 0.3 adapter (see the package doc).
+const reportsEnv = false
