@@ -123,8 +123,8 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
-	"github.com/iii-go/iii/engine/observe"
 	"github.com/iii-go/iii/engine/internal/batchconn"
+	"github.com/iii-go/iii/engine/observe"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/triggers"
