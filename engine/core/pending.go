@@ -192,7 +192,8 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 		data = json.RawMessage("null")
 	}
 	timeout := e.callTimeout(m.TimeoutMS)
-	tp, end := e.startCall(c.caller(), ns, m.FunctionID, m.Traceparent, m.Baggage, f)
+	caller := c.caller()
+	tp, end := e.startCall(caller, ns, m.FunctionID, m.Traceparent, m.Baggage, f)
 	tc := traceCtx{tp, m.Baggage}
 	if m.IsVoid() && f.http == nil {
 		_, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, tc, timeout, nil)
@@ -201,7 +202,7 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	}
 	var w *watch
 	if !m.IsVoid() {
-		w = e.watchCall(c.caller(), ns, m.FunctionID, data, m.Metadata, tc)
+		w = e.watchCall(caller, ns, m.FunctionID, data, m.Metadata, tc)
 	}
 	if f.http != nil {
 		e.callHTTPAsync(c, m, f.http, data, timeout, end, w)
