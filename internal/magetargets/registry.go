@@ -11,7 +11,7 @@ import (
 )
 
 // Registry publishes the release's worker packages (run `mage release` first): sandbox-libkrun
-// the event workers http, cron, queue, state, pubsub and stream, and rbac-proxy, each with the archives of every target it
+// the event workers http, cron, queue, state, pubsub and stream, rbac-proxy and bridge, each with the archives of every target it
 // ships for, into dist/registry/ ($III_DIST_DIR/registry), a worker registry tree Compose reads
 // through III_REGISTRY_URL=file://.../dist/registry.
 func Registry() error {

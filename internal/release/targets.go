@@ -35,7 +35,8 @@ type Target struct {
 
 // Products lists every product that ships. iii-worker and iii-init are gone in 0.26 (req A1).
 // The event workers (http, cron, queue, state, pubsub, stream) are project workers, as in iii 0.23+;
-// rbac-proxy is the RBAC gate in front of an engine, as iii's worker of that name.
+// rbac-proxy is the RBAC gate in front of an engine and bridge joins two engines, as iii's
+// workers of those names.
 var Products = []Product{
 	{Name: "iii", Package: ".", VersionFile: "VERSION"},
 	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION", Firmware: true, Worker: true,
@@ -47,10 +48,11 @@ var Products = []Product{
 	{Name: "pubsub", Package: "./workers/cmd/pubsub", VersionFile: "workers/VERSION", Worker: true},
 	{Name: "stream", Package: "./workers/cmd/stream", VersionFile: "workers/VERSION", Worker: true},
 	{Name: "rbac-proxy", Package: "./workers/cmd/rbac-proxy", VersionFile: "workers/VERSION", Worker: true},
+	{Name: "bridge", Package: "./workers/cmd/bridge", VersionFile: "workers/VERSION", Worker: true},
 }
 
-// eventWorkers ship for every target iii ships for, and so does the rbac-proxy worker.
-var eventWorkers = []string{"http", "cron", "queue", "state", "pubsub", "stream", "rbac-proxy"}
+// eventWorkers ship for every target iii ships for, and so do the rbac-proxy and bridge workers.
+var eventWorkers = []string{"http", "cron", "queue", "state", "pubsub", "stream", "rbac-proxy", "bridge"}
 
 // Targets is the one table of release targets: iii and the event workers ship for all of them;
 // the sandbox adapter only for Apple Silicon macOS and glibc Linux (req H1, H4).
