@@ -20,6 +20,7 @@ import (
 	"github.com/iii-go/iii/engine/backoff"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
+	"github.com/iii-go/iii/engine/internal/wire"
 )
 
 // Environment variables read by Config defaults.
@@ -406,7 +407,7 @@ func (w *Worker) readLoop(c *link) {
 		switch m.Type {
 		case TypeInvocationResult:
 			if !w.pending.settle(m.InvocationID, m) {
-				m.Recycle()
+				wire.Recycle(m)
 			}
 		case TypeInvokeFunction:
 			go w.serve(c, m)
@@ -490,7 +491,7 @@ func (w *Worker) reconnectLoop() {
 }
 
 func (w *Worker) serve(c *link, m *Message) {
-	defer m.Recycle() // the reply is encoded before serve returns; the handler got m.Data only
+	defer wire.Recycle(m) // the reply is encoded before serve returns; the handler got m.Data only
 	var f *function
 	if fns := w.fns.Load(); fns != nil {
 		f = (*fns)[m.FunctionID]
@@ -544,7 +545,7 @@ func marshalResult(v any) (json.RawMessage, error) {
 	case nil:
 		return nil, nil
 	case json.RawMessage:
-		if !Valid(r) {
+		if !wire.Valid(r) {
 			return nil, errors.New("handler returned invalid raw JSON")
 		}
 		return r, nil
@@ -595,7 +596,7 @@ func (l *link) drain(d time.Duration) {
 // send queues m for the writer. A write failure is reported to the senders that come after it;
 // the ones before learn of it as a lost connection.
 func (l *link) send(m *Message) error {
-	err := l.q.Push(appendMessage(l.q.Buf(), m))
+	err := l.q.Push(wire.AppendEncode(l.q.Buf(), m))
 	if err == nil {
 		return nil // before errors.As, whose target would be allocated on every send
 	}
@@ -719,7 +720,7 @@ func marshalPayload(p any) (json.RawMessage, error) {
 		return json.RawMessage("{}"), nil
 	}
 	if r, ok := p.(json.RawMessage); ok {
-		if !Valid(r) {
+		if !wire.Valid(r) {
 			return nil, errors.New("payload is not valid JSON")
 		}
 		return r, nil
@@ -775,7 +776,7 @@ func (w *Worker) callOn(ctx context.Context, c *link, fn string, payload any, o 
 		return nil, timedOut(timeout)
 	}
 	res, rerr := r.Result, r.Error
-	r.Recycle()
+	wire.Recycle(r)
 	if rerr != nil {
 		return nil, rerr
 	}
