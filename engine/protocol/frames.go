@@ -7,7 +7,8 @@ import (
 )
 
 // Message is one wire frame. Every frame type uses a subset of the fields; unknown JSON keys are
-// ignored on decode and empty fields are left out on encode.
+// ignored on decode and empty fields are left out on encode. Its fields are documented with the
+// codec's type (go doc github.com/iii-go/iii/engine/internal/wire.Message).
 type Message = wire.Message
 
 // Action selects how an invokefunction is delivered; {"type":"void"} means no reply is wanted.
