@@ -175,7 +175,7 @@ func (w *Worker) readLoop(c *link) {
 		if buf = b; cap(b) > reuseReadBuf {
 			buf = nil
 		}
-		m, err := Decode(b)
+		m, err := wire.Decode(b)
 		if err != nil {
 			w.cfg.Logger.Debug("ignoring frame", "err", err)
 			continue
