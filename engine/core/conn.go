@@ -18,6 +18,7 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
+	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
 )
@@ -80,7 +81,7 @@ func (c *conn) nsOrDefault() string {
 // buffer a written frame left. A frame that would overflow a non-empty queue closes the
 // connection as SLOW_CONSUMER instead.
 func (c *conn) send(m *protocol.Message) error {
-	err := c.q.Push(protocol.AppendEncode(c.q.Buf(), m))
+	err := c.q.Push(wire.AppendEncode(c.q.Buf(), m))
 	if err == nil {
 		return nil
 	}
@@ -252,7 +253,7 @@ func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
 	}
 	// Borrowed: the frames forwarded to another connection, invocations and results, are
 	// encoded again before b is reused, and handleFrame makes every other frame Own its fields.
-	m, err := protocol.DecodeBorrowed(b)
+	m, err := wire.DecodeBorrowed(b)
 	if err != nil {
 		e.log.Debug("ignoring frame", "worker_id", c.id, "err", err)
 		return
@@ -312,10 +313,10 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 		}
 		enqueue := m.Action != nil && m.Action.Type == "enqueue"
 		if m.FunctionID != protocol.FnRegisterWorker && !enqueue && e.forwardAsync(c, m) {
-			m.Recycle() // forwarded: the frame sent on copied what it needed
+			wire.Recycle(m) // forwarded: the frame sent on copied what it needed
 			return
 		}
-		m.Own() // from here on m may outlive the read buffer
+		wire.Own(m) // from here on m may outlive the read buffer
 		if m.FunctionID == protocol.FnRegisterWorker {
 			e.registerWorker(c, m)
 			return
@@ -352,10 +353,10 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 				pc.deliver(res, nil)
 			}
 		}
-		m.Recycle() // deliver keeps only Result and Error, not m (Error owns its bytes)
+		wire.Recycle(m) // deliver keeps only Result and Error, not m (Error owns its bytes)
 	case protocol.TypeRegisterFunction, protocol.TypeUnregisterFunction, protocol.TypeRegisterTriggerType,
 		protocol.TypeUnregisterTriggerType, protocol.TypeRegisterTrigger, protocol.TypeUnregisterTrigger:
-		m.Own() // registrations are kept
+		wire.Own(m) // registrations are kept
 		c.mu.Lock()
 		if !c.registered {
 			c.parked = append(c.parked, m)
@@ -371,7 +372,7 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 	case protocol.TypePing:
 		_ = c.send(&protocol.Message{Type: protocol.TypePong})
 	default:
-		m.Own()
+		wire.Own(m)
 		e.handleEventFrame(c, m)
 	}
 }
@@ -424,7 +425,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 		return
 	}
 	var hf *httpfn.Function
-	if m.HasInvocation() {
+	if wire.HasInvocation(m) {
 		var err error
 		if hf, err = e.registerHTTP(m.ID, m.Invocation); err != nil {
 			ce := errcode.As(err, errcode.HTTPInvocationInvalid)

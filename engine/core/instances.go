@@ -4,6 +4,7 @@ import (
 	"crypto/subtle"
 	"math/rand/v2"
 
+	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -20,7 +21,7 @@ import (
 // for none), the same protection, and neither an HTTP-invoked function. Anything else is the
 // conflict it always was.
 func sameRights(f *fnEntry, c *conn, m *protocol.Message) bool {
-	if f.http != nil || m.HasInvocation() || f.frame.Protected != m.Protected {
+	if f.http != nil || wire.HasInvocation(m) || f.frame.Protected != m.Protected {
 		return false
 	}
 	if f.conn.l != c.l || f.conn.session != nil || c.session != nil {

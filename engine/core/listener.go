@@ -9,6 +9,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
+	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
 )
@@ -107,7 +108,7 @@ func (e *Engine) gateInvoke(c *conn, m *protocol.Message) bool {
 	if c.l.Middleware == "" || isBuiltin {
 		return false
 	}
-	m.Own()
+	wire.Own(m)
 	if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
 		c.inflight.Add(-1)
 		c.sendResult(m, nil, protocol.NewError(errcode.TooManyCalls,

@@ -49,8 +49,10 @@ const (
 	ChannelChunk    = 256 << 10
 )
 
-// ChannelAbortStatus is the WebSocket close status of an aborted channel; the close reason says why.
-const ChannelAbortStatus websocket.StatusCode = 4000
+// ChannelAbortStatus is the WebSocket close status code of an aborted channel; the close reason
+// says why. An untyped constant, so it compares with and converts to any WebSocket library's
+// status type.
+const ChannelAbortStatus = 4000
 
 // ChannelRef is a StreamChannelRef: one end of a channel and the key that opens it.
 type ChannelRef struct {

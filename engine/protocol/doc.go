@@ -18,8 +18,9 @@
 // engine::workers::register synchronously with {runtime, version, name, description, os, pid,
 // namespace}. The engine parks registrations that arrive before that call and applies them in
 // the worker's namespace when it arrives, so when Start returns every function is live. After a
-// lost connection the SDK reconnects with backoff (100 ms doubling to 5 s) and registers again;
-// it pings the engine every 20 s and treats an unanswered ping as a lost connection.
+// lost connection the SDK reconnects with backoff (a random wait below 100 ms doubling to 5 s,
+// so the workers of a restarted engine spread out) and registers again; it pings the engine
+// every 20 s and treats an unanswered ping as a lost connection.
 //
 // Project tokens. A namespace may be token-protected by the engine's config.yaml. A worker
 // registering into it must present the token: the SDK reads it from the file named by
@@ -47,4 +48,9 @@
 // sends a text frame (a message, iii's sendMessage), which the engine passes on as text and a
 // reader with ChannelReader.OnMessage callbacks gets there instead of in the stream, as iii's
 // SDKs do (without a callback it stays in the stream).
+//
+// Frames. Code that speaks the protocol itself, such as a proxy between workers and the engine,
+// reads and writes Message values with Decode and Encode. They are the engine's own codec
+// (engine/internal/wire, whose Message documents every field and its JSON key), so both sides
+// accept and produce the same frames.
 package protocol

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/iii-go/iii/engine/internal/batchconn"
+	"github.com/iii-go/iii/engine/internal/wire"
 )
 
 // TestInvocationIDsAreUUIDs: the SDK's invocation ids (its registration and its calls) are
@@ -37,7 +38,7 @@ func TestInvocationIDsAreUUIDs(t *testing.T) {
 				continue
 			}
 			ids <- m.InvocationID
-			_ = q.Push(appendMessage(q.Buf(), &Message{Type: TypeInvocationResult, InvocationID: m.InvocationID, Result: []byte(`{"success":true}`)}))
+			_ = q.Push(wire.AppendEncode(q.Buf(), &Message{Type: TypeInvocationResult, InvocationID: m.InvocationID, Result: []byte(`{"success":true}`)}))
 		}
 	}))
 	t.Cleanup(srv.Close)

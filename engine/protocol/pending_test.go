@@ -11,6 +11,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
+	"github.com/iii-go/iii/engine/internal/wire"
 )
 
 func TestPendingSettleOnce(t *testing.T) {
@@ -86,7 +87,7 @@ func silentEngine(t *testing.T) (url string, drop chan struct{}, invoked chan st
 				continue
 			}
 			if m.FunctionID == FnRegisterWorker {
-				_ = q.Push(appendMessage(q.Buf(), &Message{Type: TypeInvocationResult, InvocationID: m.InvocationID, Result: []byte(`{"success":true}`)}))
+				_ = q.Push(wire.AppendEncode(q.Buf(), &Message{Type: TypeInvocationResult, InvocationID: m.InvocationID, Result: []byte(`{"success":true}`)}))
 				continue
 			}
 			invoked <- m.FunctionID

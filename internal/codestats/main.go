@@ -92,7 +92,9 @@ func collect(root string) (*stats, error) {
 			st.getenv = append(st.getenv, getenvCalls(fset, f)...)
 		}
 		if rel, err := filepath.Rel(root, filepath.Dir(path)); err == nil && filepath.ToSlash(rel) == sdkDir {
-			st.countSDK(f)
+			if err := st.countSDK(root, f); err != nil {
+				return err
+			}
 		}
 		for _, decl := range f.Decls {
 			fd, ok := decl.(*ast.FuncDecl)
@@ -189,8 +191,10 @@ func getenvCalls(fset *token.FileSet, f *ast.File) []string {
 }
 
 // countSDK counts f's exported top-level identifiers by kind: consts, vars, funcs, types,
-// methods of exported types, and the exported fields of exported struct types.
-func (st *stats) countSDK(f *ast.File) {
+// methods of exported types, and the exported fields of exported struct types. An exported alias
+// of a type of this repository (type Message = wire.Message) brings that type's exported methods
+// and fields with it: SDK users reach them through the alias.
+func (st *stats) countSDK(root string, f *ast.File) error {
 	add := func(kind, name string) {
 		st.sdk[kind]++
 		st.sdkNames = append(st.sdkNames, kind+" "+name)
@@ -220,6 +224,15 @@ func (st *stats) countSDK(f *ast.File) {
 						continue
 					}
 					add("type", sp.Name.Name)
+					if sel, ok := sp.Type.(*ast.SelectorExpr); ok && sp.Assign.IsValid() {
+						members, err := aliasedMembers(root, f, sel)
+						if err != nil {
+							return err
+						}
+						for _, m := range members {
+							add(m[0], sp.Name.Name+"."+m[1])
+						}
+					}
 					if s, ok := sp.Type.(*ast.StructType); ok {
 						for _, fl := range s.Fields.List {
 							for _, n := range fl.Names {
@@ -233,6 +246,73 @@ func (st *stats) countSDK(f *ast.File) {
 			}
 		}
 	}
+	return nil
+}
+
+// repoModule is the import path prefix of this repository's modules, each in the directory its
+// path names (github.com/iii-go/iii/engine is ./engine).
+const repoModule = "github.com/iii-go/iii/"
+
+// aliasedMembers lists the exported methods and struct fields ({kind, name}) of the type sel
+// names, pkg.T, when pkg is a package of this repository; nil for any other package.
+func aliasedMembers(root string, f *ast.File, sel *ast.SelectorExpr) ([][2]string, error) {
+	pkg, ok := sel.X.(*ast.Ident)
+	if !ok {
+		return nil, nil
+	}
+	var dir string
+	for _, im := range f.Imports {
+		path, _ := strconv.Unquote(im.Path.Value)
+		name := filepath.Base(path)
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		if name == pkg.Name && strings.HasPrefix(path, repoModule) {
+			dir = filepath.Join(root, filepath.FromSlash(strings.TrimPrefix(path, repoModule)))
+		}
+	}
+	if dir == "" {
+		return nil, nil
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return nil, err
+		}
+		for _, decl := range af.Decls {
+			switch d := decl.(type) {
+			case *ast.FuncDecl:
+				if d.Recv != nil && d.Name.IsExported() && strings.TrimPrefix(types(d.Recv.List[0].Type), "*") == sel.Sel.Name {
+					out = append(out, [2]string{"method", d.Name.Name})
+				}
+			case *ast.GenDecl:
+				for _, spec := range d.Specs {
+					ts, ok := spec.(*ast.TypeSpec)
+					if !ok || ts.Name.Name != sel.Sel.Name {
+						continue
+					}
+					if s, ok := ts.Type.(*ast.StructType); ok {
+						for _, fl := range s.Fields.List {
+							for _, n := range fl.Names {
+								if n.IsExported() {
+									out = append(out, [2]string{"field", n.Name})
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // moduleOf names the module directory holding path: the deepest directory with a go.mod.

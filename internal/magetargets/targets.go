@@ -145,10 +145,10 @@ func Test(ctx context.Context) error {
 }
 
 // racy are, per module, the packages whose unit tests run again under the race detector: the
-// engine's router, the SDK and the WebSocket layer (pooled, borrowed buffers on the hot path),
-// Compose's daemon and the workers.
+// engine's router, the SDK, the frame codec and the WebSocket layer (pooled, borrowed buffers on
+// the hot path), Compose's daemon and the workers.
 var racy = map[string][]string{
-	"engine":  {"./core", "./protocol", "./internal/batchconn"},
+	"engine":  {"./core", "./protocol", "./internal/wire", "./internal/batchconn"},
 	"compose": {"./daemon"},
 	"workers": {"./..."},
 }
@@ -178,7 +178,7 @@ const fuzzBudget = "10s"
 // fuzzTargets are the fuzz targets Fuzz runs: module, package and target name.
 var fuzzTargets = []struct{ module, pkg, name string }{
 	{"engine", "./internal/batchconn", "FuzzReadMessage"},
-	{"engine", "./protocol", "FuzzDecode"},
+	{"engine", "./internal/wire", "FuzzDecode"},
 	{"compose", "./composefile", "FuzzParse"},
 	{"compose", "./composefile", "FuzzParseAgreesWithSchema"},
 }

@@ -1,4 +1,4 @@
-package protocol
+package wire
 
 import (
 	"bytes"
@@ -176,7 +176,7 @@ func TestDecodeInternsRepeatedNames(t *testing.T) {
 	}
 }
 
-// TestValidAgreesWithEncodingJSON: protocol.Valid, which replaced json.Valid for payloads and
+// TestValidAgreesWithEncodingJSON: Valid, which replaced json.Valid for payloads and
 // results, accepts and rejects the same inputs.
 func TestValidAgreesWithEncodingJSON(t *testing.T) {
 	for _, s := range []string{
@@ -209,7 +209,7 @@ func TestDecodeBorrowedAndOwn(t *testing.T) {
 	if b[strings.Index(frame, `{"a"`)+len(`{"a":1}`)] != ',' {
 		t.Error("appending to a borrowed field wrote into the input")
 	}
-	m.Own()
+	Own(m)
 	copy(b, bytes.Repeat([]byte("#"), len(b)))
 	want := []string{`{"a":1}`, `[2]`, `"r"`, `{}`, `{"type":"object"}`}
 	for i, got := range []json.RawMessage{m.Data, m.Metadata, m.Result, m.Config, m.RequestFormat} {

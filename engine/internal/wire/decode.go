@@ -1,4 +1,4 @@
-package protocol
+package wire
 
 import (
 	"encoding/json"
@@ -21,7 +21,7 @@ func decodeFrame(b []byte, borrow bool) (*Message, error) {
 	m := messages.Get().(*Message)
 	p.ws()
 	if !p.eat('{') {
-		m.Recycle()
+		Recycle(m)
 		return nil, p.fail("expected an object")
 	}
 	err := p.elements('}', func() error {
@@ -67,7 +67,7 @@ func decodeFrame(b []byte, borrow bool) (*Message, error) {
 		err = p.end()
 	}
 	if err != nil {
-		m.Recycle()
+		Recycle(m)
 		return nil, err
 	}
 	return m, nil
@@ -79,7 +79,7 @@ var messages = sync.Pool{New: func() any { return new(Message) }}
 // Recycle gives m back to the pool Decode draws from, for a receiver that is done with a
 // decoded frame: m must not be used afterwards, by anyone. Its slices (Data, Result, ...) and
 // the Error and Action it points to are not reused, so values taken from m stay valid.
-func (m *Message) Recycle() {
+func Recycle(m *Message) {
 	*m = Message{}
 	messages.Put(m)
 }

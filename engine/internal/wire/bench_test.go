@@ -1,4 +1,4 @@
-package protocol
+package wire
 
 import (
 	"encoding/json"
@@ -33,7 +33,7 @@ func benchDecode(b *testing.B, frame []byte, decode func([]byte) (*Message, erro
 		if err != nil {
 			b.Fatal(err)
 		}
-		m.Recycle()
+		Recycle(m)
 	}
 }
 
@@ -56,9 +56,9 @@ func BenchmarkDecodeResult(b *testing.B) {
 	benchDecode(b, frame, Decode)
 }
 
-// BenchmarkValid: protocol.Valid against encoding/json's on the bench payload.
+// BenchmarkValid: wire.Valid against encoding/json's on the bench payload.
 func BenchmarkValid(b *testing.B) {
-	b.Run("protocol", func(b *testing.B) {
+	b.Run("wire", func(b *testing.B) {
 		for b.Loop() {
 			if !Valid(benchData) {
 				b.Fatal("invalid")

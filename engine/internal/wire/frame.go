@@ -1,12 +1,10 @@
-package protocol
+package wire
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/iii-go/iii/engine/errcode"
 )
 
 // Message types: iii's wire frame names, each the lowercased name of its message variant.
@@ -79,13 +77,6 @@ func knownType(t string) string {
 	return ""
 }
 
-// Well-known engine function ids.
-const (
-	FnRegisterWorker = "engine::workers::register"
-	FnListWorkers    = "engine::workers::list"
-	FnListFunctions  = "engine::functions::list"
-)
-
 // Message is one wire frame. Every frame type uses a subset of the fields; unknown JSON keys are
 // ignored on decode and empty fields are left out on encode.
 type Message struct {
@@ -148,7 +139,7 @@ func (m *Message) IsVoid() bool {
 
 // HasInvocation reports whether a registerfunction asks for an HTTP-invoked function: an
 // invocation that is present and not null.
-func (m *Message) HasInvocation() bool {
+func HasInvocation(m *Message) bool {
 	return len(m.Invocation) != 0 && string(m.Invocation) != "null"
 }
 
@@ -185,12 +176,12 @@ func decode(b []byte, borrow bool) (*Message, error) {
 		return nil, fmt.Errorf("decoding frame: %w", err)
 	}
 	if m.Type == "" {
-		m.Recycle()
+		Recycle(m)
 		return nil, errors.New("frame has no type")
 	}
 	if knownType(m.Type) == "" {
 		t := m.Type
-		m.Recycle()
+		Recycle(m)
 		return nil, fmt.Errorf("%w %q", ErrUnknownType, t)
 	}
 	return m, nil
@@ -198,7 +189,7 @@ func decode(b []byte, borrow bool) (*Message, error) {
 
 // Own copies the raw fields of a message from DecodeBorrowed, so it no longer refers to the
 // decoded buffer.
-func (m *Message) Own() {
+func Own(m *Message) {
 	for _, f := range []*json.RawMessage{&m.RequestFormat, &m.ResponseFormat, &m.Config, &m.Invocation, &m.TriggerRequestFormat,
 		&m.CallRequestFormat, &m.Data, &m.Metadata, &m.Result} {
 		if *f != nil {
@@ -213,80 +204,3 @@ func Encode(m *Message) ([]byte, error) { return appendMessage(make([]byte, 0, 2
 
 // AppendEncode appends the JSON of m to dst, for senders that reuse frame buffers.
 func AppendEncode(dst []byte, m *Message) []byte { return appendMessage(dst, m) }
-
-// Error is a wire error body {"code","message","stacktrace"?}. Bodies with more keys (such as the
-// sandbox S-code envelope) keep every key: Raw returns them exactly as received.
-type Error struct {
-	Code       string `json:"code"`
-	Message    string `json:"message"`
-	Stacktrace string `json:"stacktrace,omitempty"`
-	raw        json.RawMessage
-}
-
-// NewError builds an error body from a code and a message.
-func NewError(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-// RawError wraps a complete JSON error object (for example an S-code envelope); it is sent and
-// relayed byte for byte.
-func RawError(raw json.RawMessage) *Error {
-	e := &Error{}
-	if err := e.UnmarshalJSON(raw); err != nil {
-		return NewError(errcode.Unknown, "%s", string(raw))
-	}
-	return e
-}
-
-// Error implements error.
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
-
-// Raw returns the complete error object as JSON.
-func (e *Error) Raw() json.RawMessage {
-	if e.raw != nil {
-		return e.raw
-	}
-	b, _ := e.MarshalJSON()
-	return b
-}
-
-// MarshalJSON writes the object as received when it came from the wire, else its fields.
-func (e *Error) MarshalJSON() ([]byte, error) {
-	if e.raw != nil {
-		return e.raw, nil
-	}
-	type plain Error
-	return json.Marshal((*plain)(e))
-}
-
-// UnmarshalJSON keeps the whole object and reads code, message and stacktrace from it. A bare
-// string becomes the message of an UNKNOWN error.
-func (e *Error) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*e = Error{Code: errcode.Unknown, Message: s}
-		return nil
-	}
-	var f struct {
-		Code       any    `json:"code"`
-		Message    any    `json:"message"`
-		Stacktrace string `json:"stacktrace"`
-	}
-	if err := json.Unmarshal(b, &f); err != nil {
-		return err
-	}
-	*e = Error{Code: fmt.Sprint(orEmpty(f.Code)), Message: fmt.Sprint(orEmpty(f.Message)), Stacktrace: f.Stacktrace}
-	e.raw = append(json.RawMessage(nil), b...)
-	return nil
-}
-
-func orEmpty(v any) any {
-	if v == nil {
-		return ""
-	}
-	return v
-}
