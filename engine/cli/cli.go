@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/cluster"
 	"github.com/iii-go/iii/engine/config"
 	"github.com/iii-go/iii/engine/configuration"
 	"github.com/iii-go/iii/engine/core"
@@ -103,6 +104,13 @@ func runEngine(version string, args []string, workers map[string]EngineWorker) e
 		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %w", cfg.ConfigDir, err)
 	}
 	store.Install(eng)
+	if cfg.Cluster != nil {
+		if err := eng.JoinCluster(cluster.Options{URL: cfg.Cluster.URL, CredsFile: cfg.Cluster.CredsFile, Name: ln.Addr().String(), Logger: log}); err != nil {
+			closeAll()
+			return err
+		}
+		log.Info("joined the engine cluster")
+	}
 	var bind *sandbox.Binding
 	if cfg.Sandbox != nil {
 		bind = &sandbox.Binding{Adapter: cfg.Sandbox.Adapter, Namespace: cfg.Sandbox.Namespace, Source: "config"}

@@ -103,6 +103,14 @@ type Config struct {
 	HTTPSecurity HTTPSecurity
 	// Stream is iii-stream's config when it is declared, nil otherwise.
 	Stream *Stream
+	// Cluster is the cluster: section, nil when the engine runs alone.
+	Cluster *Cluster
+}
+
+// Cluster joins engines that share functions over NATS (cluster: {nats: {url, creds_file}}).
+type Cluster struct {
+	URL       string // one or more nats:// URLs, comma-separated
+	CredsFile string // a NATS credentials file; "" for none
 }
 
 // Listener is one iii-worker-manager entry: a WebSocket listener for workers.
@@ -275,8 +283,12 @@ func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Con
 			if c.Namespaces, err = parseNamespaces(v, baseDir); err != nil {
 				return nil, err
 			}
+		case "cluster":
+			if c.Cluster, err = parseCluster(v, baseDir); err != nil {
+				return nil, err
+			}
 		default:
-			return nil, invalid(k.Line, "unknown key %q; allowed: registration_namespace_grace_ms, workers (or modules), sandbox, namespaces", k.Value)
+			return nil, invalid(k.Line, "unknown key %q; allowed: registration_namespace_grace_ms, workers (or modules), sandbox, namespaces, cluster", k.Value)
 		}
 	}
 	if len(c.Listeners) == 0 {
@@ -704,6 +716,40 @@ func parseSandbox(v *yaml.Node) (*Sandbox, error) {
 		return nil
 	})
 	return s, err
+}
+
+// parseCluster reads cluster: {nats: {url, creds_file}}.
+func parseCluster(v *yaml.Node, baseDir string) (*Cluster, error) {
+	c := &Cluster{}
+	err := mapping(v, "cluster", []string{"nats"}, func(_, n *yaml.Node) error {
+		return mapping(n, "cluster.nats", []string{"url", "creds_file"}, func(k, v *yaml.Node) error {
+			val, err := strValue(v, k.Value)
+			if err != nil {
+				return err
+			}
+			if k.Value == "url" {
+				for _, u := range strings.Split(val, ",") {
+					if u = strings.TrimSpace(u); !strings.HasPrefix(u, "nats://") && !strings.HasPrefix(u, "tls://") {
+						return invalid(v.Line, "cluster.nats.url: %q is not a nats:// or tls:// URL (several are comma-separated)", u)
+					}
+				}
+				c.URL = val
+				return nil
+			}
+			if val != "" && !filepath.IsAbs(val) {
+				val = filepath.Join(baseDir, val)
+			}
+			c.CredsFile = val
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.URL == "" {
+		return nil, invalid(v.Line, "cluster.nats.url is required: the NATS servers the engines share")
+	}
+	return c, nil
 }
 
 func parseNamespaces(v *yaml.Node, baseDir string) ([]Namespace, error) {

@@ -87,6 +87,9 @@ func TestParseErrors(t *testing.T) {
 		{"namespaces:\n  - {name: p, token_file: missing}\n", errcode.ConfigInvalid, "of namespace \"p\": no such file"},
 		{"workers: [\n", errcode.ConfigInvalid, "not valid YAML"},
 		{"workers: []\nworkers: []\n", errcode.ConfigInvalid, `key "workers" appears twice`},
+		{"cluster: {nats: {}}\n", errcode.ConfigInvalid, "cluster.nats.url is required"},
+		{"cluster: {nats: {url: 'http://x'}}\n", errcode.ConfigInvalid, `"http://x" is not a nats://`},
+		{"cluster: {nats: {url: 'nats://a:4222'}, name: x}\n", errcode.ConfigInvalid, `unknown key "name" in cluster`},
 		// An rbac: block is parsed strictly: a key iii does not define, or a filter it cannot
 		// read, refuses the start instead of widening or narrowing the gate (review row #8).
 		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {default: deny}}\n", errcode.ConfigInvalid,
@@ -226,6 +229,16 @@ func FuzzParse(f *testing.F) {
 
 // Declared bare, iii-stream is served with iii's port and this engine's loopback host; not
 // declared, it is not served at all.
+func TestParseCluster(t *testing.T) {
+	c, err := Parse([]byte("cluster:\n  nats: {url: 'nats://10.0.0.5:4222, nats://10.0.0.6:4222', creds_file: nats.creds}\n"), func(string) (string, bool) { return "", false }, "/etc/iii")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Cluster == nil || c.Cluster.URL != "nats://10.0.0.5:4222, nats://10.0.0.6:4222" || c.Cluster.CredsFile != "/etc/iii/nats.creds" {
+		t.Fatalf("%+v", c.Cluster)
+	}
+}
+
 func TestParseStreamDefaults(t *testing.T) {
 	got, err := Parse([]byte("workers:\n  - name: iii-stream\n"), env(nil), ".")
 	if err != nil {

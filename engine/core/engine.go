@@ -121,6 +121,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/cluster"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -228,6 +229,9 @@ type Engine struct {
 	obs    Observer // SetObserver; nil: none
 
 	observers *observe.Registry // observers of calls (observers.go)
+
+	cluster   *cluster.Cluster // JoinCluster; nil: the engine runs alone (cluster.go)
+	clusterMu sync.Mutex       // orders syncCluster's snapshots
 }
 
 // budget is the engine-wide byte budget of the frames being read. A connection takes from it
@@ -529,6 +533,9 @@ func (e *Engine) ServeAll(ctx context.Context, bound []Bound) error {
 	for _, srv := range srvs {
 		_ = srv.Close()
 	}
+	if e.cluster != nil {
+		e.cluster.Close()
+	}
 	return nil
 }
 
@@ -582,6 +589,9 @@ func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, dat
 		return runBuiltin(context.WithValue(ctx, traceKey{}, tc), b.fn, caller, data, id, timeout)
 	}
 	if f == nil {
+		if res, perr, found := e.callCluster(ctx, caller, ns, id, data, meta, tc, timeout, void); found {
+			return res, perr
+		}
 		return nil, e.notFound(ns, id)
 	}
 	if !e.mayCall(caller.conn, f) {

@@ -70,6 +70,7 @@ func (e *Engine) startCall(caller Caller, ns, id, traceparent, baggage string, f
 }
 
 func (e *Engine) functionsChanged() {
+	e.syncCluster()
 	if e.obs != nil {
 		e.obs.FunctionsChanged()
 	}

@@ -1,0 +1,216 @@
+// Package cluster joins engines that share a NATS cluster (config.yaml cluster: {nats: {url,
+// creds_file}}): each engine serves, to the others, the functions its own workers registered,
+// one NATS queue-group subscription per function (so each call reaches one engine serving it),
+// and sends a call for a function none of its workers serves to the cluster. A remote call
+// answers with the result or the error the serving engine gave, with the same codes as a local
+// call: function_not_found when no engine serves the function, timeout past the call's deadline.
+// Local calls never touch NATS.
+//
+// Functions registered protected (a project token's) are never offered to the cluster: the
+// engine cannot see the remote caller's token.
+package cluster
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// subjectPrefix starts every function's subject: iii.fn.<hex namespace>.<hex function id>.
+const subjectPrefix = "iii.fn."
+
+// queueGroup is the queue group every engine subscribes a function's subject in.
+const queueGroup = "iii-engines"
+
+// Key names one function.
+type Key struct{ Namespace, FunctionID string }
+
+func subject(k Key) string {
+	return subjectPrefix + hex.EncodeToString([]byte(k.Namespace)) + "." + hex.EncodeToString([]byte(k.FunctionID))
+}
+
+// Caller is who made a call, as the serving engine sees it.
+type Caller struct {
+	WorkerID  string `json:"worker_id"`
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Engine    string `json:"engine"` // the calling engine's cluster name
+}
+
+// Request is a call sent to the cluster.
+type Request struct {
+	Data        json.RawMessage `json:"data"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	TimeoutMS   int64           `json:"timeout_ms"`
+	Traceparent string          `json:"traceparent,omitempty"`
+	Baggage     string          `json:"baggage,omitempty"`
+	Caller      Caller          `json:"caller"`
+}
+
+type reply struct {
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *protocol.Error `json:"error,omitempty"`
+}
+
+// ServeFunc runs a call from another engine against this engine's own workers only (never the
+// cluster again), with timeout.
+type ServeFunc func(ctx context.Context, k Key, r Request, timeout time.Duration) (json.RawMessage, *protocol.Error)
+
+// Cluster is one engine's link to the others.
+type Cluster struct {
+	nc    *nats.Conn
+	name  string
+	serve ServeFunc
+	log   *slog.Logger
+	ctx   context.Context
+	stop  context.CancelFunc
+
+	mu   sync.Mutex
+	subs map[Key]*nats.Subscription
+}
+
+// Options says how to reach the cluster.
+type Options struct {
+	URL       string // comma-separated nats:// URLs
+	CredsFile string
+	Name      string // this engine's name in the cluster (its address)
+	Logger    *slog.Logger
+}
+
+// Connect joins the cluster. The NATS client reconnects on its own (to any of the URLs and the
+// servers the cluster announces) for as long as the engine runs.
+func Connect(o Options, serve ServeFunc) (*Cluster, error) {
+	opts := []nats.Option{nats.Name("iii engine " + o.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second)}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	opts = append(opts,
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("cluster: NATS connection lost; reconnecting", "err", err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("cluster: NATS reconnected", "server", nc.ConnectedUrlRedacted()) }))
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return nil, errcode.New(errcode.ListenFailed, "cluster: connecting to NATS at %s: %w", redact(o.URL), err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	return &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, subs: map[Key]*nats.Subscription{}}, nil
+}
+
+// Name is this engine's name in the cluster.
+func (c *Cluster) Name() string { return c.name }
+
+// Sync makes the functions this engine offers the cluster exactly local: it subscribes the new
+// ones and drops those no local worker serves any more.
+func (c *Cluster) Sync(local []Key) {
+	want := make(map[Key]bool, len(local))
+	for _, k := range local {
+		want[k] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, s := range c.subs {
+		if !want[k] {
+			_ = s.Unsubscribe()
+			delete(c.subs, k)
+		}
+	}
+	for k := range want {
+		if c.subs[k] != nil {
+			continue
+		}
+		s, err := c.nc.QueueSubscribe(subject(k), queueGroup, func(m *nats.Msg) { go c.handle(k, m) })
+		if err != nil {
+			c.log.Warn("cluster: cannot offer a function", "function_id", k.FunctionID, "namespace", k.Namespace, "err", err)
+			continue
+		}
+		c.subs[k] = s
+	}
+}
+
+func (c *Cluster) handle(k Key, m *nats.Msg) {
+	var r Request
+	var out reply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		out.Error = protocol.NewError(errcode.InvalidArguments, "cluster: a malformed call of %s: %v", k.FunctionID, err)
+	} else {
+		timeout := time.Duration(r.TimeoutMS) * time.Millisecond
+		ctx, cancel := context.WithTimeout(c.ctx, timeout)
+		out.Result, out.Error = c.serve(ctx, k, r, timeout)
+		cancel()
+	}
+	if out.Error == nil && len(out.Result) == 0 {
+		out.Result = json.RawMessage("null")
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		b, _ = json.Marshal(reply{Error: protocol.NewError(errcode.InvocationFailed, "cluster: %s answered what is not JSON", k.FunctionID)})
+	}
+	if err := m.Respond(b); err != nil {
+		c.log.Debug("cluster: the caller's engine left before the answer", "function_id", k.FunctionID, "err", err)
+	}
+}
+
+// Call runs k on another engine of the cluster and returns its answer. found is false when no
+// engine serves k (the caller answers function_not_found as for a local call).
+func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Duration) (res json.RawMessage, perr *protocol.Error, found bool) {
+	r.TimeoutMS = timeout.Milliseconds()
+	r.Caller.Engine = c.name
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, protocol.NewError(errcode.InvalidArguments, "cluster: %v", err), true
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(ctx, subject(k), b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, nil, false
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms (served by another engine of the cluster)", k.FunctionID, timeout.Milliseconds()), true
+	case errors.Is(err, context.Canceled):
+		return nil, protocol.NewError(errcode.InvocationStopped, "the caller of %s went away", k.FunctionID), true
+	case err != nil:
+		return nil, protocol.NewError(errcode.InvocationStopped, "cluster: calling %s over NATS: %v", k.FunctionID, err), true
+	}
+	var out reply
+	if err := json.Unmarshal(msg.Data, &out); err != nil {
+		return nil, protocol.NewError(errcode.InvocationFailed, "cluster: the answer of %s is not JSON: %v", k.FunctionID, err), true
+	}
+	if out.Error != nil {
+		return nil, out.Error, true
+	}
+	return out.Result, nil, true
+}
+
+// Close leaves the cluster: calls being served for other engines are stopped.
+func (c *Cluster) Close() {
+	c.stop()
+	_ = c.nc.Drain()
+}
+
+// redact drops user information from NATS URLs for messages.
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		if at := strings.LastIndex(u, "@"); at >= 0 {
+			if s := strings.Index(u, "://"); s >= 0 && s < at {
+				parts[i] = u[:s+3] + "redacted@" + u[at+1:]
+			}
+		}
+	}
+	return strings.Join(parts, ",")
+}

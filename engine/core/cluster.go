@@ -1,0 +1,77 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/iii-go/iii/engine/cluster"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// JoinCluster links the engine to the others on the NATS cluster of o (package cluster): it
+// offers them the functions its workers serve and sends them the calls of functions no local
+// worker serves. Call it before Serve; the link ends with the engine.
+func (e *Engine) JoinCluster(o cluster.Options) error {
+	if o.Logger == nil {
+		o.Logger = e.log
+	}
+	c, err := cluster.Connect(o, e.serveCluster)
+	if err != nil {
+		return err
+	}
+	e.cluster = c
+	e.syncCluster()
+	return nil
+}
+
+// localOnly marks a call another engine sent: it is served by this engine's workers or not
+// at all, never sent to the cluster again.
+type localOnly struct{}
+
+// serveCluster runs a call of another engine of the cluster on this engine's workers.
+func (e *Engine) serveCluster(ctx context.Context, k cluster.Key, r cluster.Request, timeout time.Duration) (json.RawMessage, *protocol.Error) {
+	caller := Caller{WorkerID: r.Caller.WorkerID, Name: r.Caller.Name, Namespace: r.Caller.Namespace}
+	return e.dispatch(context.WithValue(ctx, localOnly{}, true), caller, k.Namespace, k.FunctionID, r.Data, r.Metadata,
+		traceCtx{r.Traceparent, r.Baggage}, timeout, false)
+}
+
+// callCluster sends a call of a function no local worker serves to the cluster; found is false
+// when no engine serves it (or the engine is not in a cluster, or the call came from one).
+func (e *Engine) callCluster(ctx context.Context, caller Caller, ns, id string, data, meta json.RawMessage, tc traceCtx, timeout time.Duration, void bool) (json.RawMessage, *protocol.Error, bool) {
+	if e.cluster == nil || ctx.Value(localOnly{}) != nil {
+		return nil, nil, false
+	}
+	if timeout <= 0 {
+		timeout = e.opts.MaxCallTimeout
+	}
+	r := cluster.Request{Data: data, Metadata: meta, Traceparent: tc.traceparent, Baggage: tc.baggage,
+		Caller: cluster.Caller{WorkerID: caller.WorkerID, Name: caller.Name, Namespace: caller.Namespace}}
+	k := cluster.Key{Namespace: ns, FunctionID: id}
+	if void {
+		r.Data = append(json.RawMessage(nil), data...)
+		r.Metadata = append(json.RawMessage(nil), meta...)
+		go e.cluster.Call(context.Background(), k, r, timeout)
+		return nil, nil, true
+	}
+	return e.cluster.Call(ctx, k, r, timeout)
+}
+
+// syncCluster offers the cluster the functions this engine's workers serve now (protected
+// ones excepted: the serving engine could not check a remote caller's token).
+func (e *Engine) syncCluster() {
+	if e.cluster == nil {
+		return
+	}
+	e.clusterMu.Lock()
+	defer e.clusterMu.Unlock()
+	e.mu.RLock()
+	keys := make([]cluster.Key, 0, len(e.funcs))
+	for k, f := range e.funcs {
+		if !f.frame.Protected {
+			keys = append(keys, cluster.Key{Namespace: k.ns, FunctionID: k.id})
+		}
+	}
+	e.mu.RUnlock()
+	e.cluster.Sync(keys)
+}

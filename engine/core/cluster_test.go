@@ -1,0 +1,165 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/iii-go/iii/engine/cluster"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+)
+
+// natsURL runs an embedded NATS server on a free loopback port until the test ends.
+func natsURL(tb testing.TB) string {
+	tb.Helper()
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		tb.Fatal("nats-server did not start")
+	}
+	tb.Cleanup(s.Shutdown)
+	return s.ClientURL()
+}
+
+// clusterEngine serves an engine that joined the NATS cluster at url.
+func clusterEngine(tb testing.TB, url, name string) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := e.JoinCluster(cluster.Options{URL: url, Name: name}); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Serve(ctx, ln); close(done) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	return "ws://" + ln.Addr().String()
+}
+
+// waitRemote calls fn through w until another engine serves it.
+func waitRemote(tb testing.TB, w *protocol.Worker, fn string, payload any) json.RawMessage {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := w.Call(context.Background(), fn, payload)
+		if err == nil {
+			return out
+		}
+		if code(err) != errcode.FunctionNotFound || time.Now().After(deadline) {
+			tb.Fatalf("%s: %v", fn, err)
+		}
+		time.Sleep(10 * time.Millisecond) // the serving engine's subscription is on its way
+	}
+}
+
+// A call of a function that only another engine's worker serves goes there over NATS and comes
+// back with the same result, error codes and timeouts as a local call; protected functions stay
+// local; a function no engine serves is function_not_found.
+func TestClusterCallsReachAnotherEngine(t *testing.T) {
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "")
+	url := natsURL(t)
+	a, c := clusterEngine(t, url, "a"), clusterEngine(t, url, "c")
+	release := make(chan struct{})
+	defer close(release)
+	worker(t, c, "default", map[string]protocol.Handler{
+		"calc::add": func(_ context.Context, in json.RawMessage) (any, error) {
+			var p struct{ A, B int }
+			_ = json.Unmarshal(in, &p)
+			return map[string]int{"sum": p.A + p.B}, nil
+		},
+		"calc::fail": func(context.Context, json.RawMessage) (any, error) { return nil, errors.New("no such sum") },
+		"calc::slow": func(ctx context.Context, _ json.RawMessage) (any, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		},
+		"calc::nothing": func(context.Context, json.RawMessage) (any, error) { return nil, nil },
+	})
+	cl := worker(t, a, "default", nil)
+	if out := waitRemote(t, cl, "calc::add", map[string]int{"a": 2, "b": 40}); string(out) != `{"sum":42}` {
+		t.Fatalf("remote result %s", out)
+	}
+	ctx := context.Background()
+	_, err := cl.Call(ctx, "calc::fail", nil)
+	if code(err) != errcode.InvocationFailed || !strings.Contains(err.Error(), "no such sum") {
+		t.Fatalf("remote error: %v", err)
+	}
+	_, err = cl.Call(ctx, "calc::slow", nil, protocol.WithTimeout(300*time.Millisecond))
+	if c := code(err); c != errcode.Timeout && c != errcode.ClientTimeout {
+		t.Fatalf("remote timeout: %v", err)
+	}
+	if out, err := cl.Call(ctx, "calc::nothing", nil); err != nil || string(out) != "null" {
+		t.Fatalf("remote nothing: %s %v", out, err)
+	}
+	_, err = cl.Call(ctx, "calc::none", nil)
+	if code(err) != errcode.FunctionNotFound || !strings.Contains(err.Error(), "not found in namespace default") {
+		t.Fatalf("no engine serves it: %v", err)
+	}
+}
+
+// BenchmarkClusterCall times a call served by a worker of the same engine (the baseline, in
+// the same run) and one served by a worker of another engine over NATS, and reports the ratio.
+func BenchmarkClusterCall(b *testing.B) {
+	b.Setenv(protocol.EnvTokenFile, "")
+	b.Setenv(protocol.EnvToken, "")
+	url := natsURL(b)
+	a, c := clusterEngine(b, url, "a"), clusterEngine(b, url, "c")
+	echo := func(_ context.Context, in json.RawMessage) (any, error) { return in, nil }
+	for _, u := range []string{a, c} {
+		w := protocol.NewWorker(protocol.Config{URL: u, Name: "bench"})
+		fn := "local::echo"
+		if u == c {
+			fn = "remote::echo"
+		}
+		_ = w.Register(fn, echo)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := w.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
+		b.Cleanup(func() { _ = w.Close() })
+	}
+	cl := protocol.NewWorker(protocol.Config{URL: a, Name: "caller"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	waitRemote(b, cl, "remote::echo", nil)
+	payload := json.RawMessage(`{"sandbox_id":"0d6f8c1e","cmd":"echo","args":["hello"]}`)
+	run := func(fn string) time.Duration {
+		start := time.Now()
+		for range b.N {
+			if _, err := cl.Call(context.Background(), fn, payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	b.ResetTimer()
+	local := run("local::echo")
+	remote := run("remote::echo")
+	b.StopTimer()
+	b.ReportMetric(float64(local.Nanoseconds())/float64(b.N), "local-ns/call")
+	b.ReportMetric(float64(remote.Nanoseconds())/float64(b.N), "remote-ns/call")
+	b.ReportMetric(float64(remote)/float64(local), "remote/local")
+}
