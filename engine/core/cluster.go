@@ -25,6 +25,9 @@ func (e *Engine) JoinCluster(o cluster.Options) error {
 	return nil
 }
 
+// InCluster reports whether the engine joined a cluster (JoinCluster).
+func (e *Engine) InCluster() bool { return e.cluster != nil }
+
 // localOnly marks a call another engine sent: it is served by this engine's workers or not
 // at all, never sent to the cluster again.
 type localOnly struct{}

@@ -173,16 +173,21 @@ func (r *Router) forwarder(op string) core.Builtin {
 			return nil, unbound(op)
 		}
 		fn := b.Adapter + "::" + op
-		wid, ok := r.e.Lookup(b.Namespace, fn)
-		if !ok {
+		wid, local := r.e.Lookup(b.Namespace, fn)
+		if !local && !r.e.InCluster() {
 			return nil, r.notConnected(b, op)
 		}
+		// An adapter on another engine of the cluster: its adapter::info is asked on each call
+		// (the engine cannot see that adapter's connection come and go).
 		info := r.adapterInfo(ctx, b, wid, false)
 		if info.contract != nil && info.contract.Major != ContractMajor {
 			return nil, incompatible(b, *info.contract)
 		}
 		res, perr := r.e.Invoke(ctx, b.Namespace, fn, payload, 0)
 		if perr != nil {
+			if !local && perr.Code == errcode.FunctionNotFound {
+				return nil, r.notConnected(b, op)
+			}
 			if perr.Code == errcode.InvocationStopped && ctx.Err() == nil || perr.Code == errcode.FunctionNotFound {
 				return nil, r.leftMidCall(b, op)
 			}

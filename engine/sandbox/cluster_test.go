@@ -1,0 +1,67 @@
+package sandbox
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/iii-go/iii/engine/cluster"
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox/scode"
+)
+
+// clustered serves an engine with the router bound to the default adapter that joined the
+// NATS server at natsURL.
+func clustered(t *testing.T, natsURL, name string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := core.New(core.Options{})
+	if err := e.JoinCluster(cluster.Options{URL: natsURL, Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	New(e, &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}).Install()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "ws://" + ln.Addr().String()
+}
+
+// sandbox::* on an engine of a cluster reaches the adapter a worker of another engine serves;
+// with no adapter anywhere it is S301, as on a lone engine.
+func TestRouterReachesAdapterOnAnotherEngine(t *testing.T) {
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "")
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	defer s.Shutdown()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	a, c := clustered(t, s.ClientURL(), "a"), clustered(t, s.ClientURL(), "c")
+	if _, err := call(t, a, "sandbox::run"); errCode(err) != scode.S301 {
+		t.Fatalf("no adapter anywhere: %v, want S301", err)
+	}
+	adapter(t, c, "default", "", "on-c", "adapter::info", "run")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		who, err := call(t, a, "sandbox::run")
+		if err == nil && who == "on-c" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox::run on engine a: %q, %v", who, err)
+		}
+		time.Sleep(20 * time.Millisecond) // engine c's subscription is on its way
+	}
+}
