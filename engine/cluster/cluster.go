@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,37 @@ const queueGroup = "iii-engines"
 
 // Key names one function.
 type Key struct{ Namespace, FunctionID string }
+
+// Function is one function an engine offers the cluster, as the others list it.
+type Function struct {
+	Namespace   string `json:"namespace"`
+	FunctionID  string `json:"function_id"`
+	Description string `json:"description,omitempty"`
+	WorkerID    string `json:"worker_id"`
+	WorkerName  string `json:"worker_name,omitempty"`
+	Engine      string `json:"engine"`
+}
+
+// announceSubject carries each engine's offer: iii.engines.fn.<hex engine name>.
+const announceSubject = "iii.engines.fn."
+
+// Announcements: every engine repeats its offer every announceEvery; one not heard of for
+// announceTTL is gone from the others' listings.
+const (
+	announceEvery = 5 * time.Second
+	announceTTL   = 3 * announceEvery
+)
+
+type announcement struct {
+	Engine    string     `json:"engine"`
+	Functions []Function `json:"functions"`
+	Leaving   bool       `json:"leaving,omitempty"`
+}
+
+type peer struct {
+	functions []Function
+	seen      time.Time
+}
 
 func subject(k Key) string {
 	return subjectPrefix + hex.EncodeToString([]byte(k.Namespace)) + "." + hex.EncodeToString([]byte(k.FunctionID))
@@ -75,8 +107,10 @@ type Cluster struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 
-	mu   sync.Mutex
-	subs map[Key]*nats.Subscription
+	mu      sync.Mutex
+	subs    map[Key]*nats.Subscription
+	offered []Function      // what Sync was last given, announced again every announceEvery
+	peers   map[string]peer // the other engines' offers, by engine name
 }
 
 // Options says how to reach the cluster.
@@ -107,21 +141,93 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 		return nil, errcode.New(errcode.ListenFailed, "cluster: connecting to NATS at %s: %w", redact(o.URL), err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	return &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, subs: map[Key]*nats.Subscription{}}, nil
+	c := &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}}
+	if _, err := nc.Subscribe(announceSubject+"*", c.heard); err != nil {
+		nc.Close()
+		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the engines' offers: %w", err)
+	}
+	go c.announceLoop()
+	return c, nil
+}
+
+func (c *Cluster) heard(m *nats.Msg) {
+	var a announcement
+	if json.Unmarshal(m.Data, &a) != nil || a.Engine == c.name {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a.Leaving {
+		delete(c.peers, a.Engine)
+		return
+	}
+	c.peers[a.Engine] = peer{functions: a.Functions, seen: time.Now()}
+}
+
+func (c *Cluster) announce(leaving bool) {
+	c.mu.Lock()
+	a := announcement{Engine: c.name, Functions: c.offered, Leaving: leaving}
+	b, _ := json.Marshal(a)
+	c.mu.Unlock()
+	_ = c.nc.Publish(announceSubject+hex.EncodeToString([]byte(c.name)), b)
+}
+
+func (c *Cluster) announceLoop() {
+	t := time.NewTicker(announceEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			c.announce(false)
+		}
+	}
+}
+
+// Remote lists the functions the other engines offer now, by namespace and id.
+func (c *Cluster) Remote() []Function {
+	c.mu.Lock()
+	var out []Function
+	for name, p := range c.peers {
+		if time.Since(p.seen) > announceTTL {
+			delete(c.peers, name)
+			continue
+		}
+		out = append(out, p.functions...)
+	}
+	c.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		if out[i].FunctionID != out[j].FunctionID {
+			return out[i].FunctionID < out[j].FunctionID
+		}
+		return out[i].Engine < out[j].Engine
+	})
+	return out
 }
 
 // Name is this engine's name in the cluster.
 func (c *Cluster) Name() string { return c.name }
 
 // Sync makes the functions this engine offers the cluster exactly local: it subscribes the new
-// ones and drops those no local worker serves any more.
-func (c *Cluster) Sync(local []Key) {
+// ones, drops those no local worker serves any more, and tells the other engines.
+func (c *Cluster) Sync(local []Function) {
+	defer c.announce(false)
 	want := make(map[Key]bool, len(local))
-	for _, k := range local {
-		want[k] = true
+	for _, f := range local {
+		f.Engine = c.name
+		want[Key{f.Namespace, f.FunctionID}] = true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.offered = make([]Function, len(local))
+	for i, f := range local {
+		f.Engine = c.name
+		c.offered[i] = f
+	}
 	for k, s := range c.subs {
 		if !want[k] {
 			_ = s.Unsubscribe()
@@ -196,8 +302,10 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 	return out.Result, nil, true
 }
 
-// Close leaves the cluster: calls being served for other engines are stopped.
+// Close leaves the cluster: the others drop its functions at once, and calls being served for
+// them are stopped.
 func (c *Cluster) Close() {
+	c.announce(true)
 	c.stop()
 	_ = c.nc.Drain()
 }

@@ -69,12 +69,13 @@ func (e *Engine) syncCluster() {
 	e.clusterMu.Lock()
 	defer e.clusterMu.Unlock()
 	e.mu.RLock()
-	keys := make([]cluster.Key, 0, len(e.funcs))
+	offer := make([]cluster.Function, 0, len(e.funcs))
 	for k, f := range e.funcs {
 		if !f.frame.Protected {
-			keys = append(keys, cluster.Key{Namespace: k.ns, FunctionID: k.id})
+			offer = append(offer, cluster.Function{Namespace: k.ns, FunctionID: k.id, Description: f.frame.Description,
+				WorkerID: f.conn.id, WorkerName: f.conn.name()})
 		}
 	}
 	e.mu.RUnlock()
-	e.cluster.Sync(keys)
+	e.cluster.Sync(offer)
 }

@@ -109,6 +109,20 @@ func TestClusterCallsReachAnotherEngine(t *testing.T) {
 	if out, err := cl.Call(ctx, "calc::nothing", nil); err != nil || string(out) != "null" {
 		t.Fatalf("remote nothing: %s %v", out, err)
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := cl.Call(ctx, protocol.FnListFunctions, map[string]string{"namespace": "default"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), `"function_id":"calc::add","namespace":"default","worker_id"`) && strings.Contains(string(out), `"engine":"c"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine a does not list c's functions: %s", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	_, err = cl.Call(ctx, "calc::none", nil)
 	if code(err) != errcode.FunctionNotFound || !strings.Contains(err.Error(), "not found in namespace default") {
 		t.Fatalf("no engine serves it: %v", err)

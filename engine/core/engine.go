@@ -663,6 +663,7 @@ func (e *Engine) listFunctions(_ context.Context, caller Caller, payload json.Ra
 		WorkerName     string          `json:"worker_name,omitempty"`
 		RequestFormat  json.RawMessage `json:"request_format,omitempty"`
 		ResponseFormat json.RawMessage `json:"response_format,omitempty"`
+		Engine         string          `json:"engine,omitempty"` // a function of another engine of the cluster
 	}
 	e.mu.RLock()
 	out := []fn{}
@@ -682,6 +683,21 @@ func (e *Engine) listFunctions(_ context.Context, caller Caller, payload json.Ra
 			WorkerName: name, RequestFormat: f.frame.RequestFormat, ResponseFormat: f.frame.ResponseFormat})
 	}
 	e.mu.RUnlock()
+	if e.cluster != nil {
+		local := make(map[fkey]bool, len(out))
+		for _, f := range out {
+			local[fkey{f.Namespace, f.FunctionID}] = true
+		}
+		for _, r := range e.cluster.Remote() {
+			k := fkey{r.Namespace, r.FunctionID}
+			if local[k] || in.Namespace != "" && in.Namespace != r.Namespace || !e.mayList(caller.conn, r.FunctionID, r.Namespace, nil) {
+				continue
+			}
+			local[k] = true // one row per function, whichever engines serve it
+			out = append(out, fn{FunctionID: r.FunctionID, Namespace: r.Namespace, Description: r.Description,
+				WorkerID: r.WorkerID, WorkerName: r.WorkerName, Engine: r.Engine})
+		}
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Namespace != out[j].Namespace {
 			return out[i].Namespace < out[j].Namespace
