@@ -109,6 +109,10 @@ func runEngine(version string, args []string, workers map[string]EngineWorker) e
 			closeAll()
 			return err
 		}
+		if err := eng.ServeClusterChannels(core.AdvertiseURL(ln.Addr().String())); err != nil {
+			closeAll()
+			return errcode.New(errcode.ListenFailed, "cluster: offering stream channels: %w", err)
+		}
 		log.Info("joined the engine cluster")
 	}
 	var bind *sandbox.Binding

@@ -302,6 +302,37 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 	return out.Result, nil, true
 }
 
+// channelSubject asks which engine holds a stream channel: iii.ch.<channel id>.
+const channelSubject = "iii.ch."
+
+// channelAsk bounds ChannelOwner's question.
+const channelAsk = time.Second
+
+// ServeChannels answers, for every channel has reports this engine holds, the WebSocket base
+// URL (ws://host:port) other engines dial to reach it.
+func (c *Cluster) ServeChannels(advertise string, has func(id string) bool) error {
+	_, err := c.nc.Subscribe(channelSubject+"*", func(m *nats.Msg) {
+		if id := strings.TrimPrefix(m.Subject, channelSubject); has(id) {
+			_ = m.Respond([]byte(advertise))
+		}
+	})
+	return err
+}
+
+// ChannelOwner is the base URL of the engine that holds channel id, "" when none answers.
+func (c *Cluster) ChannelOwner(ctx context.Context, id string) string {
+	if id == "" || strings.ContainsAny(id, ".*> \t") {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, channelAsk)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(ctx, channelSubject+id, nil)
+	if err != nil {
+		return ""
+	}
+	return string(m.Data)
+}
+
 // Close leaves the cluster: the others drop its functions at once, and calls being served for
 // them are stopped.
 func (c *Cluster) Close() {

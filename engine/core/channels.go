@@ -530,7 +530,9 @@ func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string,
 	}
 	defer e.chans.wg.Done()
 	if ch == nil {
-		http.Error(w, "no such channel", http.StatusNotFound)
+		if !e.proxyChannel(w, r, id, l) {
+			http.Error(w, "no such channel", http.StatusNotFound)
+		}
 		return
 	}
 	key := []byte(r.URL.Query().Get("key"))

@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/iii-go/iii/engine/cluster"
@@ -42,6 +44,9 @@ func clusterEngine(tb testing.TB, url, name string) string {
 	}
 	e := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := e.JoinCluster(cluster.Options{URL: url, Name: name}); err != nil {
+		tb.Fatal(err)
+	}
+	if err := e.ServeClusterChannels(AdvertiseURL(ln.Addr().String())); err != nil {
 		tb.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -126,6 +131,59 @@ func TestClusterCallsReachAnotherEngine(t *testing.T) {
 	_, err = cl.Call(ctx, "calc::none", nil)
 	if code(err) != errcode.FunctionNotFound || !strings.Contains(err.Error(), "not found in namespace default") {
 		t.Fatalf("no engine serves it: %v", err)
+	}
+}
+
+// An end of a stream channel that connects to another engine of the cluster than the one holding
+// the channel is relayed there: frames pass with their opcodes, a wrong key is refused as on the
+// holding engine, and a channel no engine holds is not found.
+func TestClusterChannelEndOnAnotherEngine(t *testing.T) {
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "")
+	url := natsURL(t)
+	a, c := clusterEngine(t, url, "a"), clusterEngine(t, url, "c")
+	w := worker(t, a, "default", nil)
+	p := channelPair(t, w, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wr := rawWriter(t, a, p.Writer)
+	sent := []struct {
+		typ websocket.MessageType
+		b   string
+	}{{websocket.MessageText, `{"progress":1}`}, {websocket.MessageBinary, "abc"}}
+	for _, f := range sent {
+		if err := wr.Write(ctx, f.typ, []byte(f.b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wr.Close(websocket.StatusNormalClosure, "")
+
+	bad := p.Reader
+	bad.AccessKey = "nope"
+	u, _ := protocol.ChannelURL(c, bad)
+	if _, resp, err := websocket.Dial(ctx, u, nil); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a wrong key through engine c: %v", err)
+	}
+	u, _ = protocol.ChannelURL(c, p.Reader)
+	rd, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.CloseNow()
+	for i, want := range sent {
+		typ, b, err := rd.Read(ctx)
+		if err != nil || typ != want.typ || string(b) != want.b {
+			t.Fatalf("frame %d through engine c: %v %q %v", i, typ, b, err)
+		}
+	}
+	if _, _, err := rd.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+		t.Fatalf("the end of the channel through engine c: %v", err)
+	}
+	gone := p.Reader
+	gone.ChannelID = strings.Repeat("0", 64)
+	u, _ = protocol.ChannelURL(c, gone)
+	if _, resp, err := websocket.Dial(ctx, u, nil); err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a channel no engine holds: %v", err)
 	}
 }
 
