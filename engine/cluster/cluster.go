@@ -57,13 +57,15 @@ const (
 )
 
 type announcement struct {
-	Engine    string     `json:"engine"`
-	Functions []Function `json:"functions"`
-	Leaving   bool       `json:"leaving,omitempty"`
+	Engine    string            `json:"engine"`
+	Functions []Function        `json:"functions"`
+	Workers   []json.RawMessage `json:"workers,omitempty"`
+	Leaving   bool              `json:"leaving,omitempty"`
 }
 
 type peer struct {
 	functions []Function
+	workers   []json.RawMessage
 	seen      time.Time
 }
 
@@ -106,6 +108,7 @@ type Cluster struct {
 	log   *slog.Logger
 	ctx   context.Context
 	stop  context.CancelFunc
+	rows  func() []json.RawMessage
 
 	mu      sync.Mutex
 	subs    map[Key]*nats.Subscription
@@ -119,6 +122,9 @@ type Options struct {
 	CredsFile string
 	Name      string // this engine's name in the cluster (its address)
 	Logger    *slog.Logger
+	// Workers, when set, gives the rows of this engine's workers, announced with its functions
+	// (each a JSON object the engine's workers list shows).
+	Workers func() []json.RawMessage
 }
 
 // Connect joins the cluster. The NATS client reconnects on its own (to any of the URLs and the
@@ -141,7 +147,7 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 		return nil, errcode.New(errcode.ListenFailed, "cluster: connecting to NATS at %s: %w", redact(o.URL), err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	c := &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}}
+	c := &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, rows: o.Workers, subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}}
 	if _, err := nc.Subscribe(announceSubject+"*", c.heard); err != nil {
 		nc.Close()
 		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the engines' offers: %w", err)
@@ -161,12 +167,16 @@ func (c *Cluster) heard(m *nats.Msg) {
 		delete(c.peers, a.Engine)
 		return
 	}
-	c.peers[a.Engine] = peer{functions: a.Functions, seen: time.Now()}
+	c.peers[a.Engine] = peer{functions: a.Functions, workers: a.Workers, seen: time.Now()}
 }
 
 func (c *Cluster) announce(leaving bool) {
+	var rows []json.RawMessage
+	if c.rows != nil && !leaving {
+		rows = c.rows()
+	}
 	c.mu.Lock()
-	a := announcement{Engine: c.name, Functions: c.offered, Leaving: leaving}
+	a := announcement{Engine: c.name, Functions: c.offered, Workers: rows, Leaving: leaving}
 	b, _ := json.Marshal(a)
 	c.mu.Unlock()
 	_ = c.nc.Publish(announceSubject+hex.EncodeToString([]byte(c.name)), b)
@@ -185,15 +195,40 @@ func (c *Cluster) announceLoop() {
 	}
 }
 
+// RemoteWorker is a worker row another engine announced, with that engine's name.
+type RemoteWorker struct {
+	Engine string
+	Row    json.RawMessage
+}
+
+// RemoteWorkers lists the workers the other engines announced last (at most announceEvery old).
+func (c *Cluster) RemoteWorkers() []RemoteWorker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []RemoteWorker
+	for name, p := range c.livePeersLocked() {
+		for _, r := range p.workers {
+			out = append(out, RemoteWorker{Engine: name, Row: r})
+		}
+	}
+	return out
+}
+
+// livePeersLocked forgets the engines not heard of for announceTTL and returns the others.
+func (c *Cluster) livePeersLocked() map[string]peer {
+	for name, p := range c.peers {
+		if time.Since(p.seen) > announceTTL {
+			delete(c.peers, name)
+		}
+	}
+	return c.peers
+}
+
 // Remote lists the functions the other engines offer now, by namespace and id.
 func (c *Cluster) Remote() []Function {
 	c.mu.Lock()
 	var out []Function
-	for name, p := range c.peers {
-		if time.Since(p.seen) > announceTTL {
-			delete(c.peers, name)
-			continue
-		}
+	for _, p := range c.livePeersLocked() {
 		out = append(out, p.functions...)
 	}
 	c.mu.Unlock()

@@ -16,6 +16,7 @@ func (e *Engine) JoinCluster(o cluster.Options) error {
 	if o.Logger == nil {
 		o.Logger = e.log
 	}
+	o.Workers = e.workerRows
 	c, err := cluster.Connect(o, e.serveCluster)
 	if err != nil {
 		return err
@@ -78,4 +79,48 @@ func (e *Engine) syncCluster() {
 	}
 	e.mu.RUnlock()
 	e.cluster.Sync(offer)
+}
+
+// workerRows are this engine's engine::workers::list rows, for the other engines' listings.
+func (e *Engine) workerRows() []json.RawMessage {
+	res, _ := e.listWorkers(context.Background(), Caller{}, nil)
+	rows := res.(map[string]any)["workers"].([]workerRow)
+	out := make([]json.RawMessage, 0, len(rows))
+	for _, r := range rows {
+		if b, err := json.Marshal(r); err == nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// listClusterWorkers is engine::workers::list: this engine's workers, then, in a cluster, those
+// the other engines announced, each with its engine (filtered alike).
+func (e *Engine) listClusterWorkers(ctx context.Context, c Caller, payload json.RawMessage) (any, error) {
+	res, err := e.listWorkers(ctx, c, payload)
+	if err != nil || e.cluster == nil {
+		return res, err
+	}
+	var in struct {
+		Search  string `json:"search"`
+		Runtime string `json:"runtime"`
+		Status  string `json:"status"`
+	}
+	_ = json.Unmarshal(payload, &in)
+	type remoteRow struct {
+		workerRow
+		Engine string `json:"engine"`
+	}
+	out := []any{}
+	for _, w := range res.(map[string]any)["workers"].([]workerRow) {
+		out = append(out, w)
+	}
+	for _, r := range e.cluster.RemoteWorkers() {
+		var w workerRow
+		if json.Unmarshal(r.Row, &w) != nil || !matchesWorker(w, in.Search, in.Runtime, in.Status) {
+			continue
+		}
+		out = append(out, remoteRow{w, r.Engine})
+	}
+	return map[string]any{"workers": out}, nil
 }

@@ -128,6 +128,19 @@ func TestClusterCallsReachAnotherEngine(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	for {
+		out, err := cl.Call(ctx, protocol.FnListWorkers, map[string]string{"search": "t-default"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), `"engine":"c"`) && strings.Contains(string(out), `"calc::add"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine a does not list c's workers: %s", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	_, err = cl.Call(ctx, "calc::none", nil)
 	if code(err) != errcode.FunctionNotFound || !strings.Contains(err.Error(), "not found in namespace default") {
 		t.Fatalf("no engine serves it: %v", err)

@@ -224,7 +224,7 @@ func New(opts Options) *Engine {
 	e.frames.limit = int64(opts.FrameBudget)
 	e.frames.share = max(e.frames.limit/4, 1)
 	e.Handle(protocol.FnRegisterWorker, "Announce a worker: name, namespace, runtime", nil)
-	e.HandleInline(protocol.FnListWorkers, "List connected workers and their functions", e.listWorkers)
+	e.HandleInline(protocol.FnListWorkers, "List connected workers and their functions (in a cluster, the other engines' too)", e.listClusterWorkers)
 	e.HandleInline(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
 	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
 	e.HandleInline(protocol.FnRemoveChannel, "Abort and forget a stream channel: {channel_id, access_key (of either end)}", e.removeChannel)
@@ -592,6 +592,13 @@ type workerRow struct {
 	ConnectedAt       string   `json:"connected_at"`
 }
 
+// matchesWorker applies engine::workers::list's filters to w: search is a case-insensitive
+// substring of the name, runtime and status match exactly.
+func matchesWorker(w workerRow, search, runtime, status string) bool {
+	return (search == "" || strings.Contains(strings.ToLower(w.Name), strings.ToLower(search))) &&
+		(runtime == "" || w.Runtime != nil && *w.Runtime == runtime) && (status == "" || status == w.Status)
+}
+
 func orNull(s string) *string {
 	if s == "" {
 		return nil
@@ -632,8 +639,7 @@ func (e *Engine) listWorkers(_ context.Context, _ Caller, payload json.RawMessag
 		}
 		sort.Strings(w.Functions)
 		w.FunctionCount = len(w.Functions)
-		if in.Search != "" && !strings.Contains(strings.ToLower(w.Name), strings.ToLower(in.Search)) ||
-			in.Runtime != "" && (w.Runtime == nil || *w.Runtime != in.Runtime) || in.Status != "" && in.Status != w.Status {
+		if !matchesWorker(w, in.Search, in.Runtime, in.Status) {
 			continue
 		}
 		out = append(out, w)
