@@ -72,6 +72,29 @@ func waitRemote(tb testing.TB, w *protocol.Worker, fn string, payload any) json.
 	}
 }
 
+// waitClusterListed calls fn through w until its answer holds every one of want.
+func waitClusterListed(t *testing.T, w *protocol.Worker, fn string, payload any, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := w.Call(context.Background(), fn, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing := false
+		for _, s := range want {
+			missing = missing || !strings.Contains(string(out), s)
+		}
+		if !missing {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not list %q: %s", fn, want, out)
+		}
+		time.Sleep(10 * time.Millisecond) // the other engine's announcement is on its way
+	}
+}
+
 // A call of a function that only another engine's worker serves goes there over NATS and comes
 // back with the same result, error codes and timeouts as a local call; protected functions stay
 // local; a function no engine serves is function_not_found.
@@ -114,33 +137,8 @@ func TestClusterCallsReachAnotherEngine(t *testing.T) {
 	if out, err := cl.Call(ctx, "calc::nothing", nil); err != nil || string(out) != "null" {
 		t.Fatalf("remote nothing: %s %v", out, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := cl.Call(ctx, protocol.FnListFunctions, map[string]string{"namespace": "default"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(out), `"function_id":"calc::add","namespace":"default","worker_id"`) && strings.Contains(string(out), `"engine":"c"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("engine a does not list c's functions: %s", out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for {
-		out, err := cl.Call(ctx, protocol.FnListWorkers, map[string]string{"search": "t-default"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(out), `"engine":"c"`) && strings.Contains(string(out), `"calc::add"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("engine a does not list c's workers: %s", out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitClusterListed(t, cl, protocol.FnListFunctions, map[string]string{"namespace": "default"}, `"function_id":"calc::add","namespace":"default","worker_id"`, `"engine":"c"`)
+	waitClusterListed(t, cl, protocol.FnListWorkers, map[string]string{"search": "t-default"}, `"calc::add"`, `"engine":"c"`)
 	_, err = cl.Call(ctx, "calc::none", nil)
 	if code(err) != errcode.FunctionNotFound || !strings.Contains(err.Error(), "not found in namespace default") {
 		t.Fatalf("no engine serves it: %v", err)

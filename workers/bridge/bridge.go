@@ -19,6 +19,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/wconfig"
 )
 
 // Bridge joins a local and a remote engine.
@@ -41,7 +42,7 @@ func New(cfg Config, local, remote *protocol.Worker, log *slog.Logger) (*Bridge,
 		timeout := time.Duration(f.TimeoutMS) * time.Millisecond
 		if err := local.Register(f.LocalFunction, func(ctx context.Context, in json.RawMessage) (any, error) {
 			return b.callRemote(ctx, f.RemoteFunction, in, timeout)
-		}, protocol.WithDescription("forwarded by the bridge to "+f.RemoteFunction+" on "+redact(cfg.URL))); err != nil {
+		}, protocol.WithDescription("forwarded by the bridge to "+f.RemoteFunction+" on "+wconfig.RedactURL(cfg.URL))); err != nil {
 			return nil, err
 		}
 	}
@@ -82,11 +83,11 @@ func (b *Bridge) Start(ctx context.Context) {
 		defer close(b.done)
 		if err := b.remote.Start(ctx); err != nil {
 			if ctx.Err() == nil {
-				b.log.Error("bridge: the remote engine refused the connection", "url", redact(b.cfg.URL), "err", err)
+				b.log.Error("bridge: the remote engine refused the connection", "url", wconfig.RedactURL(b.cfg.URL), "err", err)
 			}
 			return
 		}
-		b.log.Info("bridge: connected to the remote engine", "url", redact(b.cfg.URL), "namespace", b.cfg.Namespace,
+		b.log.Info("bridge: connected to the remote engine", "url", wconfig.RedactURL(b.cfg.URL), "namespace", b.cfg.Namespace,
 			"exposed", len(b.cfg.Expose), "forwarded", len(b.cfg.Forward))
 	}()
 }
@@ -108,7 +109,7 @@ func (b *Bridge) callRemote(ctx context.Context, fn string, in json.RawMessage, 
 	out, err := b.remote.Call(ctx, fn, in, protocol.WithTimeout(timeout))
 	if err != nil {
 		b.failed.Add(1)
-		return nil, linkError(err, "the remote engine "+redact(b.cfg.URL), fn)
+		return nil, linkError(err, "the remote engine "+wconfig.RedactURL(b.cfg.URL), fn)
 	}
 	return out, nil
 }
@@ -159,7 +160,7 @@ func (b *Bridge) invokeAsync(ctx context.Context, in json.RawMessage) (any, erro
 	b.forwarded.Add(1)
 	if err := b.remote.CallVoid(ctx, r.FunctionID, r.Data); err != nil {
 		b.failed.Add(1)
-		return nil, linkError(err, "the remote engine "+redact(b.cfg.URL), r.FunctionID)
+		return nil, linkError(err, "the remote engine "+wconfig.RedactURL(b.cfg.URL), r.FunctionID)
 	}
 	return nil, nil
 }
@@ -177,7 +178,7 @@ func (b *Bridge) status(ctx context.Context, _ json.RawMessage) (any, error) {
 	for _, x := range b.cfg.Expose {
 		expose = append(expose, map[string]string{"local_function": x.LocalFunction, "remote_function": x.RemoteFunction})
 	}
-	return map[string]any{"url": redact(b.cfg.URL), "service_id": b.cfg.ServiceID, "namespace": b.cfg.Namespace,
+	return map[string]any{"url": wconfig.RedactURL(b.cfg.URL), "service_id": b.cfg.ServiceID, "namespace": b.cfg.Namespace,
 		"connected": probe == nil, "forward": forward, "expose": expose,
 		"calls": map[string]int64{"forwarded": b.forwarded.Load(), "exposed": b.exposed.Load(), "failed": b.failed.Load()}}, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/wconfig"
 )
 
 // DefaultTimeoutMS bounds a forwarded call whose entry names no timeout_ms, as iii's.
@@ -62,10 +63,10 @@ func (c *Config) Check() error {
 	}
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		return errcode.New(errcode.ConfigInvalid, "bridge url %q must be a ws:// or wss:// URL of the remote engine", redact(c.URL))
+		return errcode.New(errcode.ConfigInvalid, "bridge url %q must be a ws:// or wss:// URL of the remote engine", wconfig.RedactURL(c.URL))
 	}
 	if u.User != nil {
-		return errcode.New(errcode.ConfigInvalid, "bridge url %q carries credentials; put the remote engine's token in token_file instead", redact(c.URL))
+		return errcode.New(errcode.ConfigInvalid, "bridge url %q carries credentials; put the remote engine's token in token_file instead", wconfig.RedactURL(c.URL))
 	}
 	if c.ServiceName == "" {
 		c.ServiceName = c.ServiceID
@@ -117,16 +118,4 @@ func (c *Config) Check() error {
 		remote[x.RemoteFunction] = key
 	}
 	return nil
-}
-
-// redact is u with any user information replaced.
-func redact(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if p.User != nil {
-		p.User = url.User("redacted")
-	}
-	return p.String()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/workers/wconfig"
 )
 
 // Defaults of the configuration. The host is the loopback address, as the other workers' (iii's
@@ -79,30 +80,13 @@ func (c *Config) Check() error {
 	}
 	u, err := url.Parse(c.EngineURL)
 	if err != nil || (u.Scheme != "ws" && u.Scheme != "wss") || u.Host == "" {
-		return errcode.New(errcode.ConfigInvalid, "rbac-proxy engine_url %q must be a ws:// or wss:// URL of the engine's trusted listener", RedactURL(c.EngineURL))
+		return errcode.New(errcode.ConfigInvalid, "rbac-proxy engine_url %q must be a ws:// or wss:// URL of the engine's trusted listener", wconfig.RedactURL(c.EngineURL))
 	}
 	return nil
 }
 
-// RedactURL is u with any user information replaced, for logs and rbac-proxy::status.
-func RedactURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if p.User != nil {
-		p.User = url.User("REDACTED")
-	}
-	q := p.Query()
-	for k := range q {
-		q.Set(k, "REDACTED")
-	}
-	p.RawQuery = q.Encode()
-	return p.String()
-}
-
 func (c Config) String() string {
-	return fmt.Sprintf("host=%s port=%d engine_url=%s middleware=%q auth=%q", c.Host, c.Port, RedactURL(c.EngineURL), c.MiddlewareFunctionID, c.authID())
+	return fmt.Sprintf("host=%s port=%d engine_url=%s middleware=%q auth=%q", c.Host, c.Port, wconfig.RedactURL(c.EngineURL), c.MiddlewareFunctionID, c.authID())
 }
 
 func (c Config) authID() string {

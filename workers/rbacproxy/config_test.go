@@ -53,9 +53,3 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
-
-func TestRedactURL(t *testing.T) {
-	if got := RedactURL("wss://user:secret@engine:1/ws?token=abc"); strings.Contains(got, "secret") || strings.Contains(got, "abc") {
-		t.Errorf("RedactURL = %s", got)
-	}
-}

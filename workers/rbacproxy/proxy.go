@@ -41,6 +41,7 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/workers/wconfig"
 )
 
 // Where names the proxy in FORBIDDEN messages, as "listener <name>" names an engine listener.
@@ -87,7 +88,7 @@ func (p *Proxy) Listen() error {
 	p.srv, p.ln = srv, ln
 	p.mu.Unlock()
 	go func() { _ = srv.Serve(ln) }()
-	p.log.Info("rbac-proxy listening", "addr", ln.Addr().String(), "engine_url", RedactURL(p.cfg.EngineURL), "auth", p.cfg.authID())
+	p.log.Info("rbac-proxy listening", "addr", ln.Addr().String(), "engine_url", wconfig.RedactURL(p.cfg.EngineURL), "auth", p.cfg.authID())
 	return nil
 }
 
@@ -144,7 +145,7 @@ func (p *Proxy) Status() Status {
 	if a, ok := p.Addr().(*net.TCPAddr); ok {
 		port = a.Port
 	}
-	return Status{Host: p.cfg.Host, Port: port, EngineURL: RedactURL(p.cfg.EngineURL), RBACEnabled: p.cfg.authID() != "",
+	return Status{Host: p.cfg.Host, Port: port, EngineURL: wconfig.RedactURL(p.cfg.EngineURL), RBACEnabled: p.cfg.authID() != "",
 		ActiveConnections: p.active.Load(), Version: p.version}
 }
 
@@ -184,7 +185,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, _, err := websocket.Dial(dctx, p.cfg.EngineURL, &websocket.DialOptions{HTTPHeader: hdr})
 	dcancel()
 	if err != nil {
-		p.log.Warn("engine unreachable", "engine_url", RedactURL(p.cfg.EngineURL), "err", err)
+		p.log.Warn("engine unreachable", "engine_url", wconfig.RedactURL(p.cfg.EngineURL), "err", err)
 		p.refuse(in, protocol.NewError(errcode.EngineUnreachable, "rbac-proxy could not reach the engine: %v", err), websocket.StatusInternalError)
 		return
 	}
