@@ -16,6 +16,7 @@ import (
 
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/state"
+	"github.com/iii-go/iii/engine/procgroup"
 )
 
 // markerFile inside an installed package records the SHA-256 of the archive it came from.
@@ -281,7 +282,7 @@ func (k *Cache) sweep() {
 			continue
 		}
 		pid, _, _ := strings.Cut(rest, "-")
-		if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || processAlive(n)) {
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || procgroup.Alive(n)) {
 			continue
 		}
 		os.RemoveAll(filepath.Join(k.Dir, name))

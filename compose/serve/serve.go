@@ -367,7 +367,7 @@ func (s *session) wait(ctx context.Context) error {
 		return nil
 	case <-s.engineDone:
 		log := s.sd.Join(state.EngineLogFile)
-		return errcode.New(errcode.EngineExited, "the managed engine exited; the end of %s:\n%s", log, tailFile(log, 10))
+		return errcode.New(errcode.EngineExited, "the managed engine exited; the end of %s:\n%s", log, supervisor.LogTail(log, 10))
 	case <-s.w.Done():
 		return errcode.New(errcode.EngineCallFailed, "the daemon lost the engine: %w", s.w.Err())
 	}
@@ -416,7 +416,7 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.D
 		}
 		select {
 		case <-proc.Done():
-			return nil, errcode.New(errcode.EngineExited, "the managed engine exited before it listened on %s; the end of %s:\n%s", addr, sd.Join(state.EngineLogFile), tailFile(sd.Join(state.EngineLogFile), 10))
+			return nil, errcode.New(errcode.EngineExited, "the managed engine exited before it listened on %s; the end of %s:\n%s", addr, sd.Join(state.EngineLogFile), supervisor.LogTail(sd.Join(state.EngineLogFile), 10))
 		case <-ctx.Done():
 			_, _ = sup.Stop("engine", time.Second)
 			return nil, errcode.New(errcode.OperationCancelled, "interrupted while the engine started: %w", context.Cause(ctx))
@@ -439,18 +439,6 @@ func stopEngine(o Options, sd state.Dir, sup *supervisor.Supervisor, f *composef
 	if err := sd.RemoveEngineConfig(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(o.Err, "warning: %v\n", err)
 	}
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return supervisor.PlainText(strings.Join(lines, "\n"))
 }
 
 // checkServing fails DAEMON_ALREADY_SERVING when compose::up in ns belongs to another worker: the

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/updater/errcode"
 )
 
@@ -165,7 +166,7 @@ func Sweep(dest string) []string {
 		}
 		if p, ok := strings.CutPrefix(rest, "p"); ok {
 			pid, _, _ := strings.Cut(p, "-")
-			if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || processAlive(n)) {
+			if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || procgroup.Alive(n)) {
 				continue
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iii-go/iii/engine/excerpt"
 	"github.com/iii-go/iii/engine/procgroup"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -124,11 +125,11 @@ func (d *Driver) floor(ctx context.Context, accel string, memoryMB int) (time.Du
 	case err := <-done:
 		dur := time.Since(start)
 		if err != nil {
-			return 0, "", fmt.Errorf("floor boot: %w\n%s", err, tail(out.String(), 32, 4096))
+			return 0, "", fmt.Errorf("floor boot: %w\n%s", err, excerpt.Tail(out.String(), 32, 4096))
 		}
 		// A kernel panic also ends qemu cleanly (panic=-1, -no-reboot): require the agent's word.
 		if !strings.Contains(out.String(), floorMarker) {
-			return 0, "", fmt.Errorf("floor boot: the guest never reached /init\n%s", tail(out.String(), 32, 4096))
+			return 0, "", fmt.Errorf("floor boot: the guest never reached /init\n%s", excerpt.Tail(out.String(), 32, 4096))
 		}
 		return dur, out.String(), nil
 	case <-ctx.Done():

@@ -349,17 +349,3 @@ func tagFor(i int) string {
 	}
 	return "m" + strconv.Itoa(i)
 }
-
-// tail returns the last lines of s, at most maxLines lines and maxBytes bytes.
-func tail(s string, maxLines, maxBytes int) string {
-	s = strings.TrimRight(s, "\n")
-	lines := strings.Split(s, "\n")
-	if len(lines) > maxLines {
-		lines = lines[len(lines)-maxLines:]
-	}
-	out := strings.Join(lines, "\n")
-	if len(out) > maxBytes {
-		out = out[len(out)-maxBytes:]
-	}
-	return out
-}
