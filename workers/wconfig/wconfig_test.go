@@ -30,3 +30,15 @@ func TestLoad(t *testing.T) {
 		t.Errorf("unset variable: %v", err)
 	}
 }
+
+// TestLoadKeepsTheShape: a variable's value is one scalar (text substitution made WCONFIG_HOST
+// a second, unknown key), and a placeholder works inside a flow mapping.
+func TestLoadKeepsTheShape(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.yaml")
+	t.Setenv("WCONFIG_HOST", "h\nprot: 1 # x")
+	_ = os.WriteFile(p, []byte("{port: ${WCONFIG_P:4001}, host: ${WCONFIG_HOST}}\n"), 0o600)
+	var c cfg
+	if _, err := Load(p, &c); err != nil || c.Port != 4001 || c.Host != "h\nprot: 1 # x" {
+		t.Fatalf("%+v %v", c, err)
+	}
+}
