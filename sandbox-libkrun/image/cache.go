@@ -30,6 +30,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/iii-go/iii/engine/iiidir"
+	"github.com/iii-go/iii/engine/untar"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 )
 
@@ -312,7 +313,7 @@ func extractImage(img v1.Image, dir string, progress func(bytes int64)) error {
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	cr := &countingReader{r: rc, step: progressStep, tell: progress}
-	if err := extract(cr, dir); err != nil {
+	if _, err := untar.Extract(cr, dir, untar.Options{Links: true, Owners: true, Modes: true}); err != nil {
 		return err
 	}
 	if progress != nil {
