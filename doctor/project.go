@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/Masterminds/semver/v3"
+
 	"github.com/iii-go/iii/compose/composefile"
 	composeerr "github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/fileedit"
@@ -48,7 +49,7 @@ func checkProject(r *Report, o Options) *projectInfo {
 		return p
 	}
 	path := o.ComposeFile
-	checkOldVMState(r, path)
+	checkOldVMState(r, path, o.getenv(state.EnvStateDir))
 	data, err := os.ReadFile(path)
 	if err != nil {
 		r.add(Finding{Code: composeerr.IOError, Severity: Error, Path: path, Message: err.Error(), Fix: "make the file readable"})
@@ -211,7 +212,7 @@ func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare
 // link below the project's directory or $III_COMPOSE_STATE_DIR: a link on the way (.iii,
 // compose, the namespace, vm, an entry of vm) that leads to such state is reported instead, as
 // SYMLINK_NOT_FOLLOWED.
-func checkOldVMState(r *Report, composePath string) {
+func checkOldVMState(r *Report, composePath, stateDir string) {
 	canon, err := state.Canonical(composePath)
 	if err != nil {
 		return
@@ -219,7 +220,7 @@ func checkOldVMState(r *Report, composePath string) {
 	type tree struct{ root, base string }
 	dir := filepath.Dir(canon)
 	trees := []tree{{dir, filepath.Join(dir, ".iii", "compose")}}
-	if root := os.Getenv(state.EnvStateDir); root != "" {
+	if root := stateDir; root != "" {
 		if abs, err := filepath.Abs(root); err == nil {
 			trees = append(trees, tree{abs, filepath.Join(abs, state.Slug(canon))})
 		}
@@ -288,7 +289,7 @@ func checkConfig(r *Report, o Options) *config.Config {
 	if o.ConfigFile == "" {
 		return nil
 	}
-	c, err := config.Load(o.ConfigFile)
+	c, err := config.Load(o.ConfigFile, o.LookupEnv)
 	if err == nil {
 		return c
 	}

@@ -47,7 +47,8 @@ type Options struct {
 	Target *platform.Target
 	// Lookup resolves ${VAR} in the compose file (default: the process environment).
 	Lookup composefile.Lookup
-	// CacheDir is the package cache (default registry.CacheDir()).
+	// CacheDir is the package cache (default ~/.iii/compose/packages; the CLI passes
+	// registry.CacheDir of $III_COMPOSE_STATE_DIR).
 	CacheDir string
 	// Out receives one line per step; nil discards them.
 	Out io.Writer
@@ -472,7 +473,7 @@ func (r *run) install(ctx context.Context) error {
 	dir := r.o.CacheDir
 	if dir == "" {
 		var err error
-		if dir, err = registry.CacheDir(); err != nil {
+		if dir, err = registry.CacheDir(""); err != nil {
 			return err
 		}
 	}

@@ -40,10 +40,11 @@ const (
 	unpackPrefix   = ".unpack-"
 )
 
-// CacheDir returns the shared package cache: $III_COMPOSE_STATE_DIR/packages when set, else
-// ~/.iii/compose/packages. No home directory is STATE_DIR_UNAVAILABLE.
-func CacheDir() (string, error) {
-	if root := os.Getenv(state.EnvStateDir); root != "" {
+// CacheDir returns the shared package cache: <stateDir>/packages when stateDir
+// ($III_COMPOSE_STATE_DIR) is set, else ~/.iii/compose/packages. No home directory is
+// STATE_DIR_UNAVAILABLE.
+func CacheDir(stateDir string) (string, error) {
+	if root := stateDir; root != "" {
 		abs, err := filepath.Abs(root)
 		if err != nil {
 			return "", errcode.New(errcode.StateDirUnavailable, "%s=%s: %w", state.EnvStateDir, root, err)

@@ -51,7 +51,9 @@ type Options struct {
 	Up   bool
 	// EngineURL is --engine; Namespace is --namespace.
 	EngineURL string
-	Namespace string
+	// EnvEngineURL is $III_URL: the engine attached to without --engine ("": the default).
+	EnvEngineURL string
+	Namespace    string
 	// Deps are the compose-file and package operations (part 1's packages).
 	Deps daemon.Deps
 	// PackageCache is the package cache directory (an adapter host root).
@@ -232,7 +234,7 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 	}
 	// Children of an earlier run are gone (they died with it); the VM records stay.
 	rec.DaemonPID, rec.Engine, rec.Children = os.Getpid(), nil, map[string]state.Child{}
-	s.url = cmp.Or(s.o.EngineURL, os.Getenv(protocol.EnvURL), protocol.DefaultURL)
+	s.url = cmp.Or(s.o.EngineURL, s.o.EnvEngineURL, protocol.DefaultURL)
 	if s.managed {
 		s.url = s.f.Engine.URL
 		proc, err := startEngine(ctx, s.o, s.f, s.sd, s.tokPath, s.ownerPath, s.sup)

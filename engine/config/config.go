@@ -188,13 +188,13 @@ func Default() *Config {
 		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"*"}, BlockPrivateIPs: true, RequireHTTPS: true}}
 }
 
-// Load reads and parses path with the process environment.
-func Load(path string) (*Config, error) {
+// Load reads and parses path, expanding its placeholders from lookup (os.LookupEnv in the binary).
+func Load(path string, lookup func(string) (string, bool)) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	c, err := Parse(b, os.LookupEnv, filepath.Dir(path))
+	c, err := Parse(b, lookup, filepath.Dir(path))
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package configuration
 
 import (
 	"maps"
-	"os"
 	"slices"
 	"strconv"
 
@@ -17,7 +16,13 @@ type expander struct {
 	missing map[string]bool
 }
 
-func newExpander() *expander { return &expander{lookup: os.LookupEnv, missing: map[string]bool{}} }
+// newExpander reads variables from lookup; nil: none is set.
+func newExpander(lookup interpolate.Lookup) *expander {
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	return &expander{lookup: lookup, missing: map[string]bool{}}
+}
 
 func (x *expander) missingVars() []string {
 	return slices.Sorted(maps.Keys(x.missing))
