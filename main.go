@@ -53,7 +53,7 @@ func run(args []string, stdout io.Writer) int {
 	case "compose":
 		return compose.Run(version, args[1:], os.LookupEnv)
 	case "update":
-		return updater.Run(version, args[1:])
+		return updater.Run(version, args[1:], os.Getenv)
 	case "doctor":
 		return doctor.Run(args[1:], os.LookupEnv)
 	case "engine":

@@ -28,9 +28,9 @@ import (
 // DirEnv names the variable that overrides the install directory.
 const DirEnv = "BIN_DIR"
 
-// Dir returns $BIN_DIR, or ~/.local/bin.
-func Dir() (string, error) {
-	if d := os.Getenv(DirEnv); d != "" {
+// Dir returns binDir ($BIN_DIR) made absolute, or ~/.local/bin when it is "".
+func Dir(binDir string) (string, error) {
+	if d := binDir; d != "" {
 		return filepath.Abs(d)
 	}
 	home, err := os.UserHomeDir()
