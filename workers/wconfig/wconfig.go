@@ -18,10 +18,11 @@ import (
 const EnvConfig = "III_CONFIG"
 
 // Load decodes the file path (or $III_CONFIG when path is "") into dst, which holds the
-// defaults. No file at all leaves dst as it is.
-func Load(path string, dst any) (string, error) {
+// defaults, with the variables of lookupEnv (os.LookupEnv in the binary). No file at all leaves
+// dst as it is.
+func Load(path string, dst any, lookupEnv func(string) (string, bool)) (string, error) {
 	if path == "" {
-		path = os.Getenv(EnvConfig)
+		path, _ = lookupEnv(EnvConfig)
 	}
 	if path == "" {
 		return "", nil
@@ -33,7 +34,7 @@ func Load(path string, dst any) (string, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return path, nil
 	}
-	missing, err := interpolate.Decode(b, os.LookupEnv, dst)
+	missing, err := interpolate.Decode(b, lookupEnv, dst)
 	if err != nil {
 		return path, fmt.Errorf("configuration %s: %w", path, err)
 	}

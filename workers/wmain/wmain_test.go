@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 		cfg := &struct {
 			Port int `yaml:"port" json:"port"`
 		}{Port: 1}
-		Main{Name: "test", Version: "1.2.3", Config: cfg,
+		Main{LookupEnv: os.LookupEnv, Name: "test", Version: "1.2.3", Config: cfg,
 			Setup: func(context.Context, *protocol.Worker, *slog.Logger) (func(), error) {
 				return nil, errors.New("no storage here")
 			}}.Run()

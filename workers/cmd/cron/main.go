@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
@@ -25,7 +26,7 @@ type config struct {
 
 func main() {
 	cfg := &config{}
-	wmain.Main{Name: "cron", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{LookupEnv: os.LookupEnv, Name: "cron", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		dir, err := jsstore.DefaultDataDir("cron", w.Namespace())
 		if err != nil {
 			return nil, err

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -38,7 +39,7 @@ var version = "0.0.0-dev"
 
 func main() {
 	cfg := httpworker.Defaults()
-	wmain.Main{Name: "http", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{LookupEnv: os.LookupEnv, Name: "http", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		if err := cfg.Validate(); err != nil {
 			return nil, errcode.New(errcode.ConfigInvalid, "http worker configuration: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
@@ -30,7 +31,7 @@ const callTimeout = 30 * time.Second
 
 func main() {
 	cfg := &config{}
-	wmain.Main{Name: "pubsub", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{LookupEnv: os.LookupEnv, Name: "pubsub", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		dir, err := jsstore.DefaultDataDir("pubsub", w.Namespace())
 		if err != nil {
 			return nil, err

@@ -17,6 +17,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
@@ -34,7 +35,7 @@ type config struct {
 
 func main() {
 	cfg := &config{}
-	wmain.Main{Name: "queue", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{LookupEnv: os.LookupEnv, Name: "queue", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		dir, err := jsstore.DefaultDataDir("queue", w.Namespace())
 		if err != nil {
 			return nil, err

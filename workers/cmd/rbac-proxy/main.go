@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/rbacproxy"
@@ -31,8 +32,8 @@ var version = "0.0.0-dev"
 
 func main() {
 	cfg := rbacproxy.Default()
-	wmain.Main{Name: "rbac-proxy", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
-		if err := cfg.Check(); err != nil {
+	wmain.Main{LookupEnv: os.LookupEnv, Name: "rbac-proxy", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		if err := cfg.Check(os.Getenv(protocol.EnvURL)); err != nil {
 			return nil, err
 		}
 		p := rbacproxy.New(cfg, w, version, log)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/errcode"
@@ -32,7 +33,7 @@ type config struct {
 
 func main() {
 	cfg := &config{Replicas: 1}
-	wmain.Main{Name: "state", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{LookupEnv: os.LookupEnv, Name: "state", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		if cfg.MaxValueBytes < 0 {
 			return nil, errcode.New(errcode.ConfigInvalid, "max_value_bytes is %d: it must be 0 (no limit) or more", cfg.MaxValueBytes)
 		}
