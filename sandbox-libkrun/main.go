@@ -469,7 +469,7 @@ func hostRoots(o options) vmworker.Roots {
 	if o.composeDir != "" {
 		dirs = append(dirs, o.composeDir)
 	}
-	dirs = append(dirs, vmworker.PackageCache())
+	dirs = append(dirs, vmworker.PackageCache(os.Getenv("III_COMPOSE_STATE_DIR")))
 	dirs = append(dirs, o.hostRoots...)
 	return vmworker.NewRoots(dirs)
 }

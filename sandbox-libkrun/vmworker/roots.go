@@ -57,10 +57,10 @@ func canonical(p string) string {
 	return filepath.Clean(p)
 }
 
-// PackageCache is Compose's package cache: $III_COMPOSE_STATE_DIR/packages, else
-// ~/.iii/compose/packages.
-func PackageCache() string {
-	if d := os.Getenv("III_COMPOSE_STATE_DIR"); d != "" {
+// PackageCache is Compose's package cache: <stateDir>/packages when stateDir
+// ($III_COMPOSE_STATE_DIR) is set, else ~/.iii/compose/packages.
+func PackageCache(stateDir string) string {
+	if d := stateDir; d != "" {
 		return filepath.Join(d, "packages")
 	}
 	home, _ := os.UserHomeDir()
