@@ -100,7 +100,7 @@ func checkProject(r *Report, o Options) *projectInfo {
 			p.accelerator = v
 		}
 	}
-	checkAdapterVersion(r, f, l, a)
+	checkAdapterVersion(r, f, l, a, o.getenv(state.EnvStateDir))
 	return p
 }
 
@@ -160,7 +160,7 @@ func lockedOn02(v string) bool {
 
 // checkAdapterVersion reports an adapter declared or locked on 0.2 (req B7, B8, B9) and a token
 // that a path:// VM worker could read under an adapter before 0.3.1 (req B10).
-func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare.Adapter) {
+func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare.Adapter, stateDir string) {
 	if a.Container == "" {
 		return
 	}
@@ -188,7 +188,7 @@ func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare
 		msg += fmt.Sprintf(": it stays on 0.2 across compose::up, compose::restart and compose::update worker=%s, and %s", a.Container, token.ObserversProblem(name, v))
 		r.add(Finding{Code: AdapterRange02, Severity: Warning, Path: where, Message: msg, Fix: token.RangeFix})
 	}
-	sd, err := state.Resolve(f.Path, f.Namespace)
+	sd, err := state.Resolve(f.Path, f.Namespace, stateDir)
 	reported := map[string]bool{}
 	if locked != "" && token.VMMountsExpose(locked) {
 		for _, k := range project.ExposingWorkers(f) {

@@ -20,7 +20,6 @@ import (
 	"github.com/iii-go/iii/compose/serve"
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
-	"github.com/iii-go/iii/engine/protocol"
 )
 
 // DefaultFile is the compose file used without -f.
@@ -216,7 +215,7 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 		}
 		return packages(res), nil
 	}
-	sopts := serve.Options{Version: version, File: o.file, Up: o.up, EngineURL: o.engine, EnvEngineURL: env(protocol.EnvURL),
+	sopts := serve.Options{Version: version, File: o.file, Up: o.up, EngineURL: o.engine, LookupEnv: lookupEnv,
 		Namespace: o.namespace, PackageCache: cache, Out: stdout, Err: stderr,
 		Deps: daemon.Deps{
 			Load:            func(path string) (*composefile.File, error) { return composefile.Load(path, lookupEnv) },

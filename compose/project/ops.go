@@ -96,7 +96,7 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 			pending = append(pending, k)
 		}
 	}
-	out, started := schedule(ctx, pending, p.startDeps(f, pending), parallelStarts(),
+	out, started := schedule(ctx, pending, p.startDeps(f, pending), parallelStarts(p.getenv(EnvMaxParallelStarts)),
 		func(ctx context.Context, k string) error { return p.start(ctx, f, k) },
 		func(k string, _ error) bool { return optional(f, k) })
 	var failed string

@@ -260,7 +260,7 @@ func (p *Project) environment(f *composefile.File, key, configPath, configID str
 		env[k] = v
 	}
 	for _, k := range hostEnv {
-		if v, ok := os.LookupEnv(k); ok {
+		if v, ok := p.lookupEnv(k); ok {
 			set(k, v)
 		}
 	}

@@ -51,9 +51,11 @@ type Options struct {
 	Up   bool
 	// EngineURL is --engine; Namespace is --namespace.
 	EngineURL string
-	// EnvEngineURL is $III_URL: the engine attached to without --engine ("": the default).
-	EnvEngineURL string
-	Namespace    string
+	// LookupEnv is the environment: $III_URL (the engine attached to without --engine),
+	// $III_COMPOSE_STATE_DIR, the compose variables of packages project and supervisor and what
+	// workers inherit. nil is an empty one.
+	LookupEnv func(string) (string, bool)
+	Namespace string
 	// Deps are the compose-file and package operations (part 1's packages).
 	Deps daemon.Deps
 	// PackageCache is the package cache directory (an adapter host root).
@@ -163,9 +165,18 @@ func (s *session) loadFile(context.Context) error {
 	return nil
 }
 
+// getenv is the session's variable k, "" when unset.
+func (s *session) getenv(k string) string {
+	if s.o.LookupEnv == nil {
+		return ""
+	}
+	v, _ := s.o.LookupEnv(k)
+	return v
+}
+
 // prepareState creates the state directory and the project and owner tokens.
 func (s *session) prepareState(context.Context) error {
-	sd, err := state.Resolve(s.f.Path, s.f.Namespace)
+	sd, err := state.Resolve(s.f.Path, s.f.Namespace, s.getenv(state.EnvStateDir))
 	if err != nil {
 		return errcode.New(errcode.StateDirUnavailable, "%w", err)
 	}
@@ -222,6 +233,7 @@ func (s *session) startSupervisor(context.Context) error {
 	}
 	s.onTeardown(func() { reaper.Close() })
 	s.sup = supervisor.New(reaper)
+	s.sup.LogMaxBytes = supervisor.LogMaxBytesOf(s.getenv(supervisor.EnvLogMaxBytes))
 	return nil
 }
 
@@ -234,7 +246,7 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 	}
 	// Children of an earlier run are gone (they died with it); the VM records stay.
 	rec.DaemonPID, rec.Engine, rec.Children = os.Getpid(), nil, map[string]state.Child{}
-	s.url = cmp.Or(s.o.EngineURL, s.o.EnvEngineURL, protocol.DefaultURL)
+	s.url = cmp.Or(s.o.EngineURL, s.getenv(protocol.EnvURL), protocol.DefaultURL)
 	if s.managed {
 		s.url = s.f.Engine.URL
 		proc, err := startEngine(ctx, s.o, s.f, s.sd, s.tokPath, s.ownerPath, s.sup)
@@ -279,7 +291,7 @@ func (s *session) connectDaemon(ctx context.Context) error {
 	s.w = protocol.NewWorker(protocol.Config{URL: s.url, Namespace: s.f.Namespace, Name: "compose", Version: s.o.Version,
 		Description: "iii compose daemon", TokenFile: s.connPath})
 	s.p = project.New(project.Options{File: s.f, State: s.sd, EngineURL: s.url, TokenFile: s.tokPath, OwnerTokenFile: s.ownerPath, Managed: s.managed,
-		Engine: s.w, Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out})
+		Engine: s.w, Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out, LookupEnv: s.o.LookupEnv})
 	s.d = daemon.New(s.f.Namespace, s.p, s.o.Deps)
 	if err := s.d.Register(s.w); err != nil {
 		return err
