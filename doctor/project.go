@@ -55,9 +55,9 @@ func checkProject(r *Report, o Options) *projectInfo {
 		r.add(Finding{Code: composeerr.IOError, Severity: Error, Path: path, Message: err.Error(), Fix: "make the file readable"})
 		return p
 	}
-	f, err := composefile.Parse(path, data, nil)
+	f, err := composefile.Parse(path, data, o.LookupEnv)
 	if composeerr.CodeOf(err) == composeerr.SandboxConfigMoved {
-		f = movedFinding(r, path, data, err)
+		f = movedFinding(r, path, data, err, o.LookupEnv)
 	} else if err != nil {
 		e := composeerr.As(err, composeerr.InvalidComposeFile)
 		r.add(Finding{Code: e.Code, Severity: Error, Path: path, Message: e.Message,
@@ -107,7 +107,7 @@ func checkProject(r *Report, o Options) *projectInfo {
 // movedFinding reports SANDBOX_CONFIG_MOVED with Compose's own message, which prints the
 // replacement (req B1, B2), and returns the file as `iii doctor --fix` would write it, so the
 // other checks can go on; nil when the fix cannot be applied.
-func movedFinding(r *Report, path string, data []byte, err error) *composefile.File {
+func movedFinding(r *Report, path string, data []byte, err error, lookupEnv func(string) (string, bool)) *composefile.File {
 	fd := Finding{Code: composeerr.SandboxConfigMoved, Severity: Error, Path: path, Message: composeerr.As(err, "").Message}
 	var f *composefile.File
 	doc, derr := fileedit.Parse(path, data)
@@ -119,7 +119,7 @@ func movedFinding(r *Report, path string, data []byte, err error) *composefile.F
 		fixed, derr = doc.Bytes()
 	}
 	if derr == nil {
-		f, derr = composefile.Parse(path, fixed, nil)
+		f, derr = composefile.Parse(path, fixed, lookupEnv)
 	}
 	if derr == nil {
 		fd.Fix = "run iii doctor --fix, which writes that replacement into the file (comments and other keys kept), or merge it by hand"
