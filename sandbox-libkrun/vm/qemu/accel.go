@@ -21,13 +21,8 @@ import (
 // floorMarker is what the guest agent prints in floor mode (guest.FloorMarker).
 const floorMarker = "iii-floor: init reached"
 
-// KVMDevice is the KVM device the driver checks: $III_KVM_DEVICE or /dev/kvm.
-func KVMDevice() string {
-	if p := os.Getenv("III_KVM_DEVICE"); p != "" {
-		return p
-	}
-	return "/dev/kvm"
-}
+// DefaultKVMDevice is the KVM device the driver probes by default.
+const DefaultKVMDevice = "/dev/kvm"
 
 // NestedPVM reports whether KVM is served only by a nested "PVM" module (kvm_pvm loaded,
 // neither kvm_intel nor kvm_amd), which cannot run a stock guest kernel: its guests need a
@@ -50,7 +45,7 @@ func (d *Driver) detectAccel() string {
 		}
 		return "tcg"
 	}
-	f, err := os.OpenFile(KVMDevice(), os.O_RDWR, 0)
+	f, err := os.OpenFile(d.opt.KVMDevice, os.O_RDWR, 0)
 	if err != nil {
 		return "tcg"
 	}
