@@ -21,10 +21,10 @@ func TestMain(m *testing.M) {
 		cfg := &struct {
 			Port int `yaml:"port" json:"port"`
 		}{Port: 1}
-		Main{LookupEnv: os.LookupEnv, Name: "test", Version: "1.2.3", Config: cfg,
+		Main{Name: "test", Version: "1.2.3", Config: cfg,
 			Setup: func(context.Context, *protocol.Worker, *slog.Logger) (func(), error) {
 				return nil, errors.New("no storage here")
-			}}.Run()
+			}}.Run(os.LookupEnv)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

@@ -26,7 +26,7 @@ type config struct {
 
 func main() {
 	cfg := &config{}
-	wmain.Main{LookupEnv: os.LookupEnv, Name: "cron", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{Name: "cron", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		dir, err := jsstore.DefaultDataDir("cron", w.Namespace())
 		if err != nil {
 			return nil, err
@@ -52,5 +52,5 @@ func main() {
 			return nil, err
 		}
 		return st.Close, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

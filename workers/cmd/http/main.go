@@ -39,7 +39,7 @@ var version = "0.0.0-dev"
 
 func main() {
 	cfg := httpworker.Defaults()
-	wmain.Main{LookupEnv: os.LookupEnv, Name: "http", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{Name: "http", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		if err := cfg.Validate(); err != nil {
 			return nil, errcode.New(errcode.ConfigInvalid, "http worker configuration: %w", err)
 		}
@@ -72,5 +72,5 @@ func main() {
 				log.Warn("removing the pooled stream channels", "err", err)
 			}
 		}, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

@@ -31,7 +31,7 @@ const callTimeout = 30 * time.Second
 
 func main() {
 	cfg := &config{}
-	wmain.Main{LookupEnv: os.LookupEnv, Name: "pubsub", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{Name: "pubsub", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		dir, err := jsstore.DefaultDataDir("pubsub", w.Namespace())
 		if err != nil {
 			return nil, err
@@ -58,5 +58,5 @@ func main() {
 			return nil, err
 		}
 		return cleanup, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

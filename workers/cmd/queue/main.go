@@ -35,7 +35,7 @@ type config struct {
 
 func main() {
 	cfg := &config{}
-	wmain.Main{LookupEnv: os.LookupEnv, Name: "queue", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{Name: "queue", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		dir, err := jsstore.DefaultDataDir("queue", w.Namespace())
 		if err != nil {
 			return nil, err
@@ -78,5 +78,5 @@ func main() {
 			return nil, err
 		}
 		return cleanup, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

@@ -32,7 +32,7 @@ var version = "0.0.0-dev"
 
 func main() {
 	cfg := rbacproxy.Default()
-	wmain.Main{LookupEnv: os.LookupEnv, Name: "rbac-proxy", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{Name: "rbac-proxy", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		if err := cfg.Check(os.Getenv(protocol.EnvURL)); err != nil {
 			return nil, err
 		}
@@ -48,5 +48,5 @@ func main() {
 			return nil, err
 		}
 		return p.Close, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

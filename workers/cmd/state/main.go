@@ -33,7 +33,7 @@ type config struct {
 
 func main() {
 	cfg := &config{Replicas: 1}
-	wmain.Main{LookupEnv: os.LookupEnv, Name: "state", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{Name: "state", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		if cfg.MaxValueBytes < 0 {
 			return nil, errcode.New(errcode.ConfigInvalid, "max_value_bytes is %d: it must be 0 (no limit) or more", cfg.MaxValueBytes)
 		}
@@ -73,5 +73,5 @@ func main() {
 			return nil, err
 		}
 		return st.Close, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

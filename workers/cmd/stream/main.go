@@ -27,7 +27,7 @@ var version = "0.0.0-dev"
 
 func main() {
 	cfg := stream.Default()
-	wmain.Main{LookupEnv: os.LookupEnv, Name: "stream", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+	wmain.Main{Name: "stream", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		return stream.Setup(ctx, cfg, w, log)
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }
