@@ -39,7 +39,7 @@ func main() {
 func run(args []string, stdout io.Writer) int {
 	version := currentVersion()
 	if len(args) == 0 {
-		return engine.RunEngine(version, args, engineWorkers)
+		return engine.RunEngine(version, args, engineWorkers, os.LookupEnv)
 	}
 	switch args[0] {
 	case "--version", "-v", "-V", "version":
@@ -49,18 +49,18 @@ func run(args []string, stdout io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	case "call", "trigger", "t":
-		return engine.RunCall(args[1:])
+		return engine.RunCall(args[1:], os.Getenv)
 	case "compose":
-		return compose.Run(version, args[1:])
+		return compose.Run(version, args[1:], os.LookupEnv)
 	case "update":
-		return updater.Run(version, args[1:])
+		return updater.Run(version, args[1:], os.Getenv)
 	case "doctor":
-		return doctor.Run(args[1:])
+		return doctor.Run(args[1:], os.LookupEnv)
 	case "engine":
-		return engine.RunEngine(version, args[1:], engineWorkers)
+		return engine.RunEngine(version, args[1:], engineWorkers, os.LookupEnv)
 	}
 	if args[0] != "" && args[0][0] == '-' {
-		return engine.RunEngine(version, args, engineWorkers)
+		return engine.RunEngine(version, args, engineWorkers, os.LookupEnv)
 	}
 	return errcode.Exit(os.Stderr, errcode.Usagef(errcode.UnknownCommand, "unknown command %q. Run 'iii --help' to see available commands.", args[0]), errcode.UnknownCommand)
 }

@@ -108,8 +108,8 @@ func fileArg(named, flag, def string) (string, error) {
 }
 
 // Run runs `iii doctor ARGS` and returns the exit code.
-func Run(args []string) int {
-	return run(context.Background(), args, os.Stdout, os.Stderr, Options{}, time.Now)
+func Run(args []string, lookupEnv func(string) (string, bool)) int {
+	return run(context.Background(), args, os.Stdout, os.Stderr, Options{LookupEnv: lookupEnv}, time.Now)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, o Options, now func() time.Time) int {

@@ -54,6 +54,18 @@ type Options struct {
 	Target *platform.Target
 	// EngineTimeout bounds the attempt to reach the engine (default 1.5 s).
 	EngineTimeout time.Duration
+	// LookupEnv is the environment (BIN_DIR, III_URL, III_COMPOSE_STATE_DIR, the adapter's
+	// III_* and what config.yaml expands): os.LookupEnv in the binary; nil is an empty one.
+	LookupEnv func(string) (string, bool)
+}
+
+// getenv is o's variable k, "" when unset.
+func (o Options) getenv(k string) string {
+	if o.LookupEnv == nil {
+		return ""
+	}
+	v, _ := o.LookupEnv(k)
+	return v
 }
 
 // Report is the outcome of Check.
@@ -104,7 +116,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Home = h
 	}
 	if o.BinDir == "" {
-		if d := os.Getenv("BIN_DIR"); d != "" {
+		if d := o.getenv("BIN_DIR"); d != "" {
 			o.BinDir, _ = filepath.Abs(d)
 		} else {
 			o.BinDir = filepath.Join(o.Home, ".local", "bin")
@@ -118,6 +130,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Target == nil {
 		t := platform.Host()
 		o.Target = &t
+	}
+	if o.LookupEnv == nil {
+		o.LookupEnv = func(string) (string, bool) { return "", false }
 	}
 	if o.EngineTimeout == 0 {
 		o.EngineTimeout = 1500 * time.Millisecond

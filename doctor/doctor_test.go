@@ -54,7 +54,7 @@ func hostOK(t *testing.T) {
 func opts(home, compose string) Options {
 	tg := platform.Parse("x86_64-unknown-linux-gnu")
 	return Options{Home: home, BinDir: filepath.Join(home, ".local", "bin"), Exe: filepath.Join(home, "opt", "iii"),
-		ComposeFile: compose, Target: &tg, EngineTimeout: 300 * time.Millisecond}
+		ComposeFile: compose, Target: &tg, EngineTimeout: 300 * time.Millisecond, LookupEnv: os.LookupEnv}
 }
 
 func codes(r *Report) []string {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 
 	"github.com/iii-go/iii/compose/sandboxadapter"
@@ -19,7 +18,7 @@ const sandboxEntryID = "iii-sandbox"
 
 // engineURL is where the project's engine answers: the compose file's engine.url when Compose
 // owns the engine, else config.yaml's listener, else $III_URL, else the default address.
-func engineURL(p *projectInfo, cfg *config.Config) string {
+func engineURL(o Options, p *projectInfo, cfg *config.Config) string {
 	if p != nil && p.f != nil && p.f.Engine != nil {
 		return p.f.Engine.URL
 	}
@@ -31,7 +30,7 @@ func engineURL(p *projectInfo, cfg *config.Config) string {
 		}
 		return "ws://" + net.JoinHostPort(host, strconv.Itoa(main.Port))
 	}
-	if u := os.Getenv(protocol.EnvURL); u != "" {
+	if u := o.getenv(protocol.EnvURL); u != "" {
 		return u
 	}
 	return protocol.DefaultURL
@@ -41,7 +40,7 @@ func engineURL(p *projectInfo, cfg *config.Config) string {
 // template form of the iii-sandbox configuration entry: an entry exists only when someone added it
 // by hand, it never applied on 0.25, and Compose does not move it (req C3, C4, C5).
 func checkEngine(ctx context.Context, r *Report, o Options, p *projectInfo, cfg *config.Config) {
-	url := engineURL(p, cfg)
+	url := engineURL(o, p, cfg)
 	r.EngineURL = url
 	dctx, cancel := context.WithTimeout(ctx, o.EngineTimeout)
 	defer cancel()

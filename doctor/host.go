@@ -102,7 +102,7 @@ func checkHost(r *Report, o Options, p *projectInfo) {
 		if v, ok := p.adapterEnv[k]; ok {
 			return v
 		}
-		return os.Getenv(k)
+		return o.getenv(k)
 	}}
 	for _, pr := range hostreq.Run(env, *o.Target, p.accelerator) {
 		if pr.Code == p.platformCode {

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/Masterminds/semver/v3"
+
 	"github.com/iii-go/iii/compose/composefile"
 	composeerr "github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/fileedit"
@@ -48,15 +49,15 @@ func checkProject(r *Report, o Options) *projectInfo {
 		return p
 	}
 	path := o.ComposeFile
-	checkOldVMState(r, path)
+	checkOldVMState(r, path, o.getenv(state.EnvStateDir))
 	data, err := os.ReadFile(path)
 	if err != nil {
 		r.add(Finding{Code: composeerr.IOError, Severity: Error, Path: path, Message: err.Error(), Fix: "make the file readable"})
 		return p
 	}
-	f, err := composefile.Parse(path, data, nil)
+	f, err := composefile.Parse(path, data, o.LookupEnv)
 	if composeerr.CodeOf(err) == composeerr.SandboxConfigMoved {
-		f = movedFinding(r, path, data, err)
+		f = movedFinding(r, path, data, err, o.LookupEnv)
 	} else if err != nil {
 		e := composeerr.As(err, composeerr.InvalidComposeFile)
 		r.add(Finding{Code: e.Code, Severity: Error, Path: path, Message: e.Message,
@@ -99,14 +100,14 @@ func checkProject(r *Report, o Options) *projectInfo {
 			p.accelerator = v
 		}
 	}
-	checkAdapterVersion(r, f, l, a)
+	checkAdapterVersion(r, f, l, a, o.getenv(state.EnvStateDir))
 	return p
 }
 
 // movedFinding reports SANDBOX_CONFIG_MOVED with Compose's own message, which prints the
 // replacement (req B1, B2), and returns the file as `iii doctor --fix` would write it, so the
 // other checks can go on; nil when the fix cannot be applied.
-func movedFinding(r *Report, path string, data []byte, err error) *composefile.File {
+func movedFinding(r *Report, path string, data []byte, err error, lookupEnv func(string) (string, bool)) *composefile.File {
 	fd := Finding{Code: composeerr.SandboxConfigMoved, Severity: Error, Path: path, Message: composeerr.As(err, "").Message}
 	var f *composefile.File
 	doc, derr := fileedit.Parse(path, data)
@@ -118,7 +119,7 @@ func movedFinding(r *Report, path string, data []byte, err error) *composefile.F
 		fixed, derr = doc.Bytes()
 	}
 	if derr == nil {
-		f, derr = composefile.Parse(path, fixed, nil)
+		f, derr = composefile.Parse(path, fixed, lookupEnv)
 	}
 	if derr == nil {
 		fd.Fix = "run iii doctor --fix, which writes that replacement into the file (comments and other keys kept), or merge it by hand"
@@ -159,7 +160,7 @@ func lockedOn02(v string) bool {
 
 // checkAdapterVersion reports an adapter declared or locked on 0.2 (req B7, B8, B9) and a token
 // that a path:// VM worker could read under an adapter before 0.3.1 (req B10).
-func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare.Adapter) {
+func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare.Adapter, stateDir string) {
 	if a.Container == "" {
 		return
 	}
@@ -187,7 +188,7 @@ func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare
 		msg += fmt.Sprintf(": it stays on 0.2 across compose::up, compose::restart and compose::update worker=%s, and %s", a.Container, token.ObserversProblem(name, v))
 		r.add(Finding{Code: AdapterRange02, Severity: Warning, Path: where, Message: msg, Fix: token.RangeFix})
 	}
-	sd, err := state.Resolve(f.Path, f.Namespace)
+	sd, err := state.Resolve(f.Path, f.Namespace, stateDir)
 	reported := map[string]bool{}
 	if locked != "" && token.VMMountsExpose(locked) {
 		for _, k := range project.ExposingWorkers(f) {
@@ -211,7 +212,7 @@ func checkAdapterVersion(r *Report, f *composefile.File, l *lock.Lock, a prepare
 // link below the project's directory or $III_COMPOSE_STATE_DIR: a link on the way (.iii,
 // compose, the namespace, vm, an entry of vm) that leads to such state is reported instead, as
 // SYMLINK_NOT_FOLLOWED.
-func checkOldVMState(r *Report, composePath string) {
+func checkOldVMState(r *Report, composePath, stateDir string) {
 	canon, err := state.Canonical(composePath)
 	if err != nil {
 		return
@@ -219,7 +220,7 @@ func checkOldVMState(r *Report, composePath string) {
 	type tree struct{ root, base string }
 	dir := filepath.Dir(canon)
 	trees := []tree{{dir, filepath.Join(dir, ".iii", "compose")}}
-	if root := os.Getenv(state.EnvStateDir); root != "" {
+	if root := stateDir; root != "" {
 		if abs, err := filepath.Abs(root); err == nil {
 			trees = append(trees, tree{abs, filepath.Join(abs, state.Slug(canon))})
 		}
@@ -288,7 +289,7 @@ func checkConfig(r *Report, o Options) *config.Config {
 	if o.ConfigFile == "" {
 		return nil
 	}
-	c, err := config.Load(o.ConfigFile)
+	c, err := config.Load(o.ConfigFile, o.LookupEnv)
 	if err == nil {
 		return c
 	}

@@ -247,7 +247,7 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 	if err := installFirmware(arch); err != nil {
 		return vmHost{}, errcode.New(errcode.FirmwareInstallFailed, "%w", err)
 	}
-	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare})
+	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare, Getenv: os.Getenv})
 	for _, p := range problems {
 		if !p.Fatal {
 			logf("warning: %s", p)
@@ -256,7 +256,8 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 	if err := hostcheck.Err(problems); err != nil {
 		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%w", err)
 	}
-	drv, err := qemu.New(qemu.Options{Accel: accel, Arch: arch, Share: st.FileShare})
+	drv, err := qemu.New(qemu.Options{Accel: accel, Arch: arch, Share: st.FileShare,
+		Qemu: os.Getenv("III_QEMU"), Virtiofsd: os.Getenv("III_VIRTIOFSD"), KVMDevice: os.Getenv("III_KVM_DEVICE")})
 	if err != nil {
 		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%w", err)
 	}
@@ -469,7 +470,7 @@ func hostRoots(o options) vmworker.Roots {
 	if o.composeDir != "" {
 		dirs = append(dirs, o.composeDir)
 	}
-	dirs = append(dirs, vmworker.PackageCache())
+	dirs = append(dirs, vmworker.PackageCache(os.Getenv("III_COMPOSE_STATE_DIR")))
 	dirs = append(dirs, o.hostRoots...)
 	return vmworker.NewRoots(dirs)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/iii-go/iii/compose/project"
 	"github.com/iii-go/iii/compose/registry"
 	"github.com/iii-go/iii/compose/serve"
+	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
 )
 
@@ -148,17 +149,27 @@ func (o options) check() error {
 	return nil
 }
 
-// Run runs `iii compose ARGS` and returns the process exit code.
-func Run(version string, args []string) int {
-	if supervisor.IsReaper() {
+// Run runs `iii compose ARGS` in the environment lookupEnv (os.LookupEnv in the binary) and
+// returns the process exit code.
+func Run(version string, args []string, lookupEnv func(string) (string, bool)) int {
+	if supervisor.IsReaper(getenv(lookupEnv)) {
 		return supervisor.RunReaper(os.Stdin)
 	}
-	return run(context.Background(), version, args, os.Stdout, os.Stderr)
+	return run(context.Background(), version, args, os.Stdout, os.Stderr, lookupEnv)
 }
 
-func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+// getenv is lookupEnv's value of a variable, "" when unset.
+func getenv(lookupEnv func(string) (string, bool)) func(string) string {
+	return func(k string) string {
+		v, _ := lookupEnv(k)
+		return v
+	}
+}
+
+func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+	env := getenv(lookupEnv)
 	if len(args) > 0 && args[0] == "logs" {
-		return runLogs(ctx, args[1:], stdout, stderr)
+		return runLogs(ctx, args[1:], stdout, stderr, lookupEnv)
 	}
 	o, err := parse(args)
 	if err != nil {
@@ -171,11 +182,11 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	if err := o.check(); err != nil {
 		return errcode.Exit(stderr, err)
 	}
-	cache, err := registry.CacheDir()
+	cache, err := registry.CacheDir(env(state.EnvStateDir))
 	if err != nil {
 		return errcode.Exit(stderr, err)
 	}
-	popts := prepare.Options{Frozen: o.frozen, Build: o.build, Namespace: o.namespace, EngineURL: o.engine, CacheDir: cache, Out: stdout}
+	popts := prepare.Options{Frozen: o.frozen, Build: o.build, Namespace: o.namespace, EngineURL: o.engine, CacheDir: cache, Lookup: lookupEnv, Out: stdout}
 	if o.build {
 		res, err := prepare.Run(ctx, o.file, popts)
 		if err != nil {
@@ -204,10 +215,10 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 		}
 		return packages(res), nil
 	}
-	sopts := serve.Options{Version: version, File: o.file, Up: o.up, EngineURL: o.engine, Namespace: o.namespace,
-		PackageCache: cache, Out: stdout, Err: stderr,
+	sopts := serve.Options{Version: version, File: o.file, Up: o.up, EngineURL: o.engine, LookupEnv: lookupEnv,
+		Namespace: o.namespace, PackageCache: cache, Out: stdout, Err: stderr,
 		Deps: daemon.Deps{
-			Load:            func(path string) (*composefile.File, error) { return composefile.Load(path, nil) },
+			Load:            func(path string) (*composefile.File, error) { return composefile.Load(path, lookupEnv) },
 			Install:         install,
 			AddContainer:    fileedit.AddContainer,
 			SetVersion:      fileedit.SetVersion,

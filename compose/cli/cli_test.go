@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 
@@ -26,7 +27,7 @@ func TestFlagRules(t *testing.T) {
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer
-		code := run(context.Background(), "test", c.args, &out, &errb)
+		code := run(context.Background(), "test", c.args, &out, &errb, os.LookupEnv)
 		if code == 0 || !strings.HasPrefix(errb.String(), "error["+c.code+"]: ") {
 			t.Errorf("%v: exit %d, stderr %q; want error[%s]", c.args, code, errb.String(), c.code)
 		}
@@ -44,7 +45,7 @@ func TestFlagRules(t *testing.T) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"build", "-h"}, {"--up", "help"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), "test", args, &out, &errb); code != 0 || !strings.Contains(out.String(), "iii compose build [-f FILE] [--frozen]") {
+		if code := run(context.Background(), "test", args, &out, &errb, os.LookupEnv); code != 0 || !strings.Contains(out.String(), "iii compose build [-f FILE] [--frozen]") {
 			t.Errorf("%v: exit %d, %q", args, code, out.String())
 		}
 	}

@@ -93,9 +93,9 @@ func parseLogs(args []string) (logsOptions, error) {
 }
 
 // target returns the engine URL and namespace a logs client talks to.
-func (o logsOptions) target() (string, string, error) {
+func (o logsOptions) target(lookupEnv func(string) (string, bool)) (string, string, error) {
 	url, ns := o.engine, o.namespace
-	f, err := composefile.Load(o.file, nil)
+	f, err := composefile.Load(o.file, lookupEnv)
 	if err != nil && o.fileSet {
 		return "", "", err
 	}
@@ -108,7 +108,7 @@ func (o logsOptions) target() (string, string, error) {
 		}
 	}
 	if url == "" {
-		url = os.Getenv(protocol.EnvURL)
+		url = getenv(lookupEnv)(protocol.EnvURL)
 	}
 	if url == "" {
 		url = protocol.DefaultURL
@@ -120,7 +120,7 @@ func (o logsOptions) target() (string, string, error) {
 }
 
 // runLogs is `iii compose logs`.
-func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
 	o, err := parseLogs(args)
 	if err != nil {
 		return errcode.Exit(stderr, err)
@@ -129,7 +129,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, logsUsage)
 		return 0
 	}
-	url, ns, err := o.target()
+	url, ns, err := o.target(lookupEnv)
 	if err != nil {
 		return errcode.Exit(stderr, err)
 	}
@@ -137,7 +137,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	w, err := protocol.Connect(cctx, protocol.Config{URL: url, Name: "iii-cli:compose-logs", Namespace: protocol.DefaultNamespace, NoReconnect: true,
-		Token: usertoken.ForCLI(url, ns, stderr)})
+		Token: usertoken.ForCLI(url, ns, getenv(lookupEnv), stderr)})
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -13,12 +13,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/compose/errcode"
 	"gopkg.in/yaml.v3"
+
+	"github.com/iii-go/iii/compose/errcode"
 )
 
-// Load reads and parses the compose file at path. lookup resolves ${VAR}; nil uses the process
-// environment.
+// Load reads and parses the compose file at path. lookup resolves ${VAR} (the CLI passes
+// os.LookupEnv); nil is an environment where no variable is set.
 func Load(path string, lookup Lookup) (*File, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -47,14 +48,15 @@ func tooLarge(path string) error {
 	return errcode.New(errcode.ComposeFileTooLarge, "%s is larger than %d MiB, the most Compose reads; a compose file is a short list of containers and settings", path, MaxFileSize>>20)
 }
 
-// Parse validates data as the compose file at path (made absolute). It never panics: every
-// rejection is an *errcode.Error whose message names the file.
+// Parse validates data as the compose file at path (made absolute), resolving ${VAR} with
+// lookup as Load does. It never panics: every rejection is an *errcode.Error whose message names
+// the file.
 func Parse(path string, data []byte, lookup Lookup) (f *File, err error) {
 	if abs, aerr := filepath.Abs(path); aerr == nil {
 		path = abs
 	}
 	if lookup == nil {
-		lookup = os.LookupEnv
+		lookup = func(string) (string, bool) { return "", false }
 	}
 	if len(data) > MaxFileSize {
 		return nil, tooLarge(path)

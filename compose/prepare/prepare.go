@@ -45,9 +45,11 @@ type Options struct {
 	Update []string
 	// Target is the host (default platform.Host(), which honours $III_TARGET).
 	Target *platform.Target
-	// Lookup resolves ${VAR} in the compose file (default: the process environment).
+	// Lookup is the environment: ${VAR} in the compose file and $III_REGISTRY_URL (the CLI
+	// passes os.LookupEnv; nil is an empty one).
 	Lookup composefile.Lookup
-	// CacheDir is the package cache (default registry.CacheDir()).
+	// CacheDir is the package cache (default ~/.iii/compose/packages; the CLI passes
+	// registry.CacheDir of $III_COMPOSE_STATE_DIR).
 	CacheDir string
 	// Out receives one line per step; nil discards them.
 	Out io.Writer
@@ -379,7 +381,7 @@ func (r *run) resolveOne(ctx context.Context, key, host, name, selector, worker 
 	if name == sandboxadapter.Alias {
 		return nil, errcode.New(errcode.EngineWorkerIsBuiltin, "container '%s': %s is the engine's built-in sandbox router, not a worker to run. Declare the adapter instead (worker: %s, version: '%s'), or run `iii call compose::add worker=%s`, which adds exactly that", key, name, sandboxadapter.Worker, sandboxadapter.CurrentRange(), name)
 	}
-	c, err := registry.ForHost(host)
+	c, err := registry.ForHost(host, r.getenv(registry.EnvURL))
 	if err != nil {
 		return nil, err
 	}
@@ -468,11 +470,20 @@ func (r *run) order() []string {
 	return out
 }
 
+// getenv is the variable k of r's environment, "" when unset.
+func (r *run) getenv(k string) string {
+	if r.o.Lookup == nil {
+		return ""
+	}
+	v, _ := r.o.Lookup(k)
+	return v
+}
+
 func (r *run) install(ctx context.Context) error {
 	dir := r.o.CacheDir
 	if dir == "" {
 		var err error
-		if dir, err = registry.CacheDir(); err != nil {
+		if dir, err = registry.CacheDir(""); err != nil {
 			return err
 		}
 	}
@@ -481,7 +492,7 @@ func (r *run) install(ctx context.Context) error {
 		e := r.res.Lock.Containers[key]
 		ak := r.artifactKey(e)
 		a := e.Resolved.Artifacts[ak]
-		c, err := registry.ForHost(registryHost(e.Worker))
+		c, err := registry.ForHost(registryHost(e.Worker), r.getenv(registry.EnvURL))
 		if err != nil {
 			return err
 		}

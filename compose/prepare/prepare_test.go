@@ -51,7 +51,7 @@ func project(t *testing.T, compose string) string {
 
 func opts(t *testing.T, triple string, frozen bool) Options {
 	tg := platform.Parse(triple)
-	return Options{Target: &tg, Frozen: frozen, CacheDir: filepath.Join(t.TempDir(), "cache")}
+	return Options{Target: &tg, Frozen: frozen, CacheDir: filepath.Join(t.TempDir(), "cache"), Lookup: os.LookupEnv}
 }
 
 const sandboxed = "namespace: shop\nengine:\n  sandbox: {}\n"

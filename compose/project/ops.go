@@ -14,6 +14,7 @@ import (
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
 	engineerr "github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/fspath"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
@@ -95,7 +96,7 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 			pending = append(pending, k)
 		}
 	}
-	out, started := schedule(ctx, pending, p.startDeps(f, pending), parallelStarts(),
+	out, started := schedule(ctx, pending, p.startDeps(f, pending), parallelStarts(p.getenv(EnvMaxParallelStarts)),
 		func(ctx context.Context, k string) error { return p.start(ctx, f, k) },
 		func(k string, _ error) bool { return optional(f, k) })
 	var failed string
@@ -337,7 +338,7 @@ func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, en
 	}
 	p.rememberVM(key, id)
 	if ak != "" {
-		if v := p.Packages()[ak].Version; token.VMMountsExpose(v) && under(f.Dir, pl.vmDir) {
+		if v := p.Packages()[ak].Version; token.VMMountsExpose(v) && fspath.Within(f.Dir, pl.vmDir) {
 			_ = token.MarkExposed(p.opts.State.Path, key, v)
 		}
 	}
@@ -369,7 +370,7 @@ func ExposingWorkers(f *composefile.File) []string {
 		if c.IsPackage() {
 			continue
 		}
-		if m, err := composefile.ReadManifest(c.Source.Dir); err == nil && m.IsVM() && under(f.Dir, c.Source.Dir) {
+		if m, err := composefile.ReadManifest(c.Source.Dir); err == nil && m.IsVM() && fspath.Within(f.Dir, c.Source.Dir) {
 			out = append(out, k)
 		}
 	}

@@ -2,7 +2,6 @@ package project
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,9 +17,9 @@ const MaxParallelStarts = 4
 // EnvMaxParallelStarts overrides MaxParallelStarts (a whole number, at least 1).
 const EnvMaxParallelStarts = "III_COMPOSE_MAX_PARALLEL_STARTS"
 
-// parallelStarts is MaxParallelStarts, or $III_COMPOSE_MAX_PARALLEL_STARTS when that is valid.
-func parallelStarts() int {
-	if n, err := strconv.Atoi(os.Getenv(EnvMaxParallelStarts)); err == nil && n >= 1 {
+// parallelStarts is MaxParallelStarts, or v ($III_COMPOSE_MAX_PARALLEL_STARTS) when that is valid.
+func parallelStarts(v string) int {
+	if n, err := strconv.Atoi(v); err == nil && n >= 1 {
 		return n
 	}
 	return MaxParallelStarts

@@ -108,16 +108,9 @@ func TestScheduleToleratesOptional(t *testing.T) {
 }
 
 func TestParallelStartsDefault(t *testing.T) {
-	t.Setenv(EnvMaxParallelStarts, "")
-	if parallelStarts() != MaxParallelStarts {
-		t.Fatal(parallelStarts())
-	}
-	t.Setenv(EnvMaxParallelStarts, "2")
-	if parallelStarts() != 2 {
-		t.Fatal(parallelStarts())
-	}
-	t.Setenv(EnvMaxParallelStarts, "0")
-	if parallelStarts() != MaxParallelStarts {
-		t.Fatal(parallelStarts())
+	for v, want := range map[string]int{"": MaxParallelStarts, "2": 2, "0": MaxParallelStarts, "x": MaxParallelStarts} {
+		if got := parallelStarts(v); got != want {
+			t.Errorf("parallelStarts(%q) = %d, want %d", v, got, want)
+		}
 	}
 }

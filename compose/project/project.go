@@ -75,6 +75,21 @@ type Options struct {
 	Out  io.Writer
 	// Poll is the readiness polling interval (default 200 ms).
 	Poll time.Duration
+	// LookupEnv is Compose's environment: the baseline workers inherit (PATH, HOME, ...) and
+	// $III_COMPOSE_MAX_PARALLEL_STARTS. nil is an empty one.
+	LookupEnv func(string) (string, bool)
+}
+
+func (p *Project) lookupEnv(k string) (string, bool) {
+	if p.opts.LookupEnv == nil {
+		return "", false
+	}
+	return p.opts.LookupEnv(k)
+}
+
+func (p *Project) getenv(k string) string {
+	v, _ := p.lookupEnv(k)
+	return v
 }
 
 // Container is the runtime view of one container.

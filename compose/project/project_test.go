@@ -90,7 +90,7 @@ func setup(t *testing.T, yaml string) (*Project, *fakeEngine, *bytes.Buffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sd, err := state.Resolve(path, f.Namespace)
+	sd, err := state.Resolve(path, f.Namespace, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func setup(t *testing.T, yaml string) (*Project, *fakeEngine, *bytes.Buffer) {
 	sup := supervisor.New(nil)
 	eng := &fakeEngine{t: t, dir: sd, sup: sup, ns: f.Namespace, store: map[string]any{}}
 	var out bytes.Buffer
-	p := New(Options{File: f, State: sd, EngineURL: "ws://127.0.0.1:1", TokenFile: sd.Join("token"), Managed: true,
+	p := New(Options{LookupEnv: os.LookupEnv, File: f, State: sd, EngineURL: "ws://127.0.0.1:1", TokenFile: sd.Join("token"), Managed: true,
 		Engine: eng, Sup: sup, Out: &syncBuffer{b: &out}, Poll: 20 * time.Millisecond})
 	t.Cleanup(func() { p.StopAll(context.Background()) })
 	return p, eng, &out

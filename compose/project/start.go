@@ -30,6 +30,8 @@ import (
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
 	engineerr "github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/excerpt"
+	"github.com/iii-go/iii/engine/fspath"
 	"github.com/iii-go/iii/engine/ownercred"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
@@ -258,7 +260,7 @@ func (p *Project) environment(f *composefile.File, key, configPath, configID str
 		env[k] = v
 	}
 	for _, k := range hostEnv {
-		if v, ok := os.LookupEnv(k); ok {
+		if v, ok := p.lookupEnv(k); ok {
 			set(k, v)
 		}
 	}
@@ -321,16 +323,11 @@ func (p *Project) HostRoots(f *composefile.File) []string {
 		if c.IsPackage() {
 			continue
 		}
-		if m, err := composefile.ReadManifest(c.Source.Dir); err == nil && m.IsVM() && !under(c.Source.Dir, f.Dir) {
+		if m, err := composefile.ReadManifest(c.Source.Dir); err == nil && m.IsVM() && !fspath.Within(c.Source.Dir, f.Dir) {
 			roots = append(roots, c.Source.Dir)
 		}
 	}
 	return roots
-}
-
-func under(path, root string) bool {
-	rel, err := filepath.Rel(root, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // runHook runs a pre_run or post_run script with the worker's environment and a timeout.
@@ -368,23 +365,7 @@ func runHook(ctx context.Context, key, which, script, dir string, env []string, 
 	case errors.Is(err, exec.ErrNotFound):
 		return errcode.New(errcode.HookSpawnFailed, "container '%s': %s could not start: %w", key, which, err)
 	}
-	return errcode.New(errcode.HookFailed, "container '%s': %s failed (%w): %s", key, which, err, tail(out.String(), 5))
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func logTail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return supervisor.PlainText(tail(string(b), n))
+	return errcode.New(errcode.HookFailed, "container '%s': %s failed (%w): %s", key, which, err, excerpt.Tail(out.String(), 5, 0))
 }
 
 // lockedBuffer is a bytes.Buffer two copying goroutines may write.
@@ -540,7 +521,7 @@ func (p *Project) waitReady(ctx context.Context, f *composefile.File, key string
 		select {
 		case <-exited:
 			return errcode.New(errcode.ChildExitedBeforeRegistration, "container '%s' exited before it registered; the end of %s:\n%s",
-				key, p.opts.State.LogPath(key), logTail(p.opts.State.LogPath(key), 10))
+				key, p.opts.State.LogPath(key), supervisor.LogTail(p.opts.State.LogPath(key), 10))
 		case <-deadline.C:
 			if err := p.checkIdentity(f, key, ws, true); err != nil {
 				return err

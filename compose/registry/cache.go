@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"archive/tar"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/state"
+	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/engine/untar"
 )
 
 // markerFile inside an installed package records the SHA-256 of the archive it came from.
@@ -39,10 +40,11 @@ const (
 	unpackPrefix   = ".unpack-"
 )
 
-// CacheDir returns the shared package cache: $III_COMPOSE_STATE_DIR/packages when set, else
-// ~/.iii/compose/packages. No home directory is STATE_DIR_UNAVAILABLE.
-func CacheDir() (string, error) {
-	if root := os.Getenv(state.EnvStateDir); root != "" {
+// CacheDir returns the shared package cache: <stateDir>/packages when stateDir
+// ($III_COMPOSE_STATE_DIR) is set, else ~/.iii/compose/packages. No home directory is
+// STATE_DIR_UNAVAILABLE.
+func CacheDir(stateDir string) (string, error) {
+	if root := stateDir; root != "" {
 		abs, err := filepath.Abs(root)
 		if err != nil {
 			return "", errcode.New(errcode.StateDirUnavailable, "%s=%s: %w", state.EnvStateDir, root, err)
@@ -128,7 +130,7 @@ func (k *Cache) Install(ctx context.Context, c *Client, name, version, target st
 	}
 	defer os.RemoveAll(tmp)
 	n, err := extract(archive, tmp, k.caps())
-	var big *tooLargeError
+	var big *untar.TooLargeError
 	if errors.As(err, &big) {
 		return Installed{}, errcode.New(errcode.PackageTooLarge, "%s %s: %s unpacks to %w; nothing was installed", name, version, art.URL, big)
 	}
@@ -281,17 +283,12 @@ func (k *Cache) sweep() {
 			continue
 		}
 		pid, _, _ := strings.Cut(rest, "-")
-		if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || processAlive(n)) {
+		if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || procgroup.Alive(n)) {
 			continue
 		}
 		os.RemoveAll(filepath.Join(k.Dir, name))
 	}
 }
-
-// tooLargeError is extract's refusal of an archive over a cap.
-type tooLargeError struct{ what string }
-
-func (e *tooLargeError) Error() string { return e.what }
 
 type progressReader struct {
 	r          io.Reader
@@ -318,8 +315,9 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// extract unpacks a .tar.gz into dir (regular files and directories only, no path escapes) and
-// returns the number of files written. It stops with a *tooLargeError past lim's bytes or files.
+// extract unpacks a .tar.gz into dir (regular files and directories only, an entry that leaves
+// dir refused) and returns the number of files written. It stops with an *untar.TooLargeError
+// past lim's bytes or files.
 func extract(archive, dir string, lim limits) (int, error) {
 	f, err := os.Open(archive)
 	if err != nil {
@@ -330,53 +328,5 @@ func extract(archive, dir string, lim limits) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	tr := tar.NewReader(gz)
-	files := 0
-	budget := lim.unpacked
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return files, nil
-		}
-		if err != nil {
-			return files, err
-		}
-		name := filepath.Clean(filepath.FromSlash(h.Name))
-		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, ".."+string(filepath.Separator)) {
-			return files, fmt.Errorf("unsafe entry %q", h.Name)
-		}
-		p := filepath.Join(dir, name)
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return files, err
-			}
-		case tar.TypeReg:
-			if files >= lim.files {
-				return files, &tooLargeError{fmt.Sprintf("more than %d files", lim.files)}
-			}
-			if h.Size > budget {
-				return files, &tooLargeError{fmt.Sprintf("more than %d MiB", lim.unpacked>>20)}
-			}
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return files, err
-			}
-			out, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, os.FileMode(h.Mode).Perm()|0o400)
-			if err != nil {
-				return files, err
-			}
-			n, err := io.Copy(out, io.LimitReader(tr, budget+1))
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return files, err
-			}
-			if n > budget {
-				return files, &tooLargeError{fmt.Sprintf("more than %d MiB", lim.unpacked>>20)}
-			}
-			budget -= n
-			files++
-		}
-	}
+	return untar.Extract(gz, dir, untar.Options{Strict: true, MaxFiles: lim.files, MaxBytes: lim.unpacked})
 }

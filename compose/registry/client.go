@@ -70,12 +70,12 @@ func parseRoot(raw string) (*url.URL, error) {
 }
 
 // ForHost returns the client for a package://HOST/NAME reference: the default registry
-// ($III_REGISTRY_URL, else https://api.workers.iii.dev) for an empty host or DefaultHost, and
-// https://HOST otherwise.
-func ForHost(host string) (*Client, error) {
+// (defaultURL, $III_REGISTRY_URL, else https://api.workers.iii.dev) for an empty host or
+// DefaultHost, and https://HOST otherwise.
+func ForHost(host, defaultURL string) (*Client, error) {
 	if host == "" || host == DefaultHost {
-		if env := os.Getenv(EnvURL); env != "" {
-			return New(env)
+		if defaultURL != "" {
+			return New(defaultURL)
 		}
 		return New("https://" + DefaultHost)
 	}

@@ -51,6 +51,10 @@ type Options struct {
 	Up   bool
 	// EngineURL is --engine; Namespace is --namespace.
 	EngineURL string
+	// LookupEnv is the environment: $III_URL (the engine attached to without --engine),
+	// $III_COMPOSE_STATE_DIR, the compose variables of packages project and supervisor and what
+	// workers inherit. nil is an empty one.
+	LookupEnv func(string) (string, bool)
 	Namespace string
 	// Deps are the compose-file and package operations (part 1's packages).
 	Deps daemon.Deps
@@ -161,9 +165,18 @@ func (s *session) loadFile(context.Context) error {
 	return nil
 }
 
+// getenv is the session's variable k, "" when unset.
+func (s *session) getenv(k string) string {
+	if s.o.LookupEnv == nil {
+		return ""
+	}
+	v, _ := s.o.LookupEnv(k)
+	return v
+}
+
 // prepareState creates the state directory and the project and owner tokens.
 func (s *session) prepareState(context.Context) error {
-	sd, err := state.Resolve(s.f.Path, s.f.Namespace)
+	sd, err := state.Resolve(s.f.Path, s.f.Namespace, s.getenv(state.EnvStateDir))
 	if err != nil {
 		return errcode.New(errcode.StateDirUnavailable, "%w", err)
 	}
@@ -220,6 +233,7 @@ func (s *session) startSupervisor(context.Context) error {
 	}
 	s.onTeardown(func() { reaper.Close() })
 	s.sup = supervisor.New(reaper)
+	s.sup.LogMaxBytes = supervisor.LogMaxBytesOf(s.getenv(supervisor.EnvLogMaxBytes))
 	return nil
 }
 
@@ -232,7 +246,7 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 	}
 	// Children of an earlier run are gone (they died with it); the VM records stay.
 	rec.DaemonPID, rec.Engine, rec.Children = os.Getpid(), nil, map[string]state.Child{}
-	s.url = cmp.Or(s.o.EngineURL, os.Getenv(protocol.EnvURL), protocol.DefaultURL)
+	s.url = cmp.Or(s.o.EngineURL, s.getenv(protocol.EnvURL), protocol.DefaultURL)
 	if s.managed {
 		s.url = s.f.Engine.URL
 		proc, err := startEngine(ctx, s.o, s.f, s.sd, s.tokPath, s.ownerPath, s.sup)
@@ -277,7 +291,7 @@ func (s *session) connectDaemon(ctx context.Context) error {
 	s.w = protocol.NewWorker(protocol.Config{URL: s.url, Namespace: s.f.Namespace, Name: "compose", Version: s.o.Version,
 		Description: "iii compose daemon", TokenFile: s.connPath})
 	s.p = project.New(project.Options{File: s.f, State: s.sd, EngineURL: s.url, TokenFile: s.tokPath, OwnerTokenFile: s.ownerPath, Managed: s.managed,
-		Engine: s.w, Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out})
+		Engine: s.w, Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out, LookupEnv: s.o.LookupEnv})
 	s.d = daemon.New(s.f.Namespace, s.p, s.o.Deps)
 	if err := s.d.Register(s.w); err != nil {
 		return err
@@ -367,7 +381,7 @@ func (s *session) wait(ctx context.Context) error {
 		return nil
 	case <-s.engineDone:
 		log := s.sd.Join(state.EngineLogFile)
-		return errcode.New(errcode.EngineExited, "the managed engine exited; the end of %s:\n%s", log, tailFile(log, 10))
+		return errcode.New(errcode.EngineExited, "the managed engine exited; the end of %s:\n%s", log, supervisor.LogTail(log, 10))
 	case <-s.w.Done():
 		return errcode.New(errcode.EngineCallFailed, "the daemon lost the engine: %w", s.w.Err())
 	}
@@ -416,7 +430,7 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.D
 		}
 		select {
 		case <-proc.Done():
-			return nil, errcode.New(errcode.EngineExited, "the managed engine exited before it listened on %s; the end of %s:\n%s", addr, sd.Join(state.EngineLogFile), tailFile(sd.Join(state.EngineLogFile), 10))
+			return nil, errcode.New(errcode.EngineExited, "the managed engine exited before it listened on %s; the end of %s:\n%s", addr, sd.Join(state.EngineLogFile), supervisor.LogTail(sd.Join(state.EngineLogFile), 10))
 		case <-ctx.Done():
 			_, _ = sup.Stop("engine", time.Second)
 			return nil, errcode.New(errcode.OperationCancelled, "interrupted while the engine started: %w", context.Cause(ctx))
@@ -439,18 +453,6 @@ func stopEngine(o Options, sd state.Dir, sup *supervisor.Supervisor, f *composef
 	if err := sd.RemoveEngineConfig(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		fmt.Fprintf(o.Err, "warning: %v\n", err)
 	}
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return supervisor.PlainText(strings.Join(lines, "\n"))
 }
 
 // checkServing fails DAEMON_ALREADY_SERVING when compose::up in ns belongs to another worker: the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -78,22 +77,5 @@ func TestLoadFile(t *testing.T) {
 	}
 	if err := session(attached, fs.ErrNotExist, Options{}).loadFile(context.Background()); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("load error %v", err)
-	}
-}
-
-// TestTailFile: the last n lines, and "" for a file that cannot be read.
-func TestTailFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "engine.log")
-	if err := os.WriteFile(p, []byte("a\nb\nc\nd\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if got := tailFile(p, 2); got != "c\nd" {
-		t.Errorf("tail 2 = %q", got)
-	}
-	if got := tailFile(p, 10); got != "a\nb\nc\nd" {
-		t.Errorf("tail 10 = %q", got)
-	}
-	if got := tailFile(filepath.Join(t.TempDir(), "none"), 2); got != "" {
-		t.Errorf("missing file: %q", got)
 	}
 }

@@ -42,15 +42,15 @@ type Dir struct {
 	Namespace string
 }
 
-// Resolve returns the state directory of the compose file in namespace, honouring
-// $III_COMPOSE_STATE_DIR. It does not create anything.
-func Resolve(composeFile, namespace string) (Dir, error) {
+// Resolve returns the state directory of the compose file in namespace, under stateDir
+// ($III_COMPOSE_STATE_DIR) when that is set. It does not create anything.
+func Resolve(composeFile, namespace, stateDir string) (Dir, error) {
 	canon, err := Canonical(composeFile)
 	if err != nil {
 		return Dir{}, err
 	}
 	base := filepath.Join(filepath.Dir(canon), ".iii", "compose")
-	if root := os.Getenv(EnvStateDir); root != "" {
+	if root := stateDir; root != "" {
 		abs, err := filepath.Abs(root)
 		if err != nil {
 			return Dir{}, err

@@ -10,7 +10,7 @@ import (
 func TestResolveBesideTheProject(t *testing.T) {
 	t.Setenv(EnvStateDir, "")
 	dir := t.TempDir()
-	d, err := Resolve(filepath.Join(dir, "worker-compose.yaml"), "shop")
+	d, err := Resolve(filepath.Join(dir, "worker-compose.yaml"), "shop", os.Getenv(EnvStateDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestResolveUnderStateDirUsesSlug(t *testing.T) {
 	if err := os.Mkdir(proj, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d, err := Resolve(filepath.Join(proj, "worker-compose.yaml"), "default")
+	d, err := Resolve(filepath.Join(proj, "worker-compose.yaml"), "default", os.Getenv(EnvStateDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestResolveUnderStateDirUsesSlug(t *testing.T) {
 
 func TestEnsureAndFilesAreOwnerOnly(t *testing.T) {
 	t.Setenv(EnvStateDir, "")
-	d, err := Resolve(filepath.Join(t.TempDir(), "worker-compose.yaml"), "default")
+	d, err := Resolve(filepath.Join(t.TempDir(), "worker-compose.yaml"), "default", os.Getenv(EnvStateDir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestEnsureAndFilesAreOwnerOnly(t *testing.T) {
 
 func TestStateRoundTripAndCorruptFile(t *testing.T) {
 	t.Setenv(EnvStateDir, "")
-	d, _ := Resolve(filepath.Join(t.TempDir(), "worker-compose.yaml"), "default")
+	d, _ := Resolve(filepath.Join(t.TempDir(), "worker-compose.yaml"), "default", os.Getenv(EnvStateDir))
 	if err := d.Ensure(); err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,10 @@ const (
 // number of bytes, at least 1024); the tests set it small to rotate quickly.
 const EnvLogMaxBytes = "III_COMPOSE_LOG_MAX_BYTES"
 
-// logMaxBytes is LogMaxBytes, or $III_COMPOSE_LOG_MAX_BYTES when that is a valid size.
-func logMaxBytes() int64 {
-	if n, err := strconv.ParseInt(os.Getenv(EnvLogMaxBytes), 10, 64); err == nil && n >= 1024 {
+// LogMaxBytesOf is the rotation size v ($III_COMPOSE_LOG_MAX_BYTES) names when it is a valid
+// one, else LogMaxBytes.
+func LogMaxBytesOf(v string) int64 {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 1024 {
 		return n
 	}
 	return LogMaxBytes

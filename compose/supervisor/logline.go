@@ -3,8 +3,11 @@ package supervisor
 import (
 	"bytes"
 	"io"
+	"os"
 	"strings"
 	"sync"
+
+	"github.com/iii-go/iii/engine/excerpt"
 )
 
 // Streams a log line can come from.
@@ -34,6 +37,16 @@ func ParseLine(line string) (stream, message string) {
 		}
 	}
 	return StreamStdout, line
+}
+
+// LogTail returns the last n lines of the log at path as plain text (see PlainText), or "" when
+// it cannot be read: the end of a worker's or the engine's log, quoted in an error message.
+func LogTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return PlainText(excerpt.Tail(string(b), n, 0))
 }
 
 // PlainText returns a log's text with the stream tags removed, for error messages that quote

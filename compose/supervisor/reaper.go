@@ -18,8 +18,8 @@ import (
 // is set.
 const EnvReaper = "III_COMPOSE_REAPER"
 
-// IsReaper reports whether this process was started as a reaper.
-func IsReaper() bool { return os.Getenv(EnvReaper) == "1" }
+// IsReaper reports whether this process, whose environment is getenv, was started as a reaper.
+func IsReaper(getenv func(string) string) bool { return getenv(EnvReaper) == "1" }
 
 // RunReaper is the reaper's main loop. It reads "+PGID" and "-PGID" lines on stdin; when stdin
 // ends (Compose exited, SIGKILL included) it sends SIGKILL to every process group still listed

@@ -13,6 +13,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -71,6 +72,8 @@ type Supervisor struct {
 	reaper *Reaper
 	// OnExit, when set, is called from a goroutine after a process ended without Stop.
 	OnExit func(p *Process)
+	// LogMaxBytes is the size at which a process's log rotates (0: LogMaxBytes).
+	LogMaxBytes int64
 
 	mu    sync.Mutex
 	procs map[string]*Process
@@ -107,7 +110,7 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	var capture *logCapture
 	if spec.LogPath != "" {
 		var err error
-		if capture, err = openCapture(spec.LogPath); err != nil {
+		if capture, err = openCapture(spec.LogPath, cmp.Or(s.LogMaxBytes, LogMaxBytes)); err != nil {
 			return nil, err
 		}
 		cmd.Stdout, cmd.Stderr = capture.pipes[0][1], capture.pipes[1][1]
@@ -155,8 +158,8 @@ type logCapture struct {
 }
 
 // openCapture opens the log at path and the stdout and stderr pipes that feed it.
-func openCapture(path string) (*logCapture, error) {
-	log, err := OpenLog(path, logMaxBytes(), LogArchives)
+func openCapture(path string, maxBytes int64) (*logCapture, error) {
+	log, err := OpenLog(path, maxBytes, LogArchives)
 	if err != nil {
 		return nil, err
 	}

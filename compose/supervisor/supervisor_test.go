@@ -14,7 +14,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if IsReaper() {
+	if IsReaper(os.Getenv) {
 		os.Exit(RunReaper(os.Stdin))
 	}
 	os.Exit(m.Run())

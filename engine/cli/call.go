@@ -50,10 +50,11 @@ type callArgs struct {
 	url       string
 	timeout   time.Duration
 	help      bool
+	getenv    func(string) string // the environment
 }
 
-func parseCall(args []string) (*callArgs, error) {
-	a := &callArgs{timeout: 30 * time.Second}
+func parseCall(args []string, getenv func(string) string) (*callArgs, error) {
+	a := &callArgs{timeout: 30 * time.Second, getenv: getenv}
 	w, err := scanCall(args, a)
 	if err != nil {
 		return nil, err
@@ -66,7 +67,7 @@ func parseCall(args []string) (*callArgs, error) {
 			return nil, err
 		}
 	}
-	a.url = callURL(w.host, w.port)
+	a.url = callURL(w.host, w.port, getenv(protocol.EnvURL))
 	return a, nil
 }
 
@@ -183,9 +184,8 @@ func buildPayload(jsonArg *string, keys []string, kv map[string]json.RawMessage)
 }
 
 // callURL is the engine to call: --address/--port (127.0.0.1:49134 for the one not given), else
-// $III_URL, else the default address.
-func callURL(host, port string) string {
-	url := os.Getenv(protocol.EnvURL)
+// url ($III_URL), else the default address.
+func callURL(host, port, url string) string {
 	if host != "" || port != "" || url == "" {
 		url = "ws://" + net.JoinHostPort(cmp.Or(host, "127.0.0.1"), cmp.Or(port, "49134"))
 	}
@@ -209,9 +209,10 @@ func orderedObject(keys []string, kv map[string]json.RawMessage) json.RawMessage
 	return b.Bytes()
 }
 
-// RunCall runs `iii call FN k=v ...` and returns the process exit code.
-func RunCall(args []string) int {
-	a, err := parseCall(args)
+// RunCall runs `iii call FN k=v ...` with the environment getenv (os.Getenv in the binary) and
+// returns the process exit code.
+func RunCall(args []string, getenv func(string) string) int {
+	a, err := parseCall(args, getenv)
 	if err != nil {
 		return errcode.Exit(os.Stderr, errcode.Usagef(errcode.Usage, "%w", err), errcode.Usage)
 	}
@@ -268,7 +269,7 @@ func userToken(a *callArgs) string {
 	if a.namespace != nil {
 		ns = *a.namespace
 	}
-	return usertoken.ForCLI(a.url, ns, os.Stderr)
+	return usertoken.ForCLI(a.url, ns, a.getenv, os.Stderr)
 }
 
 // describe prints what the running engine knows about a.fn; silent when no engine answers.

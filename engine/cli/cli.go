@@ -60,17 +60,18 @@ type EngineWorkerEnv struct {
 }
 
 // RunEngine runs the engine with the given arguments and returns the process exit code; workers
-// serves the declared engine workers by name (iii-stream).
-func RunEngine(version string, args []string, workers map[string]EngineWorker) int {
-	return errcode.Exit(os.Stderr, runEngine(version, args, workers), errcode.Unknown)
+// serves the declared engine workers by name (iii-stream); config.yaml and the configuration
+// worker's values expand their placeholders from lookupEnv (os.LookupEnv in the binary).
+func RunEngine(version string, args []string, workers map[string]EngineWorker, lookupEnv func(string) (string, bool)) int {
+	return errcode.Exit(os.Stderr, runEngine(version, args, workers, lookupEnv), errcode.Unknown)
 }
 
-func runEngine(version string, args []string, workers map[string]EngineWorker) error {
+func runEngine(version string, args []string, workers map[string]EngineWorker, lookupEnv func(string) (string, bool)) error {
 	path, help, err := parseEngineArgs(args)
 	if err != nil || help {
 		return err
 	}
-	cfg, err := loadConfig(path)
+	cfg, err := loadConfig(path, lookupEnv)
 	if err != nil {
 		return err
 	}
@@ -98,7 +99,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker) e
 	defer removeOwner()
 	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log,
 		OwnerTokenFile: ownerFile, AllowedOrigins: bound[0].AllowedOrigins, HandshakeTimeout: bound[0].HandshakeTimeout, HTTP: httpInv})
-	store, err := configuration.New(cfg.ConfigDir, log)
+	store, err := configuration.New(cfg.ConfigDir, log, lookupEnv)
 	if err != nil {
 		closeAll()
 		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %w", cfg.ConfigDir, err)
@@ -271,12 +272,12 @@ func ownerCredential(addr string, protected bool, log *slog.Logger) (string, fun
 }
 
 // loadConfig reads the config file; a missing default file means defaults.
-func loadConfig(path string) (*config.Config, error) {
+func loadConfig(path string, lookupEnv func(string) (string, bool)) (*config.Config, error) {
 	explicit := path != ""
 	if !explicit {
 		path = "config.yaml"
 	}
-	cfg, err := config.Load(path)
+	cfg, err := config.Load(path, lookupEnv)
 	if err == nil {
 		return cfg, nil
 	}

@@ -32,7 +32,7 @@ func TestParseCallPayloads(t *testing.T) {
 		{[]string{"f", "s=a=b"}, `{"s":"a=b"}`},
 	}
 	for _, c := range cases {
-		a, err := parseCall(c.args)
+		a, err := parseCall(c.args, os.Getenv)
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
@@ -47,7 +47,7 @@ func TestParseCallPayloads(t *testing.T) {
 		}
 	}
 	for _, bad := range [][]string{{}, {"f", "x"}, {"f", "=1"}, {"f", "--json", "{"}, {"f", "--json", "[]", "a=1"}, {"f", "--timeout-ms", "0"}, {"f", "--port"}} {
-		if _, err := parseCall(bad); err == nil {
+		if _, err := parseCall(bad, os.Getenv); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
 	}
@@ -55,11 +55,11 @@ func TestParseCallPayloads(t *testing.T) {
 
 func TestParseCallAddress(t *testing.T) {
 	t.Setenv("III_URL", "ws://example.invalid:1")
-	a, _ := parseCall([]string{"f"})
+	a, _ := parseCall([]string{"f"}, os.Getenv)
 	if a.url != "ws://example.invalid:1" {
 		t.Errorf("III_URL not honoured: %s", a.url)
 	}
-	a, _ = parseCall([]string{"f", "--port", "5", "-n", "ns"})
+	a, _ = parseCall([]string{"f", "--port", "5", "-n", "ns"}, os.Getenv)
 	if a.url != "ws://127.0.0.1:5" || *a.namespace != "ns" {
 		t.Errorf("flags: %s %v", a.url, a.namespace)
 	}
@@ -75,7 +75,7 @@ func TestNoConfigFileMeansDefaults(t *testing.T) {
 	r, w, _ := os.Pipe()
 	stderr := os.Stderr
 	os.Stderr = w
-	cfg, err := loadConfig("")
+	cfg, err := loadConfig("", os.LookupEnv)
 	w.Close()
 	os.Stderr = stderr
 	out, _ := readAll(r)
@@ -85,7 +85,7 @@ func TestNoConfigFileMeansDefaults(t *testing.T) {
 	if !strings.Contains(out, "no config.yaml found in") || !strings.Contains(out, "starting with defaults") {
 		t.Errorf("message: %q", out)
 	}
-	if cfg, err := loadConfig(filepath.Join(dir, "missing.yaml")); cfg != nil || errcode.CodeOf(err) != errcode.ConfigNotFound {
+	if cfg, err := loadConfig(filepath.Join(dir, "missing.yaml"), os.LookupEnv); cfg != nil || errcode.CodeOf(err) != errcode.ConfigNotFound {
 		t.Errorf("an explicit missing file must fail with %s, got %v", errcode.ConfigNotFound, err)
 	}
 }
@@ -116,7 +116,7 @@ func TestSIGTERMStopsTheEngine(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: {host: 127.0.0.1, port: %d}\n  - name: configuration\n    config: {adapter: {name: fs, config: {directory: %s}}}\n", port, filepath.Dir(cfg))), 0o644)
 	code := make(chan int, 1)
-	go func() { code <- RunEngine("test", []string{"--config", cfg}, nil) }()
+	go func() { code <- RunEngine("test", []string{"--config", cfg}, nil, os.LookupEnv) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -168,7 +168,7 @@ func TestUserToken(t *testing.T) {
 	}
 	defer remove()
 	parse := func(args ...string) *callArgs {
-		a, err := parseCall(args)
+		a, err := parseCall(args, os.Getenv)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,7 @@ func streamConfig(t *testing.T) (string, int) {
 // to start rather than ignore the entry.
 func TestDeclaredStreamWithoutWorker(t *testing.T) {
 	cfg, _ := streamConfig(t)
-	err := runEngine("test", []string{"--config", cfg}, nil)
+	err := runEngine("test", []string{"--config", cfg}, nil, os.LookupEnv)
 	var ce *errcode.Error
 	if !errors.As(err, &ce) || ce.Code != errcode.ConfigUnsupported {
 		t.Fatalf("got %v, want CONFIG_UNSUPPORTED", err)
@@ -53,7 +53,7 @@ func TestDeclaredStreamServed(t *testing.T) {
 		return nil, errcode.New(errcode.ListenFailed, "port taken")
 	}}
 	var ce *errcode.Error
-	if err := runEngine("test", []string{"--config", cfg}, refuse); !errors.As(err, &ce) || ce.Code != errcode.ListenFailed {
+	if err := runEngine("test", []string{"--config", cfg}, refuse, os.LookupEnv); !errors.As(err, &ce) || ce.Code != errcode.ListenFailed {
 		t.Fatalf("got %v, want LISTEN_FAILED", err)
 	}
 
@@ -64,7 +64,7 @@ func TestDeclaredStreamServed(t *testing.T) {
 		return func() { close(stopped) }, nil
 	}}
 	done := make(chan error, 1)
-	go func() { done <- runEngine("test", []string{"--config", cfg}, serve) }()
+	go func() { done <- runEngine("test", []string{"--config", cfg}, serve, os.LookupEnv) }()
 	var env EngineWorkerEnv
 	select {
 	case env = <-got:

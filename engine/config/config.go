@@ -56,13 +56,11 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,6 +68,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/interpolate"
 	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
@@ -197,13 +196,13 @@ func Default() *Config {
 		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"*"}, BlockPrivateIPs: true, RequireHTTPS: true}}
 }
 
-// Load reads and parses path with the process environment.
-func Load(path string) (*Config, error) {
+// Load reads and parses path, expanding its placeholders from lookup (os.LookupEnv in the binary).
+func Load(path string, lookup func(string) (string, bool)) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	c, err := Parse(b, os.LookupEnv, filepath.Dir(path))
+	c, err := Parse(b, lookup, filepath.Dir(path))
 	if err != nil {
 		return nil, err
 	}
@@ -211,40 +210,19 @@ func Load(path string) (*Config, error) {
 	return c, nil
 }
 
-var varRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:([^}]*))?\}`)
-
-// Expand replaces ${VAR} and ${VAR:default} in text; an unset VAR without default is an error.
-func Expand(text []byte, lookup func(string) (string, bool)) ([]byte, error) {
-	var missing []string
-	lines := bytes.Split(text, []byte("\n"))
-	for i, line := range lines {
-		lines[i] = varRE.ReplaceAllFunc(line, func(m []byte) []byte {
-			sub := varRE.FindSubmatch(m)
-			if v, ok := lookup(string(sub[1])); ok {
-				return []byte(v)
-			}
-			if sub[2] != nil {
-				return sub[3]
-			}
-			missing = append(missing, fmt.Sprintf("%s (line %d)", sub[1], i+1))
-			return m
-		})
-	}
-	if len(missing) > 0 {
-		return nil, &errcode.Error{Code: errcode.ConfigInvalid, Message: "environment variable(s) not set and no default given: " + strings.Join(missing, ", ")}
-	}
-	return bytes.Join(lines, []byte("\n")), nil
-}
-
-// Parse expands and parses a config file; baseDir resolves relative token_file paths.
+// Parse parses a config file, expanding ${VAR} and ${VAR:default} in its values (see package
+// interpolate); an unset VAR without default is an error; baseDir resolves relative token_file paths.
 func Parse(raw []byte, lookup func(string) (string, bool), baseDir string) (*Config, error) {
-	text, err := Expand(raw, lookup)
+	doc, unset, err := interpolate.YAML(raw, lookup)
 	if err != nil {
-		return nil, err
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(text, &doc); err != nil {
 		return nil, &errcode.Error{Code: errcode.ConfigInvalid, Message: "not valid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+	}
+	if len(unset) > 0 {
+		missing := make([]string, len(unset))
+		for i, m := range unset {
+			missing[i] = fmt.Sprintf("%s (line %d)", m.Name, m.Line)
+		}
+		return nil, &errcode.Error{Code: errcode.ConfigInvalid, Message: "environment variable(s) not set and no default given: " + strings.Join(missing, ", ")}
 	}
 	c := Default()
 	if len(doc.Content) == 0 {

@@ -185,13 +185,19 @@ func TestParseListeners(t *testing.T) {
 	}
 }
 
-func TestExpand(t *testing.T) {
-	got, err := Expand([]byte("a: ${A}\nb: ${B:dflt}\nc: ${C:}\nd: $NOT ${A:x}"), env(map[string]string{"A": "1"}))
+// TestSubstitutedValuesKeepTheShape: a variable's value is one scalar, whatever it holds;
+// text substitution made HOST below a second key of the listener (and PORT a comment).
+func TestSubstitutedValuesKeepTheShape(t *testing.T) {
+	in := "workers:\n  - name: iii-worker-manager\n    config: {host: ${HOST}, port: ${PORT:3111}}\n  - name: iii-stream\n    config:\n      auth_function: ${AUTH}\n"
+	got, err := Parse([]byte(in), env(map[string]string{"HOST": "h\n      port: 1", "AUTH": "a: b # c"}), ".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cmp.Diff("a: 1\nb: dflt\nc: \nd: $NOT 1", string(got)); d != "" {
-		t.Error(d)
+	if l := got.Main(); l.Host != "h\n      port: 1" || l.Port != 3111 {
+		t.Errorf("listener %+v", l)
+	}
+	if got.Stream == nil || got.Stream.AuthFunction != "a: b # c" {
+		t.Errorf("stream %+v", got.Stream)
 	}
 }
 

@@ -2,22 +2,27 @@ package configuration
 
 import (
 	"maps"
-	"os"
-	"regexp"
 	"slices"
 	"strconv"
+
+	"github.com/iii-go/iii/engine/interpolate"
 )
 
-var placeholderRE = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:([^}]*))?\}`)
-
-// expander resolves ${VAR} and ${VAR:default} in every string of a value. A string that is one
-// placeholder and nothing else takes the scalar type its schema asks for.
+// expander resolves ${VAR} and ${VAR:default} in every string of a value (package
+// interpolate). A string that is one placeholder and nothing else takes the scalar type its
+// schema asks for.
 type expander struct {
-	lookup  func(string) (string, bool)
+	lookup  interpolate.Lookup
 	missing map[string]bool
 }
 
-func newExpander() *expander { return &expander{lookup: os.LookupEnv, missing: map[string]bool{}} }
+// newExpander reads variables from lookup; nil: none is set.
+func newExpander(lookup interpolate.Lookup) *expander {
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	return &expander{lookup: lookup, missing: map[string]bool{}}
+}
 
 func (x *expander) missingVars() []string {
 	return slices.Sorted(maps.Keys(x.missing))
@@ -53,19 +58,11 @@ func (x *expander) value(v any, schema any) any {
 }
 
 func (x *expander) str(s string, schema map[string]any) any {
-	whole := placeholderRE.FindStringSubmatchIndex(s)
-	out := placeholderRE.ReplaceAllStringFunc(s, func(m string) string {
-		sub := placeholderRE.FindStringSubmatch(m)
-		if v, ok := x.lookup(sub[1]); ok {
-			return v
-		}
-		if sub[2] != "" {
-			return sub[3]
-		}
-		x.missing[sub[1]] = true
-		return m
-	})
-	if whole == nil || whole[0] != 0 || whole[1] != len(s) || schema == nil {
+	out, missing := interpolate.String(s, x.lookup)
+	for _, m := range missing {
+		x.missing[m] = true
+	}
+	if !interpolate.Lone(s) || schema == nil {
 		return out
 	}
 	switch schema["type"] {

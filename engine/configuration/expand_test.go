@@ -20,11 +20,10 @@ func TestExpandCoercesLonePlaceholders(t *testing.T) {
 	}}
 	in := map[string]any{"port": "${PORT:3111}", "ratio": "${R}", "on": "${ON:true}", "url": "http://${HOST:localhost}:${PORT:1}",
 		"list": []any{"${PORT:1}", 2}, "other": "${MISSING}"}
-	x := newExpander()
-	x.lookup = func(k string) (string, bool) {
+	x := newExpander(func(k string) (string, bool) {
 		v, ok := map[string]string{"R": "0.5", "PORT": "8080"}[k]
 		return v, ok
-	}
+	})
 	got := x.value(in, schema)
 	want := map[string]any{"port": int64(8080), "ratio": 0.5, "on": true, "url": "http://localhost:8080",
 		"list": []any{int64(8080), 2}, "other": "${MISSING}"}
@@ -38,14 +37,14 @@ func TestExpandCoercesLonePlaceholders(t *testing.T) {
 
 func TestStorePersistsAcrossRestarts(t *testing.T) {
 	dir := t.TempDir()
-	w, err := New(dir, nil)
+	w, err := New(dir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.register(context.Background(), callerNone, json.RawMessage(`{"id":"x","name":"X","schema":{"type":"object"},"initial_value":{"a":[1,"b"]}}`)); err != nil {
 		t.Fatal(err)
 	}
-	w2, err := New(dir, nil)
+	w2, err := New(dir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

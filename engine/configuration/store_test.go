@@ -22,7 +22,7 @@ import (
 
 func mustNew(t *testing.T, dir string, log *slog.Logger) *Worker {
 	t.Helper()
-	w, err := New(dir, log)
+	w, err := New(dir, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

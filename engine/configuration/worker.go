@@ -25,6 +25,7 @@ import (
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/interpolate"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -43,7 +44,8 @@ type entry struct {
 
 // Worker holds the entries.
 type Worker struct {
-	store fsStore
+	store  fsStore
+	lookup interpolate.Lookup // the environment values expand from
 
 	mu         sync.Mutex
 	registered map[string]*entry
@@ -52,12 +54,13 @@ type Worker struct {
 }
 
 // New loads the entries kept in dir; log (nil: slog.Default) hears about entries skipped
-// because they cannot be read.
-func New(dir string, log *slog.Logger) (*Worker, error) {
+// because they cannot be read. Values expand ${VAR} from lookup (os.LookupEnv in the binary;
+// nil: no variable is set).
+func New(dir string, log *slog.Logger, lookup interpolate.Lookup) (*Worker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &Worker{store: fsStore{dir: dir, log: log}, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
+	w := &Worker{store: fsStore{dir: dir, log: log}, lookup: lookup, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
 	stored, err := w.store.load()
 	if err != nil {
 		return nil, err
@@ -139,11 +142,11 @@ func oneLine(err error) string {
 
 // validate checks the expanded form of value against the entry's schema. A value whose
 // placeholders cannot all be resolved yet is accepted as a template.
-func (en *entry) validate(value json.RawMessage) error {
+func (en *entry) validate(value json.RawMessage, lookup interpolate.Lookup) error {
 	if en.compiled == nil || isNull(value) {
 		return nil
 	}
-	expanded, missing, err := expandValue(value, en.schemaAny)
+	expanded, missing, err := expandValue(value, en.schemaAny, lookup)
 	if err != nil {
 		return err
 	}
@@ -164,12 +167,12 @@ func validateRaw(s *jsonschema.Schema, raw json.RawMessage) error {
 	return nil
 }
 
-func expandValue(value json.RawMessage, schema any) (json.RawMessage, []string, error) {
+func expandValue(value json.RawMessage, schema any, lookup interpolate.Lookup) (json.RawMessage, []string, error) {
 	var v any
 	if err := json.Unmarshal(value, &v); err != nil {
 		return nil, nil, fail(errcode.InvalidArguments, "value is not JSON: %v", err)
 	}
-	x := newExpander()
+	x := newExpander(lookup)
 	out, err := json.Marshal(x.value(v, schema))
 	return out, x.missingVars(), err
 }
@@ -236,7 +239,7 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 	if isNull(en.Value) {
 		en.Value = json.RawMessage("null")
 	}
-	if err := en.validate(en.Value); err != nil {
+	if err := en.validate(en.Value, w.lookup); err != nil {
 		return nil, err
 	}
 	if hasInitial || w.stored[in.ID].ID == "" {
@@ -273,7 +276,7 @@ func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) 
 		}
 		return nil, fail(errcode.NotRegistered, "configuration '%s' is not registered; call configuration::register first", in.ID)
 	}
-	if err := en.validate(in.Value); err != nil {
+	if err := en.validate(in.Value, w.lookup); err != nil {
 		return nil, err
 	}
 	old := en.Value
@@ -324,7 +327,7 @@ func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	if in.Raw || isNull(value) {
 		return map[string]any{"id": in.ID, "value": value}, nil
 	}
-	expanded, missing, err := expandValue(value, schema)
+	expanded, missing, err := expandValue(value, schema, w.lookup)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/iiidir"
 	"github.com/iii-go/iii/engine/platform"
 )
 
@@ -72,19 +73,7 @@ func (e Env) KVMDevice() string {
 }
 
 // FirmwareDir is the firmware directory: $III_LIB_DIR, else ~/.iii/lib.
-func (e Env) FirmwareDir() string {
-	if d := e.get("III_LIB_DIR"); d != "" {
-		return d
-	}
-	home := e.Home
-	if home == "" {
-		var err error
-		if home, err = os.UserHomeDir(); err != nil {
-			home = "/root"
-		}
-	}
-	return filepath.Join(home, ".iii", "lib")
-}
+func (e Env) FirmwareDir() string { return iiidir.Env{Getenv: e.Getenv, Home: e.Home}.Lib() }
 
 // Run performs every check that applies to target t under the accelerator accel ("" is the
 // default, kvm) and returns the problems found, in the order platform, KVM, libcap-ng,

@@ -189,10 +189,10 @@ func Lookup(engineURL, namespace string) (token, path string, err error) {
 
 // ForCLI is the token a command-line client presents to the engine at engineURL for namespace:
 // the one Compose recorded for this user, unless III_TOKEN_FILE or III_TOKEN names one (the SDK
-// reads those itself); "" when there is none. A record that cannot be trusted is ignored, with
-// a line on warn saying why.
-func ForCLI(engineURL, namespace string, warn io.Writer) string {
-	if os.Getenv(protocol.EnvTokenFile) != "" || os.Getenv(protocol.EnvToken) != "" {
+// reads those itself) in getenv, the client's environment; "" when there is none. A record that
+// cannot be trusted is ignored, with a line on warn saying why.
+func ForCLI(engineURL, namespace string, getenv func(string) string, warn io.Writer) string {
+	if getenv(protocol.EnvTokenFile) != "" || getenv(protocol.EnvToken) != "" {
 		return ""
 	}
 	tok, _, err := Lookup(engineURL, namespace)

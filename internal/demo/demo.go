@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/compose/registry"
+	"github.com/iii-go/iii/engine/iiidir"
 	"github.com/iii-go/iii/engine/platform"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/internal/release"
@@ -203,7 +204,7 @@ func (r *run) prepare() error {
 	if err := os.MkdirAll(filepath.Join(r.home, ".iii"), 0o755); err != nil {
 		return err
 	}
-	if err := os.Symlink(ImageCacheDir(), filepath.Join(r.home, ".iii", "cache")); err != nil {
+	if err := os.Symlink(iiidir.Env{}.Cache(), filepath.Join(r.home, ".iii", "cache")); err != nil {
 		return err
 	}
 	tmpdir := filepath.Join(r.tmp, "tmp")
@@ -214,7 +215,7 @@ func (r *run) prepare() error {
 		return err
 	}
 	r.step("project fixtures/demo copied to %s; HOME=%s (its ~/.iii/cache links to %s; its ~/.iii/lib starts empty)",
-		r.project, r.home, ImageCacheDir())
+		r.project, r.home, iiidir.Env{}.Cache())
 
 	// The user's III_* and XDG_* settings would point the children elsewhere; drop them.
 	for _, kv := range os.Environ() {

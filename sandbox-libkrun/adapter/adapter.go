@@ -7,7 +7,6 @@ package adapter
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/iii-go/iii/engine/excerpt"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/catalog"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
@@ -256,7 +258,7 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 	st := s.opt.Settings
 	if s.pool != nil && poolable(st, p.cpus, p.mem, p.network) {
 		if got, ok := s.pool.take(ctx, img.Name); ok {
-			return s.addBox(req, newUUID(), img.Name, p.idle, got, p.env, "from the warm pool"), nil
+			return s.addBox(req, uuid.NewString(), img.Name, p.idle, got, p.env, "from the warm pool"), nil
 		}
 	}
 	return s.bootFresh(ctx, req, img, p)
@@ -340,7 +342,7 @@ func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.
 		return nil, scode.PullFailed(img.Name, err.Error())
 	}
 
-	id := newUUID()
+	id := uuid.NewString()
 	// A short directory name keeps the machine's socket paths under the 108-byte limit.
 	stateDir := filepath.Join(s.opt.StateDir, strings.ReplaceAll(id, "-", "")[:16])
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
@@ -373,7 +375,7 @@ func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.
 	})
 	if err != nil {
 		os.RemoveAll(stateDir)
-		return nil, scode.BootFailed(tail(vm.BootDetail(err), bootErrorTail))
+		return nil, scode.BootFailed(excerpt.Tail(vm.BootDetail(err), 0, bootErrorTail))
 	}
 	if makeSnapshot != nil {
 		makeSnapshot()
@@ -754,21 +756,4 @@ func (s *Service) Shutdown(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
-}
-
-func newUUID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
 }

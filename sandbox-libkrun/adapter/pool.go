@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/google/uuid"
+
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
@@ -135,7 +137,7 @@ func (p *pool) bootMachine(image string) (pooled, error) {
 	if err != nil {
 		return pooled{}, err
 	}
-	id := "p" + strings.ReplaceAll(newUUID(), "-", "")[:15]
+	id := "p" + strings.ReplaceAll(uuid.NewString(), "-", "")[:15]
 	stateDir := filepath.Join(s.opt.StateDir, id)
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return pooled{}, err

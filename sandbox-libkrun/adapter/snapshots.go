@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iii-go/iii/engine/excerpt"
+
 	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
@@ -111,7 +113,7 @@ func (sn *snapshots) restore(ctx context.Context, bg context.Context, id, image,
 		Env: env, StateDir: stateDir, Hostname: hostname(id)}, e.Machine(), e.Meta.KernelRelease)
 	if err != nil {
 		sn.store.Discard(k)
-		sn.failed(fmt.Sprintf("image %s: restoring the snapshot %s failed, booting instead: %s", image, e.Dir, tail(vm.BootDetail(err), bootErrorTail)))
+		sn.failed(fmt.Sprintf("image %s: restoring the snapshot %s failed, booting instead: %s", image, e.Dir, excerpt.Tail(vm.BootDetail(err), 0, bootErrorTail)))
 		sn.count(func(st *SnapshotStatus) { st.Fallbacks++; st.Booted++ })
 		return nil, func() { sn.makeInBackground(bg, k, image, rootfs) }
 	}
@@ -184,7 +186,7 @@ func (sn *snapshots) makeInBackground(bg context.Context, k snapshot.Key, image,
 			return
 		}
 		if err != nil {
-			sn.failed(fmt.Sprintf("image %s (%d cpus, %d MiB): making a snapshot failed: %s", image, k.CPUs, k.MemoryMB, tail(vm.BootDetail(err), bootErrorTail)))
+			sn.failed(fmt.Sprintf("image %s (%d cpus, %d MiB): making a snapshot failed: %s", image, k.CPUs, k.MemoryMB, excerpt.Tail(vm.BootDetail(err), 0, bootErrorTail)))
 			return
 		}
 		sn.logf("snapshot: image %s (%d cpus, %d MiB) made in %s (boot %s, warm-up %s, save %s): %d MiB in %s",

@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"github.com/iii-go/iii/engine/hostreq"
+	"github.com/iii-go/iii/engine/iiidir"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
@@ -90,16 +91,7 @@ type Paths struct {
 }
 
 // Dir is the firmware directory: $III_LIB_DIR, else ~/.iii/lib (HOME honoured).
-func Dir() string {
-	if d := os.Getenv("III_LIB_DIR"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = "/root"
-	}
-	return filepath.Join(home, ".iii", "lib")
-}
+func Dir() string { return iiidir.Env{}.Lib() }
 
 // DirFor is the firmware directory of guest architecture a: Dir() for the host's, else its
 // subdirectory <arch>.

@@ -1,10 +1,11 @@
 // Package hostcheck verifies, before the adapter serves anything, that this host can run sandbox
 // microVMs: each missing piece is reported on its own with the command that fixes it.
 //
-// Tests and operators can point the checks elsewhere through the environment: III_QEMU (qemu
-// binary), III_VIRTIOFSD (virtiofsd binary), III_KVM_DEVICE (the KVM device, default /dev/kvm),
-// III_LIBCAPNG (a path that must exist in place of libcap-ng.so.0), III_LIB_DIR (firmware
-// directory, default ~/.iii/lib) and III_TARGET (the host's target triple).
+// Tests and operators can point the checks elsewhere through the environment (Config.Getenv):
+// III_QEMU (qemu binary), III_VIRTIOFSD (virtiofsd binary), III_KVM_DEVICE (the KVM device,
+// default /dev/kvm), III_LIBCAPNG (a path that must exist in place of libcap-ng.so.0),
+// III_LIB_DIR (firmware directory, default ~/.iii/lib); III_TARGET (the host's target triple)
+// is platform.Host's.
 //
 // On Linux: qemu for the guest architecture, virtiofsd (file_share virtiofs), /dev/kvm (only
 // under the kvm accelerator, the Linux default, req H2; tcg runs anywhere and auto falls back to
@@ -13,6 +14,7 @@
 package hostcheck
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -48,6 +50,8 @@ type Config struct {
 	Share  string          // the file share: settings.DefaultFileShare of the host
 	// HVF reports whether Hypervisor.framework is usable (macOS): qemu.HVFSupported.
 	HVF func() bool
+	// Getenv is the adapter's environment (os.Getenv in its main); nil is an empty one.
+	Getenv func(string) string
 }
 
 // Run performs every check for c and returns the problems found (none on a ready host). The KVM,
@@ -70,7 +74,10 @@ func Run(c Config) []Problem {
 	}
 	darwin := c.Target.GOOS == "darwin"
 	var ps []Problem
-	if q := qemu.QemuPathFor(c.Arch); !found(q) {
+	if c.Getenv == nil {
+		c.Getenv = func(string) string { return "" }
+	}
+	if q := cmp.Or(c.Getenv("III_QEMU"), qemu.QemuPathFor(c.Arch)); !found(q) {
 		where := q + " not found"
 		if darwin {
 			where = q + " not found on PATH nor in /opt/homebrew/bin"
@@ -80,11 +87,11 @@ func Run(c Config) []Problem {
 	if c.Share == settings.ShareVirtiofs {
 		if darwin {
 			ps = append(ps, Problem{"virtiofsd", "virtiofsd does not exist on macOS; set `file_share: 9p` (the default there)", true})
-		} else if v := qemu.VirtiofsdPath(); !found(v) {
+		} else if v := cmp.Or(c.Getenv("III_VIRTIOFSD"), qemu.DefaultVirtiofsd); !found(v) {
 			ps = append(ps, Problem{"virtiofsd", fmt.Sprintf("virtiofsd is not installed (%s not found); install it with `apt-get install qemu-system-common`", v), true})
 		}
 	}
-	env := hostreq.Env{}
+	env := hostreq.Env{Getenv: c.Getenv}
 	switch {
 	case c.Accel == settings.AccelKVM && darwin:
 		ps = append(ps, Problem{"accelerator", "accelerator `kvm` is Linux's; on macOS use `hvf` (Hypervisor.framework), `auto` or `tcg`", true})

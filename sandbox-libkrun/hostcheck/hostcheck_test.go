@@ -35,7 +35,7 @@ func TestMissingPieces(t *testing.T) {
 	t.Setenv("III_KVM_DEVICE", filepath.Join(dir, "no-kvm"))
 	t.Setenv("III_LIBCAPNG", filepath.Join(dir, "no-libcap-ng.so.0"))
 	t.Setenv("III_LIB_DIR", filepath.Join(dir, "lib"))
-	ps := Run(Config{Target: linux, Accel: settings.AccelKVM})
+	ps := Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelKVM})
 	for check, want := range map[string]string{
 		"qemu":      "apt-get install " + guestarch.Host().QemuPackage,
 		"virtiofsd": "apt-get install qemu-system-common",
@@ -59,15 +59,15 @@ func TestMissingPieces(t *testing.T) {
 func TestKVMNeededOnlyUnderKVM(t *testing.T) {
 	t.Setenv("III_KVM_DEVICE", filepath.Join(t.TempDir(), "no-kvm"))
 	for _, accel := range []string{settings.AccelTCG, settings.AccelAuto} {
-		if p := find(Run(Config{Target: linux, Accel: accel}), "kvm"); p != nil {
+		if p := find(Run(Config{Getenv: os.Getenv, Target: linux, Accel: accel}), "kvm"); p != nil {
 			t.Errorf("accelerator %s: %v", accel, p)
 		}
 	}
-	p := find(Run(Config{Target: linux, Accel: settings.AccelKVM}), "kvm")
+	p := find(Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelKVM}), "kvm")
 	if p == nil || !strings.Contains(p.Message, "`accelerator: tcg`") {
 		t.Fatalf("kvm: %v, want the tcg alternative named", p)
 	}
-	if p := find(Run(Config{Target: linux, Accel: settings.AccelHVF}), "accelerator"); p == nil {
+	if p := find(Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelHVF}), "accelerator"); p == nil {
 		t.Fatal("hvf accepted on Linux")
 	}
 }
@@ -89,7 +89,7 @@ func TestPresentPieces(t *testing.T) {
 	t.Setenv("III_KVM_DEVICE", filepath.Join(dir, "kvm"))
 	t.Setenv("III_LIBCAPNG", filepath.Join(dir, "libcap-ng.so.0"))
 	t.Setenv("III_LIB_DIR", dir)
-	if ps := Run(Config{Target: linux, Accel: settings.AccelKVM}); len(ps) != 0 && !qemuNestedPVMOnly(ps) {
+	if ps := Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelKVM}); len(ps) != 0 && !qemuNestedPVMOnly(ps) {
 		t.Fatalf("problems on a complete host: %v", ps)
 	}
 }
@@ -107,7 +107,7 @@ func TestDarwinMissingPieces(t *testing.T) {
 	t.Setenv("III_QEMU", filepath.Join(dir, "qemu-system-aarch64"))
 	t.Setenv("III_LIB_DIR", filepath.Join(dir, "lib"))
 	t.Setenv("III_LIBCAPNG", filepath.Join(dir, "no-libcap-ng.so.0"))
-	ps := Run(Config{Target: darwin, Accel: settings.AccelHVF, Arch: guestarch.AArch64, HVF: func() bool { return false }})
+	ps := Run(Config{Getenv: os.Getenv, Target: darwin, Accel: settings.AccelHVF, Arch: guestarch.AArch64, HVF: func() bool { return false }})
 	for check, want := range map[string]string{
 		"qemu":     "qemu-system-aarch64 not found on PATH nor in /opt/homebrew/bin); install it with `brew install qemu`",
 		"hvf":      "Hypervisor.framework is not available",
@@ -122,10 +122,10 @@ func TestDarwinMissingPieces(t *testing.T) {
 			t.Errorf("darwin checks %s: %v", c, p)
 		}
 	}
-	if p := find(Run(Config{Target: darwin, Accel: settings.AccelKVM, HVF: func() bool { return true }}), "accelerator"); p == nil {
+	if p := find(Run(Config{Getenv: os.Getenv, Target: darwin, Accel: settings.AccelKVM, HVF: func() bool { return true }}), "accelerator"); p == nil {
 		t.Error("kvm accepted on macOS")
 	}
-	if p := find(Run(Config{Target: darwin, Accel: settings.AccelHVF, Share: settings.ShareVirtiofs, HVF: func() bool { return true }}), "virtiofsd"); p == nil || !strings.Contains(p.Message, "file_share: 9p") {
+	if p := find(Run(Config{Getenv: os.Getenv, Target: darwin, Accel: settings.AccelHVF, Share: settings.ShareVirtiofs, HVF: func() bool { return true }}), "virtiofsd"); p == nil || !strings.Contains(p.Message, "file_share: 9p") {
 		t.Errorf("virtiofs on macOS: %v", p)
 	}
 }
@@ -140,7 +140,7 @@ func TestDarwinReady(t *testing.T) {
 	}
 	t.Setenv("III_QEMU", qemuBin)
 	t.Setenv("III_LIB_DIR", dir)
-	if ps := Run(Config{Target: darwin, Accel: settings.AccelHVF, HVF: func() bool { return true }}); len(ps) != 0 {
+	if ps := Run(Config{Getenv: os.Getenv, Target: darwin, Accel: settings.AccelHVF, HVF: func() bool { return true }}); len(ps) != 0 {
 		t.Fatalf("problems on a ready Mac: %v", ps)
 	}
 }
@@ -148,7 +148,7 @@ func TestDarwinReady(t *testing.T) {
 // Musl Linux and Intel Macs have no adapter build: UNSUPPORTED_PLATFORM and nothing else (req H3).
 func TestUnsupportedPlatforms(t *testing.T) {
 	for _, triple := range []string{"x86_64-unknown-linux-musl", "aarch64-unknown-linux-musl", "x86_64-apple-darwin"} {
-		ps := Run(Config{Target: platform.Parse(triple), Accel: settings.AccelTCG})
+		ps := Run(Config{Getenv: os.Getenv, Target: platform.Parse(triple), Accel: settings.AccelTCG})
 		if len(ps) != 1 || ps[0].Check != "platform" || !strings.Contains(ps[0].Message, "UNSUPPORTED_PLATFORM") || !strings.Contains(ps[0].Message, triple) {
 			t.Errorf("%s: %v", triple, ps)
 		}
@@ -160,7 +160,7 @@ func TestUnsupportedPlatforms(t *testing.T) {
 func TestForeignArchFirmware(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("III_LIB_DIR", dir)
-	c := Config{Target: linux, Accel: settings.AccelTCG, Arch: guestarch.AArch64, Share: settings.Share9P}
+	c := Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelTCG, Arch: guestarch.AArch64, Share: settings.Share9P}
 	p := find(Run(c), "firmware")
 	if p == nil || !strings.Contains(p.Message, "VM firmware for aarch64 guests missing: "+filepath.Join(dir, "aarch64", "iii-vm-vmlinux")) ||
 		!strings.Contains(p.Message, "firmware-aarch64/ beside its binary") || !strings.Contains(p.Message, "dist/firmware/aarch64-unknown-linux-gnu/") {

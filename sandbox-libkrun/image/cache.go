@@ -29,6 +29,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/iii-go/iii/engine/iiidir"
+	"github.com/iii-go/iii/engine/untar"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 )
 
@@ -39,16 +41,7 @@ var ErrNoBin = errors.New("image root filesystem has no bin/ (no linux image for
 const RefAnnotation = "org.opencontainers.image.ref.name"
 
 // DefaultDir is the cache directory: $III_CACHE_DIR, else ~/.iii/cache (HOME honoured).
-func DefaultDir() string {
-	if d := os.Getenv("III_CACHE_DIR"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = "/root"
-	}
-	return filepath.Join(home, ".iii", "cache")
-}
+func DefaultDir() string { return iiidir.Env{}.Cache() }
 
 // Cache is a rootfs cache directory. It is safe for concurrent use within a process; across
 // processes an install is atomic (extract to a temporary directory, then rename).
@@ -320,7 +313,7 @@ func extractImage(img v1.Image, dir string, progress func(bytes int64)) error {
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	cr := &countingReader{r: rc, step: progressStep, tell: progress}
-	if err := extract(cr, dir); err != nil {
+	if _, err := untar.Extract(cr, dir, untar.Options{Links: true, Owners: true, Modes: true}); err != nil {
 		return err
 	}
 	if progress != nil {

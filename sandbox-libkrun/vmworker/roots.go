@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/iii-go/iii/engine/fspath"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
@@ -38,19 +39,11 @@ func (r Roots) List() []string { return append([]string(nil), r.list...) }
 func (r Roots) Check(path string) error {
 	p := canonical(path)
 	for _, root := range r.list {
-		if within(p, root) {
+		if fspath.Within(p, root) {
 			return nil
 		}
 	}
 	return scode.OutsideRoots(p, r.list)
-}
-
-// within reports whether p is root or below it.
-func within(p, root string) bool {
-	if p == root || root == "/" {
-		return true
-	}
-	return strings.HasPrefix(p, root+string(filepath.Separator))
 }
 
 // canonical makes p absolute, cleaned, with symlinks resolved where it exists.
@@ -64,10 +57,10 @@ func canonical(p string) string {
 	return filepath.Clean(p)
 }
 
-// PackageCache is Compose's package cache: $III_COMPOSE_STATE_DIR/packages, else
-// ~/.iii/compose/packages.
-func PackageCache() string {
-	if d := os.Getenv("III_COMPOSE_STATE_DIR"); d != "" {
+// PackageCache is Compose's package cache: <stateDir>/packages when stateDir
+// ($III_COMPOSE_STATE_DIR) is set, else ~/.iii/compose/packages.
+func PackageCache(stateDir string) string {
+	if d := stateDir; d != "" {
 		return filepath.Join(d, "packages")
 	}
 	home, _ := os.UserHomeDir()

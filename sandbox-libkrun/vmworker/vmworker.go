@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iii-go/iii/engine/fspath"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/adapter"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -397,7 +398,7 @@ func (m *Manager) handToken(ctx context.Context, machine vm.Machine) ([]string, 
 
 // exposesToken reports whether mounting host would show the compose file's .iii/ directory.
 func (m *Manager) exposesToken(host string) bool {
-	return m.opt.ComposeDir != "" && within(m.opt.ComposeDir, host)
+	return m.opt.ComposeDir != "" && fspath.Within(m.opt.ComposeDir, host)
 }
 
 // run executes the worker's command, appending its output to logs/worker.log, and stops the VM

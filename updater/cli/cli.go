@@ -31,8 +31,8 @@ Environment: III_RELEASE_URL (release tree, file:// or http(s)://), BIN_DIR, III
 `
 
 // Run runs `iii update ARGS` with the version of the running binary and returns the exit code.
-func Run(version string, args []string) int {
-	return run(context.Background(), version, args, os.Stdout, os.Stderr)
+func Run(version string, args []string, getenv func(string) string) int {
+	return run(context.Background(), version, args, os.Stdout, os.Stderr, getenv)
 }
 
 // options are the parsed arguments.
@@ -64,7 +64,7 @@ func parse(args []string) (options, error) {
 	return o, nil
 }
 
-func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	o, err := parse(args)
 	if err != nil {
 		return errcode.Exit(stderr, err)
@@ -82,15 +82,16 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	if err != nil {
 		return errcode.Exit(stderr, err)
 	}
-	binDir, err := install.Dir()
+	binDir, err := install.Dir(getenv(install.DirEnv))
 	if err != nil {
 		return errcode.Exit(stderr, err)
 	}
 	u := &updater{
 		stderr: stderr,
-		src:    release.FromEnv(),
+		src:    release.From(getenv(release.URLEnv)),
 		target: platform.Host(),
 		binDir: binDir,
+		path:   getenv("PATH"),
 	}
 	if o.target == "" {
 		names = gen.forTarget(names, u.target.Triple)
@@ -145,6 +146,7 @@ type updater struct {
 	src      *release.Source
 	target   platform.Target
 	binDir   string
+	path     string // $PATH
 	manifest *release.Manifest
 	resolved error
 }

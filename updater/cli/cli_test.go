@@ -74,7 +74,7 @@ func TestArguments(t *testing.T) {
 		{[]string{"iii-worker"}, 2, "", "error[UPDATE_TARGET_REMOVED]: iii-worker is not part of iii since 0.26"},
 	} {
 		var out, errb bytes.Buffer
-		code := run(context.Background(), "0.26.0", c.args, &out, &errb)
+		code := run(context.Background(), "0.26.0", c.args, &out, &errb, os.Getenv)
 		if code != c.code || !strings.HasPrefix(out.String(), c.out) || !strings.HasPrefix(errb.String(), c.err) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", c.args, code, out.String(), errb.String())
 		}
@@ -103,7 +103,7 @@ func setup(t *testing.T) string {
 func TestLegacyUpdateInstallsIiiThenMissesCompanions(t *testing.T) {
 	home := setup(t)
 	var out, errb bytes.Buffer
-	code := run(context.Background(), "0.25.0", nil, &out, &errb)
+	code := run(context.Background(), "0.25.0", nil, &out, &errb, os.Getenv)
 	want := `  Checking all binaries for updates...
   Checking for updates to iii...
   Updating iii to v0.26.0...
@@ -131,7 +131,7 @@ func TestCurrentUpdateIsCleanAndListsLeftovers(t *testing.T) {
 	os.WriteFile(filepath.Join(bin, "iii-worker"), []byte("#!/bin/sh\necho 0.25.0\n"), 0o755)
 	os.MkdirAll(filepath.Join(home, ".iii", "pids"), 0o755)
 	var out, errb bytes.Buffer
-	code := run(context.Background(), "0.26.0", nil, &out, &errb)
+	code := run(context.Background(), "0.26.0", nil, &out, &errb, os.Getenv)
 	want := strings.ReplaceAll(`  Checking all binaries for updates...
   Checking for updates to iii...
   ✓ iii is already up to date (v0.26.0)

@@ -19,7 +19,7 @@ func (u *updater) checkShadow(ctx context.Context) {
 	}
 	s, ok := shadow.Find(Self, installed)
 	if !ok {
-		if !onPath(u.binDir) {
+		if !onPath(u.binDir, u.path) {
 			fmt.Fprintf(u.stderr, "  note: %s is not on your PATH. Add it: export PATH=\"%s:$PATH\"\n", u.binDir, u.binDir)
 		}
 		return
@@ -28,9 +28,9 @@ func (u *updater) checkShadow(ctx context.Context) {
 	fmt.Fprintf(u.stderr, "  %s\n", s.Fix(u.binDir))
 }
 
-// onPath reports whether dir is one of $PATH's entries.
-func onPath(dir string) bool {
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
+// onPath reports whether dir is one of path's ($PATH's) entries.
+func onPath(dir, path string) bool {
+	for _, d := range filepath.SplitList(path) {
 		if filepath.Clean(d) == filepath.Clean(dir) {
 			return true
 		}

@@ -28,7 +28,7 @@ func TestUpdateRefusesABinaryThatDoesNotRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out, errb bytes.Buffer
-		code := run(context.Background(), "0.25.0", []string{"self"}, &out, &errb)
+		code := run(context.Background(), "0.25.0", []string{"self"}, &out, &errb, os.Getenv)
 		if code != 1 || !strings.Contains(errb.String(), "error[BINARY_CHECK_FAILED]") || !strings.Contains(errb.String(), filepath.Join(bin, "iii")+" was left untouched") {
 			t.Errorf("%q: exit %d, stderr:\n%s", data, code, errb.String())
 		}
@@ -52,7 +52,7 @@ func TestUpdateRemovesLeftoverTemp(t *testing.T) {
 	os.WriteFile(filepath.Join(bin, "iii"), []byte("#!/bin/sh\necho 0.26.0\n"), 0o755)
 	os.WriteFile(filepath.Join(bin, ".iii.new-670185483"), []byte("partial"), 0o755)
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), "0.26.0", []string{"self"}, &out, &errb); code != 0 {
+	if code := run(context.Background(), "0.26.0", []string{"self"}, &out, &errb, os.Getenv); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	if !strings.Contains(errb.String(), "removed .iii.new-670185483, left in "+bin+" by an interrupted update") {

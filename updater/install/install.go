@@ -21,15 +21,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/updater/errcode"
 )
 
 // DirEnv names the variable that overrides the install directory.
 const DirEnv = "BIN_DIR"
 
-// Dir returns $BIN_DIR, or ~/.local/bin.
-func Dir() (string, error) {
-	if d := os.Getenv(DirEnv); d != "" {
+// Dir returns binDir ($BIN_DIR) made absolute, or ~/.local/bin when it is "".
+func Dir(binDir string) (string, error) {
+	if d := binDir; d != "" {
 		return filepath.Abs(d)
 	}
 	home, err := os.UserHomeDir()
@@ -165,7 +166,7 @@ func Sweep(dest string) []string {
 		}
 		if p, ok := strings.CutPrefix(rest, "p"); ok {
 			pid, _, _ := strings.Cut(p, "-")
-			if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || processAlive(n)) {
+			if n, err := strconv.Atoi(pid); err == nil && n > 0 && (n == os.Getpid() || procgroup.Alive(n)) {
 				continue
 			}
 		}

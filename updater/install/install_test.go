@@ -90,12 +90,10 @@ func TestWriteFailureLeavesNoTemp(t *testing.T) {
 
 func TestDir(t *testing.T) {
 	t.Setenv("HOME", "/h")
-	t.Setenv(DirEnv, "")
-	if d, _ := Dir(); d != "/h/.local/bin" {
+	if d, _ := Dir(""); d != "/h/.local/bin" {
 		t.Errorf("default Dir = %q", d)
 	}
-	t.Setenv(DirEnv, "/opt/bin")
-	if d, _ := Dir(); d != "/opt/bin" {
+	if d, _ := Dir("/opt/bin"); d != "/opt/bin" {
 		t.Errorf("BIN_DIR Dir = %q", d)
 	}
 }

@@ -75,9 +75,8 @@ type Source struct {
 	Client *http.Client // for http(s); nil means a client with a 60s timeout
 }
 
-// FromEnv returns the tree named by $III_RELEASE_URL, or DefaultURL.
-func FromEnv() *Source {
-	base := os.Getenv(URLEnv)
+// From returns the tree at base ($III_RELEASE_URL), or DefaultURL when base is "".
+func From(base string) *Source {
 	if base == "" {
 		base = DefaultURL
 	}

@@ -3,7 +3,6 @@ package rbacproxy
 import (
 	"fmt"
 	"net/url"
-	"os"
 
 	"gopkg.in/yaml.v3"
 
@@ -57,11 +56,11 @@ func Default() Config {
 	return Config{Host: DefaultHost, Port: DefaultPort, HandshakeTimeoutMS: DefaultHandshakeMS}
 }
 
-// Check completes c (the engine URL's default, an empty rbac: block) and refuses what cannot
-// work, with CONFIG_INVALID naming the key.
-func (c *Config) Check() error {
+// Check completes c (the engine URL's default: envURL, $III_URL, else protocol.DefaultURL; an
+// empty rbac: block) and refuses what cannot work, with CONFIG_INVALID naming the key.
+func (c *Config) Check(envURL string) error {
 	if c.EngineURL == "" {
-		c.EngineURL = os.Getenv(protocol.EnvURL)
+		c.EngineURL = envURL
 	}
 	if c.EngineURL == "" {
 		c.EngineURL = protocol.DefaultURL

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/wconfig"
 )
 
@@ -17,10 +18,10 @@ func load(t *testing.T, yaml string) (Config, error) {
 		t.Fatal(err)
 	}
 	c := Default()
-	if _, err := wconfig.Load(path, &c); err != nil {
+	if _, err := wconfig.Load(path, &c, os.LookupEnv); err != nil {
 		return c, err
 	}
-	return c, c.Check()
+	return c, c.Check(os.Getenv(protocol.EnvURL))
 }
 
 func TestConfig(t *testing.T) {

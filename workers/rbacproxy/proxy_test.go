@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -132,7 +133,7 @@ func gateCalls() *fakeCalls {
 
 func startProxy(t *testing.T, cfg Config, calls Caller) *Proxy {
 	t.Helper()
-	if err := cfg.Check(); err != nil {
+	if err := cfg.Check(os.Getenv(protocol.EnvURL)); err != nil {
 		t.Fatal(err)
 	}
 	p := New(cfg, calls, "1.2.3", slog.New(slog.NewTextHandler(io.Discard, nil)))

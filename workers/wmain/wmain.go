@@ -29,8 +29,10 @@ type Main struct {
 	Setup   func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (cleanup func(), err error)
 }
 
-// Run parses the command line, runs the worker until SIGINT or SIGTERM, and exits.
-func (m Main) Run() {
+// Run parses the command line, runs the worker until SIGINT or SIGTERM, and exits. lookupEnv
+// is the command's environment (os.LookupEnv): $III_CONFIG, the configuration's ${VAR} and
+// $III_WORKER_NAME.
+func (m Main) Run(lookupEnv func(string) (string, bool)) {
 	fs := flag.NewFlagSet(m.Name, flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "configuration file (YAML or JSON; default $III_CONFIG)")
 	check := fs.Bool("check", false, "read the configuration, print it as understood and exit")
@@ -43,7 +45,7 @@ func (m Main) Run() {
 		fmt.Println(m.Version)
 		return
 	}
-	if _, err := wconfig.Load(*cfgPath, m.Config); err != nil {
+	if _, err := wconfig.Load(*cfgPath, m.Config, lookupEnv); err != nil {
 		fail(errcode.ConfigInvalid, err)
 	}
 	if *check {
@@ -53,7 +55,7 @@ func (m Main) Run() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", m.Name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	name := os.Getenv(protocol.EnvWorkerName)
+	name, _ := lookupEnv(protocol.EnvWorkerName)
 	if name == "" {
 		name = m.Name
 	}

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		Main{Name: "test", Version: "1.2.3", Config: cfg,
 			Setup: func(context.Context, *protocol.Worker, *slog.Logger) (func(), error) {
 				return nil, errors.New("no storage here")
-			}}.Run()
+			}}.Run(os.LookupEnv)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

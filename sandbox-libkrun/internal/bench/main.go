@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -37,7 +38,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	p := firmware.At(*fw)
-	d, err := qemu.New(qemu.Options{Accel: *accel, Kernel: p.Kernel, Initrd: p.Initrd})
+	d, err := qemu.New(qemu.Options{Accel: *accel, Kernel: p.Kernel, Initrd: p.Initrd, Qemu: os.Getenv("III_QEMU"), Virtiofsd: os.Getenv("III_VIRTIOFSD"), KVMDevice: os.Getenv("III_KVM_DEVICE")})
 	if err != nil {
 		fmt.Println("bench (sandbox-libkrun): skipped:", err)
 		return
@@ -112,7 +113,8 @@ func guestSection(ctx context.Context, name, fw, accel string, n int) error {
 	cache := image.NewCacheFor(image.DirFor(image.DefaultDir(), a), a)
 	fmt.Printf("%s guests: accelerator %s; firmware %s\n", a.Name, accel, fw)
 	for _, share := range []string{qemu.ShareVirtiofs, qemu.Share9P} {
-		d, err := qemu.New(qemu.Options{Arch: a, Share: share, Accel: accel, Kernel: p.Kernel, Initrd: p.Initrd})
+		d, err := qemu.New(qemu.Options{Arch: a, Share: share, Accel: accel, Kernel: p.Kernel, Initrd: p.Initrd,
+			Qemu: os.Getenv("III_QEMU"), Virtiofsd: os.Getenv("III_VIRTIOFSD"), KVMDevice: os.Getenv("III_KVM_DEVICE")})
 		if err != nil {
 			fmt.Printf("%s guests: skipped: %v\n", a.Name, err)
 			return nil
@@ -152,7 +154,7 @@ func otherArch() guestarch.Arch {
 
 // defaultAccel is tcg where /dev/kvm is absent, auto elsewhere (as the demo and the suite pick).
 func defaultAccel() string {
-	if _, err := os.Stat(qemu.KVMDevice()); err != nil {
+	if _, err := os.Stat(cmp.Or(os.Getenv("III_KVM_DEVICE"), qemu.DefaultKVMDevice)); err != nil {
 		return "tcg"
 	}
 	return "auto"

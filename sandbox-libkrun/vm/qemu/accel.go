@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/iii-go/iii/engine/excerpt"
 	"github.com/iii-go/iii/engine/procgroup"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -20,13 +21,8 @@ import (
 // floorMarker is what the guest agent prints in floor mode (guest.FloorMarker).
 const floorMarker = "iii-floor: init reached"
 
-// KVMDevice is the KVM device the driver checks: $III_KVM_DEVICE or /dev/kvm.
-func KVMDevice() string {
-	if p := os.Getenv("III_KVM_DEVICE"); p != "" {
-		return p
-	}
-	return "/dev/kvm"
-}
+// DefaultKVMDevice is the KVM device the driver probes by default.
+const DefaultKVMDevice = "/dev/kvm"
 
 // NestedPVM reports whether KVM is served only by a nested "PVM" module (kvm_pvm loaded,
 // neither kvm_intel nor kvm_amd), which cannot run a stock guest kernel: its guests need a
@@ -49,7 +45,7 @@ func (d *Driver) detectAccel() string {
 		}
 		return "tcg"
 	}
-	f, err := os.OpenFile(KVMDevice(), os.O_RDWR, 0)
+	f, err := os.OpenFile(d.opt.KVMDevice, os.O_RDWR, 0)
 	if err != nil {
 		return "tcg"
 	}
@@ -124,11 +120,11 @@ func (d *Driver) floor(ctx context.Context, accel string, memoryMB int) (time.Du
 	case err := <-done:
 		dur := time.Since(start)
 		if err != nil {
-			return 0, "", fmt.Errorf("floor boot: %w\n%s", err, tail(out.String(), 32, 4096))
+			return 0, "", fmt.Errorf("floor boot: %w\n%s", err, excerpt.Tail(out.String(), 32, 4096))
 		}
 		// A kernel panic also ends qemu cleanly (panic=-1, -no-reboot): require the agent's word.
 		if !strings.Contains(out.String(), floorMarker) {
-			return 0, "", fmt.Errorf("floor boot: the guest never reached /init\n%s", tail(out.String(), 32, 4096))
+			return 0, "", fmt.Errorf("floor boot: the guest never reached /init\n%s", excerpt.Tail(out.String(), 32, 4096))
 		}
 		return dur, out.String(), nil
 	case <-ctx.Done():

@@ -16,8 +16,7 @@ func fakeDriver(t *testing.T, opt Options) *Driver {
 }
 
 func TestAccelWithoutKVMDevice(t *testing.T) {
-	t.Setenv("III_KVM_DEVICE", filepath.Join(t.TempDir(), "kvm"))
-	if got := fakeDriver(t, Options{Accel: "auto"}).Name(); got != "qemu-microvm/tcg" {
+	if got := fakeDriver(t, Options{Accel: "auto", KVMDevice: filepath.Join(t.TempDir(), "kvm")}).Name(); got != "qemu-microvm/tcg" {
 		t.Fatalf("Name() = %q", got)
 	}
 }
@@ -30,8 +29,7 @@ func TestAccelExplicit(t *testing.T) {
 
 func TestAccelProbeFailureFallsBack(t *testing.T) {
 	// With a usable device node but a qemu that fails at once, the probe boot fails: TCG.
-	t.Setenv("III_KVM_DEVICE", "/dev/null")
-	if got := fakeDriver(t, Options{Accel: "auto"}).Accel(); got != "tcg" {
+	if got := fakeDriver(t, Options{Accel: "auto", KVMDevice: "/dev/null"}).Accel(); got != "tcg" {
 		t.Fatalf("Accel() = %q", got)
 	}
 }

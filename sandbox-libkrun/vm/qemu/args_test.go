@@ -86,8 +86,7 @@ func TestAutoForeignArchIsTCG(t *testing.T) {
 	if other.Native() {
 		other = guestarch.X86_64
 	}
-	t.Setenv("III_KVM_DEVICE", "/dev/null")
-	if got := fakeDriver(t, Options{Arch: other, Accel: "auto"}).Accel(); got != "tcg" {
+	if got := fakeDriver(t, Options{Arch: other, Accel: "auto", KVMDevice: "/dev/null"}).Accel(); got != "tcg" {
 		t.Fatalf("Accel() = %q", got)
 	}
 }

@@ -50,8 +50,9 @@ const (
 type Options struct {
 	Arch        guestarch.Arch // guest architecture; default the host's
 	Share       string         // ShareVirtiofs (default on Linux) or Share9P (default on macOS)
-	Qemu        string         // qemu-system binary: $III_QEMU, else QemuPathFor(Arch)
-	Virtiofsd   string         // $III_VIRTIOFSD, else /usr/lib/qemu/virtiofsd
+	Qemu        string         // qemu-system binary (the adapter passes $III_QEMU); default QemuPathFor(Arch)
+	Virtiofsd   string         // virtiofsd binary (the adapter passes $III_VIRTIOFSD); default DefaultVirtiofsd
+	KVMDevice   string         // the KVM device auto probes (the adapter passes $III_KVM_DEVICE); default DefaultKVMDevice
 	Kernel      string         // uncompressed kernel; default from firmware.LocateFor(Arch)
 	Initrd      string         // agent initramfs; default from firmware.LocateFor(Arch)
 	Accel       string         // "kvm", "hvf", "tcg" or "auto" (the default: KVM/HVF when usable, else TCG)
@@ -89,7 +90,10 @@ func New(opt Options) (*Driver, error) {
 		opt.Qemu = QemuPathFor(opt.Arch)
 	}
 	if opt.Virtiofsd == "" {
-		opt.Virtiofsd = VirtiofsdPath()
+		opt.Virtiofsd = DefaultVirtiofsd
+	}
+	if opt.KVMDevice == "" {
+		opt.KVMDevice = DefaultKVMDevice
 	}
 	if opt.Kernel == "" || opt.Initrd == "" {
 		p, err := firmware.LocateFor(opt.Arch)
@@ -132,13 +136,10 @@ func QemuInstall(goos string, a guestarch.Arch) string {
 // QemuPath is the qemu binary for guests of the host's architecture (QemuPathFor).
 func QemuPath() string { return QemuPathFor(guestarch.Host()) }
 
-// QemuPathFor is the qemu binary the driver uses by default for guests of a: $III_QEMU, else
-// a.Qemu on PATH; on macOS, where an adapter started by Compose may lack Homebrew's directory in
-// PATH, Homebrew's copy when PATH has none.
+// QemuPathFor is the qemu binary the driver uses by default for guests of a: a.Qemu on PATH; on
+// macOS, where an adapter started by Compose may lack Homebrew's directory in PATH, Homebrew's
+// copy when PATH has none.
 func QemuPathFor(a guestarch.Arch) string {
-	if p := os.Getenv("III_QEMU"); p != "" {
-		return p
-	}
 	if runtime.GOOS == "darwin" {
 		if _, err := exec.LookPath(a.Qemu); err != nil {
 			for _, dir := range homebrewBins {
@@ -159,13 +160,8 @@ func isFile(p string) bool {
 	return err == nil && !st.IsDir()
 }
 
-// VirtiofsdPath is the virtiofsd binary the driver uses by default: $III_VIRTIOFSD or Debian's.
-func VirtiofsdPath() string {
-	if p := os.Getenv("III_VIRTIOFSD"); p != "" {
-		return p
-	}
-	return "/usr/lib/qemu/virtiofsd"
-}
+// DefaultVirtiofsd is the virtiofsd binary the driver uses by default: Debian's.
+const DefaultVirtiofsd = "/usr/lib/qemu/virtiofsd"
 
 // Name reports the driver, its acceleration and, when it is not virtiofs, its file share, e.g.
 // "qemu-microvm/tcg" or "qemu-virt/hvf/9p".
@@ -348,18 +344,4 @@ func tagFor(i int) string {
 		return "root"
 	}
 	return "m" + strconv.Itoa(i)
-}
-
-// tail returns the last lines of s, at most maxLines lines and maxBytes bytes.
-func tail(s string, maxLines, maxBytes int) string {
-	s = strings.TrimRight(s, "\n")
-	lines := strings.Split(s, "\n")
-	if len(lines) > maxLines {
-		lines = lines[len(lines)-maxLines:]
-	}
-	out := strings.Join(lines, "\n")
-	if len(out) > maxBytes {
-		out = out[len(out)-maxBytes:]
-	}
-	return out
 }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/excerpt"
+
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
@@ -407,7 +409,7 @@ func (m *machine) consoleTail() string {
 	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
 		return ""
 	}
-	return "\n--- VM console (last lines) ---\n" + tail(string(b), 32, 4096)
+	return "\n--- VM console (last lines) ---\n" + excerpt.Tail(string(b), 32, 4096)
 }
 
 func (m *machine) readLoop() {

@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/iii-go/iii/engine/fspath"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
@@ -131,11 +132,6 @@ func (a *adapter) stateDir(id string) string {
 	return filepath.Join(a.home, ".iii", "sandbox", "workers", id)
 }
 
-func under(path, root string) bool {
-	rel, err := filepath.Rel(root, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-}
-
 func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 	var in struct {
 		VMID    string            `json:"vm_id"`
@@ -150,7 +146,7 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 	}
 	ok := false
 	for _, r := range a.roots {
-		ok = ok || under(in.Dir, r)
+		ok = ok || fspath.Within(in.Dir, r)
 	}
 	if !ok {
 		return nil, sErr(scode.S501, "config", fmt.Sprintf("host path '%s' is outside the adapter's host roots (%s); the adapter reads its roots only when it starts: "+

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
@@ -51,5 +52,5 @@ func main() {
 			return nil, err
 		}
 		return st.Close, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -71,5 +72,5 @@ func main() {
 				log.Warn("removing the pooled stream channels", "err", err)
 			}
 		}, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

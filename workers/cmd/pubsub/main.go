@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
@@ -57,5 +58,5 @@ func main() {
 			return nil, err
 		}
 		return cleanup, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

@@ -17,6 +17,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
@@ -77,5 +78,5 @@ func main() {
 			return nil, err
 		}
 		return cleanup, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

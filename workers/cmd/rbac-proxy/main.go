@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/rbacproxy"
@@ -32,7 +33,7 @@ var version = "0.0.0-dev"
 func main() {
 	cfg := rbacproxy.Default()
 	wmain.Main{Name: "rbac-proxy", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
-		if err := cfg.Check(); err != nil {
+		if err := cfg.Check(os.Getenv(protocol.EnvURL)); err != nil {
 			return nil, err
 		}
 		p := rbacproxy.New(cfg, w, version, log)
@@ -47,5 +48,5 @@ func main() {
 			return nil, err
 		}
 		return p.Close, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/errcode"
@@ -72,5 +73,5 @@ func main() {
 			return nil, err
 		}
 		return st.Close, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }

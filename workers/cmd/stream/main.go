@@ -16,6 +16,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
 
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/stream"
@@ -28,5 +29,5 @@ func main() {
 	cfg := stream.Default()
 	wmain.Main{Name: "stream", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
 		return stream.Setup(ctx, cfg, w, log)
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }
