@@ -43,5 +43,5 @@ func main() {
 		}
 		b.Start(ctx)
 		return b.Close, nil
-	}}.Run()
+	}}.Run(os.LookupEnv)
 }
