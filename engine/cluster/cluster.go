@@ -23,12 +23,17 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/iii-go/iii/engine/backoff"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
 // subjectPrefix starts every function's subject: iii.fn.<hex namespace>.<hex function id>.
 const subjectPrefix = "iii.fn."
+
+// relink is the NATS link's reconnect schedule: the project's one backoff, full jitter, so the
+// engines of a cluster that lost a node do not come back in step.
+var relink = backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 
 // queueGroup is the queue group every engine subscribes a function's subject in.
 const queueGroup = "iii-engines"
@@ -130,8 +135,8 @@ type Options struct {
 // Connect joins the cluster. The NATS client reconnects on its own (to any of the URLs and the
 // servers the cluster announces) for as long as the engine runs.
 func Connect(o Options, serve ServeFunc) (*Cluster, error) {
-	opts := []nats.Option{nats.Name("iii engine " + o.Name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
-		nats.ReconnectJitter(250*time.Millisecond, time.Second)}
+	opts := []nats.Option{nats.Name("iii engine " + o.Name), nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration { return relink.Jitter(attempts) })}
 	if o.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
 	}

@@ -36,7 +36,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -101,7 +100,8 @@ type Invoker struct {
 	lookup func(string) (string, bool)
 }
 
-// New returns an invoker; lookup reads secrets (nil: the process environment).
+// New returns an invoker; lookup reads the secrets that auth names (the binary's environment,
+// handed down from main; nil: none is set).
 func New(sec Security, lookup func(string) (string, bool)) (*Invoker, error) {
 	for _, p := range sec.URLAllowlist {
 		if _, err := path.Match(p, ""); err != nil {
@@ -109,7 +109,7 @@ func New(sec Security, lookup func(string) (string, bool)) (*Invoker, error) {
 		}
 	}
 	if lookup == nil {
-		lookup = os.LookupEnv
+		lookup = func(string) (string, bool) { return "", false }
 	}
 	inv := &Invoker{sec: sec, lookup: lookup}
 	d := &net.Dialer{Timeout: 10 * time.Second, Control: inv.checkDial}
