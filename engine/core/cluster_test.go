@@ -206,27 +206,9 @@ func BenchmarkClusterCall(b *testing.B) {
 	url := natsURL(b)
 	a, c := clusterEngine(b, url, "a"), clusterEngine(b, url, "c")
 	echo := func(_ context.Context, in json.RawMessage) (any, error) { return in, nil }
-	for _, u := range []string{a, c} {
-		w := protocol.NewWorker(protocol.Config{URL: u, Name: "bench"})
-		fn := "local::echo"
-		if u == c {
-			fn = "remote::echo"
-		}
-		_ = w.Register(fn, echo)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := w.Start(ctx); err != nil {
-			b.Fatal(err)
-		}
-		cancel()
-		b.Cleanup(func() { _ = w.Close() })
-	}
-	cl := protocol.NewWorker(protocol.Config{URL: a, Name: "caller"})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := cl.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	worker(b, a, "default", map[string]protocol.Handler{"local::echo": echo})
+	worker(b, c, "default", map[string]protocol.Handler{"remote::echo": echo})
+	cl := worker(b, a, "default", nil)
 	waitRemote(b, cl, "remote::echo", nil)
 	payload := json.RawMessage(`{"sandbox_id":"0d6f8c1e","cmd":"echo","args":["hello"]}`)
 	run := func(fn string) time.Duration {

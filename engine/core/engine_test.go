@@ -43,7 +43,9 @@ func startEngine(t *testing.T, opts Options) (*Engine, string) {
 	return e, url
 }
 
-func worker(t *testing.T, url, ns string, fns map[string]protocol.Handler) *protocol.Worker {
+// worker starts a worker named t-<ns> on the engine at url, serving fns, and closes it at the
+// end of the test or benchmark.
+func worker(t testing.TB, url, ns string, fns map[string]protocol.Handler) *protocol.Worker {
 	t.Helper()
 	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: ns, Name: "t-" + ns})
 	for id, h := range fns {
