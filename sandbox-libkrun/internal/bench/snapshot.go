@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
@@ -83,5 +86,64 @@ func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int,
 		fmt.Printf("%s %s  %s\n", pad("restore + "+c.Label+":", 44), s, verdict(s, floor, c.Target))
 		b.Print(os.Stdout, "the restore")
 	}
+	return idleMemory(ctx, d, spec, file, info.KernelRelease, rootfs, filepath.Join(dir, "mem"))
+}
+
+// idleMemory prints the host memory of a machine restored from file and of one booted on rootfs
+// as a sandbox boots with snapshots off (over a file share), each idle after one python run:
+// the resident set of every host process behind it (qemu, virtiofsd), with issue 28's target.
+func idleMemory(ctx context.Context, d *qemu.Driver, spec vm.Spec, file, release, rootfs, dir string) error {
+	if runtime.GOOS != "linux" {
+		fmt.Println("host memory, idle machine: not measured (it reads Linux's /proc)")
+		return nil
+	}
+	idle := func(m vm.Machine, err error) (int64, error) {
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = m.Stop(ctx); <-m.Done() }()
+		if _, err := m.Exec(ctx, vm.ExecRequest{Argv: []string{"python3", "-c", "pass"}, Timeout: time.Minute}); err != nil {
+			return 0, err
+		}
+		return residentKiB(m.PIDs())
+	}
+	r := spec
+	r.StateDir = filepath.Join(dir, "restored")
+	restored, err := idle(d.Restore(ctx, r, file, release))
+	if err != nil {
+		return fmt.Errorf("restored machine: %w", err)
+	}
+	b := vm.Spec{RootFS: rootfs, CPUs: spec.CPUs, MemoryMB: spec.MemoryMB, ScratchMB: spec.ScratchMB, StateDir: filepath.Join(dir, "booted")}
+	booted, err := idle(d.Boot(ctx, b))
+	if err != nil {
+		return fmt.Errorf("booted machine: %w", err)
+	}
+	mark := "met"
+	if restored > booted {
+		mark = "NOT met"
+	}
+	fmt.Printf("%s restored %d MiB, booted %d MiB  (target: restored at most booted, %s)\n",
+		pad(fmt.Sprintf("host memory, idle machine (%d MiB):", spec.MemoryMB), 44), restored>>10, booted>>10, mark)
 	return nil
+}
+
+// residentKiB sums VmRSS over pids (Linux's /proc).
+func residentKiB(pids []int) (int64, error) {
+	var sum int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			return 0, err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("/proc/%d/status: VmRSS %q", pid, v)
+				}
+				sum += kb
+			}
+		}
+	}
+	return sum, nil
 }

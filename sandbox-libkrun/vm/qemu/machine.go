@@ -212,7 +212,7 @@ func (d *Driver) startVirtiofsd(ctx context.Context, m *machine, log *os.File) (
 	for i, sh := range shares {
 		sock := filepath.Join(m.sockDir, fmt.Sprintf("vfs%d.sock", i))
 		_ = os.Remove(sock)
-		p, err := startProc("virtiofsd", virtiofsdArgv(d.opt.Virtiofsd, sh.Host, sock, sh.ReadOnly), log)
+		p, err := startProc("virtiofsd", virtiofsdArgv(d.opt.Virtiofsd, sh.Host, sock, sh.ReadOnly), log, false)
 		if err != nil {
 			return nil, fmt.Errorf("start virtiofsd: %w", err)
 		}
@@ -234,7 +234,9 @@ func (d *Driver) startQemu(ctx context.Context, m *machine, accel string, socks 
 	argv := append([]string{d.opt.Qemu}, d.qemuArgs(qemuConfig{spec: m.spec, accel: accel, vfsSocks: socks, ctrlSock: ctrl,
 		qmpSock: m.qmpSock, incoming: m.incoming})...)
 	var err error
-	m.qemu, err = startProc("qemu", argv, log)
+	// A restore's RAM is filled by qemu's migration load, which huge pages would make resident in
+	// full (startWithoutHugePages); a boot's is filled by its guest alone.
+	m.qemu, err = startProc("qemu", argv, log, m.incoming)
 	if err != nil {
 		return fmt.Errorf("start qemu: %w", err)
 	}

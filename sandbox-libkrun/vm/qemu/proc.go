@@ -22,12 +22,18 @@ type proc struct {
 	err  error
 }
 
-func startProc(name string, argv []string, log *os.File) (*proc, error) {
+// startProc starts argv with its output to log. small asks for a process whose memory is
+// never backed by huge pages (startWithoutHugePages).
+func startProc(name string, argv []string, log *os.File, small bool) (*proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = log
 	cmd.Stderr = log
 	cmd.SysProcAttr = procgroup.Attr(true)
-	if err := startCmd(cmd); err != nil {
+	start := startCmd
+	if small {
+		start = startWithoutHugePages
+	}
+	if err := start(cmd); err != nil {
 		return nil, err
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}

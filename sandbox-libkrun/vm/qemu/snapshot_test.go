@@ -84,6 +84,9 @@ func TestSnapshotRestore(t *testing.T) {
 		if code(res) != 0 {
 			t.Fatalf("sh -c true: exit %d", code(res))
 		}
+		if kib := residentKiB(t, m.PIDs()[0]); kib >= int64(spec.MemoryMB)<<10 {
+			t.Fatalf("restore %d: qemu holds %d MiB, the whole RAM of the machine (%d MiB): the load made untouched pages resident", i, kib>>10, spec.MemoryMB)
+		}
 		res = run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "head -c 32 /dev/urandom; cat /proc/sys/kernel/hostname; ls /tmp; echo " + strconv.Itoa(i) + " > /tmp/mine; date +%s"}})
 		out := res.Stdout
 		if len(out) < 32 {
@@ -102,4 +105,24 @@ func TestSnapshotRestore(t *testing.T) {
 	if bytes.Equal(rand[0], rand[1]) {
 		t.Fatalf("two machines restored from one snapshot read the same /dev/urandom bytes %x", rand[0])
 	}
+}
+
+// residentKiB reads the VmRSS of pid.
+func residentKiB(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kib
+		}
+	}
+	t.Fatalf("/proc/%d/status has no VmRSS", pid)
+	return 0
 }
