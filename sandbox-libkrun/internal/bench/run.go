@@ -309,4 +309,15 @@ func verdict(s, floor Stats, target float64) string {
 	return fmt.Sprintf("%.2fx floor (p90 %.2fx), overhead %+.0f%%: %s", r, r90, 100*(r-1), mark)
 }
 
+// absVerdict compares a run's median with limit, a duration (0: no target).
+func absVerdict(s Stats, limit time.Duration) string {
+	switch {
+	case limit == 0:
+		return "no target"
+	case s.Median > limit:
+		return fmt.Sprintf("MISSES the target (<= %s)", limit)
+	}
+	return fmt.Sprintf("meets the target (<= %s)", limit)
+}
+
 func pad(s string, n int) string { return s + strings.Repeat(" ", max(0, n-len([]rune(s)))) }
