@@ -39,6 +39,7 @@ type machine struct {
 	sockDir  string        // holds the sockets: StateDir, or a short temporary path
 	qmpSock  string        // qemu's monitor socket, for machines that are snapshotted or restored
 	incoming bool          // qemu starts waiting for a snapshot (Restore) instead of booting
+	snapFile *os.File      // the snapshot a restore loads, handed to qemu as its fd 3
 	restored *RestoreTimes // set for a machine Restore started
 	tempDirs []string      // directories the driver created, removed on exit
 
@@ -212,7 +213,7 @@ func (d *Driver) startVirtiofsd(ctx context.Context, m *machine, log *os.File) (
 	for i, sh := range shares {
 		sock := filepath.Join(m.sockDir, fmt.Sprintf("vfs%d.sock", i))
 		_ = os.Remove(sock)
-		p, err := startProc("virtiofsd", virtiofsdArgv(d.opt.Virtiofsd, sh.Host, sock, sh.ReadOnly), log, false)
+		p, err := startProc("virtiofsd", virtiofsdArgv(d.opt.Virtiofsd, sh.Host, sock, sh.ReadOnly), log, false, nil)
 		if err != nil {
 			return nil, fmt.Errorf("start virtiofsd: %w", err)
 		}
@@ -236,7 +237,7 @@ func (d *Driver) startQemu(ctx context.Context, m *machine, accel string, socks 
 	var err error
 	// A restore's RAM is filled by qemu's migration load, which huge pages would make resident in
 	// full (startWithoutHugePages); a boot's is filled by its guest alone.
-	m.qemu, err = startProc("qemu", argv, log, m.incoming)
+	m.qemu, err = startProc("qemu", argv, log, m.incoming, m.snapFile)
 	if err != nil {
 		return fmt.Errorf("start qemu: %w", err)
 	}

@@ -23,11 +23,14 @@ type proc struct {
 }
 
 // startProc starts argv with its output to log. small asks for a process whose memory is
-// never backed by huge pages (startWithoutHugePages).
-func startProc(name string, argv []string, log *os.File, small bool) (*proc, error) {
+// never backed by huge pages (startWithoutHugePages); a non-nil fd3 is the child's fd 3.
+func startProc(name string, argv []string, log *os.File, small bool, fd3 *os.File) (*proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = log
 	cmd.Stderr = log
+	if fd3 != nil {
+		cmd.ExtraFiles = []*os.File{fd3}
+	}
 	cmd.SysProcAttr = procgroup.Attr(true)
 	start := startCmd
 	if small {

@@ -190,9 +190,19 @@ func (d *Driver) restore(ctx context.Context, m *machine, src string) error {
 	}
 	defer log.Close()
 	rt := m.restored
+	// qemu reads the snapshot from a descriptor it inherits (fd:3), with no copying process
+	// and pipe in between.
+	snap, err := os.Open(src)
+	if err != nil {
+		return bootError(fmt.Errorf("snapshot: %w", err))
+	}
+	m.snapFile = snap
 	// The control port connects before the snapshot loads, so the guest's port finds its host
 	// connected as when it was saved and never sees a hang-up.
-	if err := d.startQemu(ctx, m, d.Accel(), nil, log); err != nil {
+	err = d.startQemu(ctx, m, d.Accel(), nil, log)
+	snap.Close()
+	m.snapFile = nil
+	if err != nil {
 		return err
 	}
 	rt.QemuStarted = m.times.QemuStarted
@@ -206,7 +216,7 @@ func (d *Driver) restore(ctx context.Context, m *machine, src string) error {
 		"capabilities": []map[string]any{{"capability": "events", "state": true}}}); err != nil {
 		return err
 	}
-	if _, err := q.execute("migrate-incoming", map[string]any{"uri": "exec:cat " + shellQuote(src)}); err != nil {
+	if _, err := q.execute("migrate-incoming", map[string]any{"uri": "fd:3"}); err != nil {
 		return err
 	}
 	rt.Monitor = time.Now()
