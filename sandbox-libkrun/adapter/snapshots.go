@@ -170,7 +170,7 @@ func (sn *snapshots) makeInBackground(bg context.Context, k snapshot.Key, image,
 			}
 			defer os.RemoveAll(state)
 			info, err = sn.drv.Snapshot(ctx, vm.Spec{RootDisk: disk, CPUs: k.CPUs, MemoryMB: k.MemoryMB, ScratchMB: k.ScratchMB, StateDir: state},
-				filepath.Join(dir, snapshot.MachineFile), func(ctx context.Context, m vm.Machine) error { return warmUp(ctx, m, image) })
+				vm.SnapshotFiles{Machine: filepath.Join(dir, snapshot.MachineFile), RAM: filepath.Join(dir, snapshot.RAMFile)}, func(ctx context.Context, m vm.Machine) error { return warmUp(ctx, m, image) })
 			return info.KernelRelease, err
 		})
 		sn.mu.Lock()
@@ -191,7 +191,7 @@ func (sn *snapshots) makeInBackground(bg context.Context, k snapshot.Key, image,
 		}
 		sn.logf("snapshot: image %s (%d cpus, %d MiB) made in %s (boot %s, warm-up %s, save %s): %d MiB in %s",
 			image, k.CPUs, k.MemoryMB, time.Since(start).Round(time.Millisecond), info.Boot.Round(time.Millisecond),
-			info.Warm.Round(time.Millisecond), info.Save.Round(time.Millisecond), (e.Meta.Sizes[snapshot.DiskFile]+e.Meta.Sizes[snapshot.MachineFile])>>20, e.Dir)
+			info.Warm.Round(time.Millisecond), info.Save.Round(time.Millisecond), (e.Meta.Sizes[snapshot.DiskFile]+info.Size)>>20, e.Dir)
 	}()
 }
 

@@ -29,7 +29,7 @@ type snapDriver struct {
 
 var _ vm.Snapshotter = (*snapDriver)(nil)
 
-func (d *snapDriver) Snapshot(ctx context.Context, spec vm.Spec, dst string, warm func(context.Context, vm.Machine) error) (vm.SnapshotInfo, error) {
+func (d *snapDriver) Snapshot(ctx context.Context, spec vm.Spec, dst vm.SnapshotFiles, warm func(context.Context, vm.Machine) error) (vm.SnapshotInfo, error) {
 	m, err := d.Boot(ctx, spec)
 	if err != nil {
 		return vm.SnapshotInfo{}, err
@@ -41,17 +41,22 @@ func (d *snapDriver) Snapshot(ctx context.Context, spec vm.Spec, dst string, war
 	d.smu.Lock()
 	d.saved = append(d.saved, spec)
 	d.smu.Unlock()
-	return vm.SnapshotInfo{KernelRelease: "6.1.0-fake", Size: 4}, os.WriteFile(dst, []byte("QEVM"), 0o600)
+	if err := os.WriteFile(dst.RAM, []byte("RAM"), 0o600); err != nil {
+		return vm.SnapshotInfo{}, err
+	}
+	return vm.SnapshotInfo{KernelRelease: "6.1.0-fake", Size: 7}, os.WriteFile(dst.Machine, []byte("QEVM"), 0o600)
 }
 
-func (d *snapDriver) Restore(_ context.Context, spec vm.Spec, src, release string) (vm.Machine, error) {
+func (d *snapDriver) Restore(_ context.Context, spec vm.Spec, src vm.SnapshotFiles, release string) (vm.Machine, error) {
 	d.smu.Lock()
 	defer d.smu.Unlock()
 	if d.restoreErr != nil {
 		return nil, d.restoreErr
 	}
-	if _, err := os.Stat(src); err != nil || release != "6.1.0-fake" {
-		return nil, errors.New("no such snapshot")
+	for _, f := range []string{src.Machine, src.RAM} {
+		if _, err := os.Stat(f); err != nil || release != "6.1.0-fake" {
+			return nil, errors.New("no such snapshot")
+		}
 	}
 	d.restored = append(d.restored, spec)
 	return &fakeMachine{spec: spec, done: make(chan struct{})}, nil

@@ -12,7 +12,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
 // Key is what a restored machine cannot change, so what a snapshot is made for: a snapshot of
@@ -39,7 +42,8 @@ func (k Key) ID() string {
 // The files of a snapshot directory.
 const (
 	DiskFile    = "root.ext4"    // the image's root, read-only ext4
-	MachineFile = "machine.snap" // qemu's saved machine
+	MachineFile = "machine.snap" // qemu's saved machine: its devices' state
+	RAMFile     = "ram.img"      // the saved machine's RAM, sparse, mapped copy-on-write by each copy
 	MetaFile    = "meta.json"    // Meta; written last, so a directory without it is incomplete
 )
 
@@ -62,8 +66,13 @@ type Entry struct {
 // Disk is the entry's root disk.
 func (e Entry) Disk() string { return filepath.Join(e.Dir, DiskFile) }
 
-// Machine is the entry's saved machine.
-func (e Entry) Machine() string { return filepath.Join(e.Dir, MachineFile) }
+// Machine is the entry's saved machine: its devices' state and its RAM.
+func (e Entry) Machine() vm.SnapshotFiles {
+	return vm.SnapshotFiles{Machine: filepath.Join(e.Dir, MachineFile), RAM: filepath.Join(e.Dir, RAMFile)}
+}
+
+// files are the files of a snapshot that Meta records.
+var files = []string{DiskFile, MachineFile, RAMFile}
 
 // Store is the snapshot directory (~/.iii/sandbox/snapshots): one 0700 directory per key
 // holding 0600 files, bounded by LimitMB (the least recently used removed first).
@@ -134,7 +143,7 @@ func (s *Store) check(e Entry, k Key) error {
 	if err != nil {
 		return err
 	}
-	for _, name := range []string{DiskFile, MachineFile} {
+	for _, name := range files {
 		st, err := os.Stat(filepath.Join(e.Dir, name))
 		if err != nil {
 			return err
@@ -149,7 +158,7 @@ func (s *Store) check(e Entry, k Key) error {
 	if done {
 		return nil
 	}
-	for _, name := range []string{DiskFile, MachineFile} {
+	for _, name := range files {
 		sum, err := fileSHA256(filepath.Join(e.Dir, name))
 		if err != nil {
 			return err
@@ -167,7 +176,7 @@ func (s *Store) check(e Entry, k Key) error {
 // fingerprint is the sizes and modification times of the files of the entry in dir.
 func fingerprint(dir string) (string, error) {
 	var b strings.Builder
-	for _, name := range []string{DiskFile, MachineFile} {
+	for _, name := range files {
 		st, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			return "", err
@@ -217,7 +226,7 @@ func (s *Store) Discard(k Key) {
 	s.forget(dir)
 }
 
-// Make builds the snapshot of k: build writes DiskFile and MachineFile into the directory it is
+// Make builds the snapshot of k: build writes DiskFile, MachineFile and RAMFile into the directory it is
 // given (a temporary one in the store) and returns the guest's kernel release. The directory is
 // then checksummed, described and renamed into place, and the store pruned to its limit.
 func (s *Store) Make(k Key, build func(dir string) (kernelRelease string, err error)) (Entry, error) {
@@ -236,7 +245,7 @@ func (s *Store) Make(k Key, build func(dir string) (kernelRelease string, err er
 		return Entry{}, err
 	}
 	meta := Meta{Key: k, KernelRelease: release, Sizes: map[string]int64{}, SHA256: map[string]string{}, Created: time.Now().UTC()}
-	for _, name := range []string{DiskFile, MachineFile} {
+	for _, name := range files {
 		p := filepath.Join(tmp, name)
 		if err := os.Chmod(p, 0o600); err != nil {
 			return Entry{}, err
@@ -306,7 +315,7 @@ func (s *Store) Prune(keep string) {
 		files, _ := os.ReadDir(filepath.Join(s.Dir, d.Name()))
 		for _, f := range files {
 			if fi, err := f.Info(); err == nil {
-				sn.bytes += fi.Size()
+				sn.bytes += onDisk(fi)
 			}
 		}
 		total += sn.bytes
@@ -324,6 +333,14 @@ func (s *Store) Prune(keep string) {
 		s.forget(filepath.Join(s.Dir, sn.name))
 		total -= sn.bytes
 	}
+}
+
+// onDisk is the bytes fi's file holds on disk: a sparse file's holes (the RAM's) do not count.
+func onDisk(fi os.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
 }
 
 func fileSHA256(path string) (string, error) {

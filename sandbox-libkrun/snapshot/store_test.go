@@ -11,7 +11,7 @@ import (
 
 func fakeBuild(data string) func(dir string) (string, error) {
 	return func(dir string) (string, error) {
-		for _, n := range []string{DiskFile, MachineFile} {
+		for _, n := range files {
 			if err := os.WriteFile(filepath.Join(dir, n), []byte(n+data), 0o644); err != nil {
 				return "", err
 			}
@@ -38,7 +38,7 @@ func TestMakeLookup(t *testing.T) {
 			t.Errorf("%s: mode %v, want 0700", p, st.Mode())
 		}
 	}
-	for _, n := range []string{DiskFile, MachineFile, MetaFile} {
+	for _, n := range append(files, MetaFile) {
 		if st, _ := os.Stat(filepath.Join(e.Dir, n)); st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v, want 0600", n, st.Mode())
 		}
@@ -56,23 +56,23 @@ func TestMakeLookup(t *testing.T) {
 // A damaged or truncated file is found (by its checksum, which a changed file makes the store
 // compute again, or by its size), reported and removed.
 func TestDamaged(t *testing.T) {
-	for _, damage := range []string{"flip", "truncate"} {
-		t.Run(damage, func(t *testing.T) {
+	for _, c := range []struct{ file, damage string }{{MachineFile, "flip"}, {MachineFile, "truncate"}, {RAMFile, "flip"}, {RAMFile, "truncate"}} {
+		t.Run(c.file+"/"+c.damage, func(t *testing.T) {
 			s := NewStore(t.TempDir(), 100)
 			k := Key{Image: "i", CPUs: 1}
 			e, err := s.Make(k, fakeBuild("xyz"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			data := []byte(MachineFile + "xyq")
-			if damage == "truncate" {
+			data := []byte(c.file + "xyq")
+			if c.damage == "truncate" {
 				data = data[:4]
 			}
-			if err := os.WriteFile(e.Machine(), data, 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(e.Dir, c.file), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			_, err = s.Lookup(k)
-			if err == nil || !strings.Contains(err.Error(), MachineFile) {
+			if err == nil || !strings.Contains(err.Error(), c.file) {
 				t.Fatalf("damaged snapshot: %v", err)
 			}
 			if _, err := os.Stat(e.Dir); !os.IsNotExist(err) {
@@ -88,7 +88,7 @@ func TestDamaged(t *testing.T) {
 // Past the limit the least recently used snapshots go first; the one just made stays.
 func TestPruneLRU(t *testing.T) {
 	s := NewStore(t.TempDir(), 1)
-	big := strings.Repeat("x", 300<<10) // two files: 600 KiB a snapshot
+	big := strings.Repeat("x", 300<<10) // three files: 900 KiB a snapshot
 	var keys []Key
 	for i := range 3 {
 		k := Key{Image: "i", CPUs: i + 1}

@@ -19,20 +19,28 @@ type Driver interface {
 	Boot(ctx context.Context, spec Spec) (Machine, error)
 }
 
-// Snapshotter is a Driver that can save a machine to a file and start copies of it (the qemu
+// Snapshotter is a Driver that can save a machine to files and start copies of it (the qemu
 // driver). Only a machine whose root is a Spec.RootDisk, without networking, can be saved.
 type Snapshotter interface {
 	// Snapshot boots a machine of spec, runs warm on it, saves it to dst and stops it.
-	Snapshot(ctx context.Context, spec Spec, dst string, warm func(context.Context, Machine) error) (SnapshotInfo, error)
+	Snapshot(ctx context.Context, spec Spec, dst SnapshotFiles, warm func(context.Context, Machine) error) (SnapshotInfo, error)
 	// Restore starts a copy of the machine saved in src (made with the same CPUs, memory, scratch
 	// size and root disk) with its own randomness, the host's clock and spec.Hostname.
-	Restore(ctx context.Context, spec Spec, src, kernelRelease string) (Machine, error)
+	Restore(ctx context.Context, spec Spec, src SnapshotFiles, kernelRelease string) (Machine, error)
+}
+
+// SnapshotFiles are the two files of a saved machine. A restored copy maps RAM copy-on-write
+// (its writes are its own and never reach the file), so RAM must not change while a copy runs:
+// a new snapshot is written beside it and renamed over it.
+type SnapshotFiles struct {
+	Machine string // the devices' state: qemu's migration stream without the guest's RAM
+	RAM     string // the guest's RAM, a sparse file of the machine's memory size
 }
 
 // SnapshotInfo describes a snapshot Snapshotter.Snapshot made.
 type SnapshotInfo struct {
 	KernelRelease string        // the guest's `uname -r`
-	Size          int64         // bytes of the file
+	Size          int64         // bytes of the files on disk (RAM's holes apart)
 	Boot          time.Duration // booting the machine to a ready agent
 	Warm          time.Duration // the caller's warm-up commands
 	Save          time.Duration // stopping the machine and writing the file

@@ -160,6 +160,9 @@ func measureRuns(ctx context.Context, d *qemu.Driver, n, pool int, cache *image.
 	if pool > 0 {
 		st.WarmPool = map[string]uint32{"python": uint32(pool)}
 	}
+	// Snapshots are on by default: the runs without them must turn them off, or their first
+	// run would make a snapshot that the later ones restore.
+	st.Snapshots = settings.SnapshotsOff
 	if snaps {
 		st.Snapshots = settings.SnapshotsOn
 	}
@@ -224,11 +227,11 @@ type snapshotDriver struct {
 	sn vm.Snapshotter
 }
 
-func (d *snapshotDriver) Snapshot(ctx context.Context, spec vm.Spec, dst string, warm func(context.Context, vm.Machine) error) (vm.SnapshotInfo, error) {
+func (d *snapshotDriver) Snapshot(ctx context.Context, spec vm.Spec, dst vm.SnapshotFiles, warm func(context.Context, vm.Machine) error) (vm.SnapshotInfo, error) {
 	return d.sn.Snapshot(ctx, spec, dst, warm)
 }
 
-func (d *snapshotDriver) Restore(ctx context.Context, spec vm.Spec, src, release string) (vm.Machine, error) {
+func (d *snapshotDriver) Restore(ctx context.Context, spec vm.Spec, src vm.SnapshotFiles, release string) (vm.Machine, error) {
 	m, err := d.sn.Restore(ctx, spec, src, release)
 	if err == nil {
 		d.mu.Lock()

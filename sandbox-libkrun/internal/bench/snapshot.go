@@ -35,7 +35,8 @@ func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int,
 		return err
 	}
 	defer os.RemoveAll(dir)
-	disk, file := filepath.Join(dir, "root.ext4"), filepath.Join(dir, "machine.snap")
+	disk := filepath.Join(dir, "root.ext4")
+	file := vm.SnapshotFiles{Machine: filepath.Join(dir, "machine.snap"), RAM: filepath.Join(dir, "ram.img")}
 	t0 := time.Now()
 	if err := snapshot.BuildRootDisk(ctx, rootfs, disk); err != nil {
 		return err
@@ -92,7 +93,7 @@ func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int,
 // idleMemory prints the host memory of a machine restored from file and of one booted on rootfs
 // as a sandbox boots with snapshots off (over a file share), each idle after one python run:
 // the resident set of every host process behind it (qemu, virtiofsd), with issue 28's target.
-func idleMemory(ctx context.Context, d *qemu.Driver, spec vm.Spec, file, release, rootfs, dir string) error {
+func idleMemory(ctx context.Context, d *qemu.Driver, spec vm.Spec, file vm.SnapshotFiles, release, rootfs, dir string) error {
 	if runtime.GOOS != "linux" {
 		fmt.Println("host memory, idle machine: not measured (it reads Linux's /proc)")
 		return nil

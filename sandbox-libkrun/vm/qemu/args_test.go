@@ -102,6 +102,11 @@ func TestArgsRootDisk(t *testing.T) {
 			has(t, a, "-drive file=/snap/ro,,ot.ext4,format=raw,if=none,id=root,readonly=on", "-device virtio-blk-device,drive=root",
 				"-qmp unix:/run/qmp.sock,server=on,wait=off", "-incoming defer", "virtserialport,chardev=ctrl,name=ctrl")
 			hasNot(t, a, "memory-backend", "vhost-user", "virtio-9p", "force-legacy")
+			// A snapshot's RAM file: shared by the machine that is saved, private in each copy.
+			restored := strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: accel, ctrlSock: "/run/ctrl.sock", incoming: true, ram: "/snap/r,am.img"}), " ")
+			has(t, restored, "-object memory-backend-file,id=mem,size=512M,mem-path=/snap/r,,am.img,share=off", ",memory-backend=mem -drive")
+			saved := strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: accel, ctrlSock: "/run/ctrl.sock", ram: "/snap/ram.img", ramShared: true}), " ")
+			has(t, saved, "mem-path=/snap/ram.img,share=on")
 		}
 	}
 	d := fakeDriver(t, Options{Arch: guestarch.X86_64, Share: ShareVirtiofs})

@@ -206,6 +206,8 @@ type qemuConfig struct {
 	extraCmdline string   // appended to the kernel command line
 	qmpSock      string   // when set, qemu's monitor (QMP) listens on this socket
 	incoming     bool     // wait for a migration stream (a snapshot) instead of booting
+	ram          string   // with a root disk: the file holding the guest's RAM (snapshots)
+	ramShared    bool     // map ram shared (the machine a snapshot is saved from), else private
 }
 
 // qemuArgs is qemu's command line for c. Unless c.consoleOnly, the shares are served from
@@ -297,6 +299,17 @@ func (d *Driver) rootArgs(c qemuConfig, machine, mem string) []string {
 	switch {
 	case c.spec.RootDisk != "":
 		// A disk instead of a share: nothing that qemu cannot migrate, so no memfd RAM either.
+		// A snapshot's RAM is a file: the saved machine writes it through a shared mapping, and
+		// each restored copy maps it private, so the guest's pages are read from the host's page
+		// cache as it touches them (shared by every copy) and what a copy writes stays its own.
+		if c.ram != "" {
+			share := "off"
+			if c.ramShared {
+				share = "on"
+			}
+			a = append(a, "-object", "memory-backend-file,id=mem,size="+mem+",mem-path="+optEscape(c.ram)+",share="+share)
+			machine += ",memory-backend=mem"
+		}
 		a = append(a, "-M", machine,
 			"-drive", "file="+optEscape(c.spec.RootDisk)+",format=raw,if=none,id=root,readonly=on",
 			"-device", "virtio-blk-device,drive=root")

@@ -13,12 +13,15 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
-// A snapshot is a whole machine saved by qemu's migration to a file: its RAM (the booted kernel,
-// the agent waiting on its port, the assembled root with its empty tmpfs upper layer) and its
-// devices' state. Only a machine without a vhost-user device can be saved (qemu 7.2 cannot
-// migrate vhost-user-fs), so its root is a read-only ext4 image on virtio-blk (vm.Spec.RootDisk)
-// and its RAM plain anonymous memory. Each restored copy runs in its own qemu: its RAM, and so
-// its writable layer, is its own; the disk is opened read-only by every copy.
+// A snapshot is a whole machine saved by qemu: its RAM (the booted kernel, the agent waiting on
+// its port, the assembled root with its empty tmpfs upper layer) in one file, and its devices'
+// state, qemu's migration stream without that RAM (capability x-ignore-shared), in another. Only
+// a machine without a vhost-user device can be saved (qemu 7.2 cannot migrate vhost-user-fs), so
+// its root is a read-only ext4 image on virtio-blk (vm.Spec.RootDisk). The saved machine's RAM is
+// the file, mapped shared, so what the guest wrote is in the file when it stops; each restored
+// copy runs in its own qemu, which maps the file private: its pages come from the host's page
+// cache when the guest first touches them, nothing is loaded up front, and what a copy writes
+// is its own. The disk is opened read-only by every copy.
 
 // SnapshotInfo describes a snapshot Driver.Snapshot made.
 type SnapshotInfo = vm.SnapshotInfo
@@ -26,10 +29,10 @@ type SnapshotInfo = vm.SnapshotInfo
 var _ vm.Snapshotter = (*Driver)(nil)
 
 // Snapshot boots a machine of spec (whose root must be a RootDisk), runs warm on it (commands
-// whose files and translated code should be ready in every copy), then saves it to dst, a file
-// of mode 0600 written beside dst and renamed over it once complete. The machine is stopped
-// afterwards in every case.
-func (d *Driver) Snapshot(ctx context.Context, spec vm.Spec, dst string, warm func(context.Context, vm.Machine) error) (SnapshotInfo, error) {
+// whose files should be ready in every copy), then saves it to dst: each file of mode 0600 is
+// written beside its name and renamed over it once complete. The machine is stopped afterwards
+// in every case.
+func (d *Driver) Snapshot(ctx context.Context, spec vm.Spec, dst vm.SnapshotFiles, warm func(context.Context, vm.Machine) error) (SnapshotInfo, error) {
 	var info SnapshotInfo
 	if spec.RootDisk == "" {
 		return info, errors.New("vm: a snapshot needs a machine whose root is a disk image (Spec.RootDisk)")
@@ -46,11 +49,18 @@ func (d *Driver) Snapshot(ctx context.Context, spec vm.Spec, dst string, warm fu
 	if err != nil {
 		return info, err
 	}
+	// qemu sizes an empty file to the machine's memory and keeps the mode it was made with.
+	ram, err := tempBeside(dst.RAM)
+	if err != nil {
+		return info, err
+	}
+	defer os.Remove(ram)
 	m, err := newMachine(spec, ownState)
 	if err != nil {
 		return info, err
 	}
 	m.qmpSock = filepath.Join(m.sockDir, "qmp.sock")
+	m.ram = ram
 	bootCtx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
 	defer cancel()
 	if err := d.start(bootCtx, m, d.Accel()); err != nil {
@@ -67,16 +77,34 @@ func (d *Driver) Snapshot(ctx context.Context, spec vm.Spec, dst string, warm fu
 	}
 	info.Warm = time.Since(t)
 	t = time.Now()
-	if err := d.save(ctx, m, dst); err != nil {
+	if err := d.save(ctx, m, dst.Machine); err != nil {
+		return info, err
+	}
+	m.kill()
+	if err := finishRAM(ram); err != nil {
+		return info, fmt.Errorf("vm: the snapshot's RAM %s: %w", ram, err)
+	}
+	if err := os.Rename(ram, dst.RAM); err != nil {
 		return info, err
 	}
 	info.Save = time.Since(t)
-	st, err := os.Stat(dst)
-	if err != nil {
-		return info, err
+	for _, f := range []string{dst.Machine, dst.RAM} {
+		n, err := diskBytes(f)
+		if err != nil {
+			return info, err
+		}
+		info.Size += n
 	}
-	info.Size = st.Size()
 	return info, nil
+}
+
+// tempBeside creates an empty file of mode 0600 in the directory of path and returns its name.
+func tempBeside(path string) (string, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	return f.Name(), f.Close()
 }
 
 // save stops m and writes its migration stream to dst (through a temporary file beside it).
@@ -86,12 +114,10 @@ func (d *Driver) save(ctx context.Context, m *machine, dst string) error {
 		return err
 	}
 	defer q.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	tmpPath, err := tempBeside(dst)
 	if err != nil {
 		return err
 	}
-	tmpPath := tmp.Name()
-	tmp.Close()
 	ok := false
 	defer func() {
 		if !ok {
@@ -104,6 +130,10 @@ func (d *Driver) save(ctx context.Context, m *machine, dst string) error {
 	// qemu limits a migration to 32 MiB/s by default (a live one must leave the network to the
 	// guest); a stopped machine saved to a local file has no reason to wait.
 	if _, err := q.execute("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
+		return err
+	}
+	// The guest's RAM is already in its file (a shared mapping): the stream leaves it out.
+	if err := setCapabilities(q, "x-ignore-shared"); err != nil {
 		return err
 	}
 	// The shell's redirection keeps the mode CreateTemp gave the file (0600).
@@ -147,12 +177,12 @@ func (t RestoreTimes) Phases() []Phase {
 	}
 }
 
-// Restore starts a machine of spec from the snapshot file src, which Snapshot made from a
+// Restore starts a machine of spec from the snapshot files src, which Snapshot made from a
 // machine of the same CPUs, memory, scratch size and root disk. release is the guest kernel's
 // release the snapshot recorded. The machine gets its own randomness, the host's clock and
 // spec.Hostname before Restore returns. A snapshot qemu cannot load (damaged, truncated, of
 // another machine) fails like a boot, with qemu's message from the console in the error.
-func (d *Driver) Restore(ctx context.Context, spec vm.Spec, src, release string) (vm.Machine, error) {
+func (d *Driver) Restore(ctx context.Context, spec vm.Spec, src vm.SnapshotFiles, release string) (vm.Machine, error) {
 	if spec.RootDisk == "" {
 		return nil, errors.New("vm: a restore needs the snapshot's root disk (Spec.RootDisk)")
 	}
@@ -160,8 +190,10 @@ func (d *Driver) Restore(ctx context.Context, spec vm.Spec, src, release string)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(src); err != nil {
-		return nil, bootError(fmt.Errorf("snapshot: %w", err))
+	for _, f := range []string{src.Machine, src.RAM} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, bootError(fmt.Errorf("snapshot: %w", err))
+		}
 	}
 	ownState, err := prepareStateDir(&spec)
 	if err != nil {
@@ -174,6 +206,7 @@ func (d *Driver) Restore(ctx context.Context, spec vm.Spec, src, release string)
 	m.release = release
 	m.qmpSock = filepath.Join(m.sockDir, "qmp.sock")
 	m.incoming = true
+	m.ram = src.RAM
 	m.restored = &RestoreTimes{Start: m.times.Start}
 	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
 	defer cancel()
@@ -183,7 +216,7 @@ func (d *Driver) Restore(ctx context.Context, spec vm.Spec, src, release string)
 	return m, nil
 }
 
-func (d *Driver) restore(ctx context.Context, m *machine, src string) error {
+func (d *Driver) restore(ctx context.Context, m *machine, src vm.SnapshotFiles) error {
 	log, err := os.Create(m.console)
 	if err != nil {
 		return err
@@ -192,7 +225,7 @@ func (d *Driver) restore(ctx context.Context, m *machine, src string) error {
 	rt := m.restored
 	// qemu reads the snapshot from a descriptor it inherits (fd:3), with no copying process
 	// and pipe in between.
-	snap, err := os.Open(src)
+	snap, err := os.Open(src.Machine)
 	if err != nil {
 		return bootError(fmt.Errorf("snapshot: %w", err))
 	}
@@ -211,9 +244,9 @@ func (d *Driver) restore(ctx context.Context, m *machine, src string) error {
 		return err
 	}
 	defer q.Close()
-	// Without the events capability qemu announces only the start of an incoming migration.
-	if _, err := q.execute("migrate-set-capabilities", map[string]any{
-		"capabilities": []map[string]any{{"capability": "events", "state": true}}}); err != nil {
+	// Without the events capability qemu announces only the start of an incoming migration;
+	// x-ignore-shared is the stream's format (no RAM in it).
+	if err := setCapabilities(q, "events", "x-ignore-shared"); err != nil {
 		return err
 	}
 	if _, err := q.execute("migrate-incoming", map[string]any{"uri": "fd:3"}); err != nil {
@@ -222,7 +255,7 @@ func (d *Driver) restore(ctx context.Context, m *machine, src string) error {
 	rt.Monitor = time.Now()
 	if err := q.awaitMigration(); err != nil {
 		m.qemu.waitFor(3 * time.Second) // qemu ends on a failed load: let it write why
-		return fmt.Errorf("loading the snapshot %s: %w", src, err)
+		return fmt.Errorf("loading the snapshot %s: %w", src.Machine, err)
 	}
 	// The machine was saved stopped, so it is loaded stopped.
 	if _, err := q.execute("cont", nil); err != nil {
@@ -249,6 +282,16 @@ func (d *Driver) restore(ctx context.Context, m *machine, src string) error {
 
 // RestoreTimes reports the timestamps of a restored machine, or nil for a booted one.
 func (m *machine) RestoreTimes() *RestoreTimes { return m.restored }
+
+// setCapabilities turns on qemu's migration capabilities names.
+func setCapabilities(q *qmp, names ...string) error {
+	var caps []map[string]any
+	for _, n := range names {
+		caps = append(caps, map[string]any{"capability": n, "state": true})
+	}
+	_, err := q.execute("migrate-set-capabilities", map[string]any{"capabilities": caps})
+	return err
+}
 
 // shellQuote quotes s as one word for /bin/sh.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -5,6 +5,7 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -37,7 +38,7 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	t.Logf("root disk built in %s", time.Since(start).Round(time.Millisecond))
 	spec := vm.Spec{RootDisk: disk, CPUs: 1, MemoryMB: 512, ScratchMB: 64}
-	file := filepath.Join(dir, "machine.snap")
+	file := vm.SnapshotFiles{Machine: filepath.Join(dir, "machine.snap"), RAM: filepath.Join(dir, "ram.img")}
 	info, err := d.Snapshot(ctx, spec, file, func(ctx context.Context, m vm.Machine) error {
 		argvs := [][]string{{"sh", "-c", "true"}}
 		if python {
@@ -54,9 +55,22 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("snapshot: %d MiB, boot %s, warm %s, save %s", info.Size>>20, info.Boot.Round(time.Millisecond), info.Warm.Round(time.Millisecond), info.Save.Round(time.Millisecond))
-	if st, err := os.Stat(file); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("snapshot file: %v, mode %v", err, st.Mode())
+	for _, f := range []string{file.Machine, file.RAM} {
+		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("snapshot file %s: %v, mode %v", f, err, st.Mode())
+		}
 	}
+	if st, _ := os.Stat(file.RAM); st.Size() != int64(spec.MemoryMB)<<20 || info.Size >= st.Size() {
+		t.Fatalf("RAM file: %d bytes, %d of the snapshot on disk: want the machine's %d MiB, sparse", st.Size(), info.Size, spec.MemoryMB)
+	}
+	ramSum := func() [sha256.Size]byte {
+		b, err := os.ReadFile(file.RAM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sha256.Sum256(b)
+	}
+	saved := ramSum()
 	var rand [][]byte
 	for i := range 2 {
 		spec := spec
@@ -101,6 +115,9 @@ func TestSnapshotRestore(t *testing.T) {
 		if skew := time.Now().Unix() - sec; skew < -2 || skew > 2 {
 			t.Fatalf("restore %d: guest clock %d is %d s off the host's", i, sec, skew)
 		}
+	}
+	if ramSum() != saved {
+		t.Fatal("the saved RAM changed while copies ran: a copy's writes reached the file")
 	}
 	if bytes.Equal(rand[0], rand[1]) {
 		t.Fatalf("two machines restored from one snapshot read the same /dev/urandom bytes %x", rand[0])
