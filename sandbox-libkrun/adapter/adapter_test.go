@@ -62,6 +62,16 @@ type fakeMachine struct {
 	closed   chan struct{} // when set, receives one value as a streamed read's body closes
 	done     chan struct{}
 	stopOnce sync.Once
+	prestart []string // the interpreters Prestart was asked for
+}
+
+var _ vm.Prestarter = (*fakeMachine)(nil)
+
+func (m *fakeMachine) Prestart(_ context.Context, argv0 string) error {
+	m.mu.Lock()
+	m.prestart = append(m.prestart, argv0)
+	m.mu.Unlock()
+	return nil
 }
 
 func (m *fakeMachine) Exec(ctx context.Context, req vm.ExecRequest) (vm.ExecResult, error) {

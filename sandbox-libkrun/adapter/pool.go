@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,13 @@ var warmUps = map[string][][]string{
 }
 
 var defaultWarmUp = [][]string{{"/bin/sh", "-c", "true"}}
+
+// warmFile is the file a pooled machine's warm-up writes and removes.
+const warmFile = "/tmp/.iii-pool-warm-up"
+
+// prestarts are the interpreters a pooled machine starts ahead of the sandbox's first script
+// (vm.Prestarter): under TCG python3's start-up is most of a short script's run.
+var prestarts = map[string]string{"python": "python3"}
 
 // PoolStatus is one image's warm pool as adapter::info shows it.
 type PoolStatus struct {
@@ -172,6 +180,24 @@ func (p *pool) bootMachine(image string) (pooled, error) {
 		if _, err := m.Exec(p.ctx, vm.ExecRequest{Argv: argv, Timeout: DefaultExecTimeout, OutputCap: 4096}); err != nil && machineDone(m) {
 			p.discard(got)
 			return pooled{}, err
+		}
+	}
+	// sandbox::run writes its code first: the agent's file code, translated on first use under
+	// TCG, is warmed the same way, by a file written and removed.
+	for _, op := range []struct{ name, body string }{{"write", `{"path":"` + warmFile + `","content":""}`}, {"rm", `{"path":"` + warmFile + `"}`}} {
+		if _, err := m.FS(p.ctx, op.name, json.RawMessage(op.body)); err != nil && machineDone(m) {
+			p.discard(got)
+			return pooled{}, err
+		}
+	}
+	if ps, ok := m.(vm.Prestarter); ok && prestarts[image] != "" {
+		// Without it the sandbox's scripts start their interpreter as usual.
+		if err := ps.Prestart(p.ctx, prestarts[image]); err != nil {
+			if machineDone(m) {
+				p.discard(got)
+				return pooled{}, err
+			}
+			s.opt.Logf("warm pool (%s): prestarting %s: %v", image, prestarts[image], err)
 		}
 	}
 	return got, nil

@@ -67,6 +67,16 @@ func TestWarmPoolServesMatchingCreates(t *testing.T) {
 	if len(warm) != 2 || strings.Join(warm[1].Argv, " ") != "python3 -c pass" {
 		t.Fatalf("warm-up execs %+v", warm)
 	}
+	// A file written and removed warms the agent's file code; python3 is prestarted.
+	machines[0].mu.Lock()
+	fsWarm, prestarted := append([]fsCall(nil), machines[0].fsCalls...), machines[0].prestart
+	machines[0].mu.Unlock()
+	if len(fsWarm) != 2 || fsWarm[0].op != "write" || fsWarm[1].op != "rm" || fsWarm[0].req["path"] != warmFile || fsWarm[1].req["path"] != warmFile {
+		t.Fatalf("warm-up fs calls %+v", fsWarm)
+	}
+	if strings.Join(prestarted, ",") != "python3" {
+		t.Fatalf("prestarted %q, want python3", prestarted)
+	}
 	h.mustCall(t, "exec", `{"sandbox_id":"`+id+`","argv":["env"],"env":["B=2","A=3"]}`)
 	calls := machines[0].calls()
 	if got := strings.Join(calls[len(calls)-1].Env, ","); got != "A=1,B=2,A=3" {

@@ -25,6 +25,7 @@ type agent struct {
 	mu      sync.Mutex
 	execs   map[uint32]*running
 	streams map[uint32]*proto.Stream // streamed fs ops (stream.go)
+	zygote  *zygote                  // an interpreter waiting to be forked (zygote.go)
 
 	spawnMu  sync.Mutex   // held while starting a command and while reaping orphans
 	children map[int]bool // PIDs of running commands, reaped by their own Wait
@@ -75,6 +76,8 @@ func (a *agent) serve() error {
 			a.setup(f)
 		case proto.TypeResume:
 			a.resume(f)
+		case proto.TypePrestart:
+			go a.prestart(f)
 		case proto.TypeExec:
 			var ex proto.Exec
 			if err := json.Unmarshal(f.Payload, &ex); err != nil {

@@ -92,6 +92,11 @@ func (a *agent) run(id uint32, ex proto.Exec) proto.ExecDone {
 	if len(ex.Argv) == 0 || ex.Argv[0] == "" {
 		return proto.ExecDone{Stderr: []byte("empty argv\n"), ExitCode: intp(127)}
 	}
+	if z := a.takeZygote(ex); z != nil {
+		if done, ok := a.runPrestarted(id, ex, z); ok {
+			return done
+		}
+	}
 	cmd, stdout, stderr, err := a.command(id, ex)
 	if err != nil {
 		return spawnFailure(ex.Argv[0], err)
@@ -102,21 +107,24 @@ func (a *agent) run(id uint32, ex proto.Exec) proto.ExecDone {
 		return spawnFailure(ex.Argv[0], err)
 	}
 	defer a.forgetChild(r)
-	timedOut := waitTimeout(cmd, r, ex.TimeoutMS)
-	return execResult(cmd, stdout, stderr, timedOut)
+	timedOut := waitTimeout(func() { _ = cmd.Wait() }, r, ex.TimeoutMS)
+	var ws syscall.WaitStatus
+	if cmd.ProcessState != nil {
+		ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	}
+	return exitResult(ws, cmd.ProcessState != nil, stdout, stderr, timedOut)
 }
 
-// command builds the process for ex, resolving argv[0] against the command's PATH (the default
-// one when it has none); its output goes to two capped writers that also stream when asked.
-func (a *agent) command(id uint32, ex proto.Exec) (cmd *exec.Cmd, stdout, stderr *capWriter, err error) {
-	env := ex.Env
+// withDefaultPath is env with the default PATH added when it has none.
+func withDefaultPath(env []string) []string {
 	if envGet(env, "PATH") == "" {
-		env = append(env[:len(env):len(env)], "PATH="+defaultPath)
+		return append(env[:len(env):len(env)], "PATH="+defaultPath)
 	}
-	path, err := lookPath(ex.Argv[0], envGet(env, "PATH"))
-	if err != nil {
-		return nil, nil, nil, err
-	}
+	return env
+}
+
+// outputs are the two capped writers of ex's stdout and stderr, which also stream when asked.
+func (a *agent) outputs(id uint32, ex proto.Exec) (stdout, stderr *capWriter) {
 	capN := ex.OutputCap
 	if capN <= 0 {
 		capN = defaultCap
@@ -127,19 +135,28 @@ func (a *agent) command(id uint32, ex proto.Exec) (cmd *exec.Cmd, stdout, stderr
 		stdout.forward = func(b []byte) { a.sendJSON(proto.TypeOutput, id, proto.Output{Stream: 1, Data: b}) }
 		stderr.forward = func(b []byte) { a.sendJSON(proto.TypeOutput, id, proto.Output{Stream: 2, Data: b}) }
 	}
+	return stdout, stderr
+}
+
+// command builds the process for ex, resolving argv[0] against the command's PATH (the default
+// one when it has none); its output goes to the writers of outputs.
+func (a *agent) command(id uint32, ex proto.Exec) (cmd *exec.Cmd, stdout, stderr *capWriter, err error) {
+	env := withDefaultPath(ex.Env)
+	path, err := lookPath(ex.Argv[0], envGet(env, "PATH"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stdout, stderr = a.outputs(id, ex)
 	cmd = &exec.Cmd{
 		Path:        path,
 		Args:        ex.Argv,
 		Env:         env,
-		Dir:         ex.Workdir,
+		Dir:         workdir(ex),
 		Stdin:       bytes.NewReader(ex.Stdin),
 		Stdout:      stdout,
 		Stderr:      stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 		WaitDelay:   500 * time.Millisecond,
-	}
-	if cmd.Dir == "" {
-		cmd.Dir = "/"
 	}
 	return cmd, stdout, stderr, nil
 }
@@ -182,9 +199,9 @@ func (a *agent) forgetChild(r *running) {
 	a.spawnMu.Unlock()
 }
 
-// waitTimeout waits for cmd, killing its process group after timeoutMS (none when 0), and
-// reports whether it timed out.
-func waitTimeout(cmd *exec.Cmd, r *running, timeoutMS int64) bool {
+// waitTimeout runs wait (which returns once the command has exited), killing the command's
+// process group after timeoutMS (none when 0), and reports whether it timed out.
+func waitTimeout(wait func(), r *running, timeoutMS int64) bool {
 	timedOut := false
 	var timer *time.Timer
 	if timeoutMS > 0 {
@@ -195,7 +212,7 @@ func waitTimeout(cmd *exec.Cmd, r *running, timeoutMS int64) bool {
 			r.mu.Unlock()
 		})
 	}
-	_ = cmd.Wait()
+	wait()
 	if timer != nil {
 		timer.Stop()
 	}
@@ -206,21 +223,21 @@ func waitTimeout(cmd *exec.Cmd, r *running, timeoutMS int64) bool {
 	return to
 }
 
-// execResult is the ExecDone of a finished cmd: its captured output and its exit code or signal.
-func execResult(cmd *exec.Cmd, stdout, stderr *capWriter, timedOut bool) proto.ExecDone {
+// exitResult is the ExecDone of a finished command: its captured output and, when its status
+// is known (ok), its exit code or signal.
+func exitResult(ws syscall.WaitStatus, ok bool, stdout, stderr *capWriter, timedOut bool) proto.ExecDone {
 	res := proto.ExecDone{
 		Stdout: stdout.buf.Bytes(), StdoutTruncated: stdout.truncated,
 		Stderr: stderr.buf.Bytes(), StderrTruncated: stderr.truncated,
 		TimedOut: timedOut,
 	}
-	if cmd.ProcessState == nil {
+	switch {
+	case !ok:
 		res.Stderr = append(res.Stderr, "guest agent: lost the command's exit status\n"...)
-		return res
-	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	case ws.Signaled():
 		res.Signal = int(ws.Signal())
-	} else {
-		res.ExitCode = intp(cmd.ProcessState.ExitCode())
+	default:
+		res.ExitCode = intp(ws.ExitStatus())
 	}
 	return res
 }

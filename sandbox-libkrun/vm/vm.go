@@ -104,6 +104,14 @@ type Machine interface {
 	Done() <-chan struct{}
 }
 
+// Prestarter is a Machine that can start an interpreter ahead of its first use (the qemu
+// driver's agent, revision 8): its start-up is then done, and the machine's next exec of a
+// script with argv0 (`python3 file [args]`) forks it instead of starting one, when that exec's
+// environment leaves the start-up as it was. Only Python's python3 is served.
+type Prestarter interface {
+	Prestart(ctx context.Context, argv0 string) error
+}
+
 // ExecRequest is one command in the guest.
 type ExecRequest struct {
 	Argv      []string      // argv[0] is resolved through PATH in the guest

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -142,6 +143,15 @@ func (m timedStreamer) FSWrite(ctx context.Context, req json.RawMessage, body io
 	res, err := m.st.FSWrite(ctx, req, body)
 	m.since(&m.rt.fs, t)
 	return res, err
+}
+
+// Prestart passes a warm pool's prestart on to the wrapped machine (vm.Prestarter).
+func (m timedStreamer) Prestart(ctx context.Context, argv0 string) error {
+	p, ok := m.timedMachine.Machine.(vm.Prestarter)
+	if !ok {
+		return errors.New("the machine cannot prestart an interpreter")
+	}
+	return p.Prestart(ctx, argv0)
 }
 
 // timed wraps m so that its execs and file operations are timed into rt, keeping vm.FSStreamer

@@ -38,6 +38,7 @@ const (
 	TypeEnd      Type = 12 // end of a stream: empty payload when complete, else why it was aborted
 	TypeCredit   Type = 13 // the receiver of a stream took bytes: Credit
 	TypeResume   Type = 14 // a machine restored from a snapshot starts anew: Resume; answered by Reply
+	TypePrestart Type = 15 // start an interpreter that the next exec of a script forks: Prestart; answered by Reply
 )
 
 // Frame is one message on the control channel.

@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/7"
+const AgentVersion = "iii-guest/8"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -55,6 +55,15 @@ type Resume struct {
 	Entropy  []byte `json:"entropy"`
 	UnixNano int64  `json:"unix_nano"`
 	Hostname string `json:"hostname,omitempty"`
+}
+
+// Prestart asks the agent (revision 8) to start the Python interpreter Argv0 and keep it waiting,
+// its start-up done, for the machine's next exec of a script with it (`python3 file [args]`):
+// that exec forks the waiting interpreter instead of starting one, if its environment leaves
+// the interpreter's start-up as it was (see the agent's zygote.go); any other exec runs as
+// usual. The interpreter serves one exec and is gone.
+type Prestart struct {
+	Argv0 string `json:"argv0"`
 }
 
 // GuestMount is a virtiofs tag mounted at Path inside the guest root.

@@ -507,6 +507,15 @@ func (m *machine) await(ctx context.Context, c *call) (json.RawMessage, error) {
 	}
 }
 
+var _ vm.Prestarter = (*machine)(nil)
+
+// Prestart starts the interpreter argv0 in the guest, waiting to be forked by the next exec of a
+// script with it (vm.Prestarter).
+func (m *machine) Prestart(ctx context.Context, argv0 string) error {
+	_, err := m.request(ctx, proto.TypePrestart, proto.Prestart{Argv0: argv0})
+	return err
+}
+
 // Exec runs one command in the guest.
 func (m *machine) Exec(ctx context.Context, req vm.ExecRequest) (vm.ExecResult, error) {
 	if len(req.Argv) == 0 {
