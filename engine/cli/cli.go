@@ -106,7 +106,9 @@ func runEngine(version string, args []string, workers map[string]EngineWorker, l
 	}
 	store.Install(eng)
 	if cfg.Cluster != nil {
-		if err := eng.JoinCluster(cluster.Options{URL: cfg.Cluster.URL, CredsFile: cfg.Cluster.CredsFile, Name: ln.Addr().String(), Logger: log}); err != nil {
+		if err := eng.JoinCluster(cluster.Options{URL: cfg.Cluster.URL, CredsFile: cfg.Cluster.CredsFile, NkeyFile: cfg.Cluster.NkeyFile,
+			TLSCertFile: cfg.Cluster.TLSCertFile, TLSKeyFile: cfg.Cluster.TLSKeyFile, TLSCAFile: cfg.Cluster.TLSCAFile,
+			Insecure: cfg.Cluster.Insecure, KeyFile: cfg.Cluster.KeyFile, Name: ln.Addr().String(), Logger: log}); err != nil {
 			closeAll()
 			return err
 		}

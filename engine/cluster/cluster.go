@@ -1,13 +1,20 @@
-// Package cluster joins engines that share a NATS cluster (config.yaml cluster: {nats: {url,
-// creds_file}}): each engine serves, to the others, the functions its own workers registered,
-// one NATS queue-group subscription per function (so each call reaches one engine serving it),
-// and sends a call for a function none of its workers serves to the cluster. A remote call
-// answers with the result or the error the serving engine gave, with the same codes as a local
-// call: function_not_found when no engine serves the function, timeout past the call's deadline.
-// Local calls never touch NATS.
+// Package cluster joins engines that share a NATS cluster (config.yaml cluster: {key_file,
+// nats: {url, creds_file}}): each engine serves, to the others, the functions its own workers
+// registered, one NATS queue-group subscription per function (so each call reaches one engine
+// serving it), and sends a call for a function none of its workers serves to the cluster. A
+// remote call answers with the result or the error the serving engine gave, with the same
+// codes as a local call: function_not_found when no engine serves the function, timeout past
+// the call's deadline. Local calls never touch NATS.
 //
 // Functions registered protected (a project token's) are never offered to the cluster: the
 // engine cannot see the remote caller's token.
+//
+// Only engines are admitted: every message an engine sends the others (a call, its answer, an
+// offer, a channel question and its answer) is signed with the cluster key the engines share
+// (auth.go), and what is unsigned, badly signed, stale or replayed is dropped, so a NATS client
+// without the key can neither call a function, nor forge a caller, an answer, an engine or a
+// channel's holder. The NATS link itself needs credentials (creds_file, nkey_file or a TLS
+// client certificate) unless the config opts out with cluster.insecure: true.
 package cluster
 
 import (
@@ -66,11 +73,14 @@ type announcement struct {
 	Functions []Function        `json:"functions"`
 	Workers   []json.RawMessage `json:"workers,omitempty"`
 	Leaving   bool              `json:"leaving,omitempty"`
+	// Channels is the engine's base URL for its stream channels (ServeChannels), "" for none.
+	Channels string `json:"channels,omitempty"`
 }
 
 type peer struct {
 	functions []Function
 	workers   []json.RawMessage
+	channels  string
 	seen      time.Time
 }
 
@@ -114,19 +124,30 @@ type Cluster struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 	rows  func() []json.RawMessage
+	auth  *signer
 
-	mu      sync.Mutex
-	subs    map[Key]*nats.Subscription
-	offered []Function      // what Sync was last given, announced again every announceEvery
-	peers   map[string]peer // the other engines' offers, by engine name
+	mu        sync.Mutex
+	advertise string // this engine's channel base URL, announced (ServeChannels)
+	subs      map[Key]*nats.Subscription
+	offered   []Function      // what Sync was last given, announced again every announceEvery
+	peers     map[string]peer // the other engines' offers, by engine name
 }
 
 // Options says how to reach the cluster.
 type Options struct {
-	URL       string // comma-separated nats:// URLs
-	CredsFile string
-	Name      string // this engine's name in the cluster (its address)
-	Logger    *slog.Logger
+	URL string // comma-separated nats:// URLs
+	// The engine's NATS credentials: at least one of a creds file, an nkey seed file, or a TLS
+	// client certificate and its key (TLSCAFile, optional, is the servers' CA), unless Insecure.
+	CredsFile, NkeyFile, TLSCertFile, TLSKeyFile, TLSCAFile string
+	// Insecure lets the engine join with no NATS credentials (config cluster.insecure: true); a
+	// warning says so at start.
+	Insecure bool
+	// Key is the cluster key every engine of the cluster shares; when empty it is read from
+	// KeyFile (LoadKey).
+	Key     []byte
+	KeyFile string
+	Name    string // this engine's name in the cluster (its address)
+	Logger  *slog.Logger
 	// Workers, when set, gives the rows of this engine's workers, announced with its functions
 	// (each a JSON object the engine's workers list shows).
 	Workers func() []json.RawMessage
@@ -134,15 +155,49 @@ type Options struct {
 
 // Connect joins the cluster. The NATS client reconnects on its own (to any of the URLs and the
 // servers the cluster announces) for as long as the engine runs.
+// It refuses, with CONFIG_INVALID naming the config key, a link with no NATS credentials that
+// is not Insecure and a missing or weak cluster key.
 func Connect(o Options, serve ServeFunc) (*Cluster, error) {
-	opts := []nats.Option{nats.Name("iii engine " + o.Name), nats.MaxReconnects(-1),
-		nats.CustomReconnectDelay(func(attempts int) time.Duration { return relink.Jitter(attempts) })}
-	if o.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(o.CredsFile))
-	}
 	log := o.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	opts := []nats.Option{nats.Name("iii engine " + o.Name), nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration { return relink.Jitter(attempts) })}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return nil, errcode.New(errcode.ConfigInvalid, "cluster.nats: tls_cert_file and tls_key_file go together (the engine's TLS client certificate and its key)")
+	}
+	switch {
+	case o.CredsFile != "" || o.NkeyFile != "" || o.TLSCertFile != "":
+	case o.Insecure:
+		log.Warn("cluster: joining the NATS cluster without credentials (cluster.insecure: true): any client of these NATS servers can read the calls between engines and deny service; give the engines creds_file, nkey_file or a TLS client certificate and restrict the subjects to their account", "url", redact(o.URL))
+	default:
+		return nil, errcode.New(errcode.ConfigInvalid, "cluster.nats: %s is given without credentials (creds_file, nkey_file, or tls_cert_file and tls_key_file); set cluster.insecure: true to join an unauthenticated NATS on purpose", redact(o.URL))
+	}
+	key := o.Key
+	if len(key) == 0 {
+		var err error
+		if key, err = LoadKey(o.KeyFile); err != nil {
+			return nil, err
+		}
+	} else if len(key) < MinKeyBytes {
+		return nil, errcode.New(errcode.ConfigInvalid, "cluster.key_file: the cluster key holds %d bytes; it needs at least %d", len(key), MinKeyBytes)
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.NkeyFile != "" {
+		nk, err := nats.NkeyOptionFromSeed(o.NkeyFile)
+		if err != nil {
+			return nil, errcode.New(errcode.ConfigInvalid, "cluster.nats.nkey_file: %w", err)
+		}
+		opts = append(opts, nk)
+	}
+	if o.TLSCertFile != "" {
+		opts = append(opts, nats.ClientCert(o.TLSCertFile, o.TLSKeyFile))
+	}
+	if o.TLSCAFile != "" {
+		opts = append(opts, nats.RootCAs(o.TLSCAFile))
 	}
 	opts = append(opts,
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("cluster: NATS connection lost; reconnecting", "err", err) }),
@@ -152,7 +207,8 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 		return nil, errcode.New(errcode.ListenFailed, "cluster: connecting to NATS at %s: %w", redact(o.URL), err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	c := &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, rows: o.Workers, subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}}
+	c := &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, rows: o.Workers, auth: newSigner(key, o.Name, log),
+		subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}}
 	if _, err := nc.Subscribe(announceSubject+"*", c.heard); err != nil {
 		nc.Close()
 		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the engines' offers: %w", err)
@@ -161,10 +217,19 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 	return c, nil
 }
 
+// heard records another engine's offer; one not signed by that engine is dropped.
 func (c *Cluster) heard(m *nats.Msg) {
-	var a announcement
-	if json.Unmarshal(m.Data, &a) != nil || a.Engine == c.name {
+	engine, _, ok := c.auth.verify(m, kindAnnounce, "")
+	if !ok || engine == c.name {
 		return
+	}
+	var a announcement
+	if json.Unmarshal(m.Data, &a) != nil || a.Engine != engine || m.Subject != announceSubject+hex.EncodeToString([]byte(engine)) {
+		c.auth.drop(kindAnnounce, m.Subject, "the offer names another engine than its signer")
+		return
+	}
+	for i := range a.Functions {
+		a.Functions[i].Engine = engine
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,7 +237,10 @@ func (c *Cluster) heard(m *nats.Msg) {
 		delete(c.peers, a.Engine)
 		return
 	}
-	c.peers[a.Engine] = peer{functions: a.Functions, workers: a.Workers, seen: time.Now()}
+	if _, known := c.peers[a.Engine]; !known {
+		go c.announce(false) // a newcomer learns of this engine (its channel URL) at once
+	}
+	c.peers[a.Engine] = peer{functions: a.Functions, workers: a.Workers, channels: a.Channels, seen: time.Now()}
 }
 
 func (c *Cluster) announce(leaving bool) {
@@ -181,10 +249,12 @@ func (c *Cluster) announce(leaving bool) {
 		rows = c.rows()
 	}
 	c.mu.Lock()
-	a := announcement{Engine: c.name, Functions: c.offered, Workers: rows, Leaving: leaving}
+	a := announcement{Engine: c.name, Functions: c.offered, Workers: rows, Leaving: leaving, Channels: c.advertise}
 	b, _ := json.Marshal(a)
 	c.mu.Unlock()
-	_ = c.nc.Publish(announceSubject+hex.EncodeToString([]byte(c.name)), b)
+	m := &nats.Msg{Subject: announceSubject + hex.EncodeToString([]byte(c.name)), Data: b}
+	c.auth.sign(m, kindAnnounce, "")
+	_ = c.nc.PublishMsg(m)
 }
 
 func (c *Cluster) announceLoop() {
@@ -287,11 +357,20 @@ func (c *Cluster) Sync(local []Function) {
 	}
 }
 
+// handle serves a call another engine sent; one no engine signed is dropped unanswered, and
+// so is one whose caller claims another engine than its signer.
 func (c *Cluster) handle(k Key, m *nats.Msg) {
+	engine, nonce, ok := c.auth.verify(m, kindCall, "")
+	if !ok || m.Reply == "" {
+		return
+	}
 	var r Request
 	var out reply
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		out.Error = protocol.NewError(errcode.InvalidArguments, "cluster: a malformed call of %s: %v", k.FunctionID, err)
+	} else if r.Caller.Engine != engine {
+		c.auth.drop(kindCall, m.Subject, "the caller names another engine than its signer")
+		return
 	} else {
 		timeout := time.Duration(r.TimeoutMS) * time.Millisecond
 		ctx, cancel := context.WithTimeout(c.ctx, timeout)
@@ -305,7 +384,9 @@ func (c *Cluster) handle(k Key, m *nats.Msg) {
 	if err != nil {
 		b, _ = json.Marshal(reply{Error: protocol.NewError(errcode.InvocationFailed, "cluster: %s answered what is not JSON", k.FunctionID)})
 	}
-	if err := m.Respond(b); err != nil {
+	answer := &nats.Msg{Subject: m.Reply, Data: b}
+	c.auth.sign(answer, kindReply, nonce)
+	if err := c.nc.PublishMsg(answer); err != nil {
 		c.log.Debug("cluster: the caller's engine left before the answer", "function_id", k.FunctionID, "err", err)
 	}
 }
@@ -321,7 +402,7 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	msg, err := c.nc.RequestWithContext(ctx, subject(k), b)
+	msg, err := c.request(ctx, subject(k), b, kindCall, kindReply)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, nil, false
@@ -342,35 +423,110 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 	return out.Result, nil, true
 }
 
+// request sends body on subj, signed as kind, and waits for the first answer signed as answer
+// that answers it; answers that are not are dropped and the wait goes on. It fails
+// nats.ErrNoResponders when the server says nobody subscribes subj.
+func (c *Cluster) request(ctx context.Context, subj string, body []byte, kind, answer string) (*nats.Msg, error) {
+	inbox := nats.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	m := &nats.Msg{Subject: subj, Reply: inbox, Data: body}
+	nonce := c.auth.sign(m, kind, "")
+	if err := c.nc.PublishMsg(m); err != nil {
+		return nil, err
+	}
+	for {
+		a, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(a.Data) == 0 && a.Header.Get("Status") == "503" {
+			return nil, nats.ErrNoResponders
+		}
+		if _, _, ok := c.auth.verify(a, answer, nonce); ok {
+			return a, nil
+		}
+	}
+}
+
+// Dropped counts the messages this engine dropped since it joined: not signed by an engine of
+// the cluster, badly signed, stale or replayed.
+func (c *Cluster) Dropped() uint64 { return c.auth.dropped.Load() }
+
 // channelSubject asks which engine holds a stream channel: iii.ch.<channel id>.
 const channelSubject = "iii.ch."
 
 // channelAsk bounds ChannelOwner's question.
 const channelAsk = time.Second
 
-// ServeChannels answers, for every channel has reports this engine holds, the WebSocket base
-// URL (ws://host:port) other engines dial to reach it.
+// ServeChannels announces the WebSocket base URL (ws://host:port) other engines dial to reach
+// this engine's stream channels, and answers an engine of the cluster that asks for a channel
+// has reports this engine holds. Questions no engine signed are dropped unanswered.
 func (c *Cluster) ServeChannels(advertise string, has func(id string) bool) error {
+	c.mu.Lock()
+	c.advertise = advertise
+	c.mu.Unlock()
 	_, err := c.nc.Subscribe(channelSubject+"*", func(m *nats.Msg) {
+		_, nonce, ok := c.auth.verify(m, kindAskChan, "")
+		if !ok || m.Reply == "" {
+			return
+		}
 		if id := strings.TrimPrefix(m.Subject, channelSubject); has(id) {
-			_ = m.Respond([]byte(advertise))
+			a := &nats.Msg{Subject: m.Reply}
+			c.auth.sign(a, kindChanHere, nonce)
+			_ = c.nc.PublishMsg(a)
 		}
 	})
+	if err == nil {
+		c.announce(false)
+	}
 	return err
 }
 
-// ChannelOwner is the base URL of the engine that holds channel id, "" when none answers.
-func (c *Cluster) ChannelOwner(ctx context.Context, id string) string {
+// ChannelOwner is the engine that holds channel id and the base URL it announced for its
+// channels; "" when none answers. Only an answer signed by an engine of the cluster that has
+// announced a channel URL counts, and the URL is the one of its signed offer, never one given in
+// the answer.
+func (c *Cluster) ChannelOwner(ctx context.Context, id string) (engine, base string) {
 	if id == "" || strings.ContainsAny(id, ".*> \t") {
-		return ""
+		return "", ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, channelAsk)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(ctx, channelSubject+id, nil)
+	inbox := nats.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
-		return ""
+		return "", ""
 	}
-	return string(m.Data)
+	defer func() { _ = sub.Unsubscribe() }()
+	m := &nats.Msg{Subject: channelSubject + id, Reply: inbox}
+	nonce := c.auth.sign(m, kindAskChan, "")
+	if c.nc.PublishMsg(m) != nil {
+		return "", ""
+	}
+	for {
+		a, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return "", ""
+		}
+		if len(a.Data) == 0 && a.Header.Get("Status") == "503" {
+			return "", "" // no engine serves channels
+		}
+		engine, _, ok := c.auth.verify(a, kindChanHere, nonce)
+		if !ok {
+			continue
+		}
+		c.mu.Lock()
+		p, known := c.livePeersLocked()[engine]
+		c.mu.Unlock()
+		if known && p.channels != "" {
+			return engine, p.channels
+		}
+		c.auth.drop(kindChanHere, a.Subject, "the holder "+engine+" announced no channel URL")
+	}
 }
 
 // Close leaves the cluster: the others drop its functions at once, and calls being served for

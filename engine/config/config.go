@@ -106,10 +106,20 @@ type Config struct {
 	Cluster *Cluster
 }
 
-// Cluster joins engines that share functions over NATS (cluster: {nats: {url, creds_file}}).
+// Cluster joins engines that share functions over NATS (cluster: {key_file, insecure, nats:
+// {url, creds_file, nkey_file, tls_cert_file, tls_key_file, tls_ca_file}}). Paths are made
+// absolute against the config file's directory.
 type Cluster struct {
 	URL       string // one or more nats:// URLs, comma-separated
 	CredsFile string // a NATS credentials file; "" for none
+	NkeyFile  string // a NATS nkey seed file; "" for none
+	// TLSCertFile and TLSKeyFile are the engine's TLS client certificate and key, TLSCAFile the
+	// servers' CA; "" for none.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
+	// KeyFile holds the cluster key the engines share (mode 0600); required.
+	KeyFile string
+	// Insecure admits a NATS link without credentials (a warning says so at start).
+	Insecure bool
 }
 
 // Listener is one iii-worker-manager entry: a WebSocket listener for workers.
@@ -696,12 +706,30 @@ func parseSandbox(v *yaml.Node) (*Sandbox, error) {
 	return s, err
 }
 
-// parseCluster reads cluster: {nats: {url, creds_file}}.
+// parseCluster reads cluster: {key_file, insecure, nats: {url, creds_file, nkey_file,
+// tls_cert_file, tls_key_file, tls_ca_file}}. A NATS link without credentials is refused
+// unless insecure is true: the engines trust what arrives on it.
 func parseCluster(v *yaml.Node, baseDir string) (*Cluster, error) {
 	c := &Cluster{}
-	err := mapping(v, "cluster", []string{"nats"}, func(_, n *yaml.Node) error {
-		return mapping(n, "cluster.nats", []string{"url", "creds_file"}, func(k, v *yaml.Node) error {
-			val, err := strValue(v, k.Value)
+	abs := func(p string) string {
+		if p != "" && !filepath.IsAbs(p) {
+			return filepath.Join(baseDir, p)
+		}
+		return p
+	}
+	err := mapping(v, "cluster", []string{"nats", "key_file", "insecure"}, func(k, n *yaml.Node) error {
+		switch k.Value {
+		case "key_file":
+			val, err := strValue(n, "cluster.key_file")
+			c.KeyFile = abs(val)
+			return err
+		case "insecure":
+			var err error
+			c.Insecure, err = boolValue(n, "cluster.insecure")
+			return err
+		}
+		return mapping(n, "cluster.nats", []string{"url", "creds_file", "nkey_file", "tls_cert_file", "tls_key_file", "tls_ca_file"}, func(k, v *yaml.Node) error {
+			val, err := strValue(v, "cluster.nats."+k.Value)
 			if err != nil {
 				return err
 			}
@@ -714,18 +742,23 @@ func parseCluster(v *yaml.Node, baseDir string) (*Cluster, error) {
 				c.URL = val
 				return nil
 			}
-			if val != "" && !filepath.IsAbs(val) {
-				val = filepath.Join(baseDir, val)
-			}
-			c.CredsFile = val
+			*map[string]*string{"creds_file": &c.CredsFile, "nkey_file": &c.NkeyFile, "tls_cert_file": &c.TLSCertFile,
+				"tls_key_file": &c.TLSKeyFile, "tls_ca_file": &c.TLSCAFile}[k.Value] = abs(val)
 			return nil
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
-	if c.URL == "" {
+	switch {
+	case c.URL == "":
 		return nil, invalid(v.Line, "cluster.nats.url is required: the NATS servers the engines share")
+	case c.KeyFile == "":
+		return nil, invalid(v.Line, "cluster.key_file is required: the file (mode 0600) holding the key the engines of the cluster share, so that they admit only each other")
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return nil, invalid(v.Line, "cluster.nats: tls_cert_file and tls_key_file go together (the engine's TLS client certificate and its key)")
+	case c.CredsFile == "" && c.NkeyFile == "" && c.TLSCertFile == "" && !c.Insecure:
+		return nil, invalid(v.Line, "cluster.nats.url is given without credentials (creds_file, nkey_file, or tls_cert_file and tls_key_file); set cluster.insecure: true to join an unauthenticated NATS on purpose")
 	}
 	return c, nil
 }

@@ -90,6 +90,14 @@ func TestParseErrors(t *testing.T) {
 		{"cluster: {nats: {}}\n", errcode.ConfigInvalid, "cluster.nats.url is required"},
 		{"cluster: {nats: {url: 'http://x'}}\n", errcode.ConfigInvalid, `"http://x" is not a nats://`},
 		{"cluster: {nats: {url: 'nats://a:4222'}, name: x}\n", errcode.ConfigInvalid, `unknown key "name" in cluster`},
+		// A cluster admits only engines: the shared key is required, and a NATS link without
+		// credentials is refused unless the config says insecure: true on purpose.
+		{"cluster: {nats: {url: 'nats://a:4222', creds_file: c}}\n", errcode.ConfigInvalid, "cluster.key_file is required"},
+		{"cluster: {key_file: k, nats: {url: 'nats://a:4222'}}\n", errcode.ConfigInvalid, "cluster.nats.url is given without credentials (creds_file, nkey_file, or tls_cert_file and tls_key_file); set cluster.insecure: true"},
+		{"cluster: {key_file: k, insecure: false, nats: {url: 'nats://a:4222'}}\n", errcode.ConfigInvalid, "cluster.nats.url is given without credentials"},
+		{"cluster: {key_file: k, insecure: yes, nats: {url: 'nats://a:4222'}}\n", errcode.ConfigInvalid, "cluster.insecure must be true or false"},
+		{"cluster: {key_file: k, nats: {url: 'nats://a:4222', tls_cert_file: c}}\n", errcode.ConfigInvalid, "tls_cert_file and tls_key_file go together"},
+		{"cluster: {key_file: k, nats: {url: 'nats://a:4222', token: t}}\n", errcode.ConfigInvalid, `unknown key "token" in cluster.nats`},
 		// An rbac: block is parsed strictly: a key iii does not define, or a filter it cannot
 		// read, refuses the start instead of widening or narrowing the gate (review row #8).
 		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {default: deny}}\n", errcode.ConfigInvalid,
@@ -236,12 +244,25 @@ func FuzzParse(f *testing.F) {
 // Declared bare, iii-stream is served with iii's port and this engine's loopback host; not
 // declared, it is not served at all.
 func TestParseCluster(t *testing.T) {
-	c, err := Parse([]byte("cluster:\n  nats: {url: 'nats://10.0.0.5:4222, nats://10.0.0.6:4222', creds_file: nats.creds}\n"), func(string) (string, bool) { return "", false }, "/etc/iii")
+	none := func(string) (string, bool) { return "", false }
+	c, err := Parse([]byte("cluster:\n  key_file: cluster.key\n  nats: {url: 'nats://10.0.0.5:4222, nats://10.0.0.6:4222', creds_file: nats.creds}\n"), none, "/etc/iii")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Cluster == nil || c.Cluster.URL != "nats://10.0.0.5:4222, nats://10.0.0.6:4222" || c.Cluster.CredsFile != "/etc/iii/nats.creds" {
+	if c.Cluster == nil || c.Cluster.URL != "nats://10.0.0.5:4222, nats://10.0.0.6:4222" || c.Cluster.CredsFile != "/etc/iii/nats.creds" ||
+		c.Cluster.KeyFile != "/etc/iii/cluster.key" || c.Cluster.Insecure {
 		t.Fatalf("%+v", c.Cluster)
+	}
+	c, err = Parse([]byte("cluster:\n  key_file: /k\n  nats: {url: 'tls://h:4222', nkey_file: seed.nk, tls_cert_file: c.pem, tls_key_file: k.pem, tls_ca_file: ca.pem}\n"), none, "/etc/iii")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Cluster{URL: "tls://h:4222", NkeyFile: "/etc/iii/seed.nk", TLSCertFile: "/etc/iii/c.pem", TLSKeyFile: "/etc/iii/k.pem", TLSCAFile: "/etc/iii/ca.pem", KeyFile: "/k"}); *c.Cluster != want {
+		t.Fatalf("%+v", c.Cluster)
+	}
+	c, err = Parse([]byte("cluster:\n  key_file: k\n  insecure: true\n  nats: {url: 'nats://127.0.0.1:4222'}\n"), none, "/etc/iii")
+	if err != nil || !c.Cluster.Insecure {
+		t.Fatalf("%+v %v", c.Cluster, err)
 	}
 }
 

@@ -535,13 +535,7 @@ func (e *Engine) serveChannel(w http.ResponseWriter, r *http.Request, id string,
 		}
 		return
 	}
-	key := []byte(r.URL.Query().Get("key"))
-	end := -1
-	for i, k := range ch.keys {
-		if subtle.ConstantTimeCompare([]byte(k), key) == 1 {
-			end = i
-		}
-	}
+	end := e.channelEnd(ch, id, r)
 	if end < 0 {
 		http.Error(w, "wrong channel access key", http.StatusForbidden)
 		return

@@ -35,6 +35,9 @@ func natsURL(tb testing.TB) string {
 	return s.ClientURL()
 }
 
+// testClusterKey is the cluster key the test engines share.
+var testClusterKey = []byte("0123456789abcdef0123456789abcdef")
+
 // clusterEngine serves an engine that joined the NATS cluster at url.
 func clusterEngine(tb testing.TB, url, name string) string {
 	tb.Helper()
@@ -43,7 +46,7 @@ func clusterEngine(tb testing.TB, url, name string) string {
 		tb.Fatal(err)
 	}
 	e := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err := e.JoinCluster(cluster.Options{URL: url, Name: name}); err != nil {
+	if err := e.JoinCluster(cluster.Options{URL: url, Name: name, Insecure: true, Key: testClusterKey}); err != nil {
 		tb.Fatal(err)
 	}
 	if err := e.ServeClusterChannels(AdvertiseURL(ln.Addr().String())); err != nil {

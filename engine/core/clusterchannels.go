@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/cluster"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -48,19 +50,56 @@ func (e *Engine) ServeClusterChannels(advertise string) error {
 	})
 }
 
+// hopProofParam is the query parameter that carries, on a connection between engines, the
+// proof of the access key (cluster.HopProof) in place of the key.
+const hopProofParam = "proof"
+
+// channelEnd is the end of ch (endWriter, endReader) that the request r may connect, -1 for
+// none. A client presents the end's access key (?key=). An engine of the cluster relaying a
+// client's end presents instead a proof of that key for this connection (?proof=), which counts
+// only with a valid signature of the cluster (cluster.VerifyHop); so only engines may relay,
+// and the key itself never leaves the engine the client connected to.
+func (e *Engine) channelEnd(ch *channel, id string, r *http.Request) int {
+	end := -1
+	if r.Header.Get(hopHeader) != "" && e.cluster != nil {
+		nonce, ok := e.cluster.VerifyHop(r.Header, id)
+		if !ok {
+			return -1
+		}
+		proof := []byte(r.URL.Query().Get(hopProofParam))
+		for i, k := range ch.keys {
+			if subtle.ConstantTimeCompare([]byte(cluster.HopProof(k, id, nonce)), proof) == 1 {
+				end = i
+			}
+		}
+		return end
+	}
+	key := []byte(r.URL.Query().Get("key"))
+	for i, k := range ch.keys {
+		if subtle.ConstantTimeCompare([]byte(k), key) == 1 {
+			end = i
+		}
+	}
+	return end
+}
+
 // proxyChannel connects an end of a channel another engine of the cluster holds: it dials that
-// engine's /ws/channels/{id} with the same key and relays every frame both ways, opcodes kept,
-// until either side closes. It reports false when no engine holds the channel.
+// engine's /ws/channels/{id}, at the channel URL that engine announced, with a proof of the key
+// (channelEnd) and relays every frame both ways, opcodes kept, until either side closes. It
+// reports false when no engine holds the channel.
 func (e *Engine) proxyChannel(w http.ResponseWriter, r *http.Request, id string, l *listener) bool {
 	if e.cluster == nil || r.Header.Get(hopHeader) != "" {
 		return false
 	}
-	owner := e.cluster.ChannelOwner(r.Context(), id)
-	if owner == "" {
+	engine, base := e.cluster.ChannelOwner(r.Context(), id)
+	if base == "" {
 		return false
 	}
-	target := owner + "/ws/channels/" + url.PathEscape(id) + "?key=" + url.QueryEscape(r.URL.Query().Get("key"))
-	up, resp, err := websocket.Dial(r.Context(), target, &websocket.DialOptions{HTTPHeader: http.Header{hopHeader: {e.cluster.Name()}}})
+	owner := engine
+	h := http.Header{hopHeader: {e.cluster.Name()}}
+	proof := cluster.HopProof(r.URL.Query().Get("key"), id, e.cluster.SignHop(h, id, engine))
+	target := base + "/ws/channels/" + url.PathEscape(id) + "?" + hopProofParam + "=" + proof
+	up, resp, err := websocket.Dial(r.Context(), target, &websocket.DialOptions{HTTPHeader: h})
 	if err != nil {
 		status := http.StatusBadGateway
 		if resp != nil && resp.StatusCode >= 400 {

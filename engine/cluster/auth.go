@@ -1,0 +1,246 @@
+package cluster
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/privfile"
+)
+
+// MinKeyBytes is the least a cluster key holds: 32 bytes, the size of the HMAC-SHA256 output.
+const MinKeyBytes = 32
+
+// The headers that carry a message's proof that an engine of the cluster sent it.
+const (
+	hdrEngine = "Iii-Engine" // the sending engine's cluster name
+	hdrTime   = "Iii-Time"   // when it was signed, Unix milliseconds
+	hdrNonce  = "Iii-Nonce"  // 16 random bytes, hex: each signed message is accepted once
+	hdrSig    = "Iii-Sig"    // HMAC-SHA256 of the above, the subject, reply subject and body
+)
+
+// The kinds of signed message; the kind is part of what is signed, so that a message signed as
+// one kind is never accepted as another.
+const (
+	kindCall     = "call"      // a function call, on iii.fn.…
+	kindReply    = "reply"     // its answer, on the caller's inbox
+	kindAnnounce = "announce"  // an engine's offer, on iii.engines.fn.…
+	kindAskChan  = "ask-chan"  // which engine holds a channel, on iii.ch.…
+	kindChanHere = "chan-here" // the holder's answer, on the asker's inbox
+	kindHop      = "hop"       // a channel connection one engine opens to another (over HTTP)
+)
+
+// skew is how far a signed message's time may be from this engine's clock. A message is
+// accepted once within it (its nonce is remembered until then) and never past it, so a
+// recorded message cannot be played again; the engines' clocks must agree within it.
+const skew = 30 * time.Second
+
+// dropLogEvery rate-limits the warning about dropped messages: one line at most this often,
+// with the count since the last.
+const dropLogEvery = 10 * time.Second
+
+// LoadKey reads the cluster key from path (config key cluster.key_file): a regular file of the
+// user's own, mode 0600, holding at least MinKeyBytes bytes once surrounding white space is
+// trimmed. The key's bytes are never logged nor put into an error.
+func LoadKey(path string) ([]byte, error) {
+	if path == "" {
+		return nil, errcode.New(errcode.ConfigInvalid, "cluster.key_file is required: the file holding the key the engines of the cluster share")
+	}
+	if err := privfile.Check(path, false); err != nil {
+		return nil, errcode.New(errcode.ConfigInvalid, "cluster.key_file: %w", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errcode.New(errcode.ConfigInvalid, "cluster.key_file: reading %s: %w", path, err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < MinKeyBytes {
+		return nil, errcode.New(errcode.ConfigInvalid, "cluster.key_file: %s holds %d bytes; a cluster key needs at least %d (e.g. head -c 32 /dev/urandom | base64)", path, len(b), MinKeyBytes)
+	}
+	return b, nil
+}
+
+// signer signs what this engine sends to the cluster and checks what it receives.
+type signer struct {
+	key  []byte
+	name string
+	log  *slog.Logger
+
+	mu   sync.Mutex
+	seen map[string]time.Time // nonces accepted, until when they are remembered
+	pru  time.Time            // last time seen was pruned
+
+	dropped atomic.Uint64 // messages dropped since the engine joined
+	logMu   sync.Mutex
+	logs    map[string]*dropLog // by kind
+}
+
+// dropLog is the warning state of one kind of dropped message.
+type dropLog struct {
+	at      time.Time // of the last warning
+	n, told uint64    // dropped, and dropped at the last warning
+}
+
+func newSigner(key []byte, name string, log *slog.Logger) *signer {
+	return &signer{key: key, name: name, log: log, seen: map[string]time.Time{}, logs: map[string]*dropLog{}}
+}
+
+// mac is the HMAC-SHA256, under the cluster key, of every field, each preceded by its length.
+func (s *signer) mac(kind, subject, reply, inReplyTo, engine, ts, nonce string, body []byte) []byte {
+	h := hmac.New(sha256.New, s.key)
+	var n [binary.MaxVarintLen64]byte
+	for _, f := range [][]byte{[]byte("iii-cluster/1"), []byte(kind), []byte(subject), []byte(reply), []byte(inReplyTo), []byte(engine), []byte(ts), []byte(nonce), body} {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
+		h.Write(f)
+	}
+	return h.Sum(nil)
+}
+
+// sign adds this engine's proof to m, as a message of kind answering the one of nonce
+// inReplyTo ("" for none), and returns m's own nonce.
+func (s *signer) sign(m *nats.Msg, kind, inReplyTo string) string {
+	nonce := newNonce()
+	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(hdrEngine, s.name)
+	m.Header.Set(hdrTime, ts)
+	m.Header.Set(hdrNonce, nonce)
+	m.Header.Set(hdrSig, base64.RawStdEncoding.EncodeToString(s.mac(kind, m.Subject, m.Reply, inReplyTo, s.name, ts, nonce, m.Data)))
+	return nonce
+}
+
+// verify checks that m is a message of kind, answering inReplyTo, signed by an engine of the
+// cluster, recent, and not seen before; it returns the signing engine's name and m's nonce.
+// Anything else is dropped, counted and (rate-limited) logged.
+func (s *signer) verify(m *nats.Msg, kind, inReplyTo string) (engine, nonce string, ok bool) {
+	engine, nonce, why := s.check(kind, m.Subject, m.Reply, inReplyTo, m.Header, m.Data)
+	if why != "" {
+		s.drop(kind, m.Subject, why)
+		return "", "", false
+	}
+	return engine, nonce, true
+}
+
+// headers is what check reads a proof from: NATS message headers or HTTP request headers.
+type headers interface{ Get(string) string }
+
+// check is verify without the dropping: the reason a message is refused, "" when it is not.
+func (s *signer) check(kind, subject, reply, inReplyTo string, h headers, body []byte) (engine, nonce, why string) {
+	if h == nil {
+		return "", "", "unsigned"
+	}
+	engine, ts, nonce := h.Get(hdrEngine), h.Get(hdrTime), h.Get(hdrNonce)
+	sig, err := base64.RawStdEncoding.DecodeString(h.Get(hdrSig))
+	if err != nil || len(sig) == 0 || engine == "" || ts == "" || len(nonce) != 32 {
+		return "", "", "unsigned"
+	}
+	if !hmac.Equal(sig, s.mac(kind, subject, reply, inReplyTo, engine, ts, nonce, body)) {
+		return "", "", "bad signature"
+	}
+	ms, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return "", "", "bad time"
+	}
+	now, signed := time.Now(), time.UnixMilli(ms)
+	if d := now.Sub(signed); d > skew || d < -skew {
+		return "", "", "stale (signed " + signed.UTC().Format(time.RFC3339) + ")"
+	}
+	if inReplyTo != "" {
+		// An answer is bound to its question's nonce and awaited on an inbox of its own, which
+		// takes one answer: playing it again reaches nobody, so it need not be remembered.
+		return engine, nonce, ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if now.Sub(s.pru) > skew {
+		for n, until := range s.seen {
+			if now.After(until) {
+				delete(s.seen, n)
+			}
+		}
+		s.pru = now
+	}
+	if _, dup := s.seen[nonce]; dup {
+		return "", "", "replayed"
+	}
+	s.seen[nonce] = signed.Add(skew) // past it, the time check refuses the message anyway
+	return engine, nonce, ""
+}
+
+// drop counts a refused message and warns about it, at most once every dropLogEvery for each
+// kind of message.
+func (s *signer) drop(kind, subject, why string) {
+	s.dropped.Add(1)
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	l := s.logs[kind]
+	if l == nil {
+		l = &dropLog{}
+		s.logs[kind] = l
+	}
+	l.n++
+	if time.Since(l.at) < dropLogEvery {
+		return
+	}
+	s.log.Warn("cluster: dropped a message not signed by an engine of the cluster (a NATS client without the cluster key, or an engine with another key)",
+		"kind", kind, "subject", subject, "reason", why, "dropped", l.n-l.told, "total", l.n)
+	l.at, l.told = time.Now(), l.n
+}
+
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// SignHop adds to h this engine's proof that it opens, as an engine of the cluster, a
+// connection to channel id on the engine named owner, and returns the connection's nonce (for
+// HopProof).
+func (c *Cluster) SignHop(h http.Header, id, owner string) string {
+	m := &nats.Msg{Subject: hopSubject(id), Reply: owner, Header: nats.Header{}}
+	nonce := c.auth.sign(m, kindHop, "")
+	for k, v := range m.Header {
+		h[k] = v
+	}
+	return nonce
+}
+
+// VerifyHop checks that h carries the proof of an engine of the cluster that opens a connection
+// to channel id on this engine (SignHop), recent and not seen before; it returns the nonce the
+// connection's HopProof is made with. A request that fails is counted and logged as dropped.
+func (c *Cluster) VerifyHop(h http.Header, id string) (nonce string, ok bool) {
+	_, nonce, why := c.auth.check(kindHop, hopSubject(id), c.name, "", h, nil)
+	if why != "" {
+		c.auth.drop(kindHop, hopSubject(id), why)
+		return "", false
+	}
+	return nonce, true
+}
+
+// HopProof stands for a channel's access key on a connection between engines: an HMAC-SHA256,
+// under the key, of the channel and the connection's nonce. The engine holding the channel
+// computes it from each of the channel's keys and compares, so the key itself never leaves the
+// engine the end connected to, and a proof is good for one connection only.
+func HopProof(accessKey, id, nonce string) string {
+	h := hmac.New(sha256.New, []byte(accessKey))
+	h.Write([]byte("iii-channel-hop\x00" + id + "\x00" + nonce))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func hopSubject(id string) string { return "/ws/channels/" + id }
