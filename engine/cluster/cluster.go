@@ -131,6 +131,7 @@ type Cluster struct {
 	subs      map[Key]*nats.Subscription
 	offered   []Function      // what Sync was last given, announced again every announceEvery
 	peers     map[string]peer // the other engines' offers, by engine name
+	heardNew  chan struct{}   // closed, and replaced, whenever an offer is recorded
 }
 
 // Options says how to reach the cluster.
@@ -208,7 +209,7 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, rows: o.Workers, auth: newSigner(key, o.Name, log),
-		subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}}
+		subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}, heardNew: make(chan struct{})}
 	if _, err := nc.Subscribe(announceSubject+"*", c.heard); err != nil {
 		nc.Close()
 		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the engines' offers: %w", err)
@@ -241,6 +242,8 @@ func (c *Cluster) heard(m *nats.Msg) {
 		go c.announce(false) // a newcomer learns of this engine (its channel URL) at once
 	}
 	c.peers[a.Engine] = peer{functions: a.Functions, workers: a.Workers, channels: a.Channels, seen: time.Now()}
+	close(c.heardNew)
+	c.heardNew = make(chan struct{})
 }
 
 func (c *Cluster) announce(leaving bool) {
@@ -519,13 +522,23 @@ func (c *Cluster) ChannelOwner(ctx context.Context, id string) (engine, base str
 		if !ok {
 			continue
 		}
-		c.mu.Lock()
-		p, known := c.livePeersLocked()[engine]
-		c.mu.Unlock()
-		if known && p.channels != "" {
-			return engine, p.channels
+		// The holder's offer may still be on its way (an engine that just joined): wait for it
+		// within the question's time.
+		for {
+			c.mu.Lock()
+			p, known := c.livePeersLocked()[engine]
+			heard := c.heardNew
+			c.mu.Unlock()
+			if known && p.channels != "" {
+				return engine, p.channels
+			}
+			select {
+			case <-heard:
+			case <-ctx.Done():
+				c.auth.drop(kindChanHere, a.Subject, "the holder "+engine+" announced no channel URL")
+				return "", ""
+			}
 		}
-		c.auth.drop(kindChanHere, a.Subject, "the holder "+engine+" announced no channel URL")
 	}
 }
 

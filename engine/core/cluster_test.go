@@ -201,6 +201,37 @@ func TestClusterChannelEndOnAnotherEngine(t *testing.T) {
 	}
 }
 
+// Only an engine of the cluster may connect a channel's end on another's behalf: a client that
+// says it is one (the hop header) is refused even with the right key, and so is a made-up proof
+// of the key; the same end then connects with its key as a client.
+func TestClusterChannelHopNeedsAnEngine(t *testing.T) {
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "")
+	a := clusterEngine(t, natsURL(t), "a")
+	p := channelPair(t, worker(t, a, "default", nil), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	u, _ := protocol.ChannelURL(a, p.Reader)
+	nonce := strings.Repeat("ab", 16)
+	forged := a + "/ws/channels/" + p.Reader.ChannelID + "?" + hopProofParam + "=" + cluster.HopProof(p.Reader.AccessKey, p.Reader.ChannelID, nonce)
+	for what, try := range map[string]struct {
+		url string
+		h   http.Header
+	}{
+		"the right key with a hop header": {u, http.Header{hopHeader: {"evil"}}},
+		"a proof on an unsigned hop":      {forged, http.Header{hopHeader: {"evil"}, "Iii-Engine": {"evil"}, "Iii-Nonce": {nonce}, "Iii-Time": {"1"}, "Iii-Sig": {"AAAA"}}},
+	} {
+		if _, resp, err := websocket.Dial(ctx, try.url, &websocket.DialOptions{HTTPHeader: try.h}); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	rd, _, err := websocket.Dial(ctx, u, nil)
+	if err != nil {
+		t.Fatalf("the reader with its key: %v", err)
+	}
+	rd.CloseNow()
+}
+
 // BenchmarkClusterCall times a call served by a worker of the same engine (the baseline, in
 // the same run) and one served by a worker of another engine over NATS, and reports the ratio.
 func BenchmarkClusterCall(b *testing.B) {
