@@ -12,6 +12,7 @@ require (
 	github.com/iii-go/iii/updater v0.0.0
 	github.com/iii-go/iii/workers v0.0.0
 	github.com/magefile/mage v1.17.2
+	github.com/nats-io/nats.go v1.48.0
 	github.com/rogpeppe/go-internal v1.16.0
 )
 
@@ -29,7 +30,6 @@ require (
 	github.com/minio/highwayhash v1.0.4-0.20251030100505-070ab1a87a76 // indirect
 	github.com/nats-io/jwt/v2 v2.8.0 // indirect
 	github.com/nats-io/nats-server/v2 v2.12.3 // indirect
-	github.com/nats-io/nats.go v1.48.0 // indirect
 	github.com/nats-io/nkeys v0.4.12 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
