@@ -214,6 +214,7 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 		nc.Close()
 		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the engines' offers: %w", err)
 	}
+	_ = nc.Flush() // subscribed before this engine first announces, so it hears the answers
 	go c.announceLoop()
 	return c, nil
 }
