@@ -32,6 +32,7 @@ import (
 
 	"github.com/iii-go/iii/engine/backoff"
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/privfile"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -183,6 +184,14 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 		}
 	} else if len(key) < MinKeyBytes {
 		return nil, errcode.New(errcode.ConfigInvalid, "cluster.key_file: the cluster key holds %d bytes; it needs at least %d", len(key), MinKeyBytes)
+	}
+	for _, f := range []struct{ key, path string }{{"creds_file", o.CredsFile}, {"nkey_file", o.NkeyFile}, {"tls_key_file", o.TLSKeyFile}} {
+		if f.path == "" {
+			continue
+		}
+		if err := privfile.Check(f.path, false); err != nil { // they hold the engines' NATS secret
+			return nil, errcode.New(errcode.ConfigInvalid, "cluster.nats.%s: %w", f.key, err)
+		}
 	}
 	if o.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(o.CredsFile))

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -72,6 +73,16 @@ func TestDocumentedPermissionsSuffice(t *testing.T) {
 		}
 		t.Cleanup(c.Close)
 		return c
+	}
+	if err := os.Chmod(engineSeed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Connect(Options{URL: url, NkeyFile: engineSeed, Name: "a", Key: testKey}, serve)
+	if errcode.CodeOf(err) != errcode.ConfigInvalid || !strings.Contains(err.Error(), "cluster.nats.nkey_file: "+engineSeed+" has mode 0644; it must be 0600") {
+		t.Fatalf("a seed others may read: %v", err)
+	}
+	if err := os.Chmod(engineSeed, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	a, b := connect("a", &log), connect("b", io.Discard)
 	k := Key{"default", "calc::add"}
