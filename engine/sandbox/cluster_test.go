@@ -23,7 +23,7 @@ func clustered(t *testing.T, natsURL, name string) string {
 		t.Fatal(err)
 	}
 	e := core.New(core.Options{})
-	if err := e.JoinCluster(cluster.Options{URL: natsURL, Name: name}); err != nil {
+	if err := e.JoinCluster(cluster.Options{URL: natsURL, Name: name, Insecure: true, Key: []byte("0123456789abcdef0123456789abcdef")}); err != nil {
 		t.Fatal(err)
 	}
 	New(e, &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}).Install()
