@@ -95,7 +95,6 @@ func (e *Engine) proxyChannel(w http.ResponseWriter, r *http.Request, id string,
 	if base == "" {
 		return false
 	}
-	owner := engine
 	h := http.Header{hopHeader: {e.cluster.Name()}}
 	proof := cluster.HopProof(r.URL.Query().Get("key"), id, e.cluster.SignHop(h, id, engine))
 	target := base + "/ws/channels/" + url.PathEscape(id) + "?" + hopProofParam + "=" + proof
@@ -105,7 +104,7 @@ func (e *Engine) proxyChannel(w http.ResponseWriter, r *http.Request, id string,
 		if resp != nil && resp.StatusCode >= 400 {
 			status = resp.StatusCode // 403 wrong key, 409 end taken: the owner's answer
 		}
-		http.Error(w, "channel "+id+" is on engine "+owner+": "+strconv.Itoa(status)+" "+http.StatusText(status), status)
+		http.Error(w, "channel "+id+" is on engine "+engine+": "+strconv.Itoa(status)+" "+http.StatusText(status), status)
 		return true
 	}
 	down, err := websocket.Accept(w, r, acceptOptions(l))
