@@ -160,3 +160,25 @@ func TestTriggerBindsOnlyCallableOrOwn(t *testing.T) {
 	default:
 	}
 }
+
+// A session of the proxy may not take a trigger type over from the worker providing it (the
+// engine sees the proxy's connections as trusted, so the proxy checks): before, it became the
+// provider and received every trigger of the type.
+func TestTriggerTypeNotTakenOver(t *testing.T) {
+	e := newFakeEngine(t)
+	calls := noPrefixCalls()
+	calls.fns["gate::auth"] = func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"allow_trigger_type_registration":true}`), nil
+	}
+	calls.fns["engine::triggers::list"] = func(context.Context, json.RawMessage) (json.RawMessage, error) {
+		return json.RawMessage(`{"triggers":[{"id":"http","namespace":"default","worker_id":"http-worker"}]}`), nil
+	}
+	p := startProxy(t, gateConfig(e.url()), calls)
+	ws := dial(t, p, "x")
+	e.conn(t)
+	send(t, ws, `{"type":"registertriggertype","id":"http"}`)
+	send(t, ws, `{"type":"registertriggertype","id":"mine"}`)
+	if f := e.next(t); f != `{"type":"registertriggertype","id":"mine"}` {
+		t.Errorf("the engine got %s, want only the type nobody provides", f)
+	}
+}

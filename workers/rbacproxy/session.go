@@ -50,6 +50,9 @@ type session struct {
 	// registrations.
 	registerInv  string
 	registeredCh chan struct{}
+	// engineID is the engine's worker id of the session's engine connection (its
+	// workerregistered frame).
+	engineID string
 	// barriers are the proxy's own calls on the engine side, by invocation id: their results
 	// are the proxy's, not the worker's.
 	barriers map[string]chan *protocol.Message
@@ -315,6 +318,11 @@ func (c *session) register(m *protocol.Message) {
 	if r == nil && m.Type == protocol.TypeRegisterFunction && slices.Contains(c.p.gateFunctions(), m.ID) {
 		r = &rbac.Refusal{What: m.ID, Why: "the rbac-proxy calls it to enforce its gate; only a trusted worker (not a session of the proxy) may serve it"}
 	}
+	if r == nil && m.Type == protocol.TypeRegisterTriggerType {
+		if why := c.provided(ns, m.ID); why != "" {
+			r = &rbac.Refusal{What: "trigger type " + m.ID, Why: why}
+		}
+	}
 	if r != nil {
 		c.refuse(m, ns, r)
 		return
@@ -346,6 +354,35 @@ func (c *session) register(m *protocol.Message) {
 		}
 		c.send(c.out, m)
 	}()
+}
+
+// provided is why the session may not provide trigger type id in ns: another connection
+// provides it (the engine sees every proxied connection as trusted, so the proxy keeps its
+// sessions from taking a type over), or the engine could not tell; "" when none does.
+func (c *session) provided(ns, id string) string {
+	res, perr := c.p.call(c.ctx, fnListTriggerTypes, nil, c.p.handshake())
+	if perr != nil {
+		return "the proxy could not read the engine's trigger types: " + perr.Code
+	}
+	var list struct {
+		Triggers []struct {
+			ID        string `json:"id"`
+			Namespace string `json:"namespace"`
+			WorkerID  string `json:"worker_id"`
+		} `json:"triggers"`
+	}
+	if err := json.Unmarshal(res, &list); err != nil {
+		return "the proxy could not read the engine's trigger types: " + err.Error()
+	}
+	c.mu.Lock()
+	self := c.engineID
+	c.mu.Unlock()
+	for _, t := range list.Triggers {
+		if t.ID == id && t.Namespace == ns && t.WorkerID != self {
+			return "worker " + t.WorkerID + " provides it; a session of the proxy may not take a trigger type over"
+		}
+	}
+	return ""
 }
 
 // refuse logs registration m refused for r and answers the worker as the engine would.
@@ -436,6 +473,10 @@ func (c *session) up(b []byte) {
 		return
 	}
 	switch m.Type {
+	case protocol.TypeWorkerRegistered:
+		c.mu.Lock()
+		c.engineID = m.WorkerID
+		c.mu.Unlock()
 	case protocol.TypeInvokeFunction:
 		if local := c.s.Local(m.FunctionID); local != m.FunctionID {
 			m.FunctionID = local
