@@ -302,6 +302,7 @@ func (e *Engine) drop(c *conn) {
 	e.mu.Unlock()
 	if gone > 0 {
 		e.functionsChanged()
+		e.recheckTriggers()
 	}
 	c.mu.Lock()
 	if c.graceTimer != nil {
@@ -420,6 +421,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 		e.mu.Unlock()
 		if gone {
 			e.functionsChanged()
+			e.recheckTriggers()
 		}
 		return
 	}
@@ -475,6 +477,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	e.funcs[k] = &fnEntry{conn: c, frame: m, http: hf}
 	e.mu.Unlock()
 	e.functionsChanged()
+	e.recheckTriggers()
 }
 
 // registerWorker handles engine::workers::register inline, so the registrations parked before

@@ -100,3 +100,46 @@ func TestGateFunctionsServedOnlyByTrusted(t *testing.T) {
 	client(t, urls[0], "", map[string]protocol.Handler{"my::auth": auth, "my::mw": echo("my::mw")})
 	waitListed(t, admin, "my::auth", true)
 }
+
+// A session's trigger on its own function is revoked when the function's id passes to another
+// worker whose function the session may not call: the provider would call it with its rights.
+func TestRBACTriggerRevokedWhenItsFunctionChangesHands(t *testing.T) {
+	l := Listener{Name: "pub", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{}}
+	_, urls := serveListeners(t, l)
+	fired := make(recordTriggers, 8)
+	main := client(t, urls[0], "", nil)
+	if err := main.RegisterTriggerType("cron", "", fired); err != nil {
+		t.Fatal(err)
+	}
+	pub := client(t, urls[1], "", map[string]protocol.Handler{"x::fn": echo("x::fn")})
+	id, _ := pub.RegisterTrigger("cron", "x::fn", map[string]any{"expression": "* * * * *"})
+	select {
+	case tr := <-fired:
+		if tr.ID != id {
+			t.Fatalf("the provider got %+v", tr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session's trigger on its own function never reached the provider")
+	}
+	if err := pub.Unregister("x::fn"); err != nil {
+		t.Fatal(err)
+	}
+	waitListed(t, main, "x::fn", false)
+	if e := pub.TriggerError(id); e != nil {
+		t.Fatalf("revoked while no one serves x::fn: %v", e)
+	}
+	client(t, urls[0], "", map[string]protocol.Handler{"x::fn": echo("trusted x::fn")})
+	deadline := time.Now().Add(5 * time.Second)
+	e := pub.TriggerError(id)
+	for e == nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		e = pub.TriggerError(id)
+	}
+	if e == nil || e.Code != errcode.Forbidden || !strings.Contains(e.Message, "x::fn") {
+		t.Fatalf("trigger %s: error %v, want FORBIDDEN naming x::fn", id, e)
+	}
+	out, err := main.Call(context.Background(), FnListTriggers, map[string]any{"include_refused": true})
+	if err != nil || strings.Contains(string(out), id) {
+		t.Errorf("the revoked trigger is still registered: %s %v", out, err)
+	}
+}

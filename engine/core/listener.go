@@ -12,6 +12,7 @@ import (
 	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/engine/triggers"
 )
 
 // AuthError is the code of the error frame a connection refused by its listener's auth
@@ -243,4 +244,50 @@ func (e *Engine) bindDenial(c *conn, ns, id string) string {
 		return ""
 	}
 	return c.l.RBAC.Denial(c.session, id, ns, meta)
+}
+
+// recheckTriggers revokes the triggers of sessions that may no longer bind their function, or a
+// function their config names, after the engine's functions changed: another worker now serves
+// an id the session served itself, or the metadata that exposed a function changed. The
+// provider drops the trigger (unless a twin of another worker keeps it) and the session gets a
+// triggerregistrationresult FORBIDDEN, so a provider never calls, with its own rights, what the
+// session could not call. A function no one serves is left alone: a call of it fails, and
+// whoever registers it next is judged then.
+func (e *Engine) recheckTriggers() {
+	e.mu.RLock()
+	gated := map[string]*conn{}
+	for id, c := range e.conns {
+		if c.session != nil {
+			gated[id] = c
+		}
+	}
+	e.mu.RUnlock()
+	if len(gated) == 0 {
+		return
+	}
+	for _, t := range e.triggers.Triggers(triggers.Filter{IncludeRefused: true}) {
+		c := gated[t.WorkerID]
+		if c == nil {
+			continue
+		}
+		named, _ := rbac.ConfigFunctionIDs(t.Config)
+		for _, id := range append([]string{t.FunctionID}, named...) {
+			e.mu.RLock()
+			_, builtin := e.builtins[id]
+			served := builtin || e.funcs[fkey{t.Namespace, id}] != nil
+			e.mu.RUnlock()
+			if !served {
+				continue
+			}
+			why := e.bindDenial(c, t.Namespace, id)
+			if why == "" {
+				continue
+			}
+			perr := protocol.NewError(errcode.Forbidden, "trigger %s revoked by listener %s: function %s may no longer be called by this session: %s", t.ID, c.l.Name, id, why)
+			if e.triggers.Revoke(c, t.ID, perr) {
+				e.log.Warn("trigger revoked", "listener", c.l.Name, "trigger_id", t.ID, "function", id, "namespace", t.Namespace, "worker_id", c.id, "reason", why)
+			}
+			break
+		}
+	}
 }

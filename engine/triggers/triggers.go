@@ -391,6 +391,25 @@ func (r *Registry) result(out *outbox, p Peer, m *protocol.Message) {
 	out.add(t.owner, resultFrame(t.frame, m.Error))
 }
 
+// Revoke ends owner p's hold on trigger id (the registry's key, as Triggers lists it) because it
+// may no longer have it, telling p with a triggerregistrationresult carrying perr: a twin of
+// another worker takes the trigger over, or the trigger goes and its provider is told. It
+// reports whether p owned id.
+func (r *Registry) Revoke(p Peer, id string, perr *protocol.Error) bool {
+	var out outbox
+	r.mu.Lock()
+	t := r.triggers[id]
+	if t == nil || t.owner != p {
+		r.mu.Unlock()
+		return false
+	}
+	out.add(p, resultFrame(&protocol.Message{ID: t.ownerID, TriggerType: t.frame.TriggerType, FunctionID: t.frame.FunctionID}, perr))
+	r.release(&out, t)
+	r.mu.Unlock()
+	out.flush()
+	return true
+}
+
 // PeerGone forgets what peer owned: its trigger types (the provider it displaced, if any and
 // still there, provides them again; else their triggers are parked until another provider
 // registers) and its triggers (their providers are told).
