@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
@@ -56,6 +55,7 @@ type conn struct {
 	serving     atomic.Int32 // calls forwarded to this worker and not settled: len(pending)
 	hold        holder       // its part of the engine's frame budget
 	holdFn      func(n int) bool
+	binaryWarn  atomic.Bool // a refused binary frame was logged at WARN (once per connection)
 
 	mu         sync.Mutex
 	registered bool
@@ -241,14 +241,21 @@ func (c *conn) budgetExceeded(msg string) {
 	c.shut(batchconn.StatusTryAgainLater, errcode.FrameBudgetExceeded+": "+msg)
 }
 
+// handleRaw handles one frame. Protocol messages come in text frames only, on every
+// connection: a binary frame carries telemetry (the SDKs' OTLP, MTRC and LOGS prefixes) and
+// nothing else, so a gate that checks the text frames in front of it (an RBAC listener, the
+// rbac-proxy) can never be gone around in a binary frame. Any other binary frame is dropped,
+// with a WARN naming the connection (once per connection, then at DEBUG).
 func (e *Engine) handleRaw(c *conn, typ byte, b []byte) {
-	if typ == batchconn.OpBinary && e.telemetry(c.id, b) {
-		return
-	}
-	if typ == batchconn.OpBinary && !utf8.Valid(b) {
-		// Its raw JSON would reach other peers in text frames, which must be UTF-8 (the reader
-		// checks text messages itself).
-		e.log.Debug("ignoring frame", "worker_id", c.id, "err", "a binary frame of JSON that is not UTF-8")
+	if typ == batchconn.OpBinary {
+		if !e.telemetry(c.id, b) {
+			level := slog.LevelDebug
+			if !c.binaryWarn.Swap(true) {
+				level = slog.LevelWarn
+			}
+			e.log.Log(context.Background(), level, "ignoring frame", "code", errcode.Unsupported, "worker_id", c.id, "name", c.name(),
+				"reason", "a binary frame that is not telemetry (OTLP, MTRC or LOGS prefix); protocol messages are read from text frames only")
+		}
 		return
 	}
 	// Borrowed: the frames forwarded to another connection, invocations and results, are
@@ -295,6 +302,7 @@ func (e *Engine) drop(c *conn) {
 	e.mu.Unlock()
 	if gone > 0 {
 		e.functionsChanged()
+		e.recheckTriggers()
 	}
 	c.mu.Lock()
 	if c.graceTimer != nil {
@@ -413,6 +421,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 		e.mu.Unlock()
 		if gone {
 			e.functionsChanged()
+			e.recheckTriggers()
 		}
 		return
 	}
@@ -468,6 +477,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	e.funcs[k] = &fnEntry{conn: c, frame: m, http: hf}
 	e.mu.Unlock()
 	e.functionsChanged()
+	e.recheckTriggers()
 }
 
 // registerWorker handles engine::workers::register inline, so the registrations parked before

@@ -118,6 +118,7 @@ type Engine struct {
 	chans    *channels
 	claim    *fkey // ClaimPrefix: {namespace, id prefix} kept to one worker, nil when none
 	triggers *triggers.Registry
+	gateFns  map[string]string // function ids the listeners' gates call (listener.go) -> the listener naming it
 
 	frames budget   // bytes of the frames being read, all connections together
 	obs    Observer // SetObserver; nil: none
@@ -377,6 +378,7 @@ func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
 // listener that fails closes the others and its error is returned.
 func (e *Engine) ServeAll(ctx context.Context, bound []Bound) error {
 	go e.sweep(ctx, 20*time.Millisecond)
+	e.reserveGateFunctions(bound)
 	errc := make(chan error, len(bound))
 	srvs := make([]*http.Server, 0, len(bound))
 	for _, b := range bound {

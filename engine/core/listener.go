@@ -12,6 +12,7 @@ import (
 	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/engine/triggers"
 )
 
 // AuthError is the code of the error frame a connection refused by its listener's auth
@@ -28,9 +29,9 @@ type Listener struct {
 	// is not the engine's which a connection of this listener invokes; its answer is the call's.
 	Middleware string
 	// RBAC, when set, gates every connection of this listener (package rbac). The auth
-	// function, the registration hooks and the middleware are served by workers of any
-	// listener and called by the engine itself, in the default namespace, within
-	// HandshakeTimeout (auth and hooks).
+	// function, the registration hooks and the middleware are called by the engine itself, in
+	// the default namespace, within HandshakeTimeout (auth and hooks), and served only by
+	// connections without a session (reserveGateFunctions).
 	RBAC *rbac.Config
 }
 
@@ -65,7 +66,7 @@ func (e *Engine) authenticate(l *listener, r *http.Request) (*rbac.Session, *pro
 		return s, nil
 	}
 	in, _ := json.Marshal(rbac.NewAuthInput(r))
-	res, perr := e.Invoke(context.Background(), protocol.DefaultNamespace, l.RBAC.AuthFunctionID, in, l.HandshakeTimeout)
+	res, perr := e.invokeGate(context.Background(), l.RBAC.AuthFunctionID, in, l.HandshakeTimeout)
 	if perr != nil {
 		return nil, protocol.NewError(AuthError, "auth function %s refused the connection: %s: %s", l.RBAC.AuthFunctionID, perr.Code, perr.Message)
 	}
@@ -126,6 +127,11 @@ func (e *Engine) gateInvoke(c *conn, m *protocol.Message) bool {
 			data = json.RawMessage("null")
 		}
 		in, _ := json.Marshal(rbac.MiddlewareInput{FunctionID: m.FunctionID, Payload: data, Action: action, Context: c.session.Context, Namespace: ns})
+		if perr := e.gateServedBySession(c.l.Middleware); perr != nil {
+			e.log.Warn("call refused: the middleware is not served by a trusted connection", "listener", c.l.Name, "middleware", c.l.Middleware, "code", perr.Code)
+			c.sendResult(m, nil, perr)
+			return
+		}
 		res, perr := e.dispatch(c.ctx, Caller{WorkerID: "engine", Namespace: protocol.DefaultNamespace}, protocol.DefaultNamespace, c.l.Middleware, in, nil,
 			traceCtx{traceparent: m.Traceparent, baggage: m.Baggage}, e.callTimeout(m.TimeoutMS), m.IsVoid())
 		c.sendResult(m, res, perr)
@@ -139,19 +145,28 @@ func (e *Engine) gateInvoke(c *conn, m *protocol.Message) bool {
 // has been answered.
 func (e *Engine) gateRegistration(c *conn, ns string, m *protocol.Message) bool {
 	hook := func(id string, in json.RawMessage) (json.RawMessage, error) {
-		res, perr := e.Invoke(c.ctx, protocol.DefaultNamespace, id, in, c.l.HandshakeTimeout)
+		res, perr := e.invokeGate(c.ctx, id, in, c.l.HandshakeTimeout)
 		if perr != nil {
 			e.log.Warn("registration refused: the hook failed", "listener", c.l.Name, "hook", id, "worker_id", c.id, "code", perr.Code, "reason", perr.Message)
 			return nil, perr
 		}
 		return res, nil
 	}
-	r := c.l.RBAC.GateRegistration(c.session, m, hook)
+	bind := func(id string) string { return e.bindDenial(c, ns, id) }
+	r := c.l.RBAC.GateRegistration(c.session, m, hook, bind)
+	if r == nil && m.Type == protocol.TypeRegisterFunction {
+		e.mu.RLock()
+		by, isGate := e.gateFns[m.ID]
+		e.mu.RUnlock()
+		if isGate {
+			r = &rbac.Refusal{What: m.ID, Why: "listener " + by + " calls it to enforce its gate; only a connection without a session (a trusted listener) may serve it"}
+		}
+	}
 	if r == nil {
 		return true
 	}
 	e.log.Warn("registration refused", "listener", c.l.Name, "what", r.What, "namespace", ns, "worker_id", c.id, "reason", r.Why)
-	if f := rbac.Rejection(m, ns, "listener "+c.l.Name); f != nil {
+	if f := rbac.Rejection(m, ns, "listener "+c.l.Name, r); f != nil {
 		_ = c.send(f)
 	}
 	return false
@@ -164,4 +179,115 @@ func (e *Engine) mayList(caller *conn, id, ns string, meta json.RawMessage) bool
 		return true
 	}
 	return caller.l.RBAC.Allowed(caller.session, id, ns, meta)
+}
+
+// reserveGateFunctions records the function ids every listener's gate names (its rbac: auth
+// function and hooks, its middleware_function_id): a connection with a session may not
+// register them (gateRegistration), and the engine calls them only when no such connection
+// serves them (invokeGate), so no session can squat the function that decides its rights,
+// whether or not the trusted worker is connected.
+func (e *Engine) reserveGateFunctions(bound []Bound) {
+	ids := map[string]string{}
+	for _, b := range bound {
+		for _, id := range b.RBAC.GateFunctions() {
+			ids[id] = b.Name
+		}
+		if b.Middleware != "" {
+			ids[b.Middleware] = b.Name
+		}
+	}
+	e.mu.Lock()
+	e.gateFns = ids
+	e.mu.Unlock()
+}
+
+// gateServedBySession is FORBIDDEN when function id of the default namespace, which a gate
+// calls, is served by a connection with a session (it never should be: such registrations are
+// refused), else nil.
+func (e *Engine) gateServedBySession(id string) *protocol.Error {
+	e.mu.RLock()
+	f := e.funcs[fkey{protocol.DefaultNamespace, id}]
+	gated := false
+	if f != nil {
+		f.instances(func(o *fnEntry) { gated = gated || o.conn.session != nil })
+	}
+	e.mu.RUnlock()
+	if gated {
+		return protocol.NewError(errcode.Forbidden, "function '%s' enforces a listener's gate and is served by a connection of a gated listener; the engine calls it only on a connection without a session", id)
+	}
+	return nil
+}
+
+// invokeGate calls id, an auth function or a registration hook, in the default namespace on
+// behalf of the engine, unless a connection with a session serves it (gateServedBySession).
+func (e *Engine) invokeGate(ctx context.Context, id string, in json.RawMessage, timeout time.Duration) (json.RawMessage, *protocol.Error) {
+	if perr := e.gateServedBySession(id); perr != nil {
+		return nil, perr
+	}
+	return e.Invoke(ctx, protocol.DefaultNamespace, id, in, timeout)
+}
+
+// bindDenial is why c's session may not bind a trigger to function id of ns (rbac.BindFunc):
+// "" for a function c serves itself or one the session may call, judged on the function's
+// registered metadata.
+func (e *Engine) bindDenial(c *conn, ns, id string) string {
+	e.mu.RLock()
+	f := e.funcs[fkey{ns, id}]
+	var meta json.RawMessage
+	own := false
+	if f != nil {
+		meta = f.frame.Metadata
+		f.instances(func(o *fnEntry) { own = own || o.conn == c })
+	}
+	e.mu.RUnlock()
+	if own {
+		return ""
+	}
+	return c.l.RBAC.Denial(c.session, id, ns, meta)
+}
+
+// recheckTriggers revokes the triggers of sessions that may no longer bind their function, or a
+// function their config names, after the engine's functions changed: another worker now serves
+// an id the session served itself, or the metadata that exposed a function changed. The
+// provider drops the trigger (unless a twin of another worker keeps it) and the session gets a
+// triggerregistrationresult FORBIDDEN, so a provider never calls, with its own rights, what the
+// session could not call. A function no one serves is left alone: a call of it fails, and
+// whoever registers it next is judged then.
+func (e *Engine) recheckTriggers() {
+	e.mu.RLock()
+	gated := map[string]*conn{}
+	for id, c := range e.conns {
+		if c.session != nil {
+			gated[id] = c
+		}
+	}
+	e.mu.RUnlock()
+	if len(gated) == 0 {
+		return
+	}
+	for _, t := range e.triggers.Triggers(triggers.Filter{IncludeRefused: true}) {
+		c := gated[t.WorkerID]
+		if c == nil {
+			continue
+		}
+		named, _ := rbac.ConfigFunctionIDs(t.Config)
+		for _, id := range append([]string{t.FunctionID}, named...) {
+			e.mu.RLock()
+			_, builtin := e.builtins[id]
+			served := builtin || e.funcs[fkey{t.Namespace, id}] != nil
+			e.mu.RUnlock()
+			if !served {
+				continue
+			}
+			why := e.bindDenial(c, t.Namespace, id)
+			if why == "" {
+				continue
+			}
+			perr := protocol.NewError(errcode.Forbidden, "trigger %s revoked by listener %s: function %s may no longer be called by this session: %s", t.ID, c.l.Name, id, why)
+			if e.triggers.Revoke(c, t.ID, perr) {
+				e.log.Warn("trigger revoked", "listener", c.l.Name, "trigger_id", t.ID, "function", id, "namespace", t.Namespace, "worker_id", c.id, "reason", why)
+			}
+			break
+		}
+	}
 }

@@ -113,3 +113,7 @@ func (c *conn) nsOrDefaultLocked() string {
 	defer c.mu.Unlock()
 	return c.nsOrDefault()
 }
+
+// Gated reports whether the connection holds a session of a gated listener (triggers.Gated):
+// it may not take a trigger type over from a connection without one.
+func (c *conn) Gated() bool { return c.session != nil }

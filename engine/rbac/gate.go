@@ -2,7 +2,10 @@ package rbac
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
+	"sort"
+	"strings"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
@@ -35,11 +38,57 @@ type HookFunc func(id string, input json.RawMessage) (json.RawMessage, error)
 // Refusal is a registration the gate refused: What it was (for the log) and Why.
 type Refusal struct{ What, Why string }
 
+// BindFunc is why the session may not have function id (as registered: prefixed) called by a
+// trigger's provider, "" when it may: a function it may call (Config.Denial, with the
+// function's metadata) or one its own connection serves. A provider calls the functions of a
+// trigger with its own rights, so a trigger must never reach what the session could not call.
+type BindFunc func(id string) string
+
+// ConfigFunctionIDs are the function ids a trigger's config names for its provider to call:
+// the values of its top-level keys function_id, *_function_id (a string, e.g. the http and
+// stream triggers' condition_function_id) and *_function_ids (a list of strings, e.g. the http
+// trigger's middleware_function_ids), whatever the trigger type, sorted by key. A value of
+// another type under such a key (null aside) is an error: the gate could not tell what it names.
+func ConfigFunctionIDs(cfg json.RawMessage) ([]string, error) {
+	var obj map[string]json.RawMessage
+	if len(cfg) == 0 || json.Unmarshal(cfg, &obj) != nil {
+		return nil, nil // not an object: it names no function
+	}
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var ids []string
+	for _, k := range keys {
+		v := obj[k]
+		if string(v) == "null" {
+			continue
+		}
+		switch {
+		case k == "function_id" || strings.HasSuffix(k, "_function_id"):
+			var id string
+			if json.Unmarshal(v, &id) != nil {
+				return nil, fmt.Errorf("config key %s must be a function id (a string)", k)
+			}
+			ids = append(ids, id)
+		case strings.HasSuffix(k, "_function_ids"):
+			var list []string
+			if json.Unmarshal(v, &list) != nil {
+				return nil, fmt.Errorf("config key %s must be a list of function ids (strings)", k)
+			}
+			ids = append(ids, list...)
+		}
+	}
+	return ids, nil
+}
+
 // GateRegistration applies session s and c's hooks to registration m (called through hook): the
 // session's allow_* rights and allowed_trigger_types, the on_*_registration hooks (c nil: none)
-// and the function_registration_prefix. An admitted registration is rewritten in place as the
-// hook answered and prefixed; a refused one is left as it came and described by the Refusal.
-func (c *Config) GateRegistration(s *Session, m *protocol.Message, hook HookFunc) *Refusal {
+// and the function_registration_prefix; a trigger's function, and the functions its config
+// names (ConfigFunctionIDs), must pass bind. An admitted registration is rewritten in place as
+// the hook answered and prefixed; a refused one is left as it came and described by the Refusal.
+func (c *Config) GateRegistration(s *Session, m *protocol.Message, hook HookFunc, bind BindFunc) *Refusal {
 	call := func(id string, reg any) bool {
 		if c == nil || id == "" {
 			return true
@@ -76,21 +125,35 @@ func (c *Config) GateRegistration(s *Session, m *protocol.Message, hook HookFunc
 		if c != nil && !call(c.OnTriggerRegistration, reg) {
 			return &Refusal{"trigger " + m.ID, "on_trigger_registration_function_id " + c.OnTriggerRegistration + " refused it"}
 		}
-		m.ID, m.TriggerType, m.FunctionID, m.Config = reg.TriggerID, reg.TriggerType, s.Prefixed(reg.FunctionID), reg.Config
+		fn := s.Prefixed(reg.FunctionID)
+		named, err := ConfigFunctionIDs(reg.Config)
+		if err != nil {
+			return &Refusal{"trigger " + m.ID, err.Error()}
+		}
+		for i, id := range append([]string{fn}, named...) {
+			if why := bind(id); why != "" {
+				what := "its function_id " + id
+				if i > 0 {
+					what = "its config names " + id + ", which"
+				}
+				return &Refusal{"trigger " + m.ID, what + " may not be called by this session: " + why}
+			}
+		}
+		m.ID, m.TriggerType, m.FunctionID, m.Config = reg.TriggerID, reg.TriggerType, fn, reg.Config
 	}
 	return nil
 }
 
-// Rejection is the frame that answers refused registration m of namespace ns on where: a
-// registrationrejected FORBIDDEN for a function, the triggerregistrationresult for a trigger, and
-// nil (no answer, as iii) for a trigger type.
-func Rejection(m *protocol.Message, ns, where string) *protocol.Message {
+// Rejection is the frame that answers registration m of namespace ns refused on where (r says
+// why): a registrationrejected FORBIDDEN for a function, the triggerregistrationresult for a
+// trigger, and nil (no answer, as iii) for a trigger type.
+func Rejection(m *protocol.Message, ns, where string, r *Refusal) *protocol.Message {
 	switch m.Type {
 	case protocol.TypeRegisterFunction:
 		return &protocol.Message{Type: protocol.TypeRegistrationRejected, Code: errcode.Forbidden, Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: "engine"}
 	case protocol.TypeRegisterTrigger:
 		return &protocol.Message{Type: protocol.TypeTriggerRegistrationResult, ID: m.ID, TriggerType: m.TriggerType, FunctionID: m.FunctionID,
-			Error: protocol.NewError(errcode.Forbidden, "trigger %s refused by %s", m.ID, where)}
+			Error: protocol.NewError(errcode.Forbidden, "trigger %s refused by %s: %s", m.ID, where, r.Why)}
 	}
 	return nil
 }

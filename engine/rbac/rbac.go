@@ -47,6 +47,22 @@ type Config struct {
 	OnTriggerTypeRegistration string   // on_trigger_type_registration_function_id
 }
 
+// GateFunctions are the function ids c names for its enforcer (the engine or the rbac-proxy) to
+// call: the auth function and the registration hooks. Only a trusted connection (one without a
+// session) may serve them: a session serving them would decide its own and others' rights.
+func (c *Config) GateFunctions() []string {
+	if c == nil {
+		return nil
+	}
+	var ids []string
+	for _, id := range []string{c.AuthFunctionID, c.OnFunctionRegistration, c.OnTriggerRegistration, c.OnTriggerTypeRegistration} {
+		if id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // Keys are the keys of an rbac: block, in the order the README lists them.
 var Keys = []string{"auth_function_id", "expose_functions", "on_function_registration_function_id",
 	"on_trigger_registration_function_id", "on_trigger_type_registration_function_id"}
@@ -235,12 +251,16 @@ type Session struct {
 }
 
 // Open is the session of a listener whose rbac: block names no auth function, or that has only
-// a middleware: it may register anything; expose_functions alone gates its calls.
+// a middleware: it may register functions and triggers; expose_functions alone gates its calls.
+// Like an auth result that does not say otherwise, it may not register trigger types: a
+// provider receives every trigger of its type, with their functions and configs.
 func Open() *Session {
-	return &Session{AllowTriggerTypeRegistration: true, AllowFunctionRegistration: true, Context: json.RawMessage("{}")}
+	return &Session{AllowFunctionRegistration: true, Context: json.RawMessage("{}")}
 }
 
-// ParseAuthResult reads the auth function's answer. Anything but a JSON object is a refusal.
+// ParseAuthResult reads the auth function's answer. Anything but a JSON object is a refusal,
+// and so is an object with a key an AuthResult does not have: a misspelt forbidden_functions
+// must not silently allow what it meant to deny.
 func ParseAuthResult(raw json.RawMessage) (*Session, error) {
 	trimmed := strings.TrimSpace(string(raw))
 	if trimmed == "" || trimmed == "null" {
@@ -250,14 +270,26 @@ func ParseAuthResult(raw json.RawMessage) (*Session, error) {
 		return nil, fmt.Errorf("the auth function returned %.40s, not an AuthResult object", trimmed)
 	}
 	s := &Session{AllowFunctionRegistration: true}
-	if err := json.Unmarshal(raw, s); err != nil {
+	dec := json.NewDecoder(strings.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(s); err != nil {
+		if k, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return nil, fmt.Errorf("the auth function's result has the unknown key %s; an AuthResult has %s", k, strings.Join(AuthResultKeys, ", "))
+		}
 		return nil, fmt.Errorf("the auth function's result is not an AuthResult: %v", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("the auth function's result is not an AuthResult: data after the object")
 	}
 	if c := strings.TrimSpace(string(s.Context)); c == "" || c == "null" {
 		s.Context = json.RawMessage("{}")
 	}
 	return s, nil
 }
+
+// AuthResultKeys are the keys of an AuthResult (Session).
+var AuthResultKeys = []string{"allowed_functions", "forbidden_functions", "namespaces", "allowed_trigger_types",
+	"allow_trigger_type_registration", "allow_function_registration", "function_registration_prefix", "context"}
 
 // AuthInput is what the auth function is called with.
 type AuthInput struct {

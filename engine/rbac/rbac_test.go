@@ -102,10 +102,27 @@ func TestParseAuthResult(t *testing.T) {
 	if s.MayUseTriggerType("cron") || s.AllowFunctionRegistration || string(s.Context) != "{}" {
 		t.Errorf("explicit: %+v", s)
 	}
-	for _, bad := range []string{``, `null`, `true`, `"x"`, `{"allowed_functions":"a"}`} {
+	for _, bad := range []string{``, `null`, `true`, `"x"`, `{"allowed_functions":"a"}`, `{} {}`} {
 		if _, err := ParseAuthResult(json.RawMessage(bad)); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// A misspelt key must not silently allow what it meant to deny: the result is refused, the
+// error naming the key.
+func TestParseAuthResultRefusesUnknownKeys(t *testing.T) {
+	_, err := ParseAuthResult(json.RawMessage(`{"allowed_functions":["api::x"],"forbiden_functions":["api::danger"]}`))
+	if err == nil || !strings.Contains(err.Error(), `unknown key "forbiden_functions"`) || !strings.Contains(err.Error(), "forbidden_functions") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// An Open session (no auth function) may not register trigger types: the provider of a type
+// receives every trigger of it.
+func TestOpenMayNotRegisterTriggerTypes(t *testing.T) {
+	if s := Open(); s.AllowTriggerTypeRegistration || !s.AllowFunctionRegistration {
+		t.Errorf("Open() = %+v", s)
 	}
 }
 

@@ -5,7 +5,11 @@
 //
 //   - registertriggertype from a worker makes it the provider of that type in its namespace; a
 //     later provider of the same type takes over, and the earlier one is told to drop its
-//     triggers (unregistertrigger), so no event fires twice.
+//     triggers (unregistertrigger), so no event fires twice. The earlier one is kept: when the
+//     provider that displaced it leaves (or unregisters the type), it is the provider again and
+//     gets the triggers back. A Gated peer (a session of a gated listener) may not displace a
+//     provider that is not: it would receive every trigger of the type, with their configs,
+//     and stop them firing.
 //   - registertrigger from any worker is stored and forwarded, frame for frame, to the
 //     provider of its trigger_type (looked up in the worker's namespace, then in default), with
 //     namespace set to where the bound function resolves. With no provider it is parked, with
@@ -54,6 +58,15 @@ type Peer interface {
 	Send(m *protocol.Message) error
 }
 
+// Gated is implemented by a Peer that holds a session of a gated listener (an RBAC session).
+type Gated interface{ Gated() bool }
+
+// gated reports whether p is a Gated peer with a session.
+func gated(p Peer) bool {
+	g, ok := p.(Gated)
+	return ok && g.Gated()
+}
+
 // Status is where a trigger stands.
 type Status string
 
@@ -72,9 +85,10 @@ const (
 
 // typeEntry is one registered trigger type.
 type typeEntry struct {
-	ns       string
-	frame    *protocol.Message
-	provider Peer
+	ns        string
+	frame     *protocol.Message
+	provider  Peer
+	displaced []*typeEntry // earlier providers this one took over from, the latest last
 }
 
 // trigger is one registered trigger.
@@ -165,17 +179,49 @@ func (r *Registry) registerType(out *outbox, p Peer, ns string, m *protocol.Mess
 		return
 	}
 	k := typeKey{ns, m.ID}
+	te := &typeEntry{ns: ns, frame: m, provider: p}
 	if old := r.types[k]; old != nil && old.provider != p {
+		if gated(p) && !gated(old.provider) {
+			r.log.Warn("trigger type registration refused", "code", errcode.Forbidden, "trigger_type", m.ID, "namespace", ns, "worker_id", p.ID(),
+				"reason", "a session of a gated listener may not take over a trigger type a trusted worker ("+old.provider.ID()+") provides")
+			return
+		}
 		r.log.Info("trigger type changes provider", "trigger_type", m.ID, "namespace", ns, "from", old.provider.ID(), "to", p.ID())
 		r.withdraw(out, old.provider, ns, m.ID)
+		old.displaced = slices.DeleteFunc(old.displaced, func(d *typeEntry) bool { return d.provider == p })
+		te.displaced = append(old.displaced, old)
+		old.displaced = nil
+	} else if old != nil {
+		te.displaced = old.displaced // the same provider again: its frame is the newer one
 	}
-	r.types[k] = &typeEntry{ns: ns, frame: m, provider: p}
+	r.types[k] = te
+	r.sendParked(out, k)
+}
+
+// sendParked sends the type of key k the triggers parked for it.
+func (r *Registry) sendParked(out *outbox, k typeKey) {
+	te := r.types[k]
 	for _, id := range r.sortedIDs() {
 		t := r.triggers[id]
-		if t.provider == nil && r.providerFor(t) == r.types[k] {
-			r.send(out, t, p)
+		if t.provider == nil && r.providerFor(t) == te {
+			r.send(out, t, te.provider)
 		}
 	}
+}
+
+// restore makes the latest provider te displaced the type's provider again, when there is
+// one, once te's provider left or unregistered the type; it reports whether it did. The
+// triggers parked for the type go to it (the caller sends them).
+func (r *Registry) restore(k typeKey, te *typeEntry) bool {
+	if len(te.displaced) == 0 {
+		delete(r.types, k)
+		return false
+	}
+	prev := te.displaced[len(te.displaced)-1]
+	prev.displaced = te.displaced[:len(te.displaced)-1]
+	r.types[k] = prev
+	r.log.Info("trigger type back with its earlier provider", "trigger_type", k.id, "namespace", k.ns, "from", te.provider.ID(), "to", prev.provider.ID())
+	return true
 }
 
 // withdraw parks every trigger sent to provider for type id in ns, telling the provider.
@@ -192,8 +238,14 @@ func (r *Registry) withdraw(out *outbox, provider Peer, ns, id string) {
 func (r *Registry) unregisterType(out *outbox, p Peer, ns, id string) {
 	k := typeKey{ns, id}
 	if te := r.types[k]; te != nil && te.provider == p {
-		delete(r.types, k)
 		r.withdraw(out, p, ns, id)
+		if r.restore(k, te) {
+			r.sendParked(out, k)
+		}
+		return
+	}
+	if te := r.types[k]; te != nil { // a displaced provider withdraws: it is not restored later
+		te.displaced = slices.DeleteFunc(te.displaced, func(d *typeEntry) bool { return d.provider == p })
 	}
 }
 
@@ -339,14 +391,35 @@ func (r *Registry) result(out *outbox, p Peer, m *protocol.Message) {
 	out.add(t.owner, resultFrame(t.frame, m.Error))
 }
 
-// PeerGone forgets what peer owned: its trigger types (their triggers are parked until another
-// provider registers) and its triggers (their providers are told).
+// Revoke ends owner p's hold on trigger id (the registry's key, as Triggers lists it) because it
+// may no longer have it, telling p with a triggerregistrationresult carrying perr: a twin of
+// another worker takes the trigger over, or the trigger goes and its provider is told. It
+// reports whether p owned id.
+func (r *Registry) Revoke(p Peer, id string, perr *protocol.Error) bool {
+	var out outbox
+	r.mu.Lock()
+	t := r.triggers[id]
+	if t == nil || t.owner != p {
+		r.mu.Unlock()
+		return false
+	}
+	out.add(p, resultFrame(&protocol.Message{ID: t.ownerID, TriggerType: t.frame.TriggerType, FunctionID: t.frame.FunctionID}, perr))
+	r.release(&out, t)
+	r.mu.Unlock()
+	out.flush()
+	return true
+}
+
+// PeerGone forgets what peer owned: its trigger types (the provider it displaced, if any and
+// still there, provides them again; else their triggers are parked until another provider
+// registers) and its triggers (their providers are told).
 func (r *Registry) PeerGone(p Peer) {
 	var out outbox
 	r.mu.Lock()
 	for k, te := range r.types {
+		te.displaced = slices.DeleteFunc(te.displaced, func(d *typeEntry) bool { return d.provider == p })
 		if te.provider == p {
-			delete(r.types, k)
+			r.restore(k, te)
 		}
 	}
 	for _, id := range r.sortedIDs() {

@@ -15,6 +15,7 @@ import (
 // brings the whole engine); a test checks they agree.
 const (
 	fnFunctionInfo            = "engine::functions::info"
+	fnListTriggerTypes        = "engine::triggers::list"
 	triggerFunctionsAvailable = "engine::functions-available"
 	batchMax                  = 32
 )

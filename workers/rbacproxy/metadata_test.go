@@ -11,12 +11,16 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/discovery"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
 )
 
 func TestDiscoveryNames(t *testing.T) {
+	if fnListTriggerTypes != core.FnListTriggerTypes {
+		t.Errorf("the proxy's %q differs from the engine's %q", fnListTriggerTypes, core.FnListTriggerTypes)
+	}
 	if fnFunctionInfo != discovery.FnFunctionInfo || triggerFunctionsAvailable != discovery.TriggerFunctionsAvailable || batchMax != discovery.BatchMax {
 		t.Errorf("the proxy's discovery names %q %q %d differ from the engine's", fnFunctionInfo, triggerFunctionsAvailable, batchMax)
 	}

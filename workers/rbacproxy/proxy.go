@@ -191,7 +191,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out.SetReadLimit(protocol.MaxFrameBytes)
 	c := &session{p: p, s: s, in: in, out: out, ctx: ctx, cancel: cancel, ns: protocol.DefaultNamespace, discovery: map[string]bool{}, closed: -1,
-		lookups: make(chan struct{}, maxLookups)}
+		lookups: make(chan struct{}, maxLookups), own: map[string]bool{}, barriers: map[string]chan *protocol.Message{},
+		registeredCh: make(chan struct{})}
 	c.run()
 }
 
@@ -270,6 +271,16 @@ func (p *Proxy) authenticate(ctx context.Context, r *http.Request) (*rbac.Sessio
 	}
 	s.IP = rbac.PeerIP(r)
 	return s, nil
+}
+
+// gateFunctions are the ids the proxy calls to enforce its gate: the auth function, the
+// registration hooks and the middleware. Its sessions may not register them.
+func (p *Proxy) gateFunctions() []string {
+	ids := p.cfg.RBAC.GateFunctions()
+	if p.cfg.MiddlewareFunctionID != "" {
+		ids = append(ids, p.cfg.MiddlewareFunctionID)
+	}
+	return ids
 }
 
 // call calls fn through the proxy's worker connection within d, its error as a protocol error.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/google/uuid"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
@@ -34,11 +35,27 @@ type session struct {
 	raw     bool           // a channel stream: frames pass unchanged
 	lookups chan struct{}  // a slot per metadata lookup in flight
 
+	binaryWarned bool // a refused binary frame was logged at WARN (down pump only)
+
 	mu        sync.Mutex
 	closed    websocket.StatusCode // how the engine closed its side, -1 until it did
 	reason    string
 	ns        string          // the namespace engine::workers::register declared
 	discovery map[string]bool // invocation ids of engine::functions::list calls, whose results are filtered
+	// own are the function ids (as registered: prefixed) the session registered through the
+	// proxy and the engine has not rejected; a trigger may bind them (bind).
+	own map[string]bool
+	// registerInv is the invocation id of the session's engine::workers::register call, until
+	// its result; registeredCh is closed by a successful one. Before it the engine parks
+	// registrations.
+	registerInv  string
+	registeredCh chan struct{}
+	// engineID is the engine's worker id of the session's engine connection (its
+	// workerregistered frame).
+	engineID string
+	// barriers are the proxy's own calls on the engine side, by invocation id: their results
+	// are the proxy's, not the worker's.
+	barriers map[string]chan *protocol.Message
 }
 
 // run pumps frames both ways until either side closes, then closes both and waits for every
@@ -59,8 +76,12 @@ func (c *session) run() {
 	c.wg.Wait()
 }
 
-// pump reads from ws and hands each text frame to handle; binary frames pass unchanged. Any read
-// error ends the pair; a close of the engine's side is passed on to the worker.
+// pump reads from ws and hands each text frame to handle. A binary frame from the worker is
+// passed on only when it is telemetry (the SDKs' OTLP, MTRC and LOGS prefixes): the engine
+// reads protocol messages from text frames only, and the proxy gates every frame it forwards.
+// Any other binary frame is dropped, logged at WARN once per connection. Binary frames from the
+// engine, and every frame of a channel stream, pass unchanged. Any read error ends the pair; a
+// close of the engine's side is passed on to the worker.
 func (c *session) pump(ws *websocket.Conn, handle func([]byte)) {
 	defer c.wg.Done()
 	defer c.cancel()
@@ -83,11 +104,31 @@ func (c *session) pump(ws *websocket.Conn, handle func([]byte)) {
 			return
 		}
 		if typ != websocket.MessageText || c.raw {
+			if !c.raw && ws == c.in && !telemetry(b) {
+				if !c.binaryWarned {
+					c.binaryWarned = true
+					c.p.log.Warn("ignoring frame", "code", errcode.Unsupported, "ip", c.s.IP,
+						"reason", "a binary frame that is not telemetry (OTLP, MTRC or LOGS prefix); protocol messages are gated and forwarded from text frames only")
+				}
+				continue
+			}
 			c.write(other, typ, b)
 			continue
 		}
 		handle(b)
 	}
+}
+
+// telemetry reports whether a binary frame is an SDK's telemetry: a 4-byte signal prefix.
+func telemetry(b []byte) bool {
+	if len(b) < 4 {
+		return false
+	}
+	switch string(b[:4]) {
+	case "OTLP", "MTRC", "LOGS":
+		return true
+	}
+	return false
 }
 
 // write sends one frame to ws; a failure ends the pair.
@@ -243,12 +284,15 @@ func (c *session) registerWorker(m *protocol.Message, raw []byte) {
 	}
 	c.mu.Lock()
 	c.ns = ns
+	c.registerInv = m.InvocationID
 	c.mu.Unlock()
 	c.write(c.out, websocket.MessageText, raw)
 }
 
 // register gates a registration (rbac.Config.GateRegistration), calling the hooks through the
-// proxy's worker connection within the handshake deadline; the frame order is kept.
+// proxy's worker connection within the handshake deadline; the frame order is kept. The
+// functions the proxy calls to enforce its gate (the auth function, the hooks, the middleware)
+// may not be registered through it.
 func (c *session) register(m *protocol.Message) {
 	hook := func(id string, in json.RawMessage) (json.RawMessage, error) {
 		res, perr := c.p.call(c.ctx, id, in, c.p.handshake())
@@ -261,14 +305,163 @@ func (c *session) register(m *protocol.Message) {
 	c.mu.Lock()
 	ns := c.ns
 	c.mu.Unlock()
-	if r := c.p.cfg.RBAC.GateRegistration(c.s, m, hook); r != nil {
-		c.p.log.Warn("registration refused", "what", r.What, "namespace", ns, "reason", r.Why)
-		if f := rbac.Rejection(m, ns, Where); f != nil {
-			c.send(c.in, f)
+	var later []string // functions the session registered, to confirm once the engine applied its registrations
+	bind := func(id string) string {
+		why, own := c.bind(ns, id)
+		if why != "" && own {
+			later = append(later, id)
+			return ""
 		}
+		return why
+	}
+	r := c.p.cfg.RBAC.GateRegistration(c.s, m, hook, bind)
+	if r == nil && m.Type == protocol.TypeRegisterFunction && slices.Contains(c.p.gateFunctions(), m.ID) {
+		r = &rbac.Refusal{What: m.ID, Why: "the rbac-proxy calls it to enforce its gate; only a trusted worker (not a session of the proxy) may serve it"}
+	}
+	if r == nil && m.Type == protocol.TypeRegisterTriggerType {
+		if why := c.provided(ns, m.ID); why != "" {
+			r = &rbac.Refusal{What: "trigger type " + m.ID, Why: why}
+		}
+	}
+	if r != nil {
+		c.refuse(m, ns, r)
 		return
 	}
-	c.send(c.out, m)
+	switch m.Type {
+	case protocol.TypeRegisterFunction:
+		c.mu.Lock()
+		c.own[m.ID] = true
+		c.mu.Unlock()
+	case protocol.TypeUnregisterFunction:
+		c.mu.Lock()
+		delete(c.own, m.ID)
+		c.mu.Unlock()
+	}
+	if len(later) == 0 {
+		c.send(c.out, m)
+		return
+	}
+	// Held on a goroutine of the pair, so the pump goes on to the worker's
+	// engine::workers::register, which SDKs send after their registrations.
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for _, id := range later {
+			if why := c.confirmOwn(ns, id); why != "" {
+				c.refuse(m, ns, &rbac.Refusal{What: "trigger " + m.ID, Why: "it names " + id + ", which may not be called by this session: " + why})
+				return
+			}
+		}
+		c.send(c.out, m)
+	}()
+}
+
+// provided is why the session may not provide trigger type id in ns: another connection
+// provides it (the engine sees every proxied connection as trusted, so the proxy keeps its
+// sessions from taking a type over), or the engine could not tell; "" when none does.
+func (c *session) provided(ns, id string) string {
+	res, perr := c.p.call(c.ctx, fnListTriggerTypes, nil, c.p.handshake())
+	if perr != nil {
+		return "the proxy could not read the engine's trigger types: " + perr.Code
+	}
+	var list struct {
+		Triggers []struct {
+			ID        string `json:"id"`
+			Namespace string `json:"namespace"`
+			WorkerID  string `json:"worker_id"`
+		} `json:"triggers"`
+	}
+	if err := json.Unmarshal(res, &list); err != nil {
+		return "the proxy could not read the engine's trigger types: " + err.Error()
+	}
+	c.mu.Lock()
+	self := c.engineID
+	c.mu.Unlock()
+	for _, t := range list.Triggers {
+		if t.ID == id && t.Namespace == ns && t.WorkerID != self {
+			return "worker " + t.WorkerID + " provides it; a session of the proxy may not take a trigger type over"
+		}
+	}
+	return ""
+}
+
+// refuse logs registration m refused for r and answers the worker as the engine would.
+func (c *session) refuse(m *protocol.Message, ns string, r *rbac.Refusal) {
+	c.p.log.Warn("registration refused", "what", r.What, "namespace", ns, "reason", r.Why)
+	if f := rbac.Rejection(m, ns, Where, r); f != nil {
+		c.send(c.in, f)
+	}
+}
+
+// bind is why the session may not have a trigger's provider call function id of ns, judged on
+// the function's metadata (rbac.Config.Denial), and whether the session registered id itself
+// (then confirmOwn decides: a function it serves may be bound). A provider calls a trigger's
+// functions with the engine's trusted rights, so nothing else may be bound.
+func (c *session) bind(ns, id string) (why string, own bool) {
+	var meta json.RawMessage
+	if c.needsMetadata(id, ns) {
+		meta = c.p.metadata(c.ctx, ns, []string{id})[id]
+	}
+	if why = c.p.cfg.RBAC.Denial(c.s, id, ns, meta); why == "" {
+		return "", false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return why, c.own[id]
+}
+
+// confirmOwn is "" when the engine kept the session's registration of function id of ns, else
+// why not. It waits for the session's engine::workers::register to be answered (the engine
+// parks registrations until then) and then for a barrier call: the engine applies a
+// connection's frames in order and answers an inline function in that order, so once the
+// barrier's result is back any rejection of the function's registration has been read (up).
+func (c *session) confirmOwn(ns, id string) string {
+	t := time.NewTimer(c.p.handshake())
+	defer t.Stop()
+	select {
+	case <-c.registeredCh:
+	case <-t.C:
+		return "the worker did not register (engine::workers::register) within " + c.p.handshake().String() + ", so the engine has not applied its registration of it"
+	case <-c.ctx.Done():
+		return "the session ended"
+	}
+	if perr := c.barrier(ns, id); perr != nil {
+		return "the engine did not confirm the session serves it: " + perr.Code
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.own[id] {
+		return "the engine rejected the session's registration of it"
+	}
+	return ""
+}
+
+// barrier calls engine::functions::info for id in ns on the session's engine connection (the
+// engine answers it in the order of that connection's frames) and waits for its result within
+// the handshake deadline.
+func (c *session) barrier(ns, id string) *protocol.Error {
+	inv := uuid.NewString()
+	ch := make(chan *protocol.Message, 1)
+	c.mu.Lock()
+	c.barriers[inv] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.barriers, inv)
+		c.mu.Unlock()
+	}()
+	data, _ := json.Marshal(map[string]string{"function_id": id, "namespace": ns})
+	c.send(c.out, &protocol.Message{Type: protocol.TypeInvokeFunction, InvocationID: inv, FunctionID: fnFunctionInfo, Data: data})
+	t := time.NewTimer(c.p.handshake())
+	defer t.Stop()
+	select {
+	case res := <-ch:
+		return res.Error
+	case <-t.C:
+		return protocol.NewError(errcode.ClientTimeout, "%s did not answer within %v", fnFunctionInfo, c.p.handshake())
+	case <-c.ctx.Done():
+		return protocol.NewError(errcode.NotConnected, "the session ended")
+	}
 }
 
 // up handles a frame from the engine: calls lose the session's registration prefix, and
@@ -280,14 +473,37 @@ func (c *session) up(b []byte) {
 		return
 	}
 	switch m.Type {
+	case protocol.TypeWorkerRegistered:
+		c.mu.Lock()
+		c.engineID = m.WorkerID
+		c.mu.Unlock()
 	case protocol.TypeInvokeFunction:
 		if local := c.s.Local(m.FunctionID); local != m.FunctionID {
 			m.FunctionID = local
 			c.send(c.in, m)
 			return
 		}
+	case protocol.TypeRegistrationRejected:
+		c.mu.Lock()
+		delete(c.own, m.FunctionID)
+		c.mu.Unlock()
 	case protocol.TypeInvocationResult:
 		c.mu.Lock()
+		if ch, ok := c.barriers[m.InvocationID]; ok {
+			c.mu.Unlock()
+			ch <- m
+			return
+		}
+		if m.InvocationID != "" && m.InvocationID == c.registerInv {
+			c.registerInv = ""
+			select {
+			case <-c.registeredCh: // registered again: it stays registered
+			default:
+				if m.Error == nil {
+					close(c.registeredCh)
+				}
+			}
+		}
 		listed := c.discovery[m.InvocationID]
 		delete(c.discovery, m.InvocationID)
 		c.mu.Unlock()
