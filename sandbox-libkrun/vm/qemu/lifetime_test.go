@@ -23,6 +23,9 @@ import (
 // TestMain doubles as the helper process of TestOwnerKilled: with III_VM_HELPER_ROOT set it boots
 // a machine, prints its PIDs and waits to be killed.
 func TestMain(m *testing.M) {
+	if targets := os.Getenv("III_NETGUARD_PROBE"); targets != "" {
+		os.Exit(netProbe(targets))
+	}
 	if root := os.Getenv("III_VM_HELPER_ROOT"); root != "" {
 		os.Exit(helper(root, os.Getenv("III_VM_HELPER_STATE")))
 	}
