@@ -108,7 +108,18 @@ func startGuarded(cmd *exec.Cmd, pol *netPolicy, exited <-chan struct{}) error {
 			errc <- err
 			return
 		}
-		go superviseNet(listener, cmd.Process.Pid, pol, exited)
+		// Opening the memory file is where the kernel checks that the adapter may read it
+		// (ptrace access: Yama's ptrace_scope 2 or 3 refuses it even to the parent). Without it
+		// every checked call would be refused, the agent's port included: fail the start now.
+		mem, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/mem")
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			unix.Close(listener)
+			errc <- fmt.Errorf("network guard: cannot read the memory of qemu (pid %d), so cannot check its destinations: %w", cmd.Process.Pid, err)
+			return
+		}
+		go superviseNet(listener, map[uint32]*os.File{uint32(cmd.Process.Pid): mem}, pol, exited)
 		errc <- nil
 		<-exited
 	}()
@@ -130,10 +141,9 @@ func installFilter(prog []unix.SockFilter) (int, error) {
 }
 
 // superviseNet answers the checked calls of the processes under listener until none is left
-// (the listener then reports a hang-up) or exited is closed.
-func superviseNet(listener, pid int, pol *netPolicy, exited <-chan struct{}) {
+// (the listener then reports a hang-up) or exited is closed. mems caches /proc/<tid>/mem files.
+func superviseNet(listener int, mems map[uint32]*os.File, pol *netPolicy, exited <-chan struct{}) {
 	defer unix.Close(listener)
-	mems := map[uint32]*os.File{}
 	defer func() {
 		for _, f := range mems {
 			f.Close()
