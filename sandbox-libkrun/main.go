@@ -315,6 +315,7 @@ func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.
 	workers := vmworker.New(vmworker.Options{
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,
 		TokenFile: os.Getenv(protocol.EnvTokenFile),
+		EngineURL: envOr(protocol.EnvURL, protocol.DefaultURL),
 		RunDir:    filepath.Join(runDir, "w"),
 		CPUs:      int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), DiskMB: int(st.WorkerDiskMB), Logf: logf,
 	})

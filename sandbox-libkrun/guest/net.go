@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The user-mode network qemu provides (slirp): the guest address, its gateway (which also
-// reaches the host's loopback) and the DNS forwarder.
+// The user-mode network qemu provides (slirp): the guest address, its gateway and the DNS
+// forwarder. The gateway routes to the outside; the host's loopback services behind it are
+// refused by the host (vm/qemu's network guard), except the engine's port for a VM worker.
 var (
 	guestIP   = net.IPv4(10, 0, 2, 15).To4()
 	gatewayIP = net.IPv4(10, 0, 2, 2).To4()

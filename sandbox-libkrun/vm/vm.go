@@ -6,6 +6,7 @@ package vm
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"time"
 )
 
@@ -54,15 +55,22 @@ const (
 
 // Spec describes one machine.
 type Spec struct {
-	RootFS   string        // host directory served read-only as the root filesystem
-	CPUs     int           // vCPUs, at least 1
-	MemoryMB int           // guest RAM in MiB, at least 128
-	Env      []string      // KEY=VALUE base environment of every exec
-	Workdir  string        // default working directory inside the guest
-	Mounts   []Mount       // extra host directories (VM workers); each must lie under a host root
-	Network  bool          // guest networking
-	StateDir string        // host directory owned by this machine (sockets, console log, disks)
-	Deadline time.Duration // wall-clock bound on the machine's life; 0 means no bound
+	RootFS   string   // host directory served read-only as the root filesystem
+	CPUs     int      // vCPUs, at least 1
+	MemoryMB int      // guest RAM in MiB, at least 128
+	Env      []string // KEY=VALUE base environment of every exec
+	Workdir  string   // default working directory inside the guest
+	Mounts   []Mount  // extra host directories (VM workers); each must lie under a host root
+	// Network gives the guest qemu's user-mode network: the outside (DNS and connections to
+	// addresses that are not the host's loopback), never the host's loopback services, which
+	// the gateway 10.0.2.2 would otherwise reach.
+	Network bool
+	// HostAccess lists the host's loopback addresses (IP and port) a guest with Network may
+	// still reach through its gateway 10.0.2.2 (127.0.0.1:<port>): a VM worker's engine, where
+	// it presents the project token. Sandboxes get none.
+	HostAccess []netip.AddrPort
+	StateDir   string        // host directory owned by this machine (sockets, console log, disks)
+	Deadline   time.Duration // wall-clock bound on the machine's life; 0 means no bound
 	// ScratchMB bounds the tmpfs upper layer that receives the guest's writes (with Disk, the
 	// tmpfs /run and /tmp instead).
 	ScratchMB int

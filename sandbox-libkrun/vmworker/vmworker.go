@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -49,6 +50,9 @@ type Options struct {
 	DiskMB int
 	Mkfs   string // mkfs.ext4 that formats state disks; default FindMkfs()
 	Logf   func(format string, args ...any)
+	// EngineURL is the engine the adapter connects to; its loopback port is the only one of the
+	// host a VM worker's guest may reach (adapter.EngineAccess).
+	EngineURL string
 }
 
 // GuestDir is where the worker's directory appears in the guest unless guest_dir says otherwise.
@@ -335,8 +339,10 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 		mem = m.opt.MemoryMB
 	}
 	network := req.Network == nil || *req.Network
+	var hostAccess []netip.AddrPort
 	if network {
 		env = adapter.RewriteLoopback(env)
+		hostAccess = adapter.EngineAccess(m.opt.EngineURL)
 	}
 	disk, err := m.stateDisk(ctx, req.VMID, state)
 	if err != nil {
@@ -345,7 +351,7 @@ func (m *Manager) boot(ctx context.Context, req StartRequest, env []string) (vm.
 	sum := sha256.Sum256([]byte(state))
 	machine, err := m.opt.Driver.Boot(ctx, vm.Spec{
 		RootFS: rootfs, CPUs: cpus, MemoryMB: mem, Env: env, Workdir: guest, Mounts: mounts,
-		Network:  network,
+		Network: network, HostAccess: hostAccess,
 		StateDir: filepath.Join(m.opt.RunDir, hex.EncodeToString(sum[:6])), ScratchMB: mem / 2,
 		Disk: disk,
 	})

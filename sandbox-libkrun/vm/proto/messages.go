@@ -26,7 +26,8 @@ type Init struct {
 	ScratchMB int          `json:"scratch_mb"`
 	StateDisk bool         `json:"state_disk,omitempty"`
 	Mounts    []GuestMount `json:"mounts,omitempty"`
-	// Network configures the guest for qemu's user-mode network (10.0.2.15, gateway 10.0.2.2).
+	// Network configures the guest for qemu's user-mode network (10.0.2.15, gateway 10.0.2.2;
+	// the host keeps the guest off its loopback services).
 	Network bool `json:"network,omitempty"`
 	// Entropy is random data from the host credited to the guest kernel's pool.
 	Entropy []byte `json:"entropy,omitempty"`

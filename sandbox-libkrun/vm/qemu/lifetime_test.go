@@ -23,6 +23,9 @@ import (
 // TestMain doubles as the helper process of TestOwnerKilled: with III_VM_HELPER_ROOT set it boots
 // a machine, prints its PIDs and waits to be killed.
 func TestMain(m *testing.M) {
+	if targets := os.Getenv("III_NETGUARD_PROBE"); targets != "" {
+		os.Exit(netProbe(targets))
+	}
 	if root := os.Getenv("III_VM_HELPER_ROOT"); root != "" {
 		os.Exit(helper(root, os.Getenv("III_VM_HELPER_STATE")))
 	}
@@ -40,7 +43,8 @@ func helper(root, state string) int {
 		fmt.Println("error:", err)
 		return 1
 	}
-	m, err := d.Boot(context.Background(), vm.Spec{RootFS: root, CPUs: 1, MemoryMB: 128, StateDir: state})
+	m, err := d.Boot(context.Background(), vm.Spec{RootFS: root, CPUs: 1, MemoryMB: 128, StateDir: state,
+		Network: os.Getenv("III_VM_HELPER_NETWORK") != ""})
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -83,12 +87,20 @@ func waitGone(t *testing.T, s string, within time.Duration) {
 	}
 }
 
+// TestOwnerKilled: a machine's processes die with the process that booted it, also a networked
+// machine's qemu, which is forked from a thread of its own (startGuarded).
 func TestOwnerKilled(t *testing.T) {
 	newDriver(t)
 	root := busyboxRoot(t)
+	for _, network := range []string{"", "on"} {
+		t.Run("network="+network, func(t *testing.T) { ownerKilled(t, root, network) })
+	}
+}
+
+func ownerKilled(t *testing.T, root, network string) {
 	state := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "III_VM_HELPER_ROOT="+root, "III_VM_HELPER_STATE="+state)
+	cmd.Env = append(os.Environ(), "III_VM_HELPER_ROOT="+root, "III_VM_HELPER_STATE="+state, "III_VM_HELPER_NETWORK="+network)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -118,6 +118,11 @@ func checkSpec(spec vm.Spec) (vm.Spec, error) {
 			return spec, bootError(fmt.Errorf("mount source %q is not a directory", mt.Host))
 		}
 	}
+	for _, a := range spec.HostAccess {
+		if !spec.Network || !a.Addr().Unmap().IsLoopback() || a.Port() == 0 {
+			return spec, bootError(fmt.Errorf("host access %s: only a loopback address and port of the host, for a machine with networking", a))
+		}
+	}
 	if spec.Disk != "" {
 		if st, err := os.Stat(spec.Disk); err != nil || !st.Mode().IsRegular() {
 			return spec, bootError(fmt.Errorf("state disk %q is not a file", spec.Disk))
@@ -238,7 +243,12 @@ func (d *Driver) startQemu(ctx context.Context, m *machine, accel string, socks 
 	var err error
 	// A restore's RAM is filled by qemu's migration load, which huge pages would make resident in
 	// full (startWithoutHugePages); a boot's is filled by its guest alone.
-	m.qemu, err = startProc("qemu", argv, log, m.incoming, m.snapFile)
+	if m.spec.Network {
+		// A networked guest must not reach the host's loopback through slirp (netPolicy).
+		m.qemu, err = startNetProc("qemu", argv, log, newNetPolicy(m.spec))
+	} else {
+		m.qemu, err = startProc("qemu", argv, log, m.incoming, m.snapFile)
+	}
 	if err != nil {
 		return fmt.Errorf("start qemu: %w", err)
 	}

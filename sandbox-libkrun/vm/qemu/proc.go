@@ -25,6 +25,24 @@ type proc struct {
 // startProc starts argv with its output to log. small asks for a process whose memory is
 // never backed by huge pages (startWithoutHugePages); a non-nil fd3 is the child's fd 3.
 func startProc(name string, argv []string, log *os.File, small bool, fd3 *os.File) (*proc, error) {
+	start := startCmd
+	if small {
+		start = startWithoutHugePages
+	}
+	return startProcWith(name, argv, log, fd3, func(cmd *exec.Cmd, _ <-chan struct{}) error { return start(cmd) })
+}
+
+// startNetProc starts argv as startProc does, with its network destinations held to pol
+// (startGuarded): a networked machine's qemu.
+func startNetProc(name string, argv []string, log *os.File, pol *netPolicy) (*proc, error) {
+	return startProcWith(name, argv, log, nil, func(cmd *exec.Cmd, exited <-chan struct{}) error {
+		return startGuarded(cmd, pol, exited)
+	})
+}
+
+// startProcWith starts argv with start, which is handed the channel closed once the process has
+// been reaped.
+func startProcWith(name string, argv []string, log *os.File, fd3 *os.File, start func(*exec.Cmd, <-chan struct{}) error) (*proc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = log
 	cmd.Stderr = log
@@ -32,14 +50,10 @@ func startProc(name string, argv []string, log *os.File, small bool, fd3 *os.Fil
 		cmd.ExtraFiles = []*os.File{fd3}
 	}
 	cmd.SysProcAttr = procgroup.Attr(true)
-	start := startCmd
-	if small {
-		start = startWithoutHugePages
-	}
-	if err := start(cmd); err != nil {
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	if err := start(cmd, p.done); err != nil {
 		return nil, err
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)

@@ -186,6 +186,10 @@ func (d *Driver) Restore(ctx context.Context, spec vm.Spec, src vm.SnapshotFiles
 	if spec.RootDisk == "" {
 		return nil, errors.New("vm: a restore needs the snapshot's root disk (Spec.RootDisk)")
 	}
+	if spec.Network {
+		// A copy's qemu is started on the spawn thread, outside the network guard.
+		return nil, errors.New("vm: a restored machine has no networking")
+	}
 	spec, err := checkSpec(spec)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"errors"
+	"net/netip"
 	"path/filepath"
 	"testing"
 
@@ -20,6 +21,12 @@ func TestCheckSpecBootErrors(t *testing.T) {
 		{vm.Spec{RootFS: dir, MemoryMB: 64}, "VM boot failed: memory_mb 64 is below the 128 MiB minimum"},
 		{vm.Spec{RootFS: missing, MemoryMB: 128}, `VM boot failed: root filesystem "` + missing + `" is not a directory`},
 		{vm.Spec{RootFS: dir, MemoryMB: 128, Mounts: []vm.Mount{{Host: missing, Guest: "/m"}}}, `VM boot failed: mount source "` + missing + `" is not a directory`},
+		{vm.Spec{RootFS: dir, MemoryMB: 128, HostAccess: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:49134")}},
+			"VM boot failed: host access 127.0.0.1:49134: only a loopback address and port of the host, for a machine with networking"},
+		{vm.Spec{RootFS: dir, MemoryMB: 128, Network: true, HostAccess: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.2:80")}},
+			"VM boot failed: host access 192.0.2.2:80: only a loopback address and port of the host, for a machine with networking"},
+		{vm.Spec{RootFS: dir, MemoryMB: 128, Network: true, HostAccess: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:0")}},
+			"VM boot failed: host access 127.0.0.1:0: only a loopback address and port of the host, for a machine with networking"},
 	} {
 		_, err := checkSpec(tc.spec)
 		var be *vm.BootError
