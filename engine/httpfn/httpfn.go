@@ -4,8 +4,9 @@
 //
 // Security (config.yaml iii-http-functions security:, iii's keys and defaults): url_allowlist
 // (host glob patterns, default ["*"]), require_https (default true) and block_private_ips
-// (default true: loopback, RFC 1918, link-local, unique-local, unspecified, broadcast,
-// documentation and multicast addresses are refused). A URL is checked at registration and
+// (default true: loopback, RFC 1918, carrier-grade NAT, link-local, unique-local, site-local,
+// unspecified, reserved, benchmarking, broadcast, documentation and multicast addresses are
+// refused; NAT64, IPv4-mapped and IPv4-compatible IPv6 addresses by the IPv4 address they carry). A URL is checked at registration and
 // before every call, and the address actually dialled is checked again, so a name that resolves
 // elsewhere later (DNS rebinding) cannot reach a blocked address. Redirects are not followed.
 //
@@ -137,16 +138,70 @@ func (inv *Invoker) checkDial(_, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-// Private reports whether ip is an address block_private_ips refuses.
+// blocked4 are the IPv4 blocks block_private_ips refuses besides those netip names: this
+// network (0/8), carrier-grade NAT (100.64/10, where some clouds serve instance metadata, e.g.
+// 100.100.100.200), the IETF protocol block (192.0.0/24), the documentation blocks, benchmarking
+// (198.18/15) and the reserved 240/4 with the broadcast address.
+var blocked4 = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// blocked6 are the IPv6 blocks refused whole: deprecated site-local fec0::/10, the IPv4-IPv6
+// translated form ::ffff:0:a.b.c.d (SIIT), discard-only 100::/64 and documentation 2001:db8::/32.
+var blocked6 = []netip.Prefix{
+	netip.MustParsePrefix("fec0::/10"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
+	netip.MustParsePrefix("100::/64"),
+	netip.MustParsePrefix("2001:db8::/32"),
+}
+
+// embeds4 are the IPv6 forms whose last 32 bits are an IPv4 address the packet reaches: NAT64
+// (64:ff9b::/96 and the local-use 64:ff9b:1::/48) and the deprecated IPv4-compatible ::a.b.c.d.
+// Such an address is judged by its IPv4 part, so a NAT64 network cannot carry a request to a
+// private IPv4 address.
+var embeds4 = []netip.Prefix{
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("::/96"),
+}
+
+// Private reports whether ip is an address block_private_ips refuses. IPv4-mapped, NAT64 and
+// IPv4-compatible IPv6 addresses are judged by the IPv4 address they carry.
 func Private(ip netip.Addr) bool {
-	ip = ip.Unmap()
+	ip = ip.WithZone("").Unmap()
+	if ip.Is6() {
+		for _, p := range embeds4 {
+			if p.Contains(ip) {
+				b := ip.As16()
+				v4 := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+				if p.Bits() == 96 && p.Addr().IsUnspecified() && (ip.IsUnspecified() || ip.IsLoopback()) {
+					return true // :: and ::1 themselves
+				}
+				return Private(v4)
+			}
+		}
+	}
 	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
 		return true
 	}
+	blocks := blocked6
 	if ip.Is4() {
-		b := ip.As4()
-		return b == [4]byte{255, 255, 255, 255} || b[0] == 192 && b[1] == 0 && b[2] == 2 ||
-			b[0] == 198 && b[1] == 51 && b[2] == 100 || b[0] == 203 && b[1] == 0 && b[2] == 113
+		if ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+			return true
+		}
+		blocks = blocked4
+	}
+	for _, p := range blocks {
+		if p.Contains(ip) {
+			return true
+		}
 	}
 	return false
 }

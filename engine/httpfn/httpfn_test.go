@@ -197,3 +197,43 @@ func TestNewRefusesBadPattern(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// Every non-public range block_private_ips names is refused, whether written as IPv4 or carried
+// in an IPv6 form that reaches it (NAT64, IPv4-mapped, IPv4-compatible); public addresses in the
+// same forms pass.
+func TestPrivateRanges(t *testing.T) {
+	blocked := []string{
+		"100.64.0.1", "100.100.100.200", "100.127.255.254", // carrier-grade NAT, cloud metadata
+		"198.18.0.1", "198.19.255.255", // benchmarking
+		"240.0.0.1", "255.255.255.254", "255.255.255.255", // reserved, broadcast
+		"0.0.0.0", "0.1.2.3", // this network
+		"192.0.0.8", "192.0.2.1", "198.51.100.1", "203.0.113.1", // protocol, documentation
+		"fec0::1", "feff::1", // site-local
+		"::ffff:0:7f00:1", "::ffff:0:808:808", // IPv4-translated (SIIT)
+		"64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b::a00:1", "64:ff9b::6464:64c8", // NAT64 to private
+		"64:ff9b:1::7f00:1", "64:ff9b:1:2::c0a8:101", // local-use NAT64
+		"::ffff:127.0.0.1", "::ffff:100.100.100.200", // IPv4-mapped
+		"::127.0.0.1", "::10.0.0.1", "::100.100.100.200", "::", "::1", // IPv4-compatible
+		"2001:db8::1", "100::1", "fe80::1%eth0",
+	}
+	for _, s := range blocked {
+		if !Private(netip.MustParseAddr(s)) {
+			t.Errorf("%s is not refused", s)
+		}
+	}
+	public := []string{"8.8.8.8", "100.63.255.255", "100.128.0.1", "198.17.255.255", "198.20.0.1",
+		"2001:4860:4860::8888", "64:ff9b::808:808", "::ffff:8.8.8.8", "::8.8.8.8", "64:ff9b:1::808:808"}
+	for _, s := range public {
+		if Private(netip.MustParseAddr(s)) {
+			t.Errorf("%s counted as private", s)
+		}
+	}
+	// The dial check judges the same way, so a name resolving to one of them is not reached.
+	strict := open(t, nil)
+	strict.sec.BlockPrivateIPs = true
+	for _, a := range []string{"100.100.100.200:80", "[64:ff9b::7f00:1]:443", "[::ffff:0:a00:1]:80"} {
+		if err := strict.checkDial("tcp", a, nil); err == nil {
+			t.Errorf("dial to %s allowed", a)
+		}
+	}
+}
