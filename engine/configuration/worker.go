@@ -53,14 +53,15 @@ type Worker struct {
 	published  map[string]json.RawMessage
 }
 
-// New loads the entries kept in dir; log (nil: slog.Default) hears about entries skipped
-// because they cannot be read. Values expand ${VAR} from lookup (os.LookupEnv in the binary;
+// New loads the entries kept in dir, after closing dir (0700) and its entries (0600) to other
+// local users; log (nil: slog.Default) hears about entries skipped because they cannot be read. Values expand ${VAR} from lookup (os.LookupEnv in the binary;
 // nil: no variable is set).
 func New(dir string, log *slog.Logger, lookup interpolate.Lookup) (*Worker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	w := &Worker{store: fsStore{dir: dir, log: log}, lookup: lookup, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
+	w.store.tighten()
 	stored, err := w.store.load()
 	if err != nil {
 		return nil, err
