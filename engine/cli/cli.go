@@ -121,7 +121,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker, l
 		bind = &sandbox.Binding{Adapter: cfg.Sandbox.Adapter, Namespace: cfg.Sandbox.Namespace, Source: "config"}
 	}
 	sandbox.New(eng, bind).Install()
-	obs, err := installObservers(ctx, eng, version, logs, log, ln, builtinComponents(cfg, bind))
+	obs, err := installObservers(ctx, eng, store, version, logs, log, ln, builtinComponents(cfg, bind))
 	if err != nil {
 		closeAll()
 		return err

@@ -33,6 +33,10 @@ type fileEntry struct {
 	Name        string          `json:"name,omitempty"`
 	Description string          `json:"description,omitempty"`
 	Value       json.RawMessage `json:"value"`
+	// Untrusted marks a value the engine stored for a caller holding neither the owner
+	// credential nor a namespace token: its placeholders are never expanded. A file without it
+	// (written by hand, or for a trusted caller) expands for trusted readers.
+	Untrusted bool `json:"untrusted,omitempty"`
 }
 
 // fsStore persists entries as files in one directory.
