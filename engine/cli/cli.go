@@ -90,7 +90,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker, l
 			b.Net.Close()
 		}
 	}
-	httpInv, err := httpfn.New(httpfn.Security(cfg.HTTPSecurity), lookupEnv)
+	httpInv, err := httpfn.New(httpSecurity(cfg.HTTPSecurity), lookupEnv)
 	if err != nil {
 		closeAll()
 		return err

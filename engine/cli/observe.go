@@ -13,6 +13,7 @@ import (
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/discovery"
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/observability"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox"
@@ -106,3 +107,14 @@ func builtinComponents(cfg *config.Config, bind *sandbox.Binding) []observabilit
 	}
 }
 
+// httpSecurity is iii-http-functions' security and secrets as config.yaml sets them.
+func httpSecurity(c config.HTTPSecurity) httpfn.Security {
+	sec := httpfn.Security{URLAllowlist: c.URLAllowlist, BlockPrivateIPs: c.BlockPrivateIPs, RequireHTTPS: c.RequireHTTPS}
+	if len(c.Secrets) > 0 {
+		sec.Secrets = make(map[string]httpfn.Secret, len(c.Secrets))
+		for name, s := range c.Secrets {
+			sec.Secrets[name] = httpfn.Secret{Env: s.Env, Hosts: s.Hosts}
+		}
+	}
+	return sec
+}

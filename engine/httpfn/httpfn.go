@@ -12,10 +12,13 @@
 //
 // A call is a request with the call's data as its JSON body and the headers Content-Type:
 // application/json, x-iii-Function-Path, x-iii-Invocation-ID and x-iii-Timestamp (Unix seconds),
-// then the invocation's own headers, then its auth: bearer (Authorization: Bearer <$token_key>),
-// api_key (<header>: <$value_key>) or hmac (x-iii-Signature: sha256=<hex HMAC-SHA256 of
-// "<timestamp>:<base64 body>" keyed with $secret_key>). Secrets are read from the engine's
-// environment at registration and never logged. Outcomes, with iii's codes: a 2xx body is the
+// then the invocation's own headers, then its auth: bearer (Authorization: Bearer <token_key>),
+// api_key (<header>: <value_key>) or hmac (x-iii-Signature: sha256=<hex HMAC-SHA256 of
+// "<timestamp>:<base64 body>" keyed with secret_key>). A *_key names a secret of config.yaml's
+// iii-http-functions secrets: (NAME: {env, hosts}), never an environment variable directly: the
+// engine's environment holds the user's secrets and any worker, an RBAC session included, may
+// register a function, so only what the user granted, for the hosts the user named, is sent.
+// Secrets are read from the engine's environment at registration and never logged. Outcomes, with iii's codes: a 2xx body is the
 // result (empty: no result; not JSON: invalid_response); 1xx/3xx are a result-less success (a
 // JSON body is the result); 4xx/5xx are the body's {"error": {code, message}} or http_error
 // "HTTP <status>"; a transport failure or the invocation's timeout (default 30 s) is
@@ -53,11 +56,22 @@ const DefaultTimeout = 30 * time.Second
 // maxBody bounds the response body read for one call.
 const maxBody = 16 << 20
 
-// Security is the security: block of iii-http-functions.
+// Security is the security: block of iii-http-functions, with its secrets:.
 type Security struct {
 	URLAllowlist    []string // host glob patterns (path.Match)
 	BlockPrivateIPs bool
 	RequireHTTPS    bool
+	// Secrets are the only values an auth may name, by name (config.yaml iii-http-functions
+	// secrets:). Any worker may register an HTTP-invoked function, so the owner of config.yaml,
+	// not the worker, chooses which of the engine's secrets go out, and to which hosts.
+	Secrets map[string]Secret
+}
+
+// Secret is a value an auth may name: the environment variable holding it and the URL host
+// patterns (path.Match) of the only functions it is sent to.
+type Secret struct {
+	Env   string
+	Hosts []string
 }
 
 // DefaultSecurity is iii's default: every host, HTTPS only, no private addresses.
@@ -65,7 +79,7 @@ func DefaultSecurity() Security {
 	return Security{URLAllowlist: []string{"*"}, BlockPrivateIPs: true, RequireHTTPS: true}
 }
 
-// Auth is the invocation's auth, as iii's HttpAuthConfig: names of environment variables.
+// Auth is the invocation's auth, as iii's HttpAuthConfig: names of secrets of Security.Secrets.
 type Auth struct {
 	Type      string `json:"type"` // hmac, bearer or api_key
 	SecretKey string `json:"secret_key,omitempty"`
@@ -107,6 +121,13 @@ func New(sec Security, lookup func(string) (string, bool)) (*Invoker, error) {
 	for _, p := range sec.URLAllowlist {
 		if _, err := path.Match(p, ""); err != nil {
 			return nil, errcode.New(errcode.ConfigInvalid, "iii-http-functions: security.url_allowlist: %q is not a valid pattern: %w", p, err)
+		}
+	}
+	for name, s := range sec.Secrets {
+		for _, p := range s.Hosts {
+			if _, err := path.Match(p, ""); err != nil {
+				return nil, errcode.New(errcode.ConfigInvalid, "iii-http-functions: secrets.%s.hosts: %q is not a valid pattern: %w", name, p, err)
+			}
 		}
 	}
 	if lookup == nil {
@@ -247,7 +268,7 @@ func (inv *Invoker) CheckURL(ctx context.Context, raw string) error {
 }
 
 // Register parses and checks an invocation for function id. Its error is coded:
-// HTTP_INVOCATION_INVALID, HTTP_URL_REFUSED or HTTP_AUTH_UNRESOLVED.
+// HTTP_INVOCATION_INVALID, HTTP_URL_REFUSED, HTTP_SECRET_REFUSED or HTTP_AUTH_UNRESOLVED.
 func (inv *Invoker) Register(ctx context.Context, id string, raw json.RawMessage) (*Function, error) {
 	var in Invocation
 	if err := json.Unmarshal(raw, &in); err != nil {
@@ -290,13 +311,43 @@ func (inv *Invoker) Register(ctx context.Context, id string, raw json.RawMessage
 		default:
 			return nil, errcode.New(errcode.HTTPInvocationInvalid, "function %s: auth type %q is not one of hmac, bearer, api_key", id, a.Type)
 		}
-		v, ok := inv.lookup(key)
-		if key == "" || !ok {
-			return nil, errcode.New(errcode.HTTPAuthUnresolved, "function %s: the %s auth names environment variable %q, which is not set in the engine's environment", id, a.Type, key)
+		v, err := inv.secret(id, a.Type, key, in.URL)
+		if err != nil {
+			return nil, err
 		}
 		f.secret = v
 	}
 	return f, nil
+}
+
+// secret resolves the secret an auth names for a function of URL raw: it must be one config.yaml
+// grants (HTTP_SECRET_REFUSED), for a host of raw its hosts match (HTTP_SECRET_REFUSED), and
+// its variable must be set (HTTP_AUTH_UNRESOLVED). Messages name the key, never the value.
+func (inv *Invoker) secret(id, authType, key, raw string) (string, error) {
+	s, ok := inv.sec.Secrets[key]
+	if key == "" || !ok {
+		return "", errcode.New(errcode.HTTPSecretRefused, "function %s: the %s auth names secret %q, which iii-http-functions secrets: in config.yaml does not grant; "+
+			"an auth may name only a secret listed there, with the hosts it may be sent to", id, authType, key)
+	}
+	host := ""
+	if u, err := url.Parse(raw); err == nil {
+		host = u.Hostname()
+	}
+	allowed := false
+	for _, p := range s.Hosts {
+		if ok, _ := path.Match(p, host); ok && host != "" {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		return "", errcode.New(errcode.HTTPSecretRefused, "function %s: secret %q may be sent only to hosts %q (iii-http-functions secrets.%s.hosts), not to %q", id, key, s.Hosts, key, host)
+	}
+	v, ok := inv.lookup(s.Env)
+	if !ok {
+		return "", errcode.New(errcode.HTTPAuthUnresolved, "function %s: the %s auth names secret %q, whose environment variable %q is not set in the engine's environment", id, authType, key, s.Env)
+	}
+	return v, nil
 }
 
 func validHeader(k, v string) bool {

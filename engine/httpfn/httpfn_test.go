@@ -14,9 +14,15 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 )
 
+// open is an invoker for 127.0.0.1 that grants each variable of env as a secret of that name,
+// for 127.0.0.1.
 func open(t *testing.T, env map[string]string) *Invoker {
 	t.Helper()
-	inv, err := New(Security{URLAllowlist: []string{"127.0.0.1"}}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	secrets := map[string]Secret{}
+	for k := range env {
+		secrets[k] = Secret{Env: k, Hosts: []string{"127.0.0.1"}}
+	}
+	inv, err := New(Security{URLAllowlist: []string{"127.0.0.1"}, Secrets: secrets}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +128,10 @@ func TestCallOutcomes(t *testing.T) {
 func TestRegisterRefusals(t *testing.T) {
 	strict, _ := New(DefaultSecurity(), func(string) (string, bool) { return "", false })
 	listed, _ := New(Security{URLAllowlist: []string{"*.example.com"}}, nil)
-	secret, _ := New(Security{URLAllowlist: []string{"*"}}, func(k string) (string, bool) { return "s3cret", k == "SET" })
+	secret, _ := New(Security{URLAllowlist: []string{"*"}, Secrets: map[string]Secret{
+		"SET": {Env: "SET", Hosts: []string{"*.test"}}, "UNSET": {Env: "UNSET", Hosts: []string{"a.test"}},
+		"RENAMED": {Env: "SET", Hosts: []string{"a.test"}}, "SCOPED": {Env: "SET", Hosts: []string{"api.example.com"}},
+	}}, func(k string) (string, bool) { return "s3cret", k == "SET" || k == "HOME" })
 	for _, c := range []struct {
 		inv       *Invoker
 		in, code  string
@@ -139,6 +148,12 @@ func TestRegisterRefusals(t *testing.T) {
 		{secret, `{"url":"http://a.test","headers":{"Bad Name":"v"}}`, errcode.HTTPInvocationInvalid, []string{"Bad Name"}},
 		{secret, `{"url":"http://a.test","auth":{"type":"basic"}}`, errcode.HTTPInvocationInvalid, []string{"basic"}},
 		{secret, `{"url":"http://a.test","auth":{"type":"bearer","token_key":"UNSET"}}`, errcode.HTTPAuthUnresolved, []string{"UNSET"}},
+		// Only granted secrets: an environment variable the engine has is not one.
+		{secret, `{"url":"http://a.test","auth":{"type":"bearer","token_key":"HOME"}}`, errcode.HTTPSecretRefused, []string{`"HOME"`, "secrets:"}},
+		{secret, `{"url":"http://a.test","auth":{"type":"hmac","secret_key":""}}`, errcode.HTTPSecretRefused, []string{`""`}},
+		{secret, `{"url":"http://a.test","auth":{"type":"api_key","header":"X-K","value_key":"HOME"}}`, errcode.HTTPSecretRefused, []string{`"HOME"`}},
+		// A granted secret goes only to its hosts.
+		{secret, `{"url":"http://evil.example/x","auth":{"type":"bearer","token_key":"SCOPED"}}`, errcode.HTTPSecretRefused, []string{`"SCOPED"`, `"evil.example"`, "secrets.SCOPED.hosts"}},
 		{secret, `"nope"`, errcode.HTTPInvocationInvalid, []string{"invocation"}},
 	} {
 		_, err := c.inv.Register(context.Background(), "x::f", json.RawMessage(c.in))
@@ -156,8 +171,11 @@ func TestRegisterRefusals(t *testing.T) {
 			t.Errorf("%s: the secret is in %q", c.in, ce.Message)
 		}
 	}
-	if _, err := secret.Register(context.Background(), "x::f", json.RawMessage(`{"url":"http://a.test","auth":{"type":"bearer","token_key":"SET"}}`)); err != nil {
-		t.Error(err)
+	for _, key := range []string{"SET", "RENAMED"} {
+		f, err := secret.Register(context.Background(), "x::f", json.RawMessage(`{"url":"http://a.test","auth":{"type":"bearer","token_key":"`+key+`"}}`))
+		if err != nil || f.secret != "s3cret" {
+			t.Errorf("%s: %v", key, err)
+		}
 	}
 }
 
