@@ -80,8 +80,9 @@ type Worker struct {
 }
 
 // New loads the entries kept in dir, after closing dir (0700) and its entries (0600) to other
-// local users; log (nil: slog.Default) hears about entries skipped because they cannot be read. Values expand ${VAR} from lookup (os.LookupEnv in the binary;
-// nil: no variable is set).
+// local users; log (nil: slog.Default) hears about entries skipped because they cannot be read.
+// Values expand ${VAR} from lookup (os.LookupEnv in the binary; nil: no variable is set), for
+// trusted callers only (see trusted).
 func New(dir string, log *slog.Logger, lookup interpolate.Lookup) (*Worker, error) {
 	if log == nil {
 		log = slog.Default()
@@ -117,7 +118,8 @@ func (w *Worker) trusted(c core.Caller) bool {
 	return c.Owner || w.eng != nil && w.eng.HoldsNamespaceToken(c)
 }
 
-// untrustedReason is the unexpanded field of a get whose placeholders were withheld.
+// The unexpanded field of a get whose placeholders were withheld: the caller is not trusted, or
+// the value's writer was not.
 const (
 	untrustedReader = "placeholders are expanded only for a caller holding the owner credential or a token-protected namespace's token; this value is the template"
 	untrustedWriter = "the value was written by a caller holding neither the owner credential nor a token-protected namespace's token, so its placeholders are never expanded; this value is the template"
