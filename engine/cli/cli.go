@@ -90,7 +90,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker, l
 			b.Net.Close()
 		}
 	}
-	httpInv, err := httpfn.New(httpfn.Security(cfg.HTTPSecurity), lookupEnv)
+	httpInv, err := httpfn.New(httpSecurity(cfg.HTTPSecurity), lookupEnv)
 	if err != nil {
 		closeAll()
 		return err
@@ -123,7 +123,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker, l
 		bind = &sandbox.Binding{Adapter: cfg.Sandbox.Adapter, Namespace: cfg.Sandbox.Namespace, Source: "config"}
 	}
 	sandbox.New(eng, bind).Install()
-	obs, err := installObservers(ctx, eng, version, logs, log, ln, builtinComponents(cfg, bind))
+	obs, err := installObservers(ctx, eng, store, version, logs, log, ln, builtinComponents(cfg, bind))
 	if err != nil {
 		closeAll()
 		return err

@@ -3,14 +3,17 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"time"
 
 	"github.com/iii-go/iii/engine/config"
+	"github.com/iii-go/iii/engine/configuration"
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/discovery"
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/observability"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox"
@@ -30,12 +33,12 @@ func (x observer) WorkerRegistered(id string) {
 	x.o.WorkerRegistered(id)
 }
 
-// installObservers adds discovery and the iii-observability worker (configured by the stored
-// configuration entry iii-observability, read once at start as iii does) to eng and starts the
-// worker's exporters; logs (the engine's handler) feeds it the engine's own log lines.
-func installObservers(ctx context.Context, eng *core.Engine, version string, logs *observability.Handler, log *slog.Logger,
+// installObservers adds discovery and the iii-observability worker (configured by the
+// configuration entry iii-observability of store, read once at start as iii does) to eng and
+// starts the worker's exporters; logs (the engine's handler) feeds it the engine's own log lines.
+func installObservers(ctx context.Context, eng *core.Engine, store *configuration.Worker, version string, logs *observability.Handler, log *slog.Logger,
 	ln net.Listener, comps []observability.Component) (*observability.Worker, error) {
-	cfg, err := observabilityConfig(ctx, eng, version)
+	cfg, err := observabilityConfig(store, version, log)
 	if err != nil {
 		return nil, err
 	}
@@ -60,27 +63,28 @@ func installObservers(ctx context.Context, eng *core.Engine, version string, log
 	return w, nil
 }
 
-// observabilityConfig is iii-observability's configuration: iii's defaults, under the stored
-// configuration entry of that id when there is one.
-func observabilityConfig(ctx context.Context, eng *core.Engine, version string) (observability.Config, error) {
+// observabilityConfig is iii-observability's configuration: iii's defaults, under the
+// configuration entry of that id when there is one. The entry comes from the store directly,
+// never through configuration::get: only a value the owner wrote (a file in the configuration
+// directory, the owner's register or set, a publish) counts. One stored for anyone else (possible
+// only before engine-consumed entries were the owner's) is logged and left out, so it neither
+// stops the engine from starting nor changes where telemetry goes.
+func observabilityConfig(store *configuration.Worker, version string, log *slog.Logger) (observability.Config, error) {
 	cfg := observability.DefaultConfig(version)
-	req, _ := json.Marshal(map[string]string{"id": observability.Name})
-	raw, perr := eng.Invoke(ctx, protocol.DefaultNamespace, "configuration::get", req, 5*time.Second)
-	if perr != nil {
-		if perr.Code == errcode.NotFound {
+	value, err := store.Own(observability.Name)
+	if err != nil {
+		var perr *protocol.Error
+		if errors.As(err, &perr) && perr.Code == errcode.Forbidden {
+			log.Warn("configuration entry not used; iii-observability runs with its defaults", "id", observability.Name, "code", perr.Code, "reason", perr.Message)
 			return cfg, nil
 		}
-		return cfg, errcode.New(errcode.ConfigInvalid, "reading the configuration entry %s: %s", observability.Name, perr.Message)
+		return cfg, errcode.New(errcode.ConfigInvalid, "reading the configuration entry %s: %w", observability.Name, err)
 	}
-	var entry struct {
-		Value json.RawMessage `json:"value"`
-	}
-	_ = json.Unmarshal(raw, &entry)
-	if len(entry.Value) == 0 || string(entry.Value) == "null" {
+	if value == nil {
 		return cfg, nil
 	}
 	var m map[string]any
-	if err := json.Unmarshal(entry.Value, &m); err != nil {
+	if err := json.Unmarshal(value, &m); err != nil {
 		return cfg, errcode.New(errcode.ConfigInvalid, "the configuration entry %s must hold an object of iii-observability's keys: %w", observability.Name, err)
 	}
 	return observability.ParseConfig(cfg, m)
@@ -101,4 +105,16 @@ func builtinComponents(cfg *config.Config, bind *sandbox.Binding) []observabilit
 		ok("iii-http-functions", map[string]any{"require_https": cfg.HTTPSecurity.RequireHTTPS, "block_private_ips": cfg.HTTPSecurity.BlockPrivateIPs}),
 		ok("iii-sandbox", router),
 	}
+}
+
+// httpSecurity is iii-http-functions' security and secrets as config.yaml sets them.
+func httpSecurity(c config.HTTPSecurity) httpfn.Security {
+	sec := httpfn.Security{URLAllowlist: c.URLAllowlist, BlockPrivateIPs: c.BlockPrivateIPs, RequireHTTPS: c.RequireHTTPS}
+	if len(c.Secrets) > 0 {
+		sec.Secrets = make(map[string]httpfn.Secret, len(c.Secrets))
+		for name, s := range c.Secrets {
+			sec.Secrets[name] = httpfn.Secret{Env: s.Env, Hosts: s.Hosts}
+		}
+	}
+	return sec
 }

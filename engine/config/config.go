@@ -43,7 +43,9 @@
 // key, never accepted and ignored: a second instance of another engine worker ("#instance" or a
 // second entry of the same name), a non-zero ttl_seconds, and iii-stream's adapters other than
 // kv (redis, bridge). iii-http-functions takes iii's security: {url_allowlist,
-// block_private_ips, require_https}; it serves HTTP-invoked functions whether declared or not.
+// block_private_ips, require_https} and this engine's secrets: {NAME: {env, hosts}}, the only
+// values an HTTP-invoked function's auth may name; it serves HTTP-invoked functions whether
+// declared or not.
 // iii-stream, when declared, is served in the engine's process with iii's keys:
 //
 //	workers:
@@ -163,11 +165,21 @@ const (
 )
 
 // HTTPSecurity is iii-http-functions config security: {url_allowlist, block_private_ips,
-// require_https}, iii's keys; see package httpfn.
+// require_https}, iii's keys, and this engine's secrets:; see package httpfn.
 type HTTPSecurity struct {
 	URLAllowlist    []string
 	BlockPrivateIPs bool
 	RequireHTTPS    bool
+	// Secrets are the only values an HTTP-invoked function's auth may name (its *_key), by
+	// name; none when absent, so a worker cannot have any of the engine's environment sent.
+	Secrets map[string]HTTPSecret
+}
+
+// HTTPSecret is one entry of iii-http-functions secrets: NAME: {env, hosts}: the environment
+// variable holding it (default NAME) and the URL host patterns it may be sent to.
+type HTTPSecret struct {
+	Env   string
+	Hosts []string
 }
 
 // Sandbox is the top-level sandbox: section, which binds the sandbox router (req E3).
@@ -629,9 +641,12 @@ func (c *Config) parseStreamAdapter(v *yaml.Node) error {
 }
 
 // parseHTTPFunctions reads iii-http-functions config: {security: {url_allowlist,
-// block_private_ips, require_https}}.
+// block_private_ips, require_https}, secrets: {NAME: {env, hosts}}}.
 func (c *Config) parseHTTPFunctions(v *yaml.Node) error {
-	return mapping(v, "iii-http-functions config", []string{"security"}, func(_, v *yaml.Node) error {
+	return mapping(v, "iii-http-functions config", []string{"security", "secrets"}, func(k, v *yaml.Node) error {
+		if k.Value == "secrets" {
+			return c.parseHTTPSecrets(v)
+		}
 		return mapping(v, "iii-http-functions security", []string{"url_allowlist", "block_private_ips", "require_https"}, func(k, v *yaml.Node) error {
 			var err error
 			switch k.Value {
@@ -658,6 +673,59 @@ func (c *Config) parseHTTPFunctions(v *yaml.Node) error {
 			return err
 		})
 	})
+}
+
+// parseHTTPSecrets reads iii-http-functions secrets: {NAME: {env: VAR, hosts: [patterns]}}; env
+// defaults to NAME, hosts is required and not empty.
+func (c *Config) parseHTTPSecrets(v *yaml.Node) error {
+	if v.Kind != yaml.MappingNode {
+		return invalid(v.Line, "iii-http-functions secrets must be a mapping of NAME: {env: VARIABLE, hosts: [host patterns]}")
+	}
+	c.HTTPSecurity.Secrets = map[string]HTTPSecret{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := v.Content[i], v.Content[i+1]
+		name := k.Value
+		if name == "" || strings.ContainsAny(name, " \t\r\n") {
+			return invalid(k.Line, "iii-http-functions secrets: %q is not a valid secret name", name)
+		}
+		if _, dup := c.HTTPSecurity.Secrets[name]; dup {
+			return invalid(k.Line, "iii-http-functions secrets: %q appears twice", name)
+		}
+		sec := HTTPSecret{Env: name}
+		what := "iii-http-functions secrets." + name
+		err := mapping(val, what, []string{"env", "hosts"}, func(k, v *yaml.Node) error {
+			if k.Value == "env" {
+				s, err := strValue(v, what+".env")
+				if err == nil && strings.TrimSpace(s) == "" {
+					err = invalid(v.Line, "%s.env must name an environment variable", what)
+				}
+				sec.Env = s
+				return err
+			}
+			if v.Kind != yaml.SequenceNode {
+				return invalid(v.Line, "%s.hosts must be a list of host patterns, e.g. [\"api.example.com\"]", what)
+			}
+			for _, e := range v.Content {
+				p, err := strValue(e, what+".hosts entry")
+				if err != nil {
+					return err
+				}
+				if _, err := path.Match(p, ""); err != nil || strings.TrimSpace(p) == "" {
+					return invalid(e.Line, "%s.hosts: %q is not a valid host pattern", what, p)
+				}
+				sec.Hosts = append(sec.Hosts, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if len(sec.Hosts) == 0 {
+			return invalid(k.Line, "%s needs hosts: the URL host patterns it may be sent to, e.g. [\"api.example.com\"]", what)
+		}
+		c.HTTPSecurity.Secrets[name] = sec
+	}
+	return nil
 }
 
 func boolValue(v *yaml.Node, key string) (bool, error) {

@@ -33,7 +33,9 @@ workers:
   - name: iii-stream
     config: {port: "${SPORT:3200}", host: 0.0.0.0, auth_function: my::auth, adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}}}
   - name: iii-http-functions
-    config: {security: {url_allowlist: ["127.0.0.1", "*.example.com"], block_private_ips: false, require_https: ${HTTPS:false}}}
+    config:
+      security: {url_allowlist: ["127.0.0.1", "*.example.com"], block_private_ips: false, require_https: ${HTTPS:false}}
+      secrets: {HOOK: {hosts: ["127.0.0.1"]}, GH: {env: GITHUB_TOKEN, hosts: ["api.github.com", "*.github.com"]}}
 sandbox:
   adapter: mybox
 namespaces:
@@ -46,11 +48,12 @@ namespaces:
 	want := &Config{GraceMS: 250, ConfigDir: "/tmp/cfg",
 		Listeners: []Listener{{Name: "iii-worker-manager", Line: 3, Host: "0.0.0.0", Port: 5000, HandshakeTimeoutMS: 2500,
 			AllowedOrigins: []string{"http://localhost:3000", "*.example.com"}}},
-		Sandbox:      &Sandbox{Adapter: "mybox", Namespace: "default"},
-		Namespaces:   []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
-		Declared:     []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"},
-		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}},
-		Stream:       &Stream{Host: "0.0.0.0", Port: 3200, AuthFunction: "my::auth", FilePath: "./data/streams"}}
+		Sandbox:    &Sandbox{Adapter: "mybox", Namespace: "default"},
+		Namespaces: []Namespace{{Name: "proj", TokenFile: filepath.Join(dir, "tok"), OwnerTokenFile: filepath.Join(dir, "owner")}},
+		Declared:   []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"},
+		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}, Secrets: map[string]HTTPSecret{
+			"HOOK": {Env: "HOOK", Hosts: []string{"127.0.0.1"}}, "GH": {Env: "GITHUB_TOKEN", Hosts: []string{"api.github.com", "*.github.com"}}}},
+		Stream: &Stream{Host: "0.0.0.0", Port: 3200, AuthFunction: "my::auth", FilePath: "./data/streams"}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
 	}
@@ -129,6 +132,12 @@ func TestParseErrors(t *testing.T) {
 		{"workers:\n  - name: iii-http-functions\n    config: {security: {url_allowlist: x}}\n", errcode.ConfigInvalid, "must be a list of host patterns"},
 		{"workers:\n  - name: iii-http-functions\n    config: {security: {url_allowlist: ['[']}}\n", errcode.ConfigInvalid, "not a valid host pattern"},
 		{"workers:\n  - name: iii-http-functions\n    config: {security: {require_https: maybe}}\n", errcode.ConfigInvalid, "require_https must be true or false"},
+		{"workers:\n  - name: iii-http-functions\n    config: {secrets: [A]}\n", errcode.ConfigInvalid, "secrets must be a mapping"},
+		{"workers:\n  - name: iii-http-functions\n    config: {secrets: {A: {env: A}}}\n", errcode.ConfigInvalid, "iii-http-functions secrets.A needs hosts"},
+		{"workers:\n  - name: iii-http-functions\n    config: {secrets: {A: {hosts: []}}}\n", errcode.ConfigInvalid, "secrets.A needs hosts"},
+		{"workers:\n  - name: iii-http-functions\n    config: {secrets: {A: {hosts: ['[']}}}\n", errcode.ConfigInvalid, `secrets.A.hosts: "[" is not a valid host pattern`},
+		{"workers:\n  - name: iii-http-functions\n    config: {secrets: {A: {hosts: [x], url: y}}}\n", errcode.ConfigInvalid, `unknown key "url" in iii-http-functions secrets.A`},
+		{"workers:\n  - name: iii-http-functions\n    config: {secrets: {A: {env: '', hosts: [x]}}}\n", errcode.ConfigInvalid, "secrets.A.env must name an environment variable"},
 		{"workers:\n  - name: iii-worker-manager\n    config: {handshake_timeout_ms: 0}\n", errcode.ConfigInvalid, "handshake_timeout_ms must be positive"},
 		{"workers:\n  - name: iii-worker-manager\n    config: {allowed_origins: ['*']}\n", errcode.ConfigInvalid, "every web page"},
 		{"workers:\n  - name: iii-worker-manager\n    config: {allowed_origins: ['[']}\n", errcode.ConfigInvalid, "not a valid pattern"},

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/iii-go/iii/engine/privfile"
 )
 
 // MaxValueBytes caps the JSON of one entry's value (register, set, publish: ENTRY_TOO_LARGE); a
@@ -31,6 +33,10 @@ type fileEntry struct {
 	Name        string          `json:"name,omitempty"`
 	Description string          `json:"description,omitempty"`
 	Value       json.RawMessage `json:"value"`
+	// Untrusted marks a value the engine stored for a caller holding neither the owner
+	// credential nor a namespace token: its placeholders are never expanded. A file without it
+	// (written by hand, or for a trusted caller) expands for trusted readers.
+	Untrusted bool `json:"untrusted,omitempty"`
 }
 
 // fsStore persists entries as files in one directory.
@@ -237,10 +243,11 @@ func writeJSONString(buf *bytes.Buffer, s string) {
 	buf.Truncate(buf.Len() - 1) // Encode's newline
 }
 
-// save writes e as <id>.json (atomically: a temporary file renamed over it) and removes an
-// older <id>.yaml.
+// save writes e as <id>.json (atomically: a mode-0600 temporary file renamed over it) in a
+// directory of mode 0700, and removes an older <id>.yaml: a value may hold a secret (an API key
+// set literally), which no other local user may read.
 func (s fsStore) save(e fileEntry) error {
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return err
 	}
 	var buf bytes.Buffer
@@ -249,15 +256,41 @@ func (s fsStore) save(e fileEntry) error {
 	if err := enc.Encode(e); err != nil {
 		return err
 	}
-	tmp := filepath.Join(s.dir, "."+e.ID+".json.tmp")
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, e.ID+".json")); err != nil {
+	if err := privfile.WriteAtomic(filepath.Join(s.dir, e.ID+".json"), buf.Bytes()); err != nil {
 		return err
 	}
 	if err := os.Remove(filepath.Join(s.dir, e.ID+".yaml")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil
+}
+
+// tighten closes the directory (0700) and its entry files (0600) to other local users, for
+// entries an older version wrote 0644 in a 0755 directory. Symlinks are left alone; a failure
+// (a file of another user's) is logged and the file left as it is.
+func (s fsStore) tighten() {
+	st, err := os.Lstat(s.dir)
+	if err != nil || !st.IsDir() {
+		return // nothing stored yet; save creates it 0700
+	}
+	fix := func(path string, mode fs.FileMode) {
+		if privfile.Check(path, mode.IsDir()) == nil {
+			return // already the user's alone (always so where there are no Unix modes)
+		}
+		if err := os.Chmod(path, mode.Perm()); err != nil {
+			s.log.Warn("cannot close a configuration entry to other local users", "path", path, "err", err)
+		}
+	}
+	fix(s.dir, fs.ModeDir|0o700)
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return
+	}
+	for _, d := range entries {
+		name := d.Name()
+		if !d.Type().IsRegular() || !(strings.HasSuffix(name, ".json") || strings.HasSuffix(name, ".yaml")) {
+			continue
+		}
+		fix(filepath.Join(s.dir, name), 0o600)
+	}
 }

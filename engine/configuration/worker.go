@@ -7,6 +7,13 @@
 // entries are not registered ids: get reads them, list does not show them, set on them fails
 // NOT_REGISTERED, and they are never written to disk. Only a caller that presented the token of
 // a namespace marked owner in config.yaml may publish ({"id","value"}; a null value withdraws).
+//
+// Placeholders (${VAR}, ${VAR:default}) expand from the engine's environment, which holds
+// secrets, only for a trusted caller (the owner, or a token-protected namespace's token holder)
+// and only in a value a trusted writer put there (a file of the directory, a publish, a trusted
+// register or set). Anyone else gets the template with an unexpanded reason, and a value it
+// writes is stored marked untrusted and never expanded. Entries the engine reads itself
+// (iii-observability) are the owner's alone.
 package configuration
 
 import (
@@ -31,6 +38,21 @@ import (
 
 var idRE = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 
+// engineEntries are the ids the engine reads for itself at start (iii-observability: what it
+// exports and where). Only the owner may register or set them (FORBIDDEN for anyone else), so
+// no other caller can stop the engine from starting or send its telemetry elsewhere; the
+// engine reads them with Own.
+var engineEntries = map[string]bool{"iii-observability": true}
+
+// checkEngineEntry refuses a register or set of an entry the engine consumes to a caller
+// without the owner credential.
+func checkEngineEntry(fn, id string, c core.Caller) error {
+	if engineEntries[id] && !c.Owner {
+		return fail(errcode.Forbidden, "function '%s' not allowed on configuration '%s': the engine reads that entry for itself, so only a caller holding the owner credential may write it (or the user, as %s.json in the configuration directory)", fn, id, id)
+	}
+	return nil
+}
+
 type entry struct {
 	ID          string          `json:"id"`
 	Name        string          `json:"name"`
@@ -40,12 +62,16 @@ type entry struct {
 	Metadata    json.RawMessage `json:"metadata,omitempty"`
 	compiled    *jsonschema.Schema
 	schemaAny   any
+	// untrusted: Value was written by a caller that is not trusted (see Worker.trusted), so its
+	// placeholders are never expanded, for anyone.
+	untrusted bool
 }
 
 // Worker holds the entries.
 type Worker struct {
 	store  fsStore
 	lookup interpolate.Lookup // the environment values expand from
+	eng    *core.Engine       // set by Install: tells a namespace token's holder
 
 	mu         sync.Mutex
 	registered map[string]*entry
@@ -53,14 +79,16 @@ type Worker struct {
 	published  map[string]json.RawMessage
 }
 
-// New loads the entries kept in dir; log (nil: slog.Default) hears about entries skipped
-// because they cannot be read. Values expand ${VAR} from lookup (os.LookupEnv in the binary;
-// nil: no variable is set).
+// New loads the entries kept in dir, after closing dir (0700) and its entries (0600) to other
+// local users; log (nil: slog.Default) hears about entries skipped because they cannot be read.
+// Values expand ${VAR} from lookup (os.LookupEnv in the binary; nil: no variable is set), for
+// trusted callers only (see trusted).
 func New(dir string, log *slog.Logger, lookup interpolate.Lookup) (*Worker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	w := &Worker{store: fsStore{dir: dir, log: log}, lookup: lookup, registered: map[string]*entry{}, published: map[string]json.RawMessage{}}
+	w.store.tighten()
 	stored, err := w.store.load()
 	if err != nil {
 		return nil, err
@@ -71,6 +99,7 @@ func New(dir string, log *slog.Logger, lookup interpolate.Lookup) (*Worker, erro
 
 // Install registers the configuration::* functions on the engine.
 func (w *Worker) Install(e *core.Engine) {
+	w.eng = e
 	e.Handle("configuration::register", "Register a configuration entry: id, name, description, schema, initial_value?", w.register)
 	e.Handle("configuration::set", "Set the value of a registered entry: id, value", w.set)
 	e.Handle("configuration::get", "Read an entry: id, raw? (true = template form), published_only? (only what the owning Compose published)", w.get)
@@ -78,6 +107,23 @@ func (w *Worker) Install(e *core.Engine) {
 	e.Handle("configuration::schema", "Read an entry's schema: id", w.schema)
 	e.Handle("configuration::publish", "Owner only: set an in-memory entry (id, value) that set cannot change", w.publish)
 }
+
+// trusted reports whether c may have ${VAR} placeholders expanded from the engine's
+// environment, and whether a value it writes is expanded for others: the owner (the owner
+// credential, or a namespace's owner token) and a holder of a token-protected namespace's token
+// (a project's workers) are; any other local process, a sandbox guest, an RBAC session and a
+// call relayed by another engine are not, so none of them reads the engine's environment through
+// an entry, its own or anyone's.
+func (w *Worker) trusted(c core.Caller) bool {
+	return c.Owner || w.eng != nil && w.eng.HoldsNamespaceToken(c)
+}
+
+// The unexpanded field of a get whose placeholders were withheld: the caller is not trusted, or
+// the value's writer was not.
+const (
+	untrustedReader = "placeholders are expanded only for a caller holding the owner credential or a token-protected namespace's token; this value is the template"
+	untrustedWriter = "the value was written by a caller holding neither the owner credential nor a token-protected namespace's token, so its placeholders are never expanded; this value is the template"
+)
 
 func fail(code, format string, args ...any) error { return protocol.NewError(code, format, args...) }
 
@@ -194,7 +240,7 @@ func checkSize(id string, v json.RawMessage) error {
 }
 
 func (w *Worker) persist(en *entry) error {
-	fe := fileEntry{ID: en.ID, Name: en.Name, Description: en.Description, Value: append(json.RawMessage(nil), en.Value...)}
+	fe := fileEntry{ID: en.ID, Name: en.Name, Description: en.Description, Value: append(json.RawMessage(nil), en.Value...), Untrusted: en.untrusted}
 	if err := w.store.save(fe); err != nil {
 		return fail(errcode.AdapterError, "saving configuration '%s': %v", en.ID, err)
 	}
@@ -202,7 +248,7 @@ func (w *Worker) persist(en *entry) error {
 	return nil
 }
 
-func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+func (w *Worker) register(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		ID           string          `json:"id"`
 		Name         string          `json:"name"`
@@ -212,6 +258,9 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 		Metadata     json.RawMessage `json:"metadata"`
 	}
 	if err := decode(payload, &in, &in.ID); err != nil {
+		return nil, err
+	}
+	if err := checkEngineEntry("configuration::register", in.ID, c); err != nil {
 		return nil, err
 	}
 	if err := checkSize(in.ID, in.InitialValue); err != nil {
@@ -228,18 +277,19 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 		en.Name = in.ID
 	}
 	if prev := w.registered[in.ID]; prev != nil {
-		en.Value = prev.Value
+		en.Value, en.untrusted = prev.Value, prev.untrusted
 	} else if fe, ok := w.stored[in.ID]; ok {
-		en.Value = fe.Value
+		en.Value, en.untrusted = fe.Value, fe.Untrusted
 	}
+	trusted := w.trusted(c)
 	hasInitial := !isNull(in.InitialValue)
 	if hasInitial {
-		en.Value = in.InitialValue
+		en.Value, en.untrusted = in.InitialValue, !trusted
 	}
 	if isNull(en.Value) {
 		en.Value = json.RawMessage("null")
 	}
-	if err := en.validate(en.Value, w.lookup); err != nil {
+	if err := en.validate(en.Value, w.expansion(trusted && !en.untrusted)); err != nil {
 		return nil, err
 	}
 	if hasInitial || w.stored[in.ID].ID == "" {
@@ -256,9 +306,12 @@ func (w *Worker) register(_ context.Context, _ core.Caller, payload json.RawMess
 // set changes the value of a registered entry. An id that nobody registered, such as
 // iii-sandbox, fails NOT_REGISTERED (SCHEMA_UNAVAILABLE while a stored value waits for its
 // owner) (req C2).
-func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+func (w *Worker) set(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
 	var in idValue
 	if err := decode(payload, &in, &in.ID); err != nil {
+		return nil, err
+	}
+	if err := checkEngineEntry("configuration::set", in.ID, c); err != nil {
 		return nil, err
 	}
 	if len(in.Value) == 0 {
@@ -276,13 +329,14 @@ func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) 
 		}
 		return nil, fail(errcode.NotRegistered, "configuration '%s' is not registered; call configuration::register first", in.ID)
 	}
-	if err := en.validate(in.Value, w.lookup); err != nil {
+	trusted := w.trusted(c)
+	if err := en.validate(in.Value, w.expansion(trusted)); err != nil {
 		return nil, err
 	}
-	old := en.Value
-	en.Value = in.Value
+	old, oldUntrusted := en.Value, en.untrusted
+	en.Value, en.untrusted = in.Value, !trusted
 	if err := w.persist(en); err != nil {
-		en.Value = old
+		en.Value, en.untrusted = old, oldUntrusted
 		return nil, err
 	}
 	return map[string]any{"old_value": old, "new_value": in.Value}, nil
@@ -293,7 +347,7 @@ func (w *Worker) set(_ context.Context, _ core.Caller, payload json.RawMessage) 
 // NOT_FOUND (req C3). With published_only, only an entry the owning Compose published counts:
 // anyone may register an entry, so a reader that trusts its content (the sandbox adapter's
 // settings) asks for the published one and falls back to its own file (review row #19).
-func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+func (w *Worker) get(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		ID            string `json:"id"`
 		Raw           bool   `json:"raw"`
@@ -305,15 +359,16 @@ func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	w.mu.Lock()
 	var value json.RawMessage
 	var en *entry
+	untrusted := false // the value's writer
 	if v, ok := w.published[in.ID]; ok {
 		value = v
 	} else if in.PublishedOnly {
 		w.mu.Unlock()
 		return nil, fail(errcode.NotFound, "configuration '%s' was not published by the Compose that owns this engine", in.ID)
 	} else if en = w.registered[in.ID]; en != nil {
-		value = en.Value
+		value, untrusted = en.Value, en.untrusted
 	} else if fe, ok := w.stored[in.ID]; ok {
-		value = fe.Value
+		value, untrusted = fe.Value, fe.Untrusted
 	}
 	var compiled *jsonschema.Schema
 	var schema any
@@ -326,6 +381,12 @@ func (w *Worker) get(_ context.Context, _ core.Caller, payload json.RawMessage) 
 	}
 	if in.Raw || isNull(value) {
 		return map[string]any{"id": in.ID, "value": value}, nil
+	}
+	if untrusted {
+		return map[string]any{"id": in.ID, "value": value, "unexpanded": untrustedWriter}, nil
+	}
+	if !w.trusted(c) {
+		return map[string]any{"id": in.ID, "value": value, "unexpanded": untrustedReader}, nil
 	}
 	expanded, missing, err := expandValue(value, schema, w.lookup)
 	if err != nil {
@@ -392,6 +453,55 @@ func (w *Worker) publish(_ context.Context, c core.Caller, payload json.RawMessa
 	}
 	w.published[in.ID] = append(json.RawMessage(nil), in.Value...)
 	return map[string]any{"id": in.ID, "published": true}, nil
+}
+
+// Own reads, for the engine itself, entry id expanded from the engine's environment: published,
+// else registered, else stored (nil, nil when there is none). A value stored for a caller
+// without the owner credential or a namespace token is never used: Own answers FORBIDDEN
+// naming the entry, which the engine logs before it goes on without it.
+func (w *Worker) Own(id string) (json.RawMessage, error) {
+	w.mu.Lock()
+	var value json.RawMessage
+	var compiled *jsonschema.Schema
+	var schema any
+	untrusted := false
+	if v, ok := w.published[id]; ok {
+		value = v
+	} else if en := w.registered[id]; en != nil {
+		value, untrusted, compiled, schema = en.Value, en.untrusted, en.compiled, en.schemaAny
+	} else if fe, ok := w.stored[id]; ok {
+		value, untrusted = fe.Value, fe.Untrusted
+	}
+	w.mu.Unlock()
+	if value == nil || isNull(value) {
+		return nil, nil
+	}
+	if untrusted {
+		return nil, fail(errcode.Forbidden, "configuration '%s' in %s was written by a caller holding neither the owner credential nor a namespace token; the engine does not use it (write the file yourself, or remove it)", id, w.store.dir)
+	}
+	expanded, missing, err := expandValue(value, schema, w.lookup)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		return nil, fail(errcode.ExpandFailed, "configuration '%s' references unset environment variable(s) with no default: %s", id, strings.Join(missing, ", "))
+	}
+	if compiled != nil {
+		if err := validateRaw(compiled, expanded); err != nil {
+			return nil, err
+		}
+	}
+	return expanded, nil
+}
+
+// expansion is the lookup a value is validated with: the environment when its writer and the
+// caller are trusted; else none, so a value is checked as a template and a schema's error can
+// never tell an untrusted caller anything about a variable.
+func (w *Worker) expansion(trusted bool) interpolate.Lookup {
+	if trusted {
+		return w.lookup
+	}
+	return nil
 }
 
 // String describes the store for logs.

@@ -20,7 +20,7 @@
 // registration NAMESPACE_TOKEN_REQUIRED / NAMESPACE_TOKEN_INVALID, FUNCTION_NAMESPACE_CONFLICT,
 // FUNCTION_PREFIX_CONFLICT, RESERVED_FUNCTION_ID (engine::, configuration:: and sandbox:: belong
 // to the engine), and, for a registerfunction with an invocation (an HTTP-invoked function, httpfn.go),
-// HTTP_INVOCATION_INVALID, HTTP_URL_REFUSED and HTTP_AUTH_UNRESOLVED.
+// HTTP_INVOCATION_INVALID, HTTP_URL_REFUSED, HTTP_SECRET_REFUSED and HTTP_AUTH_UNRESOLVED.
 //
 // Project tokens: a namespace listed in config.yaml's namespaces: admits registrations only from
 // connections whose handshake carried "Authorization: Bearer <token>" matching its token_file

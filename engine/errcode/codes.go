@@ -35,9 +35,12 @@ const (
 	// not https under require_https, a host outside url_allowlist, or a private or loopback
 	// address under block_private_ips.
 	HTTPURLRefused = "HTTP_URL_REFUSED"
-	// HTTPAuthUnresolved: an HTTP-invoked function's auth names an environment variable that is
-	// not set in the engine's environment.
+	// HTTPAuthUnresolved: an HTTP-invoked function's auth names a secret whose environment
+	// variable is not set in the engine's environment.
 	HTTPAuthUnresolved = "HTTP_AUTH_UNRESOLVED"
+	// HTTPSecretRefused: an HTTP-invoked function's auth names a secret that config.yaml's
+	// iii-http-functions secrets: does not grant, or grants only for other hosts than the URL's.
+	HTTPSecretRefused = "HTTP_SECRET_REFUSED"
 	// ReservedNamespace: engine::*, configuration::* and sandbox::* belong to the engine.
 	ReservedNamespace = "RESERVED_FUNCTION_ID"
 	// TokenRequired: the namespace is token-protected and the worker presented no token.

@@ -4,17 +4,21 @@
 //
 // Security (config.yaml iii-http-functions security:, iii's keys and defaults): url_allowlist
 // (host glob patterns, default ["*"]), require_https (default true) and block_private_ips
-// (default true: loopback, RFC 1918, link-local, unique-local, unspecified, broadcast,
-// documentation and multicast addresses are refused). A URL is checked at registration and
+// (default true: loopback, RFC 1918, carrier-grade NAT, link-local, unique-local, site-local,
+// unspecified, reserved, benchmarking, broadcast, documentation and multicast addresses are
+// refused; NAT64, IPv4-mapped and IPv4-compatible IPv6 addresses by the IPv4 address they carry). A URL is checked at registration and
 // before every call, and the address actually dialled is checked again, so a name that resolves
 // elsewhere later (DNS rebinding) cannot reach a blocked address. Redirects are not followed.
 //
 // A call is a request with the call's data as its JSON body and the headers Content-Type:
 // application/json, x-iii-Function-Path, x-iii-Invocation-ID and x-iii-Timestamp (Unix seconds),
-// then the invocation's own headers, then its auth: bearer (Authorization: Bearer <$token_key>),
-// api_key (<header>: <$value_key>) or hmac (x-iii-Signature: sha256=<hex HMAC-SHA256 of
-// "<timestamp>:<base64 body>" keyed with $secret_key>). Secrets are read from the engine's
-// environment at registration and never logged. Outcomes, with iii's codes: a 2xx body is the
+// then the invocation's own headers, then its auth: bearer (Authorization: Bearer <token_key>),
+// api_key (<header>: <value_key>) or hmac (x-iii-Signature: sha256=<hex HMAC-SHA256 of
+// "<timestamp>:<base64 body>" keyed with secret_key>). A *_key names a secret of config.yaml's
+// iii-http-functions secrets: (NAME: {env, hosts}), never an environment variable directly: the
+// engine's environment holds the user's secrets and any worker, an RBAC session included, may
+// register a function, so only what the user granted, for the hosts the user named, is sent.
+// Secrets are read from the engine's environment at registration and never logged. Outcomes, with iii's codes: a 2xx body is the
 // result (empty: no result; not JSON: invalid_response); 1xx/3xx are a result-less success (a
 // JSON body is the result); 4xx/5xx are the body's {"error": {code, message}} or http_error
 // "HTTP <status>"; a transport failure or the invocation's timeout (default 30 s) is
@@ -52,11 +56,22 @@ const DefaultTimeout = 30 * time.Second
 // maxBody bounds the response body read for one call.
 const maxBody = 16 << 20
 
-// Security is the security: block of iii-http-functions.
+// Security is the security: block of iii-http-functions, with its secrets:.
 type Security struct {
 	URLAllowlist    []string // host glob patterns (path.Match)
 	BlockPrivateIPs bool
 	RequireHTTPS    bool
+	// Secrets are the only values an auth may name, by name (config.yaml iii-http-functions
+	// secrets:). Any worker may register an HTTP-invoked function, so the owner of config.yaml,
+	// not the worker, chooses which of the engine's secrets go out, and to which hosts.
+	Secrets map[string]Secret
+}
+
+// Secret is a value an auth may name: the environment variable holding it and the URL host
+// patterns (path.Match) of the only functions it is sent to.
+type Secret struct {
+	Env   string
+	Hosts []string
 }
 
 // DefaultSecurity is iii's default: every host, HTTPS only, no private addresses.
@@ -64,7 +79,7 @@ func DefaultSecurity() Security {
 	return Security{URLAllowlist: []string{"*"}, BlockPrivateIPs: true, RequireHTTPS: true}
 }
 
-// Auth is the invocation's auth, as iii's HttpAuthConfig: names of environment variables.
+// Auth is the invocation's auth, as iii's HttpAuthConfig: names of secrets of Security.Secrets.
 type Auth struct {
 	Type      string `json:"type"` // hmac, bearer or api_key
 	SecretKey string `json:"secret_key,omitempty"`
@@ -108,6 +123,13 @@ func New(sec Security, lookup func(string) (string, bool)) (*Invoker, error) {
 			return nil, errcode.New(errcode.ConfigInvalid, "iii-http-functions: security.url_allowlist: %q is not a valid pattern: %w", p, err)
 		}
 	}
+	for name, s := range sec.Secrets {
+		for _, p := range s.Hosts {
+			if _, err := path.Match(p, ""); err != nil {
+				return nil, errcode.New(errcode.ConfigInvalid, "iii-http-functions: secrets.%s.hosts: %q is not a valid pattern: %w", name, p, err)
+			}
+		}
+	}
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}
@@ -137,16 +159,70 @@ func (inv *Invoker) checkDial(_, address string, _ syscall.RawConn) error {
 	return nil
 }
 
-// Private reports whether ip is an address block_private_ips refuses.
+// blocked4 are the IPv4 blocks block_private_ips refuses besides those netip names: this
+// network (0/8), carrier-grade NAT (100.64/10, where some clouds serve instance metadata, e.g.
+// 100.100.100.200), the IETF protocol block (192.0.0/24), the documentation blocks, benchmarking
+// (198.18/15) and the reserved 240/4 with the broadcast address.
+var blocked4 = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.0.2.0/24"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("198.51.100.0/24"),
+	netip.MustParsePrefix("203.0.113.0/24"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// blocked6 are the IPv6 blocks refused whole: deprecated site-local fec0::/10, the IPv4-IPv6
+// translated form ::ffff:0:a.b.c.d (SIIT), discard-only 100::/64 and documentation 2001:db8::/32.
+var blocked6 = []netip.Prefix{
+	netip.MustParsePrefix("fec0::/10"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
+	netip.MustParsePrefix("100::/64"),
+	netip.MustParsePrefix("2001:db8::/32"),
+}
+
+// embeds4 are the IPv6 forms whose last 32 bits are an IPv4 address the packet reaches: NAT64
+// (64:ff9b::/96 and the local-use 64:ff9b:1::/48) and the deprecated IPv4-compatible ::a.b.c.d.
+// Such an address is judged by its IPv4 part, so a NAT64 network cannot carry a request to a
+// private IPv4 address.
+var embeds4 = []netip.Prefix{
+	netip.MustParsePrefix("64:ff9b::/96"),
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("::/96"),
+}
+
+// Private reports whether ip is an address block_private_ips refuses. IPv4-mapped, NAT64 and
+// IPv4-compatible IPv6 addresses are judged by the IPv4 address they carry.
 func Private(ip netip.Addr) bool {
-	ip = ip.Unmap()
+	ip = ip.WithZone("").Unmap()
+	if ip.Is6() {
+		for _, p := range embeds4 {
+			if p.Contains(ip) {
+				b := ip.As16()
+				v4 := netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+				if p.Bits() == 96 && p.Addr().IsUnspecified() && (ip.IsUnspecified() || ip.IsLoopback()) {
+					return true // :: and ::1 themselves
+				}
+				return Private(v4)
+			}
+		}
+	}
 	if ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() {
 		return true
 	}
+	blocks := blocked6
 	if ip.Is4() {
-		b := ip.As4()
-		return b == [4]byte{255, 255, 255, 255} || b[0] == 192 && b[1] == 0 && b[2] == 2 ||
-			b[0] == 198 && b[1] == 51 && b[2] == 100 || b[0] == 203 && b[1] == 0 && b[2] == 113
+		if ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+			return true
+		}
+		blocks = blocked4
+	}
+	for _, p := range blocks {
+		if p.Contains(ip) {
+			return true
+		}
 	}
 	return false
 }
@@ -192,7 +268,7 @@ func (inv *Invoker) CheckURL(ctx context.Context, raw string) error {
 }
 
 // Register parses and checks an invocation for function id. Its error is coded:
-// HTTP_INVOCATION_INVALID, HTTP_URL_REFUSED or HTTP_AUTH_UNRESOLVED.
+// HTTP_INVOCATION_INVALID, HTTP_URL_REFUSED, HTTP_SECRET_REFUSED or HTTP_AUTH_UNRESOLVED.
 func (inv *Invoker) Register(ctx context.Context, id string, raw json.RawMessage) (*Function, error) {
 	var in Invocation
 	if err := json.Unmarshal(raw, &in); err != nil {
@@ -235,13 +311,43 @@ func (inv *Invoker) Register(ctx context.Context, id string, raw json.RawMessage
 		default:
 			return nil, errcode.New(errcode.HTTPInvocationInvalid, "function %s: auth type %q is not one of hmac, bearer, api_key", id, a.Type)
 		}
-		v, ok := inv.lookup(key)
-		if key == "" || !ok {
-			return nil, errcode.New(errcode.HTTPAuthUnresolved, "function %s: the %s auth names environment variable %q, which is not set in the engine's environment", id, a.Type, key)
+		v, err := inv.secret(id, a.Type, key, in.URL)
+		if err != nil {
+			return nil, err
 		}
 		f.secret = v
 	}
 	return f, nil
+}
+
+// secret resolves the secret an auth names for a function of URL raw: it must be one config.yaml
+// grants (HTTP_SECRET_REFUSED), for a host of raw its hosts match (HTTP_SECRET_REFUSED), and
+// its variable must be set (HTTP_AUTH_UNRESOLVED). Messages name the key, never the value.
+func (inv *Invoker) secret(id, authType, key, raw string) (string, error) {
+	s, ok := inv.sec.Secrets[key]
+	if key == "" || !ok {
+		return "", errcode.New(errcode.HTTPSecretRefused, "function %s: the %s auth names secret %q, which iii-http-functions secrets: in config.yaml does not grant; "+
+			"an auth may name only a secret listed there, with the hosts it may be sent to", id, authType, key)
+	}
+	host := ""
+	if u, err := url.Parse(raw); err == nil {
+		host = u.Hostname()
+	}
+	allowed := false
+	for _, p := range s.Hosts {
+		if ok, _ := path.Match(p, host); ok && host != "" {
+			allowed = true
+			break
+		}
+	}
+	if !allowed {
+		return "", errcode.New(errcode.HTTPSecretRefused, "function %s: secret %q may be sent only to hosts %q (iii-http-functions secrets.%s.hosts), not to %q", id, key, s.Hosts, key, host)
+	}
+	v, ok := inv.lookup(s.Env)
+	if !ok {
+		return "", errcode.New(errcode.HTTPAuthUnresolved, "function %s: the %s auth names secret %q, whose environment variable %q is not set in the engine's environment", id, authType, key, s.Env)
+	}
+	return v, nil
 }
 
 func validHeader(k, v string) bool {

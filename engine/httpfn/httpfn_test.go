@@ -14,9 +14,15 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 )
 
+// open is an invoker for 127.0.0.1 that grants each variable of env as a secret of that name,
+// for 127.0.0.1.
 func open(t *testing.T, env map[string]string) *Invoker {
 	t.Helper()
-	inv, err := New(Security{URLAllowlist: []string{"127.0.0.1"}}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	secrets := map[string]Secret{}
+	for k := range env {
+		secrets[k] = Secret{Env: k, Hosts: []string{"127.0.0.1"}}
+	}
+	inv, err := New(Security{URLAllowlist: []string{"127.0.0.1"}, Secrets: secrets}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +128,10 @@ func TestCallOutcomes(t *testing.T) {
 func TestRegisterRefusals(t *testing.T) {
 	strict, _ := New(DefaultSecurity(), func(string) (string, bool) { return "", false })
 	listed, _ := New(Security{URLAllowlist: []string{"*.example.com"}}, nil)
-	secret, _ := New(Security{URLAllowlist: []string{"*"}}, func(k string) (string, bool) { return "s3cret", k == "SET" })
+	secret, _ := New(Security{URLAllowlist: []string{"*"}, Secrets: map[string]Secret{
+		"SET": {Env: "SET", Hosts: []string{"*.test"}}, "UNSET": {Env: "UNSET", Hosts: []string{"a.test"}},
+		"RENAMED": {Env: "SET", Hosts: []string{"a.test"}}, "SCOPED": {Env: "SET", Hosts: []string{"api.example.com"}},
+	}}, func(k string) (string, bool) { return "s3cret", k == "SET" || k == "HOME" })
 	for _, c := range []struct {
 		inv       *Invoker
 		in, code  string
@@ -139,6 +148,12 @@ func TestRegisterRefusals(t *testing.T) {
 		{secret, `{"url":"http://a.test","headers":{"Bad Name":"v"}}`, errcode.HTTPInvocationInvalid, []string{"Bad Name"}},
 		{secret, `{"url":"http://a.test","auth":{"type":"basic"}}`, errcode.HTTPInvocationInvalid, []string{"basic"}},
 		{secret, `{"url":"http://a.test","auth":{"type":"bearer","token_key":"UNSET"}}`, errcode.HTTPAuthUnresolved, []string{"UNSET"}},
+		// Only granted secrets: an environment variable the engine has is not one.
+		{secret, `{"url":"http://a.test","auth":{"type":"bearer","token_key":"HOME"}}`, errcode.HTTPSecretRefused, []string{`"HOME"`, "secrets:"}},
+		{secret, `{"url":"http://a.test","auth":{"type":"hmac","secret_key":""}}`, errcode.HTTPSecretRefused, []string{`""`}},
+		{secret, `{"url":"http://a.test","auth":{"type":"api_key","header":"X-K","value_key":"HOME"}}`, errcode.HTTPSecretRefused, []string{`"HOME"`}},
+		// A granted secret goes only to its hosts.
+		{secret, `{"url":"http://evil.example/x","auth":{"type":"bearer","token_key":"SCOPED"}}`, errcode.HTTPSecretRefused, []string{`"SCOPED"`, `"evil.example"`, "secrets.SCOPED.hosts"}},
 		{secret, `"nope"`, errcode.HTTPInvocationInvalid, []string{"invocation"}},
 	} {
 		_, err := c.inv.Register(context.Background(), "x::f", json.RawMessage(c.in))
@@ -156,8 +171,11 @@ func TestRegisterRefusals(t *testing.T) {
 			t.Errorf("%s: the secret is in %q", c.in, ce.Message)
 		}
 	}
-	if _, err := secret.Register(context.Background(), "x::f", json.RawMessage(`{"url":"http://a.test","auth":{"type":"bearer","token_key":"SET"}}`)); err != nil {
-		t.Error(err)
+	for _, key := range []string{"SET", "RENAMED"} {
+		f, err := secret.Register(context.Background(), "x::f", json.RawMessage(`{"url":"http://a.test","auth":{"type":"bearer","token_key":"`+key+`"}}`))
+		if err != nil || f.secret != "s3cret" {
+			t.Errorf("%s: %v", key, err)
+		}
 	}
 }
 
@@ -195,5 +213,45 @@ func TestDialCheck(t *testing.T) {
 func TestNewRefusesBadPattern(t *testing.T) {
 	if _, err := New(Security{URLAllowlist: []string{"["}}, nil); errcode.As(err, "").Code != errcode.ConfigInvalid {
 		t.Errorf("got %v", err)
+	}
+}
+
+// Every non-public range block_private_ips names is refused, whether written as IPv4 or carried
+// in an IPv6 form that reaches it (NAT64, IPv4-mapped, IPv4-compatible); public addresses in the
+// same forms pass.
+func TestPrivateRanges(t *testing.T) {
+	blocked := []string{
+		"100.64.0.1", "100.100.100.200", "100.127.255.254", // carrier-grade NAT, cloud metadata
+		"198.18.0.1", "198.19.255.255", // benchmarking
+		"240.0.0.1", "255.255.255.254", "255.255.255.255", // reserved, broadcast
+		"0.0.0.0", "0.1.2.3", // this network
+		"192.0.0.8", "192.0.2.1", "198.51.100.1", "203.0.113.1", // protocol, documentation
+		"fec0::1", "feff::1", // site-local
+		"::ffff:0:7f00:1", "::ffff:0:808:808", // IPv4-translated (SIIT)
+		"64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b::a00:1", "64:ff9b::6464:64c8", // NAT64 to private
+		"64:ff9b:1::7f00:1", "64:ff9b:1:2::c0a8:101", // local-use NAT64
+		"::ffff:127.0.0.1", "::ffff:100.100.100.200", // IPv4-mapped
+		"::127.0.0.1", "::10.0.0.1", "::100.100.100.200", "::", "::1", // IPv4-compatible
+		"2001:db8::1", "100::1", "fe80::1%eth0",
+	}
+	for _, s := range blocked {
+		if !Private(netip.MustParseAddr(s)) {
+			t.Errorf("%s is not refused", s)
+		}
+	}
+	public := []string{"8.8.8.8", "100.63.255.255", "100.128.0.1", "198.17.255.255", "198.20.0.1",
+		"2001:4860:4860::8888", "64:ff9b::808:808", "::ffff:8.8.8.8", "::8.8.8.8", "64:ff9b:1::808:808"}
+	for _, s := range public {
+		if Private(netip.MustParseAddr(s)) {
+			t.Errorf("%s counted as private", s)
+		}
+	}
+	// The dial check judges the same way, so a name resolving to one of them is not reached.
+	strict := open(t, nil)
+	strict.sec.BlockPrivateIPs = true
+	for _, a := range []string{"100.100.100.200:80", "[64:ff9b::7f00:1]:443", "[::ffff:0:a00:1]:80"} {
+		if err := strict.checkDial("tcp", a, nil); err == nil {
+			t.Errorf("dial to %s allowed", a)
+		}
 	}
 }
