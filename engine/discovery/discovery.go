@@ -235,7 +235,9 @@ type unavailable struct {
 	Error      string `json:"error"`
 }
 
-func (d *Discovery) functionInfo(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+// functionInfo answers engine::functions::info. A function a session of a gated listener may
+// not call is, to it, not registered, as in engine::functions::list.
+func (d *Discovery) functionInfo(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		FunctionID  *string  `json:"function_id"`
 		FunctionIDs []string `json:"function_ids"`
@@ -250,7 +252,7 @@ func (d *Discovery) functionInfo(_ context.Context, _ core.Caller, payload json.
 	case in.FunctionID == nil && in.FunctionIDs == nil:
 		return nil, protocol.NewError(errcode.InvalidArguments, "missing field `function_id` (or `function_ids` for a batch)")
 	}
-	rows := d.e.Functions()
+	rows := d.e.FunctionsFor(c)
 	trig := d.e.Triggers().Triggers(triggers.Filter{})
 	if in.FunctionID != nil {
 		r, perr := resolveFunction(rows, *in.FunctionID, in.Namespace)
@@ -375,7 +377,10 @@ func str(s string) *string {
 	return &s
 }
 
-func (d *Discovery) workerInfo(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+// workerInfo answers engine::workers::info. A session of a gated listener sees the workers and
+// functions engine::workers::list shows it, as engine::functions::list does: a worker serving
+// none it may call is, to it, not connected.
+func (d *Discovery) workerInfo(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		Name      string  `json:"name"`
 		Namespace *string `json:"namespace"`
@@ -387,8 +392,8 @@ func (d *Discovery) workerInfo(_ context.Context, _ core.Caller, payload json.Ra
 		}
 		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {name, namespace?}: %s", FnWorkerInfo, msg)
 	}
-	workers := d.e.Workers()
-	rows := d.e.Functions()
+	workers := d.e.WorkersFor(c)
+	rows := d.e.FunctionsFor(c)
 	ns, perr := resolveWorker(in.Name, in.Namespace, namespacesOf(in.Name, workers))
 	if perr != nil {
 		return nil, perr

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 )
 
 type fakeMetrics map[string]any
@@ -208,5 +210,71 @@ func TestAvailabilityTriggers(t *testing.T) {
 		case <-timeout:
 			t.Fatal("no functions-available event listing new::a and new::b")
 		}
+	}
+}
+
+// On a gated listener, the listings show a session only the functions it may call, as
+// engine::functions::list does: a hidden function is not registered to engine::functions::info,
+// its worker is not connected to engine::workers::info and not listed by engine::workers::list,
+// and its triggers are not in engine::registered-triggers::list.
+func TestGatedSessionSeesOnlyWhatItMayCall(t *testing.T) {
+	e := core.New(core.Options{})
+	e.SetObserver(observer{Install(e, nil, nil)})
+	gate := core.Listener{Name: "public", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{
+		Expose: []rbac.Filter{{Match: "api::*"}, {Match: "engine::*"}}}}
+	var bound []core.Bound
+	var urls []string
+	for _, l := range []core.Listener{{Name: "main"}, gate} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound = append(bound, core.Bound{Listener: l, Net: ln})
+		urls = append(urls, "ws://"+ln.Addr().String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	noop := func(context.Context, json.RawMessage) (any, error) { return nil, nil }
+	worker(t, urls[0], "api", "", map[string]protocol.Handler{"api::hello": noop})
+	worker(t, urls[0], "vault", "", map[string]protocol.Handler{"secret::fn": noop})
+	session := worker(t, urls[1], "visitor", "", nil)
+	trusted := worker(t, urls[0], "ops", "", nil)
+
+	if _, err := call(t, session, FnFunctionInfo, map[string]any{"function_id": "secret::fn"}); code(err) != errcode.NotFound {
+		t.Errorf("functions::info of a hidden function: %v", err)
+	}
+	if _, err := call(t, session, FnFunctionInfo, map[string]any{"function_id": "api::hello"}); err != nil {
+		t.Errorf("functions::info of a function the session may call: %v", err)
+	}
+	if _, err := call(t, session, FnWorkerInfo, map[string]any{"name": "vault"}); code(err) != errcode.NotFound {
+		t.Errorf("workers::info of a worker serving only hidden functions: %v", err)
+	}
+	if _, err := call(t, trusted, FnFunctionInfo, map[string]any{"function_id": "secret::fn"}); err != nil {
+		t.Errorf("an ungated worker's functions::info: %v", err)
+	}
+	names := func(w *protocol.Worker) (out []string) {
+		res, err := call(t, w, protocol.FnListWorkers, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range res["workers"].([]any) {
+			r := row.(map[string]any)
+			out = append(out, r["name"].(string))
+			for _, f := range r["functions"].([]any) {
+				if f == "secret::fn" && w == session {
+					t.Errorf("workers::list shows the session %s", f)
+				}
+			}
+		}
+		return out
+	}
+	if got := names(session); slices.Contains(got, "vault") || !slices.Contains(got, "api") || !slices.Contains(got, "visitor") {
+		t.Errorf("workers::list to the session: %v", got)
+	}
+	if got := names(trusted); !slices.Contains(got, "vault") {
+		t.Errorf("workers::list to an ungated worker: %v", got)
 	}
 }
