@@ -75,6 +75,7 @@ type Options struct {
 	ChannelBytes     int
 	ChannelBudget    int
 	MaxChannels      int
+	ChannelShare     int // channels one connection of an ungated listener may hold; default MaxChannels/4
 	ChannelAttach    time.Duration
 }
 
