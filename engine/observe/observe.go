@@ -34,9 +34,12 @@ const (
 // input and output into its target's payload, so without them one connection could make the
 // engine hold observers × calls × payload bytes.
 const (
-	DefaultPerOwner   = 64        // observers one connection may hold
-	DefaultTotal      = 4096      // observers the engine holds
-	DefaultOwnerBytes = 32 << 20  // payload bytes of one connection's target calls in flight
+	DefaultPerOwner = 64   // observers one connection may hold
+	DefaultTotal    = 4096 // observers the engine holds
+	// DefaultOwnerBytes bounds the payload bytes of one connection's target calls in flight:
+	// less than a connection's write queue (16 MiB), so that one owner's fan-out of a large
+	// call does not close the target's worker as a slow consumer.
+	DefaultOwnerBytes = 8 << 20
 	DefaultTotalBytes = 256 << 20 // payload bytes of all target calls in flight
 )
 
