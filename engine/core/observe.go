@@ -125,6 +125,26 @@ func (e *Engine) WorkersFor(c Caller) []WorkerRow {
 	return res.(map[string]any)["workers"].([]workerRow)
 }
 
+// FunctionsForServer is Functions as the worker serving function id of ns may see them: when a
+// session of a gated listener serves it, FunctionsFor that session, so that an event handed to
+// its function carries no more than a listing would show it.
+func (e *Engine) FunctionsForServer(ns, id string) []FunctionRow {
+	var gated *conn
+	e.mu.RLock()
+	if f := e.funcs[fkey{ns, id}]; f != nil {
+		f.instances(func(i *fnEntry) {
+			if gated == nil && i.conn.session != nil {
+				gated = i.conn
+			}
+		})
+	}
+	e.mu.RUnlock()
+	if gated == nil {
+		return e.Functions()
+	}
+	return e.FunctionsFor(Caller{conn: gated})
+}
+
 // FunctionsFor is Functions as c may see them: on a gated listener, only those its session may
 // call, as engine::functions::list shows them.
 func (e *Engine) FunctionsFor(c Caller) []FunctionRow {

@@ -94,24 +94,29 @@ func (d *Discovery) FunctionsChanged() {
 	}
 	time.AfterFunc(Coalesce, func() {
 		d.scheduled.Store(false) // a change from here on schedules its own event
-		d.fire(TriggerFunctionsAvailable, map[string]any{"event": "functions_changed", "functions": d.summaries(d.e.Functions())})
+		d.fire(TriggerFunctionsAvailable, func(b bound) any {
+			return map[string]any{"event": "functions_changed", "functions": d.summaries(d.e.FunctionsForServer(b.ns, b.fn))}
+		})
 	})
 }
 
 // WorkerRegistered fires workers-available.
 func (d *Discovery) WorkerRegistered(workerID string) {
 	if d.peer.has(TriggerWorkersAvailable) {
-		d.fire(TriggerWorkersAvailable, map[string]any{"event": "worker_metadata_updated", "worker_id": workerID})
+		ev := map[string]any{"event": "worker_metadata_updated", "worker_id": workerID}
+		d.fire(TriggerWorkersAvailable, func(bound) any { return ev })
 	}
 }
 
-// fire calls every function bound to trigger type typ with data, each on a goroutine of its own.
-func (d *Discovery) fire(typ string, data any) {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return
-	}
+// fire calls every function bound to trigger type typ with data(b) of its trigger b, each on a
+// goroutine of its own. The event of a function a session of a gated listener serves holds only
+// what that session may see (core.Engine.FunctionsForServer).
+func (d *Discovery) fire(typ string, data func(b bound) any) {
 	for _, b := range d.peer.bound(typ) {
+		raw, err := json.Marshal(data(b))
+		if err != nil {
+			continue
+		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), fireTimeout)
 			defer cancel()
