@@ -375,15 +375,18 @@ func (cs *channels) expire(now time.Time) {
 	}
 }
 
-// creatorLeft forgets the channels the connection of worker id created and that no end has
-// connected to yet: nobody else knows of them unless it passed their keys on, and they would
-// otherwise count against the engine's limit until the attach deadline.
+// creatorLeft forgets the channels a session of a gated listener, of worker id, created and
+// that no end has connected to yet, when it leaves: they would otherwise count against the
+// sessions' share of the table until the attach deadline, so that a session reconnecting in a
+// loop held it. A trusted (ungated) worker's channels stay until that deadline: creating a
+// channel, leaving, then connecting its ends with the keys is how `iii call` and the test
+// tools use them.
 func (cs *channels) creatorLeft(id string) {
 	cs.mu.Lock()
 	var left []*channel
 	if cs.byOwner[id] > 0 {
 		for _, ch := range cs.byID {
-			if ch.owner != id {
+			if ch.owner != id || !ch.gated {
 				continue
 			}
 			ch.mu.Lock()

@@ -588,8 +588,8 @@ func createFails(t *testing.T, w *protocol.Worker, want string) {
 	}
 }
 
-// One connection holds at most a quarter of the engine's channels, and the channels it created
-// that no end connected to are forgotten when it leaves.
+// One connection holds at most a quarter of the engine's channels; the channels a trusted
+// worker created stay after it leaves, for the ends it handed the keys to.
 func TestChannelShareOfOneConnection(t *testing.T) {
 	e, url := startEngine(t, Options{MaxChannels: 8})
 	greedy := worker(t, url, "default", nil)
@@ -605,11 +605,39 @@ func TestChannelShareOfOneConnection(t *testing.T) {
 	defer rd.Close()
 	waitChannels(t, e, 3)
 	greedy.Close()
-	waitChannels(t, e, 2) // the one with a connected end stays
+	other.Close()
+	waitGone(t, e, greedy.WorkerID(), other.WorkerID())
+	if n := e.ChannelCount(); n != 3 {
+		t.Fatalf("%d channels once their trusted creators left, want 3", n)
+	}
+}
+
+// waitGone polls until the engine has forgotten the connections of the worker ids given.
+func waitGone(t *testing.T, e *Engine, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e.mu.RLock()
+		left := 0
+		for _, id := range ids {
+			if e.conns[id] != nil {
+				left++
+			}
+		}
+		e.mu.RUnlock()
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the connections are still there", left)
+		}
+		pollPause()
+	}
 }
 
 // A session of a gated listener holds at most a sixteenth of the engine's channels, and all
-// sessions together leave a quarter to ungated (trusted) workers, as the http worker is.
+// sessions together leave a quarter to ungated (trusted) workers, as the http worker is; the
+// channels a session created that no end connected to are forgotten when it leaves.
 func TestChannelShareOfGatedSessions(t *testing.T) {
 	e := New(Options{MaxChannels: 16})
 	open := Listener{Name: "open", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{}}
@@ -639,4 +667,6 @@ func TestChannelShareOfGatedSessions(t *testing.T) {
 		channelPair(t, trusted, nil)
 	}
 	waitChannels(t, e, 16)
+	first.Close() // a session's channels no end connected to go with it
+	waitChannels(t, e, 15)
 }
