@@ -22,7 +22,7 @@ const (
 
 func (e *Engine) initObservers() {
 	e.observers = observe.NewRegistry(observe.Limits{})
-	e.HandleInline(FnObserversAdd, "Observe a function: {source: {function_id, namespace?, filters?, capture?, deliver?, on?}, target, options?: {id?, max_fires?, expires_in_ms?, max_in_flight?, metadata?}} -> {id, status}", e.addObserver)
+	e.HandleInline(FnObserversAdd, "Observe a function: {source: {function_id, namespace?, filters?, capture?, deliver?, on?}, target, options?: {id?, max_fires?, expires_in_ms?, max_in_flight?, timeout_ms?, metadata?}} -> {id, status}", e.addObserver)
 	e.HandleInline(FnObserversRemove, "Remove an observer this connection added: {id} -> {removed}", e.removeObserver)
 	e.HandleInline(FnObserversList, "List observers (optional {function_id, namespace})", e.listObservers)
 }

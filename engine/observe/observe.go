@@ -652,6 +652,7 @@ type Row struct {
 	CreatedAt  int64           `json:"created_at_ms"`
 	Metadata   json.RawMessage `json:"metadata,omitempty"`
 	MaxPending int32           `json:"max_in_flight"`
+	TimeoutMS  int64           `json:"timeout_ms"`
 }
 
 // Row is o's row; status is "active", or "pending" while its target is not registered, and
@@ -660,7 +661,7 @@ func (o *Observer) Row(status, ownerName string) Row {
 	r := Row{ID: o.ID, Owner: o.Owner, OwnerName: ownerName, Source: Target{o.Function, o.Namespace}, Target: o.Target,
 		Status: status, Filters: o.filtersRaw, Capture: o.capture, Deliver: o.deliver, On: o.on, MaxFires: o.maxFires,
 		Fires: o.fires.Load(), Errors: o.errs.Load(), Dropped: o.dropped.Load(), InFlight: o.inflight.Load(),
-		CreatedAt: o.Created.UnixMilli(), Metadata: o.metadata, MaxPending: o.maxInFlight}
+		CreatedAt: o.Created.UnixMilli(), Metadata: o.metadata, MaxPending: o.maxInFlight, TimeoutMS: o.timeout.Milliseconds()}
 	if !o.expires.IsZero() {
 		r.ExpiresAt = o.expires.UnixMilli()
 	}
