@@ -51,6 +51,7 @@ func (e *Engine) addObserver(_ context.Context, c Caller, payload json.RawMessag
 		return nil, protocol.NewError(errcode.InvalidArguments, "%s: %v", FnObserversAdd, err)
 	}
 	o.Owner = c.WorkerID
+	o.Restricted = c.conn.session != nil
 	if perr := e.observeDenial(c.conn, o.Namespace, o.Function); perr != nil {
 		return nil, perr
 	}
@@ -65,6 +66,8 @@ func (e *Engine) addObserver(_ context.Context, c Caller, payload json.RawMessag
 		return nil, protocol.NewError(errcode.ObserverLimit, "%s: worker %s already holds %d observers, the most one connection may; remove some first", FnObserversAdd, c.WorkerID, lim.PerOwner)
 	case errors.Is(err, observe.ErrTotalLimit):
 		return nil, protocol.NewError(errcode.ObserverLimit, "%s: the engine already holds %d observers, its limit; remove some first", FnObserversAdd, lim.Total)
+	case errors.Is(err, observe.ErrRestrictedLimit):
+		return nil, protocol.NewError(errcode.ObserverLimit, "%s: sessions of gated listeners already hold %d observers, the most they may together (the rest is kept for trusted workers)", FnObserversAdd, lim.Restricted)
 	}
 	e.log.Debug("observer added", "id", o.ID, "worker_id", c.WorkerID, "source", o.Function, "namespace", o.Namespace, "target", o.Target.FunctionID)
 	return map[string]any{"id": o.ID, "status": e.observerStatus(o), "replaced": replaced}, nil

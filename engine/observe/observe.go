@@ -47,6 +47,7 @@ const (
 type Limits struct {
 	PerOwner   int   // observers one owner may hold; one more is ErrOwnerLimit
 	Total      int   // observers in all; one more is ErrTotalLimit
+	Restricted int   // Restricted observers in all (default three quarters of Total); one more is ErrRestrictedLimit
 	OwnerBytes int64 // payload bytes of one owner's deliveries not yet Done; past it a fire is dropped
 	TotalBytes int64 // the same for every owner together
 }
@@ -57,6 +58,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Total <= 0 {
 		l.Total = DefaultTotal
+	}
+	if l.Restricted <= 0 {
+		l.Restricted = max(1, l.Total*3/4)
 	}
 	if l.OwnerBytes <= 0 {
 		l.OwnerBytes = DefaultOwnerBytes
@@ -108,12 +112,15 @@ type Request struct {
 
 // Observer is one registered observer. Its counters are safe to read at any time.
 type Observer struct {
-	ID        string
-	Owner     string // the worker id of the connection that added it
-	Function  string // the source
-	Namespace string
-	Target    Target
-	Created   time.Time
+	ID    string
+	Owner string // the worker id of the connection that added it
+	// Restricted marks an observer of a session of a gated listener: all of them together hold
+	// at most Limits.Restricted observers, so that the rest stays for trusted workers.
+	Restricted bool
+	Function   string // the source
+	Namespace  string
+	Target     Target
+	Created    time.Time
 
 	filter      Filter
 	filtersRaw  json.RawMessage
@@ -281,13 +288,14 @@ func (d Delivery) Done(failed bool) {
 // Registry holds the observers of an engine. Its methods are safe for concurrent use; Of and
 // Match cost one atomic load while no observer exists.
 type Registry struct {
-	limits Limits
-	mu     sync.RWMutex
-	byFn   map[key][]*Observer
-	byID   map[string]*Observer
-	owners map[string]*ownerState
-	count  atomic.Int32
-	bytes  atomic.Int64 // payload bytes of every delivery in flight
+	limits     Limits
+	mu         sync.RWMutex
+	byFn       map[key][]*Observer
+	byID       map[string]*Observer
+	owners     map[string]*ownerState
+	restricted int // Restricted observers held (mu)
+	count      atomic.Int32
+	bytes      atomic.Int64 // payload bytes of every delivery in flight
 }
 
 type key struct{ ns, fn string }
@@ -308,11 +316,14 @@ var (
 	ErrOwnerLimit = errors.New("too many observers for one connection")
 	// ErrTotalLimit: the registry holds Limits.Total observers.
 	ErrTotalLimit = errors.New("too many observers in the engine")
+	// ErrRestrictedLimit: the registry holds Limits.Restricted Restricted observers.
+	ErrRestrictedLimit = errors.New("too many observers of gated sessions")
 )
 
 // Add registers o. An observer of the same id and owner is replaced (a worker re-adding its
 // observers after a reconnect keeps their ids); an id another owner holds is ErrIDTaken. A new
-// observer past the owner's or the registry's bound is ErrOwnerLimit or ErrTotalLimit.
+// observer past the owner's or the registry's bound is ErrOwnerLimit or ErrTotalLimit, and a
+// Restricted one past the Restricted bound ErrRestrictedLimit.
 func (r *Registry) Add(o *Observer) (replaced bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -329,6 +340,9 @@ func (r *Registry) Add(o *Observer) (replaced bool, err error) {
 			return false, ErrTotalLimit
 		}
 	}
+	if o.Restricted && (old == nil || !old.Restricted) && r.restricted >= r.limits.Restricted {
+		return false, ErrRestrictedLimit
+	}
 	if old != nil {
 		r.removeLocked(old)
 		replaced = true
@@ -338,6 +352,9 @@ func (r *Registry) Add(o *Observer) (replaced bool, err error) {
 		r.owners[o.Owner] = st
 	}
 	st.count++
+	if o.Restricted {
+		r.restricted++
+	}
 	o.owner = st
 	r.byID[o.ID] = o
 	k := key{o.Namespace, o.Function}
@@ -396,6 +413,9 @@ func (r *Registry) Remove(o *Observer) bool {
 
 func (r *Registry) removeLocked(o *Observer) {
 	delete(r.byID, o.ID)
+	if o.Restricted {
+		r.restricted--
+	}
 	if st := r.owners[o.Owner]; st != nil {
 		if st.count--; st.count <= 0 {
 			delete(r.owners, o.Owner)

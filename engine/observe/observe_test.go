@@ -270,3 +270,29 @@ func TestNewTimeout(t *testing.T) {
 		t.Fatalf("a timeout_ms past the bound: %v", err)
 	}
 }
+
+func TestAddKeepsAShareForTrustedOwners(t *testing.T) {
+	r := NewRegistry(Limits{Total: 4})
+	if r.Limits().Restricted != 3 {
+		t.Fatalf("restricted share %d, want 3 of 4", r.Limits().Restricted)
+	}
+	restricted := func(owner, target string) error {
+		o, _ := New(request(t, `{"source": {"function_id": "a::b"}, "target": "`+target+`"}`), owner+target, "default", "default", time.Now())
+		o.Owner, o.Restricted = owner, true
+		_, err := r.Add(o)
+		return err
+	}
+	for _, w := range []string{"s1", "s2", "s3"} {
+		if err := restricted(w, "t::x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := restricted("s4", "t::x"); err != ErrRestrictedLimit {
+		t.Fatalf("a fourth session's observer: %v", err)
+	}
+	add(t, r, "trusted", `{"source": {"function_id": "a::b"}, "target": "t::y"}`)
+	r.RemoveOwner("s1")
+	if err := restricted("s4", "t::x"); err != nil {
+		t.Fatalf("once a session left: %v", err)
+	}
+}
