@@ -37,6 +37,8 @@ const (
 
 type channel struct {
 	id        string
+	owner     string // the worker id of the connection that created it; "" for the engine's own
+	gated     bool   // created by a session of a gated listener
 	keys      [2]string
 	maxFrames int
 	created   time.Time
@@ -95,24 +97,35 @@ func (ch *channel) abortDetail() string {
 	return ch.detail
 }
 
-// channels is the engine's registry of live channels.
+// channels is the engine's registry of live channels. Besides the engine-wide max, it counts
+// the channels each connection created: one of an ungated listener holds at most share, a
+// session of a gated listener at most gatedShare, and all sessions together at most
+// gatedMax, so that the rest (at least one share) stays for trusted workers.
 type channels struct {
-	idle     time.Duration
-	attach   time.Duration
-	perChan  int
-	max      int
-	wg       sync.WaitGroup // requests to connect an end, from before their upgrade (enter)
-	mu       sync.Mutex
-	closing  bool // closeAll has begun: no request enters
-	byID     map[string]*channel
-	budgetMu sync.Mutex
-	used     int           // bytes buffered in all channels
-	limit    int           // Options.ChannelBudget
-	freed    chan struct{} // closed (and replaced) whenever bytes are given back
+	idle       time.Duration
+	attach     time.Duration
+	perChan    int
+	max        int
+	share      int
+	gatedShare int
+	gatedMax   int
+	byOwner    map[string]int // channels held, by the worker id that created them (guarded by mu)
+	gatedHeld  int            // channels held that sessions of gated listeners created (mu)
+	wg         sync.WaitGroup // requests to connect an end, from before their upgrade (enter)
+	mu         sync.Mutex
+	closing    bool // closeAll has begun: no request enters
+	byID       map[string]*channel
+	budgetMu   sync.Mutex
+	used       int           // bytes buffered in all channels
+	limit      int           // Options.ChannelBudget
+	freed      chan struct{} // closed (and replaced) whenever bytes are given back
 }
 
 func newChannels(o Options) *channels {
+	share := min(o.ChannelShare, o.MaxChannels)
+	gatedShare := min(share, max(1, o.MaxChannels/GatedChannelDivisor))
 	return &channels{idle: o.ChannelIdle, attach: o.ChannelAttach, perChan: o.ChannelBytes, max: o.MaxChannels,
+		share: share, gatedShare: gatedShare, gatedMax: max(gatedShare, o.MaxChannels-share), byOwner: map[string]int{},
 		limit: o.ChannelBudget, byID: map[string]*channel{}, freed: make(chan struct{})}
 }
 
@@ -217,22 +230,36 @@ func newKey() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (cs *channels) create(buffer int) (*channel, error) {
-	chs, err := cs.createN(1, buffer)
+// creator is who asks for channels: the connection's worker id ("" for the engine's own calls,
+// which no share bounds) and whether it is a session of a gated listener.
+type creator struct {
+	id    string
+	gated bool
+}
+
+func creatorOf(c Caller) creator {
+	if c.conn == nil {
+		return creator{}
+	}
+	return creator{id: c.conn.id, gated: c.conn.session != nil}
+}
+
+func (cs *channels) create(buffer int, by creator) (*channel, error) {
+	chs, err := cs.createN(1, buffer, by)
 	if err != nil {
 		return nil, err
 	}
 	return chs[0], nil
 }
 
-// createN makes n channels, all or none: none when the engine would then hold more than its
-// limit.
-func (cs *channels) createN(n, buffer int) ([]*channel, error) {
+// createN makes n channels for by, all or none: none when the engine, by, or the sessions of
+// gated listeners together would then hold more than their limit.
+func (cs *channels) createN(n, buffer int, by creator) ([]*channel, error) {
 	now := time.Now()
 	chs := make([]*channel, n)
 	for i := range chs {
 		ctx, cancel := context.WithCancel(context.Background())
-		chs[i] = &channel{id: newUUID(), keys: [2]string{newKey(), newKey()}, maxFrames: buffer, created: now, cs: cs,
+		chs[i] = &channel{id: newUUID(), owner: by.id, gated: by.gated, keys: [2]string{newKey(), newKey()}, maxFrames: buffer, created: now, cs: cs,
 			ctx: ctx, cancel: cancel, last: now, wake: make(chan struct{}, 1), space: make(chan struct{}, 1),
 			joined: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
 	}
@@ -248,11 +275,44 @@ func (cs *channels) createN(n, buffer int) ([]*channel, error) {
 		}
 		return nil, protocol.NewError(errcode.ChannelLimit, "the engine holds %d stream channels: %d more would pass its limit of %d; close or finish some first", held, n, cs.max)
 	}
+	if perr := cs.shareDenial(n, by); perr != nil {
+		cs.mu.Unlock()
+		for _, ch := range chs {
+			ch.cancel()
+		}
+		return nil, perr
+	}
 	for _, ch := range chs {
 		cs.byID[ch.id] = ch
 	}
+	if by.id != "" {
+		cs.byOwner[by.id] += n
+	}
+	if by.gated {
+		cs.gatedHeld += n
+	}
 	cs.mu.Unlock()
 	return chs, nil
+}
+
+// shareDenial is why by may not hold n more channels, nil when it may; cs.mu is held.
+func (cs *channels) shareDenial(n int, by creator) *protocol.Error {
+	if by.id == "" {
+		return nil
+	}
+	share, kind := cs.share, "a connection"
+	if by.gated {
+		share, kind = cs.gatedShare, "a session of a gated listener"
+	}
+	if held := cs.byOwner[by.id]; held+n > share {
+		return protocol.NewError(errcode.ChannelLimit, "worker %s holds %d stream channels: %d more would pass the %d %s may hold; close or finish some first",
+			by.id, held, n, share, kind)
+	}
+	if by.gated && cs.gatedHeld+n > cs.gatedMax {
+		return protocol.NewError(errcode.ChannelLimit, "sessions of gated listeners hold %d stream channels: %d more would pass the %d they may hold together (the rest is kept for trusted workers)",
+			cs.gatedHeld, n, cs.gatedMax)
+	}
+	return nil
 }
 
 // finish marks one end of ch done and forgets ch once both are.
@@ -270,6 +330,14 @@ func (cs *channels) forget(ch *channel) {
 	cs.mu.Lock()
 	if cs.byID[ch.id] == ch {
 		delete(cs.byID, ch.id)
+		if ch.owner != "" {
+			if cs.byOwner[ch.owner]--; cs.byOwner[ch.owner] <= 0 {
+				delete(cs.byOwner, ch.owner)
+			}
+		}
+		if ch.gated {
+			cs.gatedHeld--
+		}
 	}
 	cs.mu.Unlock()
 	ch.cancel()
@@ -304,6 +372,34 @@ func (cs *channels) expire(now time.Time) {
 	for _, o := range expired {
 		o.ch.abort(o.detail)
 		cs.forget(o.ch)
+	}
+}
+
+// creatorLeft forgets the channels a session of a gated listener, of worker id, created and
+// that no end has connected to yet, when it leaves: they would otherwise count against the
+// sessions' share of the table until the attach deadline, so that a session reconnecting in a
+// loop held it. A trusted (ungated) worker's channels stay until that deadline: creating a
+// channel, leaving, then connecting its ends with the keys is how `iii call` and the test
+// tools use them.
+func (cs *channels) creatorLeft(id string) {
+	cs.mu.Lock()
+	var left []*channel
+	if cs.byOwner[id] > 0 {
+		for _, ch := range cs.byID {
+			if ch.owner != id || !ch.gated {
+				continue
+			}
+			ch.mu.Lock()
+			if !ch.attached[endReader] && !ch.attached[endWriter] {
+				left = append(left, ch)
+			}
+			ch.mu.Unlock()
+		}
+	}
+	cs.mu.Unlock()
+	for _, ch := range left {
+		ch.abort("the worker that created the channel left before either end connected")
+		cs.forget(ch)
 	}
 }
 
@@ -352,7 +448,7 @@ func (cs *channels) live() int {
 // ChannelCount reports how many stream channels the engine holds.
 func (e *Engine) ChannelCount() int { return e.chans.live() }
 
-func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+func (e *Engine) createChannel(_ context.Context, c Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		BufferSize *int `json:"buffer_size"`
 	}
@@ -365,7 +461,7 @@ func (e *Engine) createChannel(_ context.Context, _ Caller, payload json.RawMess
 	if err != nil {
 		return nil, err
 	}
-	ch, err := e.chans.create(buffer)
+	ch, err := e.chans.create(buffer, creatorOf(c))
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +489,7 @@ func (ch *channel) pair() protocol.ChannelPair {
 // createChannels is engine::channels::create_many {count, buffer_size?}: count channels in one
 // call, all or none (CHANNEL_LIMIT when they would pass the engine's limit), so that a worker
 // keeping a few ahead of its requests pays one call for many.
-func (e *Engine) createChannels(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+func (e *Engine) createChannels(_ context.Context, c Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		Count      int  `json:"count"`
 		BufferSize *int `json:"buffer_size"`
@@ -408,7 +504,7 @@ func (e *Engine) createChannels(_ context.Context, _ Caller, payload json.RawMes
 	if err != nil {
 		return nil, err
 	}
-	chs, err := e.chans.createN(in.Count, buffer)
+	chs, err := e.chans.createN(in.Count, buffer, creatorOf(c))
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 )
 
 func channelPair(t *testing.T, w *protocol.Worker, payload any) protocol.ChannelPair {
@@ -382,7 +384,7 @@ func TestChannelBudgetShared(t *testing.T) {
 
 // TestChannelCountLimit: the engine holds at most Options.MaxChannels channels (review row #24).
 func TestChannelCountLimit(t *testing.T) {
-	_, url := startEngine(t, Options{MaxChannels: 3})
+	_, url := startEngine(t, Options{MaxChannels: 3, ChannelShare: 3})
 	w := worker(t, url, "default", nil)
 	for range 3 {
 		channelPair(t, w, nil)
@@ -416,7 +418,7 @@ func TestChannelAttachDeadline(t *testing.T) {
 // TestChannelsAllocateLazily: a created channel costs no buffer until frames come (review row
 // #24: 27.9 KiB each before).
 func TestChannelsAllocateLazily(t *testing.T) {
-	e, url := startEngine(t, Options{MaxChannels: 5000})
+	e, url := startEngine(t, Options{MaxChannels: 5000, ChannelShare: 5000})
 	w := worker(t, url, "default", nil)
 	h0 := heapInUse()
 	const n = 5000
@@ -465,7 +467,7 @@ func TestChannelRemove(t *testing.T) {
 // MaxChannels; engine::channels::remove_many removes several in one call, a wrong key failing
 // the call (FORBIDDEN) without keeping the others.
 func TestChannelsManyAtOnce(t *testing.T) {
-	e, url := startEngine(t, Options{MaxChannels: 5})
+	e, url := startEngine(t, Options{MaxChannels: 5, ChannelShare: 5})
 	w := worker(t, url, "default", nil)
 	ctx := context.Background()
 	for _, bad := range []map[string]any{{}, {"count": 0}, {"count": protocol.MaxChannelsPerCall + 1}, {"count": 2, "buffer_size": 0}} {
@@ -575,4 +577,96 @@ func TestChannelAwaitPeer(t *testing.T) {
 	if id, ok, err := w.AwaitPeer(ctx, []protocol.ChannelRef{pairs[1].Writer}); err != nil || id != pairs[1].ChannelID || ok {
 		t.Errorf("a forgotten channel: %s %v %v", id, ok, err)
 	}
+}
+
+// createFails asserts that w's engine::channels::create is CHANNEL_LIMIT, with want in its message.
+func createFails(t *testing.T, w *protocol.Worker, want string) {
+	t.Helper()
+	_, err := w.Call(context.Background(), protocol.FnCreateChannel, nil)
+	if code(err) != errcode.ChannelLimit || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %s naming %q", err, errcode.ChannelLimit, want)
+	}
+}
+
+// One connection holds at most a quarter of the engine's channels; the channels a trusted
+// worker created stay after it leaves, for the ends it handed the keys to.
+func TestChannelShareOfOneConnection(t *testing.T) {
+	e, url := startEngine(t, Options{MaxChannels: 8})
+	greedy := worker(t, url, "default", nil)
+	channelPair(t, greedy, nil)
+	used := channelPair(t, greedy, nil)
+	createFails(t, greedy, "the 2 a connection may hold")
+	other := worker(t, url, "default", nil)
+	channelPair(t, other, nil)
+	rd, err := protocol.DialReader(context.Background(), url, used.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	waitChannels(t, e, 3)
+	greedy.Close()
+	other.Close()
+	waitGone(t, e, greedy.WorkerID(), other.WorkerID())
+	if n := e.ChannelCount(); n != 3 {
+		t.Fatalf("%d channels once their trusted creators left, want 3", n)
+	}
+}
+
+// waitGone polls until the engine has forgotten the connections of the worker ids given.
+func waitGone(t *testing.T, e *Engine, ids ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e.mu.RLock()
+		left := 0
+		for _, id := range ids {
+			if e.conns[id] != nil {
+				left++
+			}
+		}
+		e.mu.RUnlock()
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the connections are still there", left)
+		}
+		pollPause()
+	}
+}
+
+// A session of a gated listener holds at most a sixteenth of the engine's channels, and all
+// sessions together leave a quarter to ungated (trusted) workers, as the http worker is; the
+// channels a session created that no end connected to are forgotten when it leaves.
+func TestChannelShareOfGatedSessions(t *testing.T) {
+	e := New(Options{MaxChannels: 16})
+	open := Listener{Name: "open", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{}}
+	bound := []Bound{{Listener: e.mainListener()}, {Listener: open}}
+	urls := make([]string, len(bound))
+	for i := range bound {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound[i].Net, urls[i] = ln, "ws://"+ln.Addr().String()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	first := client(t, urls[1], "", nil)
+	channelPair(t, first, nil)
+	createFails(t, first, "the 1 a session of a gated listener may hold")
+	for range 11 {
+		channelPair(t, client(t, urls[1], "", nil), nil)
+	}
+	createFails(t, client(t, urls[1], "", nil), "the 12 they may hold together")
+	trusted := client(t, urls[0], "", nil)
+	for range 4 {
+		channelPair(t, trusted, nil)
+	}
+	waitChannels(t, e, 16)
+	first.Close() // a session's channels no end connected to go with it
+	waitChannels(t, e, 15)
 }

@@ -291,6 +291,7 @@ func (e *Engine) drop(c *conn) {
 	defer c.forgetCalls()
 	defer e.triggers.PeerGone(c)
 	e.observers.RemoveOwner(c.id)
+	e.chans.creatorLeft(c.id)
 	e.mu.Lock()
 	delete(e.conns, c.id)
 	gone := 0

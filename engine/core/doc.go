@@ -52,7 +52,7 @@
 //
 // Observers (observers.go, package observe): engine::observers::add|remove|list; dispatch and
 // forwardAsync keep a watch of each call whose function has observers, and fire them as the
-// call ends.
+// call ends. A session of a gated listener observes only the calls it makes itself.
 //
 // Stream channels (iii's engine::channels::*) are one-way byte pipes between the holders of
 // two StreamChannelRefs {channel_id, access_key, direction: "read"|"write"}, made by
@@ -66,7 +66,9 @@
 // Options.ChannelBytes wait between the two, and all channels together hold at most
 // Options.ChannelBudget; the buffer grows as frames come. A full buffer stops reading the
 // writer's socket (back-pressure). The engine holds at most Options.MaxChannels channels
-// (CHANNEL_LIMIT). The writer closing with
+// (CHANNEL_LIMIT), one connection at most Options.ChannelShare of them, a session of a gated
+// listener a sixteenth and all sessions together the rest of the table less one share, so
+// that no client takes it from trusted workers. The writer closing with
 // status 1000 ends the reader's stream with a 1000 close after the buffered frames. Anything else
 // (the writer closing with another status or dropping, an over-size frame, the reader leaving
 // early, the idle deadline, engine shutdown) aborts the channel: the reader gets the frames

@@ -75,6 +75,7 @@ type Options struct {
 	ChannelBytes     int
 	ChannelBudget    int
 	MaxChannels      int
+	ChannelShare     int // channels one connection of an ungated listener may hold; default MaxChannels/4
 	ChannelAttach    time.Duration
 }
 
@@ -610,7 +611,10 @@ func orNull(s string) *string {
 
 // listWorkers answers engine::workers::list {search?, runtime?, status?}, iii's filters: search
 // is a case-insensitive substring of the name, runtime and status match exactly.
-func (e *Engine) listWorkers(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+//
+// A session of a gated listener sees, as in engine::functions::list, only the functions it may
+// call, and only the workers that serve one of them, besides its own connection.
+func (e *Engine) listWorkers(_ context.Context, caller Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		Search  string `json:"search"`
 		Runtime string `json:"runtime"`
@@ -625,10 +629,15 @@ func (e *Engine) listWorkers(_ context.Context, _ Caller, payload json.RawMessag
 	defer e.mu.RUnlock()
 	byConn := map[*conn][]string{}
 	for k, f := range e.funcs {
-		f.instances(func(i *fnEntry) { byConn[i.conn] = append(byConn[i.conn], k.id) })
+		if e.mayList(caller.conn, k.id, k.ns, f.frame.Metadata) {
+			f.instances(func(i *fnEntry) { byConn[i.conn] = append(byConn[i.conn], k.id) })
+		}
 	}
 	out := []workerRow{}
 	for _, c := range e.conns {
+		if caller.conn != nil && caller.conn.session != nil && c != caller.conn && len(byConn[c]) == 0 {
+			continue
+		}
 		c.mu.Lock()
 		w := workerRow{ID: c.id, Name: c.info.Name, Namespace: c.nsOrDefault(), Runtime: orNull(c.info.Runtime),
 			Version: orNull(c.info.Version), Description: orNull(c.info.Description), OS: orNull(c.info.OS),

@@ -49,6 +49,13 @@ const (
 	// DefaultMaxChannels is how many stream channels the engine holds at once; one more
 	// engine::channels::create is answered CHANNEL_LIMIT.
 	DefaultMaxChannels = 4096
+	// ChannelShareDivisor sets Options.ChannelShare's default, the channels one connection of
+	// an ungated listener may hold: MaxChannels/4, so that one worker cannot take the table
+	// from every other. A session of a gated listener holds at most MaxChannels/16
+	// (GatedChannelDivisor), and all such sessions together at most MaxChannels less one
+	// ChannelShare, which stays for trusted workers (the http worker's requests).
+	ChannelShareDivisor = 4
+	GatedChannelDivisor = 16
 	// DefaultChannelAttach forgets a channel an end of which has not connected by then (so also
 	// the frames of one aborted before its reader came).
 	DefaultChannelAttach = 30 * time.Second
@@ -82,5 +89,6 @@ func (o Options) withDefaults() Options {
 	seti(&o.ChannelBytes, DefaultChannelBytes)
 	seti(&o.ChannelBudget, DefaultChannelBudget)
 	seti(&o.MaxChannels, DefaultMaxChannels)
+	seti(&o.ChannelShare, max(1, o.MaxChannels/ChannelShareDivisor))
 	return o
 }

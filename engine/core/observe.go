@@ -115,9 +115,50 @@ func (e *Engine) Functions() []FunctionRow {
 type WorkerRow = workerRow
 
 // Workers lists the connected workers as engine::workers::list does, unfiltered.
-func (e *Engine) Workers() []WorkerRow {
-	res, _ := e.listWorkers(nil, Caller{}, nil)
+func (e *Engine) Workers() []WorkerRow { return e.WorkersFor(Caller{}) }
+
+// WorkersFor lists the connected workers as engine::workers::list shows them to c: on a gated
+// listener, only the functions its session may call, and only the workers serving one of them
+// (and its own connection).
+func (e *Engine) WorkersFor(c Caller) []WorkerRow {
+	res, _ := e.listWorkers(nil, c, nil)
 	return res.(map[string]any)["workers"].([]workerRow)
+}
+
+// FunctionsForServer is Functions as the worker serving function id of ns may see them: when a
+// session of a gated listener serves it, FunctionsFor that session, so that an event handed to
+// its function carries no more than a listing would show it.
+func (e *Engine) FunctionsForServer(ns, id string) []FunctionRow {
+	var gated *conn
+	e.mu.RLock()
+	if f := e.funcs[fkey{ns, id}]; f != nil {
+		f.instances(func(i *fnEntry) {
+			if gated == nil && i.conn.session != nil {
+				gated = i.conn
+			}
+		})
+	}
+	e.mu.RUnlock()
+	if gated == nil {
+		return e.Functions()
+	}
+	return e.FunctionsFor(Caller{conn: gated})
+}
+
+// FunctionsFor is Functions as c may see them: on a gated listener, only those its session may
+// call, as engine::functions::list shows them.
+func (e *Engine) FunctionsFor(c Caller) []FunctionRow {
+	rows := e.Functions()
+	if c.conn == nil || c.conn.session == nil {
+		return rows
+	}
+	out := rows[:0]
+	for _, r := range rows {
+		if e.mayList(c.conn, r.FunctionID, r.Namespace, r.Metadata) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Triggers is the engine's trigger registry: engine-provided trigger types register with it

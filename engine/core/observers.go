@@ -21,8 +21,8 @@ const (
 )
 
 func (e *Engine) initObservers() {
-	e.observers = observe.NewRegistry()
-	e.HandleInline(FnObserversAdd, "Observe a function: {source: {function_id, namespace?, filters?, capture?, deliver?, on?}, target, options?: {id?, max_fires?, expires_in_ms?, max_in_flight?, metadata?}} -> {id, status}", e.addObserver)
+	e.observers = observe.NewRegistry(observe.Limits{})
+	e.HandleInline(FnObserversAdd, "Observe a function: {source: {function_id, namespace?, filters?, capture?, deliver?, on?}, target, options?: {id?, max_fires?, expires_in_ms?, max_in_flight?, timeout_ms?, metadata?}} -> {id, status}", e.addObserver)
 	e.HandleInline(FnObserversRemove, "Remove an observer this connection added: {id} -> {removed}", e.removeObserver)
 	e.HandleInline(FnObserversList, "List observers (optional {function_id, namespace})", e.listObservers)
 }
@@ -51,6 +51,7 @@ func (e *Engine) addObserver(_ context.Context, c Caller, payload json.RawMessag
 		return nil, protocol.NewError(errcode.InvalidArguments, "%s: %v", FnObserversAdd, err)
 	}
 	o.Owner = c.WorkerID
+	o.Restricted = c.conn.session != nil
 	if perr := e.observeDenial(c.conn, o.Namespace, o.Function); perr != nil {
 		return nil, perr
 	}
@@ -58,8 +59,15 @@ func (e *Engine) addObserver(_ context.Context, c Caller, payload json.RawMessag
 		return nil, perr
 	}
 	replaced, err := e.observers.Add(o)
-	if errors.Is(err, observe.ErrIDTaken) {
+	switch lim := e.observers.Limits(); {
+	case errors.Is(err, observe.ErrIDTaken):
 		return nil, protocol.NewError(errcode.InvalidID, "observer id '%s' is held by another connection's observer", o.ID)
+	case errors.Is(err, observe.ErrOwnerLimit):
+		return nil, protocol.NewError(errcode.ObserverLimit, "%s: worker %s already holds %d observers, the most one connection may; remove some first", FnObserversAdd, c.WorkerID, lim.PerOwner)
+	case errors.Is(err, observe.ErrTotalLimit):
+		return nil, protocol.NewError(errcode.ObserverLimit, "%s: the engine already holds %d observers, its limit; remove some first", FnObserversAdd, lim.Total)
+	case errors.Is(err, observe.ErrRestrictedLimit):
+		return nil, protocol.NewError(errcode.ObserverLimit, "%s: sessions of gated listeners already hold %d observers, the most they may together (the rest is kept for trusted workers)", FnObserversAdd, lim.Restricted)
 	}
 	e.log.Debug("observer added", "id", o.ID, "worker_id", c.WorkerID, "source", o.Function, "namespace", o.Namespace, "target", o.Target.FunctionID)
 	return map[string]any{"id": o.ID, "status": e.observerStatus(o), "replaced": replaced}, nil
@@ -105,7 +113,9 @@ func (e *Engine) removeObserver(_ context.Context, c Caller, payload json.RawMes
 	return map[string]any{"removed": e.observers.Remove(o)}, nil
 }
 
-func (e *Engine) listObservers(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+// listObservers answers engine::observers::list. A session of a gated listener sees only the
+// observers its own connection added: another's show what it watches, its filters and metadata.
+func (e *Engine) listObservers(_ context.Context, c Caller, payload json.RawMessage) (any, error) {
 	var req struct {
 		FunctionID string `json:"function_id"`
 		Namespace  string `json:"namespace"`
@@ -116,7 +126,11 @@ func (e *Engine) listObservers(_ context.Context, _ Caller, payload json.RawMess
 		}
 	}
 	rows := []observe.Row{}
+	gated := c.conn != nil && c.conn.session != nil
 	for _, o := range e.observers.List() {
+		if gated && o.Owner != c.WorkerID {
+			continue
+		}
 		if (req.FunctionID == "" || o.Function == req.FunctionID) && (req.Namespace == "" || o.Namespace == req.Namespace) {
 			name := ""
 			e.mu.RLock()
@@ -173,17 +187,23 @@ func (e *Engine) fire(w *watch, res json.RawMessage, perr *protocol.Error) {
 	} else {
 		call.Output = res
 	}
-	for _, d := range e.observers.Match(w.observers, call, time.Now(), e.mayFire) {
+	allow := func(o *observe.Observer) bool { return e.mayFire(o, call.Caller.WorkerID) }
+	for _, d := range e.observers.Match(w.observers, call, time.Now(), allow) {
 		go e.runTarget(d, w.tc)
 	}
 }
 
-// mayFire reports whether o may fire now: its owner is connected and may still call its
-// source and its target, and the target is registered.
-func (e *Engine) mayFire(o *observe.Observer) bool {
+// mayFire reports whether o may fire now for a call made by worker callerID: its owner is
+// connected and may still call its source and its target, and the target is registered. An
+// owner that is a session of a gated listener observes only its own calls: another caller's
+// input and output are not its to see, even of a function it may call.
+func (e *Engine) mayFire(o *observe.Observer, callerID string) bool {
 	e.mu.RLock()
 	owner := e.conns[o.Owner]
 	e.mu.RUnlock()
+	if owner != nil && owner.session != nil && callerID != o.Owner {
+		return false
+	}
 	return owner != nil && e.observeDenial(owner, o.Namespace, o.Function) == nil &&
 		e.observeDenial(owner, o.Target.Namespace, o.Target.FunctionID) == nil && e.observerStatus(o) == "active"
 }
@@ -199,7 +219,8 @@ func (e *Engine) runTarget(d observe.Delivery, tc traceCtx) {
 		d.Done(true)
 		return
 	}
-	_, perr := e.dispatch(owner.ctx, owner.caller(), o.Target.Namespace, o.Target.FunctionID, d.Payload, nil, tc, e.opts.MaxCallTimeout, false)
+	timeout := min(o.Timeout(), e.opts.MaxCallTimeout)
+	_, perr := e.dispatch(owner.ctx, owner.caller(), o.Target.Namespace, o.Target.FunctionID, d.Payload(), nil, tc, timeout, false)
 	d.Done(perr != nil)
 	if perr != nil {
 		e.log.Debug("observer target failed", "id", o.ID, "target", o.Target.FunctionID, "code", perr.Code, "message", perr.Message)

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/observe"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 )
 
 // seen collects what an observer's target receives.
@@ -158,5 +160,62 @@ func TestObserverRights(t *testing.T) {
 	out, err := stranger.Call(ctx, FnObserversRemove, map[string]any{"id": res["id"]})
 	if err != nil || string(out) != `{"removed":true}` {
 		t.Fatalf("remove: %s %v", out, err)
+	}
+}
+
+// One connection holds at most observe.DefaultPerOwner observers: one more is OBSERVER_LIMIT,
+// and another connection still adds its own.
+func TestObserversBoundedPerConnection(t *testing.T) {
+	_, url := startEngine(t, Options{})
+	w := worker(t, url, "default", map[string]protocol.Handler{"spy::seen": seen(make(chan json.RawMessage, 1)).handler})
+	for range observe.DefaultPerOwner {
+		addObserver(t, w, `{"source": {"function_id": "a::b"}, "target": "spy::seen"}`)
+	}
+	_, err := w.Call(context.Background(), FnObserversAdd, json.RawMessage(`{"source": {"function_id": "a::b"}, "target": "spy::seen"}`))
+	if code(err) != errcode.ObserverLimit || !strings.Contains(err.Error(), "64 observers") {
+		t.Fatalf("observer %d of one connection: %v", observe.DefaultPerOwner+1, err)
+	}
+	other := worker(t, url, "default", nil)
+	addObserver(t, other, `{"source": {"function_id": "a::b"}, "target": "spy::seen"}`)
+}
+
+// A session of a gated listener observes only the calls it makes itself, and lists only its
+// own observers; an ungated worker still observes every caller.
+func TestGatedObserverSeesOnlyItsOwnCalls(t *testing.T) {
+	open := Listener{Name: "open", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{
+		Expose: []rbac.Filter{{Match: "api::*"}, {Match: "spy::*"}, {Match: "engine::observers::*"}}}}
+	_, urls := serveListeners(t, open)
+	client(t, urls[0], "", map[string]protocol.Handler{"api::login": echo("api::login")})
+	mine, trusted := seen(make(chan json.RawMessage, 4)), seen(make(chan json.RawMessage, 4))
+	session := client(t, urls[1], "", map[string]protocol.Handler{"spy::seen": mine.handler})
+	watcher := client(t, urls[0], "", map[string]protocol.Handler{"audit::seen": trusted.handler})
+	addObserver(t, session, `{"source": {"function_id": "api::login"}, "target": "spy::seen"}`)
+	addObserver(t, watcher, `{"source": {"function_id": "api::login"}, "target": "audit::seen"}`)
+
+	other := client(t, urls[0], "", nil)
+	ctx := context.Background()
+	if _, err := other.Call(ctx, "api::login", map[string]string{"password": "of-another-user"}); err != nil {
+		t.Fatal(err)
+	}
+	if b := trusted.next(t); !strings.Contains(string(b), "of-another-user") {
+		t.Fatalf("the ungated observer got %s", b)
+	}
+	if _, err := session.Call(ctx, "api::login", map[string]string{"password": "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	if b := mine.next(t); !strings.Contains(string(b), `"password":"mine"`) {
+		t.Fatalf("the session's observer got %s", b)
+	}
+	trusted.next(t)
+	mine.none(t, 200*time.Millisecond)
+
+	out, err := session.Call(ctx, FnObserversList, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Observers []observe.Row }
+	_ = json.Unmarshal(out, &list)
+	if len(list.Observers) != 1 || list.Observers[0].Target.FunctionID != "spy::seen" {
+		t.Fatalf("the session lists %s", out)
 	}
 }

@@ -31,16 +31,31 @@ func (c *conn) Send(m *protocol.Message) error { return c.send(m) }
 // initTriggers adds the trigger registry and its engine functions.
 func (e *Engine) initTriggers() {
 	e.triggers = triggers.New(e.log)
-	e.HandleInline(FnListTriggerTypes, "List trigger types and the workers that provide them", func(context.Context, Caller, json.RawMessage) (any, error) {
-		return map[string]any{"triggers": e.triggers.Types()}, nil
-	})
+	e.HandleInline(FnListTriggerTypes, "List trigger types and the workers that provide them", e.listTriggerTypes)
 	e.HandleInline(FnListTriggers, "List active triggers (optional {trigger_type, function_id, worker, search, include_internal, include_pending, include_refused})", e.listTriggers)
+}
+
+// listTriggerTypes answers engine::triggers::list: every trigger type, but to a session of a
+// gated listener only those it may register triggers of.
+func (e *Engine) listTriggerTypes(_ context.Context, c Caller, _ json.RawMessage) (any, error) {
+	types := e.triggers.Types()
+	if c.conn != nil && c.conn.session != nil {
+		out := types[:0]
+		for _, t := range types {
+			if c.conn.session.MayUseTriggerType(t.ID) {
+				out = append(out, t)
+			}
+		}
+		types = out
+	}
+	return map[string]any{"triggers": types}, nil
 }
 
 // listTriggers answers engine::registered-triggers::list as iii does: the active triggers, each
 // with worker_name the owner of its function; include_pending and include_refused add the
-// others, with their status (and error).
-func (e *Engine) listTriggers(_ context.Context, _ Caller, payload json.RawMessage) (any, error) {
+// others, with their status (and error). A session of a gated listener sees only the triggers
+// of functions it may call.
+func (e *Engine) listTriggers(_ context.Context, c Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		triggers.Filter
 		Worker          string `json:"worker"`           // worker_name of the rows, as iii's filter
@@ -58,7 +73,7 @@ func (e *Engine) listTriggers(_ context.Context, _ Caller, payload json.RawMessa
 	for _, r := range rows {
 		r.WorkerName = e.functionOwner(r.Namespace, r.FunctionID)
 		needle := strings.ToLower(in.Search)
-		if in.Worker != "" && in.Worker != r.WorkerName || !in.IncludeInternal && strings.HasPrefix(r.FunctionID, "engine::") ||
+		if !e.visible(c.conn, r.Namespace, r.FunctionID) || in.Worker != "" && in.Worker != r.WorkerName || !in.IncludeInternal && strings.HasPrefix(r.FunctionID, "engine::") ||
 			needle != "" && !strings.Contains(strings.ToLower(r.ID+"\x00"+r.TriggerType+"\x00"+r.FunctionID), needle) {
 			continue
 		}
@@ -117,3 +132,18 @@ func (c *conn) nsOrDefaultLocked() string {
 // Gated reports whether the connection holds a session of a gated listener (triggers.Gated):
 // it may not take a trigger type over from a connection without one.
 func (c *conn) Gated() bool { return c.session != nil }
+
+// visible reports whether c may see function id of ns in a listing (mayList), with the
+// function's registered metadata; e.mu must not be held.
+func (e *Engine) visible(c *conn, ns, id string) bool {
+	if c == nil || c.session == nil {
+		return true
+	}
+	var meta json.RawMessage
+	e.mu.RLock()
+	if f := e.funcs[fkey{ns, id}]; f != nil {
+		meta = f.frame.Metadata
+	}
+	e.mu.RUnlock()
+	return e.mayList(c, id, ns, meta)
+}

@@ -94,24 +94,29 @@ func (d *Discovery) FunctionsChanged() {
 	}
 	time.AfterFunc(Coalesce, func() {
 		d.scheduled.Store(false) // a change from here on schedules its own event
-		d.fire(TriggerFunctionsAvailable, map[string]any{"event": "functions_changed", "functions": d.summaries(d.e.Functions())})
+		d.fire(TriggerFunctionsAvailable, func(b bound) any {
+			return map[string]any{"event": "functions_changed", "functions": d.summaries(d.e.FunctionsForServer(b.ns, b.fn))}
+		})
 	})
 }
 
 // WorkerRegistered fires workers-available.
 func (d *Discovery) WorkerRegistered(workerID string) {
 	if d.peer.has(TriggerWorkersAvailable) {
-		d.fire(TriggerWorkersAvailable, map[string]any{"event": "worker_metadata_updated", "worker_id": workerID})
+		ev := map[string]any{"event": "worker_metadata_updated", "worker_id": workerID}
+		d.fire(TriggerWorkersAvailable, func(bound) any { return ev })
 	}
 }
 
-// fire calls every function bound to trigger type typ with data, each on a goroutine of its own.
-func (d *Discovery) fire(typ string, data any) {
-	raw, err := json.Marshal(data)
-	if err != nil {
-		return
-	}
+// fire calls every function bound to trigger type typ with data(b) of its trigger b, each on a
+// goroutine of its own. The event of a function a session of a gated listener serves holds only
+// what that session may see (core.Engine.FunctionsForServer).
+func (d *Discovery) fire(typ string, data func(b bound) any) {
 	for _, b := range d.peer.bound(typ) {
+		raw, err := json.Marshal(data(b))
+		if err != nil {
+			continue
+		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), fireTimeout)
 			defer cancel()
@@ -235,7 +240,9 @@ type unavailable struct {
 	Error      string `json:"error"`
 }
 
-func (d *Discovery) functionInfo(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+// functionInfo answers engine::functions::info. A function a session of a gated listener may
+// not call is, to it, not registered, as in engine::functions::list.
+func (d *Discovery) functionInfo(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		FunctionID  *string  `json:"function_id"`
 		FunctionIDs []string `json:"function_ids"`
@@ -250,7 +257,7 @@ func (d *Discovery) functionInfo(_ context.Context, _ core.Caller, payload json.
 	case in.FunctionID == nil && in.FunctionIDs == nil:
 		return nil, protocol.NewError(errcode.InvalidArguments, "missing field `function_id` (or `function_ids` for a batch)")
 	}
-	rows := d.e.Functions()
+	rows := d.e.FunctionsFor(c)
 	trig := d.e.Triggers().Triggers(triggers.Filter{})
 	if in.FunctionID != nil {
 		r, perr := resolveFunction(rows, *in.FunctionID, in.Namespace)
@@ -375,7 +382,10 @@ func str(s string) *string {
 	return &s
 }
 
-func (d *Discovery) workerInfo(_ context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
+// workerInfo answers engine::workers::info. A session of a gated listener sees the workers and
+// functions engine::workers::list shows it, as engine::functions::list does: a worker serving
+// none it may call is, to it, not connected.
+func (d *Discovery) workerInfo(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		Name      string  `json:"name"`
 		Namespace *string `json:"namespace"`
@@ -387,8 +397,8 @@ func (d *Discovery) workerInfo(_ context.Context, _ core.Caller, payload json.Ra
 		}
 		return nil, protocol.NewError(errcode.InvalidArguments, "%s takes {name, namespace?}: %s", FnWorkerInfo, msg)
 	}
-	workers := d.e.Workers()
-	rows := d.e.Functions()
+	workers := d.e.WorkersFor(c)
+	rows := d.e.FunctionsFor(c)
 	ns, perr := resolveWorker(in.Name, in.Namespace, namespacesOf(in.Name, workers))
 	if perr != nil {
 		return nil, perr

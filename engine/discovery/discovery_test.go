@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 )
 
 type fakeMetrics map[string]any
@@ -209,4 +211,143 @@ func TestAvailabilityTriggers(t *testing.T) {
 			t.Fatal("no functions-available event listing new::a and new::b")
 		}
 	}
+}
+
+// On a gated listener, the listings show a session only the functions it may call, as
+// engine::functions::list does: a hidden function is not registered to engine::functions::info,
+// its worker is not connected to engine::workers::info and not listed by engine::workers::list,
+// and its triggers are not in engine::registered-triggers::list.
+func TestGatedSessionSeesOnlyWhatItMayCall(t *testing.T) {
+	urls := startGated(t, "api::*", "engine::*")
+	noop := func(context.Context, json.RawMessage) (any, error) { return nil, nil }
+	worker(t, urls[0], "api", "", map[string]protocol.Handler{"api::hello": noop})
+	worker(t, urls[0], "vault", "", map[string]protocol.Handler{"secret::fn": noop})
+	session := worker(t, urls[1], "visitor", "", nil)
+	trusted := worker(t, urls[0], "ops", "", nil)
+
+	if _, err := call(t, session, FnFunctionInfo, map[string]any{"function_id": "secret::fn"}); code(err) != errcode.NotFound {
+		t.Errorf("functions::info of a hidden function: %v", err)
+	}
+	if _, err := call(t, session, FnFunctionInfo, map[string]any{"function_id": "api::hello"}); err != nil {
+		t.Errorf("functions::info of a function the session may call: %v", err)
+	}
+	if _, err := call(t, session, FnWorkerInfo, map[string]any{"name": "vault"}); code(err) != errcode.NotFound {
+		t.Errorf("workers::info of a worker serving only hidden functions: %v", err)
+	}
+	if _, err := call(t, trusted, FnFunctionInfo, map[string]any{"function_id": "secret::fn"}); err != nil {
+		t.Errorf("an ungated worker's functions::info: %v", err)
+	}
+	names := func(w *protocol.Worker) (out []string) {
+		res, err := call(t, w, protocol.FnListWorkers, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range res["workers"].([]any) {
+			r := row.(map[string]any)
+			out = append(out, r["name"].(string))
+			for _, f := range r["functions"].([]any) {
+				if f == "secret::fn" && w == session {
+					t.Errorf("workers::list shows the session %s", f)
+				}
+			}
+		}
+		return out
+	}
+	if got := names(session); slices.Contains(got, "vault") || !slices.Contains(got, "api") || !slices.Contains(got, "visitor") {
+		t.Errorf("workers::list to the session: %v", got)
+	}
+	if got := names(trusted); !slices.Contains(got, "vault") {
+		t.Errorf("workers::list to an ungated worker: %v", got)
+	}
+}
+
+// startGated serves an engine with discovery on a main listener and a gated one (rbac: without
+// an auth function: Open sessions, exposing the matches given) and returns their URLs, main
+// first.
+func startGated(t *testing.T, expose ...string) []string {
+	t.Helper()
+	e := core.New(core.Options{})
+	e.SetObserver(observer{Install(e, nil, nil)})
+	var filters []rbac.Filter
+	for _, m := range expose {
+		filters = append(filters, rbac.Filter{Match: m})
+	}
+	gate := core.Listener{Name: "public", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{Expose: filters}}
+	var bound []core.Bound
+	var urls []string
+	for _, l := range []core.Listener{{Name: "main"}, gate} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound = append(bound, core.Bound{Listener: l, Net: ln})
+		urls = append(urls, "ws://"+ln.Addr().String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return urls
+}
+
+// A functions-available event handed to a function a session of a gated listener serves lists
+// only the functions that session may call; a trusted worker's lists them all.
+func TestGatedSessionFunctionsAvailable(t *testing.T) {
+	urls := startGated(t, "api::*", "spy::*", "engine::*")
+	events := func(ch chan []string) protocol.Handler {
+		return func(_ context.Context, in json.RawMessage) (any, error) {
+			var ev struct {
+				Functions []struct {
+					FunctionID string `json:"function_id"`
+				} `json:"functions"`
+			}
+			_ = json.Unmarshal(in, &ev)
+			var ids []string
+			for _, f := range ev.Functions {
+				ids = append(ids, f.FunctionID)
+			}
+			ch <- ids
+			return nil, nil
+		}
+	}
+	mine, theirs := make(chan []string, 16), make(chan []string, 16)
+	session := worker(t, urls[1], "visitor", "", map[string]protocol.Handler{"spy::fn": events(mine)})
+	trusted := worker(t, urls[0], "ops", "", map[string]protocol.Handler{"ops::fn": events(theirs)})
+	if _, err := session.RegisterTrigger(TriggerFunctionsAvailable, "spy::fn", map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trusted.RegisterTrigger(TriggerFunctionsAvailable, "ops::fn", map[string]any{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := call(t, trusted, core.FnListTriggers, map[string]any{})
+		if err == nil && len(got["registered_triggers"].([]any)) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("triggers never active: %v %v", got, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	noop := func(context.Context, json.RawMessage) (any, error) { return nil, nil }
+	worker(t, urls[0], "newcomer", "", map[string]protocol.Handler{"api::new": noop, "secret::new": noop})
+	wait := func(ch chan []string, want string) []string {
+		t.Helper()
+		timeout := time.After(5 * time.Second)
+		for {
+			select {
+			case ids := <-ch:
+				if slices.Contains(ids, want) {
+					return ids
+				}
+			case <-timeout:
+				t.Fatalf("no functions-available event listing %s", want)
+			}
+		}
+	}
+	if ids := wait(mine, "api::new"); slices.Contains(ids, "secret::new") {
+		t.Errorf("the session's event lists %v", ids)
+	}
+	wait(theirs, "secret::new")
 }

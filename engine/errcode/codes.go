@@ -86,6 +86,8 @@ const (
 	TooManyCalls = "TOO_MANY_CALLS"
 	// ChannelLimit: the engine holds the maximum number of stream channels.
 	ChannelLimit = "CHANNEL_LIMIT"
+	// ObserverLimit: a connection, or the engine, holds the maximum number of observers.
+	ObserverLimit = "OBSERVER_LIMIT"
 	// EntryTooLarge: a configuration value is larger than the stored-entry cap.
 	EntryTooLarge = "ENTRY_TOO_LARGE"
 )

@@ -12,4 +12,9 @@
 // ::list, and calls Match as a routed call ends. Filters are the declarative documents of
 // ParseFilter, read over the roots input, output, error, caller and metadata. A void call has no
 // outcome the engine sees, so it fires no observer.
+//
+// Every observer of a call copies the call into its target's payload, so a Registry is bounded
+// (Limits): observers per owner and in all, and the payload bytes of the deliveries in flight
+// per owner and in all (a fire past them is dropped and counted). The parts of a call's payloads
+// are encoded once and shared by its deliveries; each target call has a timeout.
 package observe

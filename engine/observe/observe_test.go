@@ -104,7 +104,7 @@ func add(t *testing.T, r *Registry, owner, req string) *Observer {
 }
 
 func TestMatchDeliversEnvelopeByCapture(t *testing.T) {
-	r := NewRegistry()
+	r := NewRegistry(Limits{})
 	if r.Of("default", "a::b") != nil {
 		t.Fatal("observers of an empty registry")
 	}
@@ -117,7 +117,7 @@ func TestMatchDeliversEnvelopeByCapture(t *testing.T) {
 		Caller: Caller{WorkerID: "c1", WorkerName: "caller"}}
 	got := map[string]string{}
 	for _, d := range r.Match(r.Of("default", "a::b"), call, time.Now(), nil) {
-		got[d.Observer.Target.FunctionID] = string(d.Payload)
+		got[d.Observer.Target.FunctionID] = string(d.Payload())
 		d.Done(false)
 	}
 	want := map[string]string{
@@ -135,13 +135,13 @@ func TestMatchDeliversEnvelopeByCapture(t *testing.T) {
 	}
 	call.Output, call.Error = nil, json.RawMessage(`{"code":"invocation_failed","message":"boom"}`)
 	ds := r.Match(r.Of("default", "a::b"), call, time.Now(), nil)
-	if len(ds) != 1 || ds[0].Observer.Target.FunctionID != "t::err" || !strings.Contains(string(ds[0].Payload), `"error":{"code":"invocation_failed"`) {
+	if len(ds) != 1 || ds[0].Observer.Target.FunctionID != "t::err" || !strings.Contains(string(ds[0].Payload()), `"error":{"code":"invocation_failed"`) {
 		t.Fatalf("on error: %v", ds)
 	}
 }
 
 func TestMatchBoundsAndLifetime(t *testing.T) {
-	r := NewRegistry()
+	r := NewRegistry(Limits{})
 	once := add(t, r, "w1", `{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"max_fires": 2}}`)
 	slow := add(t, r, "w2", `{"source": {"function_id": "a::b"}, "target": "t::y", "options": {"max_in_flight": 1}}`)
 	call := Call{FunctionID: "a::b", Namespace: "default", Input: json.RawMessage(`1`)}
@@ -169,7 +169,7 @@ func TestMatchBoundsAndLifetime(t *testing.T) {
 }
 
 func TestAddKeepsIDsPerOwner(t *testing.T) {
-	r := NewRegistry()
+	r := NewRegistry(Limits{})
 	o1, _ := New(request(t, `{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"id": "obs"}}`), "", "default", "default", time.Now())
 	o1.Owner = "w1"
 	o2, _ := New(request(t, `{"source": {"function_id": "c::d"}, "target": "t::x", "options": {"id": "obs"}}`), "", "default", "default", time.Now())
@@ -184,5 +184,115 @@ func TestAddKeepsIDsPerOwner(t *testing.T) {
 	o3.Owner = "w2"
 	if _, err := r.Add(o3); err != ErrIDTaken {
 		t.Fatalf("another owner's id: %v", err)
+	}
+}
+
+func TestAddBoundsObserversPerOwnerAndInAll(t *testing.T) {
+	r := NewRegistry(Limits{PerOwner: 2, Total: 3})
+	add(t, r, "w1", `{"source": {"function_id": "a::b"}, "target": "t::1"}`)
+	add(t, r, "w1", `{"source": {"function_id": "a::b"}, "target": "t::2"}`)
+	o, _ := New(request(t, `{"source": {"function_id": "a::b"}, "target": "t::3"}`), "x", "default", "default", time.Now())
+	o.Owner = "w1"
+	if _, err := r.Add(o); err != ErrOwnerLimit {
+		t.Fatalf("a third observer of one owner: %v", err)
+	}
+	again, _ := New(request(t, `{"source": {"function_id": "a::b"}, "target": "t::3", "options": {"id": "w1-{\"source\": {\"function_id\": \"a::b\"}, \"target\": \"t::1\"}"}}`), "", "default", "default", time.Now())
+	again.Owner = "w1"
+	if replaced, err := r.Add(again); err != nil || !replaced {
+		t.Fatalf("replacing an observer at the owner's bound: %v %v", replaced, err)
+	}
+	add(t, r, "w2", `{"source": {"function_id": "a::b"}, "target": "t::1"}`)
+	o.Owner = "w3"
+	if _, err := r.Add(o); err != ErrTotalLimit {
+		t.Fatalf("an observer past the registry's bound: %v", err)
+	}
+	if n := r.RemoveOwner("w1"); n != 2 {
+		t.Fatalf("RemoveOwner: %d", n)
+	}
+	if _, err := r.Add(o); err != nil {
+		t.Fatalf("an observer once others left: %v", err)
+	}
+}
+
+func TestMatchBoundsBytesInFlightAndSharesEncodings(t *testing.T) {
+	r := NewRegistry(Limits{OwnerBytes: 3000})
+	for i := range 4 {
+		add(t, r, "w1", `{"source": {"function_id": "a::b"}, "target": "t::`+string(rune('a'+i))+`"}`)
+	}
+	in := json.RawMessage(`"` + strings.Repeat("x", 1000) + `"`)
+	call := Call{FunctionID: "a::b", Namespace: "default", Input: in, Output: json.RawMessage(`1`)}
+	ds := r.Match(r.Of("default", "a::b"), call, time.Now(), nil)
+	if len(ds) != 2 {
+		t.Fatalf("a 3000-byte budget took %d deliveries of over 1000 bytes", len(ds))
+	}
+	if &ds[0].body[0] != &ds[1].body[0] {
+		t.Error("the deliveries of one call do not share the envelope's body")
+	}
+	var dropped int64
+	for _, o := range r.List() {
+		dropped += o.dropped.Load()
+	}
+	if dropped != 2 {
+		t.Fatalf("dropped %d, want 2", dropped)
+	}
+	if r.InFlightBytes() <= 2000 {
+		t.Fatalf("in flight %d bytes", r.InFlightBytes())
+	}
+	for _, d := range ds {
+		var env map[string]any
+		if err := json.Unmarshal(d.Payload(), &env); err != nil || env["observer_id"] != d.Observer.ID || env["input"] != strings.Repeat("x", 1000) {
+			t.Fatalf("payload %s: %v", d.Payload(), err)
+		}
+		d.Done(false)
+	}
+	if r.InFlightBytes() != 0 {
+		t.Fatalf("%d bytes left in flight after every delivery was done", r.InFlightBytes())
+	}
+	if ds := r.Match(r.Of("default", "a::b"), call, time.Now(), nil); len(ds) != 2 {
+		t.Fatalf("after the budget was given back: %d deliveries", len(ds))
+	} else {
+		for _, d := range ds {
+			d.Done(false)
+		}
+	}
+}
+
+func TestNewTimeout(t *testing.T) {
+	o, err := New(request(t, `{"source": {"function_id": "a::b"}, "target": "t::x"}`), "x", "default", "default", time.Now())
+	if err != nil || o.Timeout() != DefaultTargetTimeout {
+		t.Fatalf("default timeout: %v %v", o, err)
+	}
+	o, err = New(request(t, `{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"timeout_ms": 1500}}`), "x", "default", "default", time.Now())
+	if err != nil || o.Timeout() != 1500*time.Millisecond {
+		t.Fatalf("timeout_ms: %v %v", o, err)
+	}
+	if _, err := New(request(t, `{"source": {"function_id": "a::b"}, "target": "t::x", "options": {"timeout_ms": 600001}}`), "x", "default", "default", time.Now()); err == nil || !strings.Contains(err.Error(), "timeout_ms") {
+		t.Fatalf("a timeout_ms past the bound: %v", err)
+	}
+}
+
+func TestAddKeepsAShareForTrustedOwners(t *testing.T) {
+	r := NewRegistry(Limits{Total: 4})
+	if r.Limits().Restricted != 3 {
+		t.Fatalf("restricted share %d, want 3 of 4", r.Limits().Restricted)
+	}
+	restricted := func(owner, target string) error {
+		o, _ := New(request(t, `{"source": {"function_id": "a::b"}, "target": "`+target+`"}`), owner+target, "default", "default", time.Now())
+		o.Owner, o.Restricted = owner, true
+		_, err := r.Add(o)
+		return err
+	}
+	for _, w := range []string{"s1", "s2", "s3"} {
+		if err := restricted(w, "t::x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := restricted("s4", "t::x"); err != ErrRestrictedLimit {
+		t.Fatalf("a fourth session's observer: %v", err)
+	}
+	add(t, r, "trusted", `{"source": {"function_id": "a::b"}, "target": "t::y"}`)
+	r.RemoveOwner("s1")
+	if err := restricted("s4", "t::x"); err != nil {
+		t.Fatalf("once a session left: %v", err)
 	}
 }

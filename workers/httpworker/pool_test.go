@@ -127,7 +127,7 @@ func TestChannelPool(t *testing.T) {
 // fails whole, and the requests make their own channels up to the limit, as without a pool.
 func TestChannelPoolKeepsTheLimit(t *testing.T) {
 	const limit = 6
-	e, w := poolEngine(t, core.Options{MaxChannels: limit})
+	e, w := poolEngine(t, core.Options{MaxChannels: limit, ChannelShare: limit})
 	p := NewChannelPool(w, 8, quietLog())
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
 	ctx := context.Background()
