@@ -98,7 +98,8 @@ macOS): how the image and mounts reach the guest, virtiofsd or qemu's virtio-9p 
 At start the adapter installs the VM firmware it carries (firmware/ beside this binary, or
 firmware-<arch>/ for an emulated guest_arch) into ~/.iii/lib when it is missing or older. Host
 checks (each missing piece is its own error): qemu, virtiofsd (file_share virtiofs), read/write
-/dev/kvm (accelerator kvm), Hypervisor.framework (hvf), libcap-ng0 (Linux), the VM firmware.
+/dev/kvm (accelerator kvm), Hypervisor.framework (hvf), libcap-ng0 (Linux), the VM firmware,
+mkfs.ext4 (e2fsprogs, $III_MKFS) unless worker_disk_mb is 0.
 Images are cached in ~/.iii/cache (pulled when auto_install is on), VM-worker state is kept in
 ~/.iii/sandbox/workers/<vm_id>/.
 
@@ -247,7 +248,7 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 	if err := installFirmware(arch); err != nil {
 		return vmHost{}, errcode.New(errcode.FirmwareInstallFailed, "%w", err)
 	}
-	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare, Getenv: os.Getenv})
+	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare, Getenv: os.Getenv, StateDisk: st.WorkerDiskMB > 0})
 	for _, p := range problems {
 		if !p.Fatal {
 			logf("warning: %s", p)
