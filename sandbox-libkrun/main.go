@@ -403,10 +403,10 @@ var descriptions = map[string]string{
 	"stop":           "Stop a sandbox: sandbox_id, wait?",
 	"catalog::list":  "List the catalog images (presets, then custom_images)",
 	"adapter::info":  "The adapter's name, version and sandbox contract",
-	"worker::start":  "Boot a Compose VM worker: vm_id, image, dir, command, env?, name?, guest_dir?, cpus?, memory_mb?, network?, mounts?",
-	"worker::stop":   "Stop a Compose VM worker: vm_id",
-	"worker::status": "State of one VM worker (vm_id) or of all, with the host roots",
-	"worker::delete": "Stop a VM worker and remove ~/.iii/sandbox/workers/<vm_id>/: vm_id",
+	"worker::start":  "Boot a Compose VM worker (Compose only): vm_id, image, dir, command, env?, env_file?, name?, guest_dir?, cpus?, memory_mb?, network?, mounts?",
+	"worker::stop":   "Stop a Compose VM worker (Compose only): vm_id",
+	"worker::status": "State of one VM worker (vm_id) or of all, with the host roots (Compose only)",
+	"worker::delete": "Stop a VM worker and remove ~/.iii/sandbox/workers/<vm_id>/ (Compose only): vm_id",
 }
 
 // describe is the function description shown by engine::functions::list.
