@@ -49,6 +49,12 @@ func hostOK(t *testing.T) {
 	t.Setenv("III_KVM_DEVICE", filepath.Join(dir, "kvm"))
 	t.Setenv("III_LIBCAPNG", filepath.Join(dir, "libcap-ng.so.0"))
 	t.Setenv("III_LIB_DIR", dir)
+	mkfs := filepath.Join(dir, "mkfs.ext4")
+	write(t, mkfs, "")
+	if err := os.Chmod(mkfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("III_MKFS", mkfs)
 }
 
 func opts(home, compose string) Options {
@@ -469,5 +475,41 @@ func TestRemoveAdviceIsQuoted(t *testing.T) {
 	}
 	if got := removeCommand("/h/.iii/managed", true); got != "rm -r /h/.iii/managed" {
 		t.Errorf("plain path: %s", got)
+	}
+}
+
+// A host without mkfs.ext4 is an error of the adapter's host checks (MKFS_MISSING), as the
+// adapter refuses to start there with VM-worker state disks on; a project whose adapter sets
+// worker_disk_mb: 0 needs none.
+func TestMkfsMissing(t *testing.T) {
+	t.Setenv("III_COMPOSE_STATE_DIR", "")
+	t.Setenv("URL", deadURL(t))
+	hostOK(t)
+	t.Setenv("III_MKFS", filepath.Join(t.TempDir(), "no-mkfs.ext4"))
+	home := t.TempDir()
+	proj := filepath.Join(home, "p")
+	compose := filepath.Join(proj, "worker-compose.yaml")
+	write(t, filepath.Join(proj, "iii.worker.yaml"), "runtime: {base_image: python}\n")
+	for _, c := range []struct{ override, want string }{
+		{"", "MKFS_MISSING"},
+		{", config_override: {worker_disk_mb: 0}", ""},
+	} {
+		write(t, compose, "engine: {url: '${URL}'}\ncontainers:\n  sandbox-libkrun: {worker: package://sandbox-libkrun, version: '^0.3'"+c.override+"}\n  api: {worker: path://., scripts: {run: ./api}}\n")
+		r, err := Check(context.Background(), opts(home, compose))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, f := range r.Findings {
+			if f.Code == "MKFS_MISSING" {
+				got = append(got, f.Code)
+				if f.Severity != Error || !strings.Contains(f.Message, "mkfs.ext4 not found") || !strings.Contains(f.Fix, "e2fsprogs") {
+					t.Errorf("finding %+v", f)
+				}
+			}
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("override %q: MKFS findings %v, want %q (all: %v)", c.override, got, c.want, codes(r))
+		}
 	}
 }

@@ -104,7 +104,15 @@ func checkHost(r *Report, o Options, p *projectInfo) {
 		}
 		return o.getenv(k)
 	}}
-	for _, pr := range hostreq.Run(env, *o.Target, p.accelerator) {
+	problems := hostreq.Run(env, *o.Target, p.accelerator)
+	// VM workers' state disks (worker_disk_mb, on by default) need mkfs.ext4 on every host the
+	// adapter runs on; the adapter refuses to start without it, so doctor says so first.
+	if p.f == nil || !p.noStateDisk {
+		if pr := hostreq.Mkfs(env); pr != nil && hostreq.Platform(*o.Target) == nil {
+			problems = append(problems, *pr)
+		}
+	}
+	for _, pr := range problems {
 		if pr.Code == p.platformCode {
 			continue
 		}

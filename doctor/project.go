@@ -35,6 +35,8 @@ type projectInfo struct {
 	// accelerator is the adapter's accelerator as Compose would start it: the container's
 	// III_SANDBOX_ACCELERATOR, else config_override's accelerator, else "" (the default, kvm).
 	accelerator string
+	// noStateDisk: config_override sets worker_disk_mb to 0, so VM workers need no mkfs.ext4.
+	noStateDisk bool
 }
 
 func (p *projectInfo) needsAdapter() bool {
@@ -96,6 +98,9 @@ func checkProject(r *Report, o Options) *projectInfo {
 		c := f.Containers[a.Container]
 		p.adapterEnv = c.Environment
 		p.accelerator, _ = c.ConfigOverride["accelerator"].(string)
+		if v, ok := c.ConfigOverride["worker_disk_mb"]; ok && fmt.Sprint(v) == "0" {
+			p.noStateDisk = true
+		}
 		if v := c.Environment["III_SANDBOX_ACCELERATOR"]; v != "" {
 			p.accelerator = v
 		}

@@ -98,12 +98,20 @@ macOS): how the image and mounts reach the guest, virtiofsd or qemu's virtio-9p 
 At start the adapter installs the VM firmware it carries (firmware/ beside this binary, or
 firmware-<arch>/ for an emulated guest_arch) into ~/.iii/lib when it is missing or older. Host
 checks (each missing piece is its own error): qemu, virtiofsd (file_share virtiofs), read/write
-/dev/kvm (accelerator kvm), Hypervisor.framework (hvf), libcap-ng0 (Linux), the VM firmware.
+/dev/kvm (accelerator kvm), Hypervisor.framework (hvf), libcap-ng0 (Linux), the VM firmware,
+mkfs.ext4 (e2fsprogs, $III_MKFS) unless worker_disk_mb is 0.
 Images are cached in ~/.iii/cache (pulled when auto_install is on), VM-worker state is kept in
 ~/.iii/sandbox/workers/<vm_id>/.
 
 Functions: <prefix>::create exec run list stop catalog::list adapter::info
   fs::{ls,stat,mkdir,write,read,rm,chmod,mv,grep,sed} worker::{start,stop,status,delete}
+
+worker::* serve Compose alone: they are protected functions, which the engine forwards only from
+a connection holding this adapter's project token (III_TOKEN_FILE, which Compose sets) or
+Compose's owner token of that project; anyone else gets FORBIDDEN, and an adapter started
+without a token answers them FORBIDDEN itself. A VM worker never gets a directory at or inside a
+.iii directory below its host root, nor anything of ~/.iii/engine (S001); its environment
+values come from env_file, <token dir>/vm-env/<vm_id>.json (0600), not from the request.
 `
 
 type options struct {
@@ -247,7 +255,7 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 	if err := installFirmware(arch); err != nil {
 		return vmHost{}, errcode.New(errcode.FirmwareInstallFailed, "%w", err)
 	}
-	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare, Getenv: os.Getenv})
+	problems := hostcheck.Run(hostcheck.Config{Accel: accel, Arch: arch, Share: st.FileShare, Getenv: os.Getenv, StateDisk: st.WorkerDiskMB > 0})
 	for _, p := range problems {
 		if !p.Fatal {
 			logf("warning: %s", p)
@@ -340,11 +348,27 @@ func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.
 // the engine within 30 seconds.
 func register(ctx context.Context, w *protocol.Worker, prefix string, svc *adapter.Service, workers *vmworker.Manager) error {
 	handlers := svc.Handlers()
-	for op, h := range workers.Handlers() {
-		handlers[op] = adapter.Handler(h)
-	}
 	for op, h := range handlers {
 		if err := w.Register(prefix+"::"+op, wrap(h), protocol.WithDescription(describe(op))); err != nil {
+			return errcode.New(errcode.RegisterFailed, "%s::%s: %w", prefix, op, err)
+		}
+	}
+	// worker::* boot VMs with host directories inside and delete their state: only Compose may
+	// drive them. They are protected functions, so the engine forwards a call only from a
+	// connection holding this adapter's token (the project token Compose hands it) or Compose's
+	// owner token of the same project; any other caller (another local user, a sandbox guest, a
+	// local process without the token) gets FORBIDDEN. An adapter started without a token has
+	// nobody to admit, so it answers every worker::* call FORBIDDEN itself.
+	withToken := os.Getenv(protocol.EnvTokenFile) != "" || os.Getenv(protocol.EnvToken) != ""
+	for op, h := range workers.Handlers() {
+		fn := wrap(adapter.Handler(h))
+		opts := []protocol.FuncOption{protocol.WithDescription(describe(op))}
+		if withToken {
+			opts = append(opts, protocol.Protected())
+		} else {
+			fn = refuseWithoutToken(prefix + "::" + op)
+		}
+		if err := w.Register(prefix+"::"+op, fn, opts...); err != nil {
 			return errcode.New(errcode.RegisterFailed, "%s::%s: %w", prefix, op, err)
 		}
 	}
@@ -380,10 +404,10 @@ var descriptions = map[string]string{
 	"stop":           "Stop a sandbox: sandbox_id, wait?",
 	"catalog::list":  "List the catalog images (presets, then custom_images)",
 	"adapter::info":  "The adapter's name, version and sandbox contract",
-	"worker::start":  "Boot a Compose VM worker: vm_id, image, dir, command, env?, name?, guest_dir?, cpus?, memory_mb?, network?, mounts?",
-	"worker::stop":   "Stop a Compose VM worker: vm_id",
-	"worker::status": "State of one VM worker (vm_id) or of all, with the host roots",
-	"worker::delete": "Stop a VM worker and remove ~/.iii/sandbox/workers/<vm_id>/: vm_id",
+	"worker::start":  "Boot a Compose VM worker (Compose only): vm_id, image, dir, command, env?, env_file?, name?, guest_dir?, cpus?, memory_mb?, network?, mounts?",
+	"worker::stop":   "Stop a Compose VM worker (Compose only): vm_id",
+	"worker::status": "State of one VM worker (vm_id) or of all, with the host roots (Compose only)",
+	"worker::delete": "Stop a VM worker and remove ~/.iii/sandbox/workers/<vm_id>/ (Compose only): vm_id",
 }
 
 // describe is the function description shown by engine::functions::list.
@@ -392,6 +416,16 @@ func describe(op string) string {
 		return d
 	}
 	return "Filesystem operation " + op + " inside a sandbox: sandbox_id plus its fields"
+}
+
+// refuseWithoutToken answers every call of fn FORBIDDEN: an adapter that holds no project token
+// cannot tell Compose from any other caller, so it serves VM workers to nobody.
+func refuseWithoutToken(fn string) protocol.Handler {
+	return func(context.Context, json.RawMessage) (any, error) {
+		return nil, protocol.NewError(errcode.Forbidden, "%s serves only Compose, and this adapter was started without a project token "+
+			"($%s), so it cannot tell Compose from any other caller: start it through Compose (iii compose --up), "+
+			"or with %s naming the project token file", fn, protocol.EnvTokenFile, protocol.EnvTokenFile)
+	}
 }
 
 // wrap turns an S-code error into the wire error whose body is the envelope itself.

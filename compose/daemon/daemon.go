@@ -106,6 +106,27 @@ func (r Request) workers() []string {
 	return out
 }
 
+// decodeRequest reads the request of compose function id; an unknown field or a value of the
+// wrong type is refused with the code documented for that function's bad fields:
+// INVALID_REQUEST for compose::logs (a malformed cursor, tail or wait_ms), INVALID_WORKER_SPEC
+// for the others.
+func decodeRequest(id string, raw json.RawMessage) (Request, error) {
+	var r Request
+	if len(raw) == 0 || string(raw) == "null" {
+		return r, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		code := errcode.InvalidWorkerSpec
+		if id == FnLogs {
+			code = errcode.InvalidRequest
+		}
+		return r, errcode.New(code, "%s: bad request: %w", id, err)
+	}
+	return r, nil
+}
+
 // Register adds the compose::* handlers to w.
 func (d *Daemon) Register(w *protocol.Worker) error {
 	handlers := map[string]struct {
@@ -129,13 +150,9 @@ func (d *Daemon) Register(w *protocol.Worker) error {
 	for id, h := range handlers {
 		h := h
 		fn := func(ctx context.Context, raw json.RawMessage) (any, error) {
-			var r Request
-			if len(raw) > 0 && string(raw) != "null" {
-				dec := json.NewDecoder(strings.NewReader(string(raw)))
-				dec.DisallowUnknownFields()
-				if err := dec.Decode(&r); err != nil {
-					return nil, coded(errcode.New(errcode.InvalidWorkerSpec, "bad request: %w", err))
-				}
+			r, err := decodeRequest(id, raw)
+			if err != nil {
+				return nil, coded(err)
 			}
 			if r.Namespace != "" && r.Namespace != d.Namespace {
 				return nil, coded(errcode.New(errcode.WrongDaemon, "this daemon serves namespace '%s', not '%s'; route with --namespace %s", d.Namespace, r.Namespace, r.Namespace))

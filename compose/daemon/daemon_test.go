@@ -109,3 +109,24 @@ func TestSettle(t *testing.T) {
 		t.Fatalf("Settle waited %v for a stuck mutation", d)
 	}
 }
+
+// A malformed compose::logs request (a cursor offset no integer holds, a string for a number)
+// answers INVALID_REQUEST, the code of every bad compose::logs field; the other functions keep
+// INVALID_WORKER_SPEC.
+func TestDecodeRequestCodes(t *testing.T) {
+	for _, c := range []struct{ fn, body, code string }{
+		{FnLogs, `{"cursors":{"api":{"generation":0,"offset":1e300}}}`, errcode.InvalidRequest},
+		{FnLogs, `{"cursors":{"api":{"generation":0,"offset":"x"}}}`, errcode.InvalidRequest},
+		{FnLogs, `{"tail":"x"}`, errcode.InvalidRequest},
+		{FnLogs, `{"bogus":1}`, errcode.InvalidRequest},
+		{FnAdd, `{"bogus":1}`, errcode.InvalidWorkerSpec},
+	} {
+		_, err := decodeRequest(c.fn, json.RawMessage(c.body))
+		if got := errcode.CodeOf(err); got != c.code {
+			t.Errorf("%s %s: code %q (%v), want %s", c.fn, c.body, got, err, c.code)
+		}
+	}
+	if _, err := decodeRequest(FnLogs, json.RawMessage(`{"cursors":{"api":{"generation":1,"offset":2}},"tail":3}`)); err != nil {
+		t.Fatalf("a good request: %v", err)
+	}
+}

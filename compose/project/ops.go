@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/iii-go/iii/compose/vmstate"
 	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/fspath"
+	"github.com/iii-go/iii/engine/privfile"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
@@ -187,7 +191,7 @@ func (p *Project) stop(ctx context.Context, f *composefile.File, key string) boo
 	if p.IsVM(key) {
 		if gone {
 			p.Warn(fmt.Sprintf("container '%s': %s::worker::stop: the engine had already stopped", key, AdapterPrefix(f)))
-		} else if _, err := p.opts.Engine.Call(ctx, AdapterPrefix(f)+"::worker::stop", map[string]any{"vm_id": p.VMID(key)}); err != nil {
+		} else if _, err := p.vmEngine().Call(ctx, AdapterPrefix(f)+"::worker::stop", map[string]any{"vm_id": p.VMID(key)}); err != nil {
 			p.Warn(fmt.Sprintf("container '%s': %s::worker::stop: %v", key, AdapterPrefix(f), err))
 			gone = p.engineGone(ctx)
 		}
@@ -269,7 +273,7 @@ func (p *Project) cleanupVMs(ctx context.Context, f *composefile.File, keys []st
 		id := p.VMID(k)
 		reason := why
 		if reason == "" {
-			err := vmstate.Delete(ctx, plainCaller{p.opts.Engine}, prefix, id)
+			err := vmstate.Delete(ctx, plainCaller{p.vmEngine()}, prefix, id)
 			if err == nil {
 				p.forgetVM(k)
 				p.Progress(k, "Removed")
@@ -308,16 +312,19 @@ func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, en
 			return errcode.New(errcode.SpawnFailed, "container '%s' could not start: it is a VM worker and no adapter serves %s::worker::start in namespace '%s'", key, prefix, f.Namespace)
 		}
 	}
-	envMap := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		envMap[k] = v
-	}
 	id := p.VMID(key)
 	p.setState(key, func(c *Container) { c.VM, c.VMID = true, id })
 	payload := map[string]any{"vm_id": id, "name": key, "image": pl.image, "dir": pl.vmDir,
-		"command": []string{"/bin/sh", "-c", pl.command}, "env": envMap}
-	if _, err := p.opts.Engine.Call(ctx, prefix+"::worker::start", payload); err != nil {
+		"command": []string{"/bin/sh", "-c", pl.command}}
+	envFile, err := p.vmEnv(payload, id, env)
+	if err != nil {
+		return errcode.New(errcode.SpawnFailed, "container '%s' could not start: %w", key, err)
+	}
+	_, err = p.vmEngine().Call(ctx, prefix+"::worker::start", payload)
+	if envFile != "" {
+		os.Remove(envFile) // the adapter read it while it answered
+	}
+	if err != nil {
 		var pe *protocol.Error
 		msg := err.Error()
 		if errors.As(err, &pe) {
@@ -343,6 +350,43 @@ func (p *Project) startVM(ctx context.Context, f *composefile.File, pl *plan, en
 		}
 	}
 	return p.waitReady(ctx, f, key, timeout, nil)
+}
+
+// VMEnvDir is the directory, beside the project token file, where Compose hands a VM worker's
+// environment to the adapter: <vm_id>.json, mode 0600, written before worker::start and removed
+// after it. The adapter reads the file named by env_file only there.
+const VMEnvDir = "vm-env"
+
+// vmEnv puts a VM worker's environment into the worker::start payload: the reserved III_*
+// variables (URLs, names and paths Compose sets) inline as env, every other value (the host
+// baseline, env_file and environment:, which may hold secrets) in a 0600 file beside the project
+// token, named by env_file. Observers of worker::start therefore see no environment value of the
+// container. It returns the file written, "" when there is no token file to put it beside.
+func (p *Project) vmEnv(payload map[string]any, vmID string, env []string) (string, error) {
+	inline, private := map[string]string{}, map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if slices.Contains(composefile.Reserved, k) || p.opts.TokenFile == "" {
+			inline[k] = v
+		} else {
+			private[k] = v
+		}
+	}
+	payload["env"] = inline
+	if p.opts.TokenFile == "" {
+		return "", nil
+	}
+	dir := filepath.Join(filepath.Dir(p.opts.TokenFile), VMEnvDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("cannot create %s for the VM worker's environment: %w", dir, err)
+	}
+	data, _ := json.Marshal(private)
+	path := filepath.Join(dir, vmID+".json")
+	if err := privfile.WriteAtomic(path, data); err != nil {
+		return "", fmt.Errorf("cannot write the VM worker's environment to %s: %w", path, err)
+	}
+	payload["env_file"] = path
+	return path, nil
 }
 
 func adapterContainer(f *composefile.File) string {
@@ -375,6 +419,14 @@ func ExposingWorkers(f *composefile.File) []string {
 		}
 	}
 	return out
+}
+
+// vmEngine is the connection the adapter's worker::* are called through (Options.VMEngine).
+func (p *Project) vmEngine() Engine {
+	if p.opts.VMEngine != nil {
+		return p.opts.VMEngine
+	}
+	return p.opts.Engine
 }
 
 // plainCaller adapts Engine to vmstate.Caller.

@@ -2,6 +2,7 @@ package project
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,5 +85,38 @@ func TestExposingWorkers(t *testing.T) {
 	}
 	if got := strings.Join(ExposingWorkers(f), ","); got != "whole,parent" {
 		t.Fatalf("ExposingWorkers = %q, want whole,parent", got)
+	}
+}
+
+// A VM worker's environment values stay out of the worker::start request every observer
+// receives: only the reserved III_* names (URLs, names and paths Compose sets) are inline; the
+// container's environment (and the host baseline) goes into a 0600 file beside the project
+// token, named by env_file.
+func TestVMEnvKeepsValuesOutOfTheRequest(t *testing.T) {
+	dir := t.TempDir()
+	p := &Project{opts: Options{TokenFile: filepath.Join(dir, "token")}}
+	payload := map[string]any{}
+	file, err := p.vmEnv(payload, "vm-1", []string{"PATH=/usr/bin", "API_KEY=sk-secret", "III_URL=ws://127.0.0.1:1", "III_TOKEN_FILE=" + filepath.Join(dir, "token")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, VMEnvDir, "vm-1.json"); file != want || payload["env_file"] != want {
+		t.Fatalf("env file %s, payload %v", file, payload)
+	}
+	b, _ := json.Marshal(payload)
+	if strings.Contains(string(b), "sk-secret") || strings.Contains(string(b), "/usr/bin") {
+		t.Fatalf("the request carries environment values: %s", b)
+	}
+	if env := payload["env"].(map[string]string); len(env) != 2 || env["III_URL"] != "ws://127.0.0.1:1" || env["III_TOKEN_FILE"] == "" {
+		t.Fatalf("inline env %v", env)
+	}
+	st, err := os.Stat(file)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("env file %v %v", st, err)
+	}
+	data, _ := os.ReadFile(file)
+	var private map[string]string
+	if err := json.Unmarshal(data, &private); err != nil || private["API_KEY"] != "sk-secret" || private["PATH"] != "/usr/bin" || len(private) != 2 {
+		t.Fatalf("env file %s: %v", data, err)
 	}
 }

@@ -65,7 +65,13 @@ type Options struct {
 	// Managed says Compose started the engine itself.
 	Managed bool
 	Engine  Engine
-	Sup     *supervisor.Supervisor
+	// VMEngine is the connection Compose calls the adapter's <prefix>::worker::* through; nil
+	// means Engine. Those functions admit only the project token's holders and Compose's owner
+	// token of the project, so on an engine that has no grant for that owner token (one Compose
+	// attaches to with that engine's owner credential) it is a connection presenting the
+	// project token.
+	VMEngine Engine
+	Sup      *supervisor.Supervisor
 	// Packages are the installed package:// containers by key.
 	Packages map[string]Package
 	// PackageCache is the package cache directory (an adapter host root).

@@ -237,7 +237,7 @@ func (p *Project) watchVM(f *composefile.File, key string) {
 				return
 			}
 			cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-			raw, err := p.opts.Engine.Call(cctx, prefix+"::worker::status", map[string]any{"vm_id": id})
+			raw, err := p.vmEngine().Call(cctx, prefix+"::worker::status", map[string]any{"vm_id": id})
 			ccancel()
 			if err != nil {
 				continue // the adapter restarting, or the engine busy: ask again

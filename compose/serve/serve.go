@@ -284,6 +284,20 @@ func (s *session) attachedOwnerToken() string {
 	return s.ownerPath
 }
 
+// vmCaller is what Compose calls the adapter's worker::* through: nil (its own connection) when
+// that connection presents Compose's owner token of the project, which the engine's grant ties
+// to the project token; else, on an engine it attaches to with that engine's owner credential, a
+// connection presenting the project token (projectTokenCaller).
+func (s *session) vmCaller() project.Engine {
+	if s.connPath == s.ownerPath || s.tokPath == "" {
+		return nil
+	}
+	c := &projectTokenCaller{cfg: protocol.Config{URL: s.url, Namespace: s.f.Namespace, Name: "compose/vm-workers", Version: s.o.Version,
+		Description: "iii compose: drives the adapter's VM workers with the project token", TokenFile: s.tokPath}}
+	s.onTeardown(c.Close)
+	return c
+}
+
 // connectDaemon registers compose::* and connects the daemon to the engine, holding mutations
 // off until the project has started; once it serves, it records the user's token if
 // publishUserToken left that for later, and says "compose serving".
@@ -291,7 +305,7 @@ func (s *session) connectDaemon(ctx context.Context) error {
 	s.w = protocol.NewWorker(protocol.Config{URL: s.url, Namespace: s.f.Namespace, Name: "compose", Version: s.o.Version,
 		Description: "iii compose daemon", TokenFile: s.connPath})
 	s.p = project.New(project.Options{File: s.f, State: s.sd, EngineURL: s.url, TokenFile: s.tokPath, OwnerTokenFile: s.ownerPath, Managed: s.managed,
-		Engine: s.w, Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out, LookupEnv: s.o.LookupEnv})
+		Engine: s.w, VMEngine: s.vmCaller(), Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out, LookupEnv: s.o.LookupEnv})
 	s.d = daemon.New(s.f.Namespace, s.p, s.o.Deps)
 	if err := s.d.Register(s.w); err != nil {
 		return err

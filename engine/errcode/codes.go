@@ -164,6 +164,8 @@ const (
 	LibCapNGMissing = "LIBCAPNG_MISSING"
 	// FirmwareMissing: the VM kernel or initramfs is not in ~/.iii/lib.
 	FirmwareMissing = "FIRMWARE_MISSING"
+	// MkfsMissing: mkfs.ext4 (e2fsprogs) is not installed, so VM workers would get no state disk.
+	MkfsMissing = "MKFS_MISSING"
 	// UnsupportedPlatform: the adapter ships no build for this host (musl Linux, Intel Mac, ...).
 	UnsupportedPlatform = "UNSUPPORTED_PLATFORM"
 )

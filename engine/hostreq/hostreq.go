@@ -6,7 +6,8 @@
 // Every input comes through Env, so a caller can check the host as a given process would see it:
 // the adapter checks its own environment, `iii doctor` the environment Compose gives the adapter.
 // The variables are those the adapter honours: III_KVM_DEVICE (default /dev/kvm), III_LIBCAPNG (a
-// path that must exist in place of libcap-ng.so.0) and III_LIB_DIR (default ~/.iii/lib).
+// path that must exist in place of libcap-ng.so.0), III_LIB_DIR (default ~/.iii/lib) and III_MKFS
+// (the mkfs.ext4 that formats VM workers' state disks, instead of looking for one).
 package hostreq
 
 import (
@@ -41,7 +42,7 @@ var Targets = []string{"aarch64-apple-darwin", "x86_64-unknown-linux-gnu", "aarc
 
 // Problem is one failed check.
 type Problem struct {
-	Code    string // an errcode constant: KVM_ACCESS, LIBCAPNG_MISSING, FIRMWARE_MISSING, UNSUPPORTED_PLATFORM
+	Code    string // an errcode constant: KVM_ACCESS, LIBCAPNG_MISSING, FIRMWARE_MISSING, MKFS_MISSING, UNSUPPORTED_PLATFORM
 	Path    string // the file or device concerned, "" when none
 	Message string // what is wrong
 	Fix     string // how to fix it
@@ -165,4 +166,47 @@ func Firmware(dir string) *Problem {
 		}
 	}
 	return nil
+}
+
+// mkfsCandidates are where mkfs.ext4 is looked for after PATH: an adapter that Compose starts
+// as an ordinary user often has no sbin directory on PATH, and Homebrew's e2fsprogs is keg-only.
+var mkfsCandidates = []string{
+	"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4",
+	"/opt/homebrew/opt/e2fsprogs/sbin/mkfs.ext4", "/usr/local/opt/e2fsprogs/sbin/mkfs.ext4",
+}
+
+// FindMkfs returns the mkfs.ext4 (e2fsprogs) that formats VM workers' state disks: $III_MKFS
+// when set (used as it is, even when missing, so that a test or an operator decides), else the
+// one on PATH, else one of the usual places; "" when there is none.
+func FindMkfs(e Env) string {
+	if p := e.get("III_MKFS"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
+		return p
+	}
+	for _, p := range mkfsCandidates {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
+}
+
+// Mkfs reports MKFS_MISSING when the host has no usable mkfs.ext4: without it a VM worker would
+// boot with no state disk and reinstall its dependencies at every boot.
+func Mkfs(e Env) *Problem {
+	p := FindMkfs(e)
+	if p != "" {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return nil
+		}
+	}
+	path := p
+	if path == "" {
+		path = "mkfs.ext4"
+	}
+	return &Problem{Code: errcode.MkfsMissing, Path: path, sep: "; ",
+		Message: fmt.Sprintf("mkfs.ext4 not found (%s), needed to format each VM worker's state disk", path),
+		Fix:     "install e2fsprogs (`apt-get install e2fsprogs`, `brew install e2fsprogs`), or set `worker_disk_mb: 0` in the adapter's config_override to run VM workers without a state disk (their writes outside /workspace are then lost at every stop)"}
 }

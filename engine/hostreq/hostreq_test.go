@@ -106,3 +106,29 @@ func TestFirmwareDirDefaultsUnderHome(t *testing.T) {
 		t.Errorf("KVMDevice = %s", got)
 	}
 }
+
+// A host without mkfs.ext4 (III_MKFS naming a path that is not there) fails MKFS_MISSING, with
+// the packages to install and the setting that runs VM workers without a state disk.
+func TestMkfsMissing(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-mkfs.ext4")
+	p := Mkfs(envOf(map[string]string{"III_MKFS": missing}))
+	if p == nil || p.Code != errcode.MkfsMissing || p.Path != missing {
+		t.Fatalf("problem %+v", p)
+	}
+	for _, want := range []string{"mkfs.ext4 not found", "e2fsprogs", "worker_disk_mb: 0"} {
+		if !strings.Contains(p.String(), want) {
+			t.Errorf("%q lacks %q", p.String(), want)
+		}
+	}
+	present := filepath.Join(dir, "mkfs.ext4")
+	if err := os.WriteFile(present, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if p := Mkfs(envOf(map[string]string{"III_MKFS": present})); p != nil {
+		t.Fatalf("present mkfs: %+v", p)
+	}
+	if got := FindMkfs(envOf(map[string]string{"III_MKFS": present})); got != present {
+		t.Fatalf("FindMkfs = %q", got)
+	}
+}

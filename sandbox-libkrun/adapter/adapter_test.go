@@ -451,7 +451,7 @@ func TestTruncationAndTimeout(t *testing.T) {
 
 func TestRun(t *testing.T) {
 	h := newHarness(t, nil, nil)
-	r := h.mustCall(t, "run", `{"image":"python","lang":"py","code":"print(1)","files":[{"path":"/tmp/lib.py","content":"x=1"}],"env":{"K":"v"},"cpus":8}`)
+	r := h.mustCall(t, "run", `{"image":"python","lang":"py","code":"print(1)","files":[{"path":"/tmp/lib.py","content":"x=1"}],"env":{"K":"v"}}`)
 	if r["stdout"] != "ok\n" || r["stdout_truncated"] != false {
 		t.Fatalf("run reply %v", r)
 	}
@@ -633,8 +633,27 @@ func TestListRejectsNull(t *testing.T) {
 	h := newHarness(t, nil, nil)
 	_, e := h.call(t, "list", `null`)
 	wantCode(t, e, scode.S001, "JSON object")
-	if r := h.mustCall(t, "list", `{"whatever":1}`); len(r["sandboxes"].([]any)) != 0 {
+	if r := h.mustCall(t, "list", `{}`); len(r["sandboxes"].([]any)) != 0 {
 		t.Fatalf("list %v", r)
+	}
+}
+
+// A field the request does not have is refused S001 naming it, never ignored: a misspelt
+// `network` would otherwise create a sandbox with the network on.
+func TestUnknownFieldsRefused(t *testing.T) {
+	h := newHarness(t, nil, nil)
+	for _, c := range []struct{ op, body, field string }{
+		{"create", `{"image":"python","netwrok":false}`, `"netwrok"`},
+		{"run", `{"image":"python","lang":"py","code":"print(1)","cpus":8}`, `"cpus"`},
+		{"exec", `{"sandbox_id":"0d6f8c1e-3a1b-4c55-9a4e-0d2f7a1b9c10","cmd":"ls","truncate":true}`, `"truncate"`},
+		{"stop", `{"sandbox_id":"0d6f8c1e-3a1b-4c55-9a4e-0d2f7a1b9c10","force":true}`, `"force"`},
+		{"list", `{"whatever":1}`, `"whatever"`},
+	} {
+		_, e := h.call(t, c.op, c.body)
+		wantCode(t, e, scode.S001, "unknown field "+c.field)
+	}
+	if n := len(h.drv.specs); n != 0 {
+		t.Fatalf("%d machines booted for refused requests", n)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,8 +15,9 @@ import (
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
-// decode reads a request object into v, ignoring unknown fields. A literal null, a non-object
-// or a field of the wrong type is S001.
+// decode reads a request object into v. A literal null, a non-object, a field of the wrong type
+// or an unknown field is S001 naming it: a misspelt field (`netwrok`) is refused rather than
+// ignored, as the settings files refuse an unknown key.
 func decode(raw json.RawMessage, v any) error {
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) == 0 {
@@ -24,14 +26,41 @@ func decode(raw json.RawMessage, v any) error {
 	if trimmed[0] != '{' {
 		return scode.Invalid("the request must be a JSON object, got " + shortJSON(trimmed))
 	}
-	if err := json.Unmarshal(trimmed, v); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
 			return scode.Invalid(fmt.Sprintf("field `%s` must be %s, got %s", te.Field, goTypeName(te.Type.String()), te.Value))
 		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return scode.Invalid(fmt.Sprintf("unknown field %s; the accepted fields are %s", f, strings.Join(fieldNames(v), ", ")))
+		}
 		return scode.Invalid(err.Error())
 	}
 	return nil
+}
+
+// fieldNames lists the JSON names of the fields of the struct v points to.
+func fieldNames(v any) []string {
+	t := reflect.TypeOf(v)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	var out []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, "`"+name+"`")
+		}
+	}
+	if len(out) == 0 {
+		return []string{"none"}
+	}
+	return out
 }
 
 func goTypeName(t string) string {

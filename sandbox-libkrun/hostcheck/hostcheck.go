@@ -4,12 +4,13 @@
 // Tests and operators can point the checks elsewhere through the environment (Config.Getenv):
 // III_QEMU (qemu binary), III_VIRTIOFSD (virtiofsd binary), III_KVM_DEVICE (the KVM device,
 // default /dev/kvm), III_LIBCAPNG (a path that must exist in place of libcap-ng.so.0),
-// III_LIB_DIR (firmware directory, default ~/.iii/lib); III_TARGET (the host's target triple)
-// is platform.Host's.
+// III_LIB_DIR (firmware directory, default ~/.iii/lib), III_MKFS (the mkfs.ext4 that formats
+// VM workers' state disks); III_TARGET (the host's target triple) is platform.Host's.
 //
 // On Linux: qemu for the guest architecture, virtiofsd (file_share virtiofs), /dev/kvm (only
 // under the kvm accelerator, the Linux default, req H2; tcg runs anywhere and auto falls back to
-// tcg), libcap-ng0 and the firmware. On Apple Silicon macOS: Homebrew's qemu, Hypervisor.framework
+// tcg), libcap-ng0 and the firmware; with VM-worker state disks on (worker_disk_mb > 0), mkfs.ext4
+// on every host, so that no VM worker silently boots without its disk. On Apple Silicon macOS: Homebrew's qemu, Hypervisor.framework
 // under hvf, and the firmware. Other hosts get UNSUPPORTED_PLATFORM (req H3).
 package hostcheck
 
@@ -33,7 +34,7 @@ import (
 
 // Problem is one failed check.
 type Problem struct {
-	Check   string // short name: platform, qemu, virtiofsd, kvm, hvf, accelerator, libcap-ng, firmware
+	Check   string // short name: platform, qemu, virtiofsd, kvm, hvf, accelerator, libcap-ng, firmware, mkfs
 	Message string // what is wrong and how to fix it
 	// Fatal problems stop the adapter from starting. Every check is fatal today.
 	Fatal bool
@@ -52,6 +53,8 @@ type Config struct {
 	HVF func() bool
 	// Getenv is the adapter's environment (os.Getenv in its main); nil is an empty one.
 	Getenv func(string) string
+	// StateDisk says VM workers get a state disk (worker_disk_mb > 0), which needs mkfs.ext4.
+	StateDisk bool
 }
 
 // Run performs every check for c and returns the problems found (none on a ready host). The KVM,
@@ -109,6 +112,11 @@ func Run(c Config) []Problem {
 	if !darwin {
 		if p := hostreq.LibCapNG(env); p != nil {
 			ps = append(ps, Problem{"libcap-ng", p.String(), true})
+		}
+	}
+	if c.StateDisk {
+		if p := hostreq.Mkfs(env); p != nil {
+			ps = append(ps, Problem{"mkfs", p.String() + " (" + p.Code + ")", true})
 		}
 	}
 	ps = append(ps, firmwareProblems(c)...)

@@ -193,3 +193,20 @@ func writeFirmware(t *testing.T, dir string, m firmware.Manifest) {
 		t.Fatal(err)
 	}
 }
+
+// With state disks on (worker_disk_mb > 0), a host without mkfs.ext4 fails the host check
+// (MKFS_MISSING) instead of booting VM workers without their disk; with them off it is not needed.
+func TestMkfsNeededForStateDisks(t *testing.T) {
+	t.Setenv("III_MKFS", filepath.Join(t.TempDir(), "no-mkfs.ext4"))
+	ps := Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelTCG, StateDisk: true})
+	p := find(ps, "mkfs")
+	if p == nil || !p.Fatal || !strings.Contains(p.Message, "MKFS_MISSING") || !strings.Contains(p.Message, "worker_disk_mb: 0") {
+		t.Fatalf("mkfs problem %+v", p)
+	}
+	if err := Err(ps); err == nil || !strings.Contains(err.Error(), "mkfs: mkfs.ext4 not found") {
+		t.Fatalf("Err = %v", err)
+	}
+	if p := find(Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelTCG}), "mkfs"); p != nil {
+		t.Fatalf("mkfs checked with state disks off: %+v", p)
+	}
+}

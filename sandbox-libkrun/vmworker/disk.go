@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/iii-go/iii/engine/hostreq"
 )
 
 // DiskFile is the name of a VM worker's state disk in its state directory: a sparse raw image
@@ -19,25 +21,9 @@ const DiskFile = "disk.img"
 // mkfsTimeout bounds one mkfs.ext4 run; formatting a sparse image takes well under a second.
 const mkfsTimeout = time.Minute
 
-// mkfsCandidates are where mkfs.ext4 is looked for after PATH: an adapter that Compose starts
-// as an ordinary user often has no sbin directory on PATH, and Homebrew's e2fsprogs is keg-only.
-var mkfsCandidates = []string{
-	"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4",
-	"/opt/homebrew/opt/e2fsprogs/sbin/mkfs.ext4", "/usr/local/opt/e2fsprogs/sbin/mkfs.ext4",
-}
-
-// FindMkfs returns the host's mkfs.ext4 (e2fsprogs), or "" when there is none.
-func FindMkfs() string {
-	if p, err := exec.LookPath("mkfs.ext4"); err == nil {
-		return p
-	}
-	for _, p := range mkfsCandidates {
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			return p
-		}
-	}
-	return ""
-}
+// FindMkfs returns the host's mkfs.ext4 (e2fsprogs), or "" when there is none: $III_MKFS, else
+// PATH, else the usual places (hostreq.FindMkfs, which the host checks use too).
+func FindMkfs() string { return hostreq.FindMkfs(hostreq.Env{}) }
 
 // errNoMkfs means the host cannot format a state disk.
 var errNoMkfs = errors.New("mkfs.ext4 not found: install e2fsprogs (apt-get install e2fsprogs; brew install e2fsprogs)")

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/iii-go/iii/engine/fspath"
 	"github.com/iii-go/iii/engine/sandbox/scode"
@@ -46,6 +47,18 @@ func (r Roots) Check(path string) error {
 	return scode.OutsideRoots(p, r.list)
 }
 
+// rootOf is the deepest root at or above the canonical path p, "" when none: the package cache
+// (~/.iii/compose/packages) rather than a home directory that is a root too.
+func (r Roots) rootOf(p string) string {
+	best := ""
+	for _, root := range r.list {
+		if fspath.Within(p, root) && len(root) > len(best) {
+			best = root
+		}
+	}
+	return best
+}
+
 // canonical makes p absolute, cleaned, with symlinks resolved where it exists.
 func canonical(p string) string {
 	if abs, err := filepath.Abs(p); err == nil {
@@ -71,4 +84,10 @@ func PackageCache(stateDir string) string {
 func StateRoot() string {
 	home, _ := os.UserHomeDir()
 	return filepath.Join(home, ".iii", "sandbox", "workers")
+}
+
+// ownedByUs reports whether the file st describes belongs to the user this adapter runs as.
+func ownedByUs(st os.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return !ok || int(sys.Uid) == os.Getuid()
 }

@@ -1,16 +1,20 @@
 // Package vmworker runs Compose's VM workers: <prefix>::worker::start|stop|status|delete boot a
 // microVM per vm_id with the worker's directory inside, keep its state in
 // ~/.iii/sandbox/workers/<vm_id>/, and refuse any host directory outside the roots fixed when
-// the adapter started (S501). The compose file's .iii/ directory never reaches a VM.
+// the adapter started (S501). No .iii directory (the compose file's holds the project token and
+// Compose's owner token) and nothing of ~/.iii/engine (the engine's owner credentials) ever
+// reaches a VM: a dir or mount inside one is refused, and a copy leaves every .iii out.
 package vmworker
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/netip"
 	"os"
@@ -43,6 +47,7 @@ type Options struct {
 	StateRoot   string // default StateRoot()
 	RunDir      string // short directory for machine sockets; default $TMPDIR/iii-vmw-<uid>
 	TokenFile   string // the adapter's project token file; handed to VM workers in guest memory
+	Home        string // the user's home, whose .iii/engine is never staged; default $HOME
 	CPUs        int    // default vCPUs
 	MemoryMB    int    // default RAM
 	// DiskMB is the size of the state disk each VM worker gets on its first boot (DiskFile);
@@ -116,6 +121,9 @@ func New(opt Options) *Manager {
 	if opt.ComposeDir != "" {
 		opt.ComposeDir = canonical(opt.ComposeDir)
 	}
+	if opt.Home == "" {
+		opt.Home, _ = os.UserHomeDir()
+	}
 	return &Manager{opt: opt, workers: map[string]*worker{}}
 }
 
@@ -151,10 +159,15 @@ type StartRequest struct {
 	GuestDir string          `json:"guest_dir"`
 	Command  []string        `json:"command"`
 	Env      json.RawMessage `json:"env"`
-	CPUs     int             `json:"cpus"`
-	MemoryMB int             `json:"memory_mb"`
-	Network  *bool           `json:"network"`
-	Mounts   []MountSpec     `json:"mounts"`
+	// EnvFile names a file (mode 0600, JSON {"NAME": "value"}) holding more of the worker's
+	// environment: values Compose keeps out of the request, where every observer of
+	// worker::start would read them. Only <token dir>/vm-env/<vm_id>.json is accepted, beside
+	// the adapter's project token file (EnvFilePath).
+	EnvFile  string      `json:"env_file"`
+	CPUs     int         `json:"cpus"`
+	MemoryMB int         `json:"memory_mb"`
+	Network  *bool       `json:"network"`
+	Mounts   []MountSpec `json:"mounts"`
 }
 
 // StatusReply describes one VM worker.
@@ -185,11 +198,18 @@ func checkVMID(id string) error {
 // StateDir is the state directory of vm_id.
 func (m *Manager) StateDir(id string) string { return filepath.Join(m.opt.StateRoot, id) }
 
+// decode reads a request object into v; an unknown field is S001 naming it, so that a misspelt
+// one is never ignored.
 func decode(raw json.RawMessage, v any) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		raw = json.RawMessage("{}")
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return scode.Invalid("unknown field " + f)
+		}
 		return scode.Invalid(err.Error())
 	}
 	return nil
@@ -259,6 +279,13 @@ func (m *Manager) checkStart(req StartRequest) (env []string, wantsToken bool, e
 	if err != nil {
 		return nil, false, err
 	}
+	if req.EnvFile != "" {
+		more, err := m.readEnvFile(req.VMID, req.EnvFile)
+		if err != nil {
+			return nil, false, err
+		}
+		env = mergeEnv(more, env)
+	}
 	// A host path to the token means nothing in the guest; the token itself is handed over in
 	// guest memory after boot (see handToken).
 	kept := env[:0]
@@ -274,11 +301,17 @@ func (m *Manager) checkStart(req StartRequest) (env []string, wantsToken bool, e
 	if err := m.opt.Roots.Check(req.Dir); err != nil {
 		return nil, false, err
 	}
+	if err := m.checkSecrets("dir", req.Dir); err != nil {
+		return nil, false, err
+	}
 	for _, mt := range req.Mounts {
 		if mt.Host == "" || !filepath.IsAbs(mt.Guest) {
 			return nil, false, scode.Invalid("each mount needs a host directory and an absolute guest path")
 		}
 		if err := m.opt.Roots.Check(mt.Host); err != nil {
+			return nil, false, err
+		}
+		if err := m.checkSecrets("mount", mt.Host); err != nil {
 			return nil, false, err
 		}
 	}
@@ -402,9 +435,120 @@ func (m *Manager) handToken(ctx context.Context, machine vm.Machine) ([]string, 
 	return []string{envTokenFile + "=" + GuestTokenFile}, nil
 }
 
-// exposesToken reports whether mounting host would show the compose file's .iii/ directory.
+// exposesToken reports whether mounting host would show a .iii directory: the compose file's, or
+// any other below host (found by a walk that stops at the first one). Such a mount is handed to
+// the VM as a copy without any .iii (mirror).
 func (m *Manager) exposesToken(host string) bool {
-	return m.opt.ComposeDir != "" && fspath.Within(m.opt.ComposeDir, host)
+	if m.opt.ComposeDir != "" && fspath.Within(m.opt.ComposeDir, host) {
+		return true
+	}
+	found := false
+	filepath.WalkDir(host, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && d.Name() == hiddenDir && path != host {
+			found = true
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return found
+}
+
+// checkSecrets refuses (S001, naming the path) a dir or mount (what) that is or lies inside a
+// .iii directory below the host root that admits it, or inside ~/.iii/engine: the compose
+// file's .iii holds the project token and Compose's owner token, ~/.iii/engine the engine's
+// owner credentials, and none of it may reach a VM. A root itself may lie under a .iii (Compose's
+// package cache, ~/.iii/compose/packages): only what lies below it counts. Call after
+// Roots.Check.
+func (m *Manager) checkSecrets(what, path string) error {
+	p := canonical(path)
+	if m.opt.Home != "" {
+		engine := canonical(filepath.Join(m.opt.Home, hiddenDir, "engine"))
+		if fspath.Within(p, engine) {
+			return scode.Invalid(fmt.Sprintf("%s '%s' is inside %s, which holds the engine's owner credentials; nothing there is ever staged into or mounted in a VM", what, p, engine))
+		}
+	}
+	root := m.opt.Roots.rootOf(p)
+	if root == "" {
+		return nil
+	}
+	rel, err := filepath.Rel(root, p)
+	if err != nil || rel == "." {
+		return nil
+	}
+	at := root
+	for _, c := range strings.Split(rel, string(filepath.Separator)) {
+		at = filepath.Join(at, c)
+		if c == hiddenDir {
+			return scode.Invalid(fmt.Sprintf("%s '%s' is inside the .iii directory %s, where Compose keeps the project token and its owner token; nothing under a .iii directory is ever staged into or mounted in a VM: move the worker out of it", what, p, at))
+		}
+	}
+	return nil
+}
+
+// EnvFilePath is the one env_file the adapter reads for vm_id: vm-env/<vm_id>.json in the
+// directory of its project token file (tokenFile), where Compose writes it; "" without a token.
+func EnvFilePath(tokenFile, vmID string) string {
+	if tokenFile == "" {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(canonical(tokenFile)), "vm-env", vmID+".json")
+}
+
+// readEnvFile reads the env_file of a start request for vm_id: it must be EnvFilePath, a regular
+// file (not a link) of this user that no one else may read, holding {"NAME": "value"}. Anything
+// else is S001 naming the file.
+func (m *Manager) readEnvFile(vmID, path string) ([]string, error) {
+	want := EnvFilePath(m.opt.TokenFile, vmID)
+	if want == "" {
+		return nil, scode.Invalid("env_file '" + path + "': this adapter holds no project token file, beside which Compose writes a VM worker's environment")
+	}
+	if filepath.Clean(path) != want && canonical(path) != want {
+		return nil, scode.Invalid("env_file '" + path + "' is not " + want + ", the only file this adapter reads a VM worker's environment from")
+	}
+	st, err := os.Lstat(path)
+	switch {
+	case err != nil:
+		return nil, scode.Invalid("env_file '" + path + "': " + err.Error())
+	case !st.Mode().IsRegular():
+		return nil, scode.Invalid("env_file '" + path + "' is not a regular file")
+	case st.Mode().Perm()&0o077 != 0:
+		return nil, scode.Invalid(fmt.Sprintf("env_file '%s' has mode %04o: it holds the worker's environment and must be 0600", path, st.Mode().Perm()))
+	case !ownedByUs(st):
+		return nil, scode.Invalid("env_file '" + path + "' belongs to another user")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, scode.Invalid("env_file '" + path + "': " + err.Error())
+	}
+	var mp map[string]string
+	if err := json.Unmarshal(data, &mp); err != nil {
+		return nil, scode.Invalid("env_file '" + path + "' must hold a JSON object of names to string values")
+	}
+	raw, _ := json.Marshal(mp)
+	list, err := parseEnv(raw)
+	if err != nil {
+		return nil, scode.Invalid("env_file '" + path + "': " + strings.TrimPrefix(err.(*scode.Error).Message, "invalid request: "))
+	}
+	return list, nil
+}
+
+// mergeEnv is base with each entry of over set on top (over wins for a name in both).
+func mergeEnv(base, over []string) []string {
+	names := map[string]bool{}
+	for _, kv := range over {
+		name, _, _ := strings.Cut(kv, "=")
+		names[name] = true
+	}
+	var out []string
+	for _, kv := range base {
+		if name, _, _ := strings.Cut(kv, "="); !names[name] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, over...)
 }
 
 // run executes the worker's command, appending its output to logs/worker.log, and stops the VM

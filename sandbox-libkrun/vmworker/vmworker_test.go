@@ -225,3 +225,127 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("second delete %v", r)
 	}
 }
+
+// secretsSetup is a compose directory with its .iii (project token and Compose's owner token), a
+// home whose ~/.iii/engine holds an owner credential and a package cache under ~/.iii, and a
+// Manager whose roots are the compose directory, the package cache and the home itself.
+func secretsSetup(t *testing.T) (m *Manager, drv *fakeDriver, project, home string) {
+	base := t.TempDir()
+	project = filepath.Join(base, "project")
+	home = filepath.Join(base, "home")
+	write(t, filepath.Join(project, "app", "main.py"), "print(1)")
+	write(t, filepath.Join(project, ".iii", "compose", "default", "token"), "project-token")
+	write(t, filepath.Join(project, ".iii", "compose", "default", "owner-token"), "owner-token")
+	write(t, filepath.Join(project, "data", "seed.txt"), "seed")
+	write(t, filepath.Join(project, "data", "nested", ".iii", "token"), "nested-token")
+	write(t, filepath.Join(home, ".iii", "engine", "owners", "127.0.0.1_49134"), "owner-credential")
+	write(t, filepath.Join(home, ".iii", "compose", "packages", "pkg", "main.py"), "print(3)")
+	drv = &fakeDriver{}
+	m = New(Options{Driver: drv, Images: images{}, ComposeDir: project, Home: home,
+		Roots:     NewRoots([]string{project, home, filepath.Join(home, ".iii", "compose", "packages")}),
+		StateRoot: filepath.Join(base, "state"), RunDir: filepath.Join(base, "run"),
+		TokenFile: filepath.Join(project, ".iii", "compose", "default", "token")})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	return m, drv, project, home
+}
+
+// Nothing under a .iii directory, nor under ~/.iii/engine, is ever staged into or mounted in a
+// VM: the dir or mount is refused S001 naming it before anything is written. A root that lies
+// under .iii itself (the package cache) still admits what is below it, and a mount that contains
+// a .iii is handed over as a copy without it.
+func TestNothingUnderDotIIIReachesAVM(t *testing.T) {
+	m, drv, project, home := secretsSetup(t)
+	start := m.Handlers()["worker::start"]
+	body := func(id, dir, mounts string) string {
+		return `{"vm_id":"` + id + `","image":"i","dir":"` + dir + `","command":["true"]` + mounts + `}`
+	}
+	for _, c := range []struct{ name, body, path string }{
+		{"the compose .iii staged", body("a", filepath.Join(project, ".iii", "compose", "default"), ""), filepath.Join(project, ".iii")},
+		{"the .iii itself staged", body("b", filepath.Join(project, ".iii"), ""), filepath.Join(project, ".iii")},
+		{"a nested .iii staged", body("c", filepath.Join(project, "data", "nested", ".iii"), ""), filepath.Join(project, "data", "nested", ".iii")},
+		{"the owner credential staged", body("d", filepath.Join(home, ".iii", "engine", "owners"), ""), filepath.Join(home, ".iii", "engine")},
+		{"~/.iii staged", body("e", filepath.Join(home, ".iii"), ""), filepath.Join(home, ".iii")},
+		{"the compose .iii mounted", body("f", filepath.Join(project, "app"), `,"mounts":[{"host":"`+filepath.Join(project, ".iii")+`","guest":"/x"}]`), filepath.Join(project, ".iii")},
+		{"~/.iii/engine mounted", body("g", filepath.Join(project, "app"), `,"mounts":[{"host":"`+filepath.Join(home, ".iii", "engine")+`","guest":"/x"}]`), filepath.Join(home, ".iii", "engine")},
+	} {
+		_, err := start(context.Background(), json.RawMessage(c.body))
+		e, ok := scode.As(err)
+		if !ok || e.Code != scode.S001 || !strings.Contains(e.Message, c.path) {
+			t.Errorf("%s: want S001 naming %s, got %v", c.name, c.path, err)
+		}
+	}
+	if n := len(drv.specs); n != 0 {
+		t.Fatalf("%d machines booted for refused starts", n)
+	}
+	if _, err := os.Stat(m.opt.StateRoot); !os.IsNotExist(err) {
+		t.Fatalf("a refused start wrote state: %v", err)
+	}
+
+	// Admitted: a package under the cache root (itself under ~/.iii), and a mount of a directory
+	// that contains a .iii, handed over as a copy without it.
+	if _, err := start(context.Background(), json.RawMessage(body("pkg", filepath.Join(home, ".iii", "compose", "packages", "pkg"), ""))); err != nil {
+		t.Fatalf("package cache: %v", err)
+	}
+	if _, err := start(context.Background(), json.RawMessage(body("mnt", filepath.Join(project, "app"), `,"mounts":[{"host":"`+filepath.Join(project, "data")+`","guest":"/data"}]`))); err != nil {
+		t.Fatalf("mount containing a .iii: %v", err)
+	}
+	spec := drv.specs[len(drv.specs)-1]
+	mnt := spec.Mounts[1].Host
+	if mnt == filepath.Join(project, "data") {
+		t.Fatalf("a directory holding a .iii was mounted as it is")
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "seed.txt")); err != nil {
+		t.Fatalf("the copy lacks the mount's files: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "nested", ".iii")); !os.IsNotExist(err) {
+		t.Fatalf("the copy holds the nested .iii: %v", err)
+	}
+}
+
+// The environment Compose keeps out of worker::start arrives through env_file: only the file
+// beside the adapter's token named for the vm_id, mode 0600; its values reach the VM, and the
+// request's own env wins for a name in both. Any other file is refused S001 naming it.
+func TestEnvFile(t *testing.T) {
+	m, drv, project, _ := secretsSetup(t)
+	start := m.Handlers()["worker::start"]
+	good := EnvFilePath(m.opt.TokenFile, "w1")
+	if want := filepath.Join(project, ".iii", "compose", "default", "vm-env", "w1.json"); good != want {
+		t.Fatalf("EnvFilePath = %s, want %s", good, want)
+	}
+	write(t, good, `{"API_KEY":"sk-secret","III_URL":"ws://wrong"}`)
+	body := func(id, file string) json.RawMessage {
+		return json.RawMessage(`{"vm_id":"` + id + `","image":"i","dir":"` + filepath.Join(project, "app") + `","command":["true"],"env":{"III_URL":"ws://127.0.0.1:1"},"env_file":"` + file + `"}`)
+	}
+	other := filepath.Join(project, "other.json")
+	write(t, other, `{"A":"b"}`)
+	loose := EnvFilePath(m.opt.TokenFile, "w2")
+	write(t, loose, `{"A":"b"}`)
+	os.Chmod(loose, 0o644)
+	for _, c := range []struct {
+		id, file, want string
+	}{
+		{"w1", other, "is not " + good},
+		{"w3", good, "is not " + EnvFilePath(m.opt.TokenFile, "w3")},
+		{"w2", loose, "must be 0600"},
+	} {
+		_, err := start(context.Background(), body(c.id, c.file))
+		if e, ok := scode.As(err); !ok || e.Code != scode.S001 || !strings.Contains(e.Message, c.want) {
+			t.Errorf("%s %s: want S001 with %q, got %v", c.id, c.file, c.want, err)
+		}
+	}
+	if _, err := start(context.Background(), body("w1", good)); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(drv.specs[0].Env, ","); got != "API_KEY=sk-secret,III_URL=ws://10.0.2.2:1" {
+		t.Fatalf("VM env %s", got)
+	}
+}
+
+// worker::* refuse a field they do not know, naming it, rather than ignore it.
+func TestWorkerUnknownField(t *testing.T) {
+	m, _, project, _ := secretsSetup(t)
+	_, err := m.Handlers()["worker::start"](context.Background(), json.RawMessage(`{"vm_id":"w1","image":"i","dir":"`+project+`","command":["true"],"envs":{"A":"1"}}`))
+	if e, ok := scode.As(err); !ok || e.Code != scode.S001 || !strings.Contains(e.Message, `unknown field "envs"`) {
+		t.Fatalf("got %v", err)
+	}
+}

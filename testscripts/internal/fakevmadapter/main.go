@@ -140,9 +140,29 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 		Dir     string            `json:"dir"`
 		Command []string          `json:"command"`
 		Env     map[string]string `json:"env"`
+		EnvFile string            `json:"env_file"`
 	}
 	if err := json.Unmarshal(raw, &in); err != nil || in.VMID == "" || len(in.Command) == 0 {
 		return nil, sErr(scode.S001, "validation", "invalid request: vm_id, dir and command are required")
+	}
+	// Compose hands the container's own environment in a 0600 file, as to the real adapter.
+	if in.EnvFile != "" {
+		b, err := os.ReadFile(in.EnvFile)
+		var more map[string]string
+		if err == nil {
+			err = json.Unmarshal(b, &more)
+		}
+		if err != nil {
+			return nil, sErr(scode.S001, "validation", "invalid request: env_file: "+err.Error())
+		}
+		if in.Env == nil {
+			in.Env = map[string]string{}
+		}
+		for k, v := range more {
+			if _, set := in.Env[k]; !set {
+				in.Env[k] = v
+			}
+		}
 	}
 	ok := false
 	for _, r := range a.roots {
