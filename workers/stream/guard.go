@@ -49,8 +49,8 @@ type Limits struct {
 	// MaxConnections and MaxPerAddress bound the sockets held (upgraded or being
 	// authenticated) in all and from one client IP address.
 	MaxConnections, MaxPerAddress int
-	// PingInterval is how often a socket is pinged; one that does not answer within 15 s is
-	// closed (a peer gone without closing).
+	// PingInterval is how often a socket that has joined is pinged; one that does not answer
+	// within 15 s (or PingInterval, when shorter) is closed (a peer gone without closing).
 	PingInterval time.Duration
 }
 

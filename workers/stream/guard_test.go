@@ -274,3 +274,29 @@ func TestConfigLimits(t *testing.T) {
 		}
 	}
 }
+
+// A socket that joined and then stops answering pings (a peer gone without closing) is dropped.
+func TestHubDropsUnansweredPings(t *testing.T) {
+	h, addr := hub(t, Limits{PingInterval: 200 * time.Millisecond}, nil)
+	ctx := context.Background()
+	ws, _, err := websocket.Dial(ctx, "ws://"+addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	_ = ws.Write(ctx, websocket.MessageText, []byte(`{"type":"join","data":{"subscriptionId":"s","streamName":"a","groupId":"g"}}`))
+	read(t, ws) // the sync; from now on nothing reads, so no pong goes back
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.mu.Lock()
+		n := len(h.conns)
+		h.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a socket that answers no ping is still served after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -126,6 +126,7 @@ type client struct {
 	// unjoined closes the socket while it has no subscription: JoinTimeout after it connects,
 	// IdleTimeout after its last leave.
 	unjoined *time.Timer
+	pinging  sync.Once
 	// syncing counts the joins whose sync is being read; meanwhile messages are held, so none
 	// goes out before the sync it may be newer than.
 	syncing int
@@ -226,7 +227,6 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 	defer h.disconnect(c)
 	go c.writeLoop(ctx, ws)
-	go c.pingLoop(ctx, lim.PingInterval)
 	for {
 		_, b, err := ws.Read(ctx)
 		if err != nil {
@@ -239,6 +239,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch in.Type {
 		case "join":
 			h.join(ctx, c, in.Data.SubscriptionID, subscription{stream: in.Data.StreamName, group: in.Data.GroupID, id: in.Data.ID})
+			// Pinged once it has joined: before that JoinTimeout bounds it, without a goroutine.
+			c.pinging.Do(func() { go c.pingLoop(ctx, lim.PingInterval) })
 		case "leave":
 			h.leave(ctx, c, in.Data.SubscriptionID)
 			c.mu.Lock()
@@ -260,8 +262,8 @@ func (c *client) closeIfUnjoined(why string) {
 	}
 }
 
-// pingLoop pings c every interval until ctx ends; a ping not answered within pingTimeout drops
-// it (the peer went away without closing).
+// pingLoop pings c every interval until ctx ends; a ping not answered within pingTimeout (or
+// interval, when shorter) drops it (the peer went away without closing).
 func (c *client) pingLoop(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -270,11 +272,14 @@ func (c *client) pingLoop(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			pctx, cancel := context.WithTimeout(ctx, min(pingTimeout, interval))
 			err := c.ws.Ping(pctx)
 			cancel()
-			if err != nil {
-				c.drop(websocket.StatusPolicyViolation, "ping not answered")
+			if err != nil { // no close handshake: the peer answers nothing
+				c.once.Do(func() {
+					c.stop()
+					_ = c.ws.CloseNow()
+				})
 				return
 			}
 		}
