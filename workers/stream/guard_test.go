@@ -119,8 +119,8 @@ func TestStreamAllowedOrigins(t *testing.T) {
 	}
 }
 
-// closedWithin waits for the server to close ws and returns the close status.
-func closedWithin(t *testing.T, ws *websocket.Conn, d time.Duration) websocket.StatusCode {
+// closedWithin waits for the server to close ws and returns the close status and reason.
+func closedWithin(t *testing.T, ws *websocket.Conn, d time.Duration) (websocket.StatusCode, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -129,7 +129,9 @@ func closedWithin(t *testing.T, ws *websocket.Conn, d time.Duration) websocket.S
 			if ctx.Err() != nil {
 				t.Fatalf("socket still open after %v", d)
 			}
-			return websocket.CloseStatus(err)
+			var ce websocket.CloseError
+			errors.As(err, &ce)
+			return websocket.CloseStatus(err), ce.Reason
 		}
 	}
 }
@@ -156,8 +158,8 @@ func TestHubClosesSocketsWithoutSubscription(t *testing.T) {
 	}
 	defer idle.CloseNow()
 	start := time.Now()
-	if code := closedWithin(t, idle, 10*time.Second); code != websocket.StatusPolicyViolation {
-		t.Errorf("unjoined socket closed with %v, want 1008", code)
+	if code, why := closedWithin(t, idle, 10*time.Second); code != websocket.StatusPolicyViolation || why != "no stream joined within 300ms" {
+		t.Errorf("unjoined socket closed with %v %q, want 1008 \"no stream joined within 300ms\"", code, why)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("unjoined socket closed after %v", d)
@@ -170,8 +172,8 @@ func TestHubClosesSocketsWithoutSubscription(t *testing.T) {
 	for _, id := range []string{"s", "t"} {
 		_ = joined.Write(ctx, websocket.MessageText, []byte(`{"type":"leave","data":{"subscriptionId":"`+id+`"}}`))
 	}
-	if code := closedWithin(t, joined, 10*time.Second); code != websocket.StatusPolicyViolation {
-		t.Errorf("socket left without subscription closed with %v, want 1008", code)
+	if code, why := closedWithin(t, joined, 10*time.Second); code != websocket.StatusPolicyViolation || why != "no subscription for 300ms" {
+		t.Errorf("socket left without subscription closed with %v %q, want 1008 \"no subscription for 300ms\"", code, why)
 	}
 }
 

@@ -126,6 +126,7 @@ type client struct {
 	// unjoined closes the socket while it has no subscription: JoinTimeout after it connects,
 	// IdleTimeout after its last leave.
 	unjoined *time.Timer
+	idleWhy  string // the close reason when unjoined fires
 	pinging  sync.Once
 	// syncing counts the joins whose sync is being read; meanwhile messages are held, so none
 	// goes out before the sync it may be newer than.
@@ -221,7 +222,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(1 << 20)
 	ctx, cancel := context.WithCancel(r.Context())
 	c := &client{out: make(chan []byte, OutboundLimit), stop: cancel, subs: map[string]subscription{}, ws: ws, auth: auth}
-	c.unjoined = time.AfterFunc(lim.JoinTimeout, func() { c.closeIfUnjoined("no stream joined within " + lim.JoinTimeout.String()) })
+	c.idleWhy = "no stream joined within " + lim.JoinTimeout.String()
+	c.unjoined = time.AfterFunc(lim.JoinTimeout, c.closeIfUnjoined)
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
@@ -245,6 +247,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.leave(ctx, c, in.Data.SubscriptionID)
 			c.mu.Lock()
 			if len(c.subs) == 0 {
+				c.idleWhy = "no subscription for " + lim.IdleTimeout.String()
 				c.unjoined.Reset(lim.IdleTimeout)
 			}
 			c.mu.Unlock()
@@ -252,10 +255,10 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// closeIfUnjoined closes c, with why, unless it has a subscription now.
-func (c *client) closeIfUnjoined(why string) {
+// closeIfUnjoined closes c, saying why, unless it has a subscription now.
+func (c *client) closeIfUnjoined() {
 	c.mu.Lock()
-	n := len(c.subs)
+	n, why := len(c.subs), c.idleWhy
 	c.mu.Unlock()
 	if n == 0 {
 		c.drop(websocket.StatusPolicyViolation, why)
