@@ -156,6 +156,11 @@ type Stream struct {
 	// FilePath is the kv adapter's file_path: the directory of the store ("" for
 	// ~/.iii/data/stream/<namespace>).
 	FilePath string
+	// AllowedOrigins, JoinTimeoutMS, IdleTimeoutMS, MaxConnections and
+	// MaxConnectionsPerAddress bound the WebSocket port (this engine's keys; see
+	// workers/stream.Limits). 0 is the default.
+	AllowedOrigins                                                         []string
+	JoinTimeoutMS, IdleTimeoutMS, MaxConnections, MaxConnectionsPerAddress int
 }
 
 // Defaults of iii-stream.
@@ -569,12 +574,30 @@ func (c *Config) parseConfiguration(v *yaml.Node) error {
 }
 
 // parseStream reads iii-stream config: {host, port, auth_function, adapter: {name: kv, config:
-// {store_method, file_path}}}. The adapters redis and bridge are iii's and refused here.
+// {store_method, file_path}}}, and this engine's bounds of the WebSocket port: allowed_origins,
+// join_timeout_ms, idle_timeout_ms, max_connections, max_connections_per_address. The adapters
+// redis and bridge are iii's and refused here.
 func (c *Config) parseStream(v *yaml.Node) error {
 	st := c.Stream
-	return mapping(v, "iii-stream config", []string{"host", "port", "adapter", "auth_function"}, func(k, v *yaml.Node) error {
+	return mapping(v, "iii-stream config", []string{"host", "port", "adapter", "auth_function", "allowed_origins",
+		"join_timeout_ms", "idle_timeout_ms", "max_connections", "max_connections_per_address"}, func(k, v *yaml.Node) error {
 		var err error
+		limit := func(dst *int) {
+			if *dst, err = intValue(v, k.Value); err == nil && *dst < 0 {
+				err = invalid(v.Line, "iii-stream config: %s is %d: it must be 0 (the default) or more", k.Value, *dst)
+			}
+		}
 		switch k.Value {
+		case "allowed_origins":
+			st.AllowedOrigins, err = streamOrigins(v)
+		case "join_timeout_ms":
+			limit(&st.JoinTimeoutMS)
+		case "idle_timeout_ms":
+			limit(&st.IdleTimeoutMS)
+		case "max_connections":
+			limit(&st.MaxConnections)
+		case "max_connections_per_address":
+			limit(&st.MaxConnectionsPerAddress)
 		case "auth_function":
 			st.AuthFunction, err = strValue(v, k.Value)
 		case "host":
@@ -912,6 +935,28 @@ func originList(v *yaml.Node) ([]string, error) {
 		}
 		if err := validOrigin(p); err != nil {
 			return nil, invalid(e.Line, "allowed_origins: %v", err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// streamOrigins reads iii-stream's allowed_origins: origin patterns as the listeners', where
+// "*" alone is allowed: it gives back iii's stream port, open to every page.
+func streamOrigins(v *yaml.Node) ([]string, error) {
+	if v.Kind != yaml.SequenceNode {
+		return nil, invalid(v.Line, "iii-stream config: allowed_origins must be a list of origins, e.g. [\"http://app.example\"]")
+	}
+	var out []string
+	for _, e := range v.Content {
+		p, err := strValue(e, "allowed_origins entry")
+		if err != nil {
+			return nil, err
+		}
+		if p != "*" {
+			if err := validOrigin(p); err != nil {
+				return nil, invalid(e.Line, "iii-stream config: allowed_origins: %v", err)
+			}
 		}
 		out = append(out, p)
 	}

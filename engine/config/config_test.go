@@ -31,7 +31,8 @@ workers:
   - name: configuration
     config: {adapter: {name: fs, config: {directory: /tmp/cfg}}, ttl_seconds: 0}
   - name: iii-stream
-    config: {port: "${SPORT:3200}", host: 0.0.0.0, auth_function: my::auth, adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}}}
+    config: {port: "${SPORT:3200}", host: 0.0.0.0, auth_function: my::auth, adapter: {name: kv, config: {store_method: file_based, file_path: ./data/streams}},
+      allowed_origins: ["https://app.example"], join_timeout_ms: 5000, idle_timeout_ms: 60000, max_connections: 10, max_connections_per_address: 2}
   - name: iii-http-functions
     config:
       security: {url_allowlist: ["127.0.0.1", "*.example.com"], block_private_ips: false, require_https: ${HTTPS:false}}
@@ -53,7 +54,8 @@ namespaces:
 		Declared:   []string{"iii-worker-manager", "configuration", "iii-stream", "iii-http-functions"},
 		HTTPSecurity: HTTPSecurity{URLAllowlist: []string{"127.0.0.1", "*.example.com"}, Secrets: map[string]HTTPSecret{
 			"HOOK": {Env: "HOOK", Hosts: []string{"127.0.0.1"}}, "GH": {Env: "GITHUB_TOKEN", Hosts: []string{"api.github.com", "*.github.com"}}}},
-		Stream: &Stream{Host: "0.0.0.0", Port: 3200, AuthFunction: "my::auth", FilePath: "./data/streams"}}
+		Stream: &Stream{Host: "0.0.0.0", Port: 3200, AuthFunction: "my::auth", FilePath: "./data/streams",
+			AllowedOrigins: []string{"https://app.example"}, JoinTimeoutMS: 5000, IdleTimeoutMS: 60000, MaxConnections: 10, MaxConnectionsPerAddress: 2}}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Error(d)
 	}
@@ -121,7 +123,9 @@ func TestParseErrors(t *testing.T) {
 		{"modules:\n  - name: configuration\nworkers:\n  - name: iii-stream\n  - name: configuration\n", errcode.ConfigUnsupported,
 			`line 5: workers[1]: a second "configuration" entry, after the one on line 2, is a second instance of configuration: this engine runs one configuration`},
 		{"workers:\n  - name: configuration\n    config: {ttl_seconds: 1}\n", errcode.ConfigUnsupported, "ttl_seconds: 1"},
-		{"workers:\n  - name: iii-stream\n    config: {anything_at_all: [1]}\n", errcode.ConfigInvalid, `line 3: unknown key "anything_at_all" in iii-stream config; allowed: host, port, adapter, auth_function`},
+		{"workers:\n  - name: iii-stream\n    config: {anything_at_all: [1]}\n", errcode.ConfigInvalid, `line 3: unknown key "anything_at_all" in iii-stream config; allowed: host, port, adapter, auth_function, allowed_origins, join_timeout_ms, idle_timeout_ms, max_connections, max_connections_per_address`},
+		{"workers:\n  - name: iii-stream\n    config: {max_connections: -1}\n", errcode.ConfigInvalid, `line 3: iii-stream config: max_connections is -1`},
+		{"workers:\n  - name: iii-stream\n    config: {allowed_origins: \"*\"}\n", errcode.ConfigInvalid, `allowed_origins must be a list`},
 		{"workers:\n  - name: iii-stream\n    config:\n      adapter: {name: redis, config: {redis_url: 'redis://x'}}\n", errcode.ConfigUnsupported, `line 4: iii-stream adapter: name "redis"`},
 		{"workers:\n  - name: iii-stream\n    config: {adapter: {name: bridge}}\n", errcode.ConfigUnsupported, `iii-stream adapter: name "bridge"`},
 		{"workers:\n  - name: iii-stream\n    config: {adapter: {config: {}}}\n", errcode.ConfigInvalid, "name is required"},

@@ -3,9 +3,9 @@ package observability
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
-	"regexp"
 	"sort"
 	"time"
 
@@ -27,8 +27,6 @@ type promServer struct {
 	duration *prometheus.HistogramVec
 }
 
-var promName = regexp.MustCompile(`[^a-zA-Z0-9_]`)
-
 func startProm(ctx context.Context, w *Worker) (*promServer, error) {
 	addr := net.JoinHostPort(w.cfg.PrometheusHost, itoa(w.cfg.PrometheusPort))
 	ln, err := net.Listen("tcp", addr)
@@ -47,7 +45,9 @@ func startProm(ctx context.Context, w *Worker) (*promServer, error) {
 			http.NotFound(rw, r)
 			return
 		}
-		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rw, r)
+		// ContinueOnError: a metric that cannot be gathered is left out (and logged), the rest
+		// is served, so one worker's data never fails a scrape.
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: promLog{w}}).ServeHTTP(rw, r)
 	}), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
 	go func() {
@@ -80,6 +80,13 @@ func (p *promServer) stop() {
 	}
 }
 
+// promLog logs what a scrape left out, at debug level (a scrape may come every few seconds).
+type promLog struct{ w *Worker }
+
+func (l promLog) Println(v ...any) {
+	l.w.log.Debug("Prometheus scrape left a metric out", "err", fmt.Sprint(v...))
+}
+
 // storeCollector reports the engine's workers and stores and the SDKs' worker metrics at
 // scrape time. It is unchecked (Describe sends nothing): the SDK metrics are known only then.
 type storeCollector struct{ w *Worker }
@@ -92,7 +99,11 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		for i := 0; i+1 < len(labels); i += 2 {
 			keys, vals = append(keys, labels[i]), append(vals, labels[i+1])
 		}
-		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, keys, nil), prometheus.GaugeValue, v, vals...)
+		m, err := prometheus.NewConstMetric(prometheus.NewDesc(name, help, keys, nil), prometheus.GaugeValue, v, vals...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(prometheus.NewDesc(name, help, keys, nil), err)
+		}
+		ch <- m
 	}
 	w := c.w
 	if w.e != nil {
@@ -104,6 +115,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge("iii_"+name+"_stored_bytes", "Estimated bytes of the "+name+" store.", float64(b))
 		gauge("iii_"+name+"_dropped", "Records the "+name+" store dropped to stay within its bounds.", float64(d))
 	}
+	gauge("iii_sdk_metric_names_dropped", "SDK metric values not kept: a name outside iii.worker.*, or past the names one worker may report.", float64(w.namesDropped.Load()))
 	w.mu.Lock()
 	type row struct {
 		name, worker string
@@ -112,7 +124,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	var rows []row
 	for id, m := range w.latest {
 		for k, v := range m {
-			rows = append(rows, row{promName.ReplaceAllString(k, "_"), id, v})
+			rows = append(rows, row{k, id, v}) // k is a metricKey: a valid name, unique per worker
 		}
 	}
 	w.mu.Unlock()

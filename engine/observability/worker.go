@@ -81,7 +81,7 @@ type Worker struct {
 	metrics *ring[MetricPoint]
 
 	mu         sync.Mutex
-	latest     map[string]map[string]float64 // worker id -> SDK metric -> last value
+	latest     map[string]map[string]float64 // worker id -> SDK metric (metricKey) -> last value
 	latestAt   map[string]time.Time
 	byFunction map[string]uint64
 	components []Component
@@ -89,6 +89,11 @@ type Worker struct {
 	total, success, failed atomic.Uint64
 	spawns                 atomic.Uint64
 	ingestErrors           atomic.Uint64
+	namesDropped           atomic.Uint64 // SDK metric names not kept by keepLatest
+
+	// live reports whether a worker connection id is connected (nil: every id is, without an
+	// engine).
+	live func(id string) bool
 
 	exp  *exporter   // nil unless exporter is otlp or both
 	prom *promServer // nil unless metrics_exporter is prometheus
@@ -120,6 +125,14 @@ func (w *Worker) AddComponent(c Component) {
 // Install adds the worker's functions to e.
 func (w *Worker) Install(e *core.Engine) {
 	w.e = e
+	w.live = func(id string) bool {
+		select {
+		case <-e.WorkerGone(id):
+			return false
+		default:
+			return true
+		}
+	}
 	for _, lvl := range []string{"info", "warn", "error", "debug", "trace"} {
 		e.HandleInline("engine::log::"+lvl, "Log a "+lvl+" message: {message, data?, trace_id?, span_id?, service_name?}", w.logFn(lvl))
 	}
@@ -317,25 +330,10 @@ func (w *Worker) Telemetry(workerID, signal string, body []byte) {
 		if pts, err = parseMetrics(body); err == nil {
 			now := time.Now()
 			for _, p := range pts {
-				if id, _ := p.Attributes["worker.id"].(string); id != "" {
-					p.WorkerID = id
-				} else {
-					p.WorkerID = workerID
-				}
+				p.WorkerID = w.reporter(workerID, p.Attributes)
 				w.metrics.add(p, p.size(), now)
-				if p.WorkerID != "" && strings.HasPrefix(p.Name, "iii.worker.") {
-					if w.reportingFull(p.WorkerID) {
-						w.pruneReporting()
-					}
-					w.mu.Lock()
-					m := w.latest[p.WorkerID]
-					if m == nil {
-						m = map[string]float64{}
-						w.latest[p.WorkerID] = m
-					}
-					m[p.Name] = p.Value
-					w.latestAt[p.WorkerID] = now
-					w.mu.Unlock()
+				if p.WorkerID != "" && strings.HasPrefix(p.Name, workerMetricPrefix) {
+					w.keepLatest(p.WorkerID, p.Name, p.Value, now)
 				}
 			}
 		}
@@ -344,6 +342,79 @@ func (w *Worker) Telemetry(workerID, signal string, body []byte) {
 		w.ingestErrors.Add(1)
 		w.log.Debug("telemetry frame not understood", "signal", signal, "worker_id", workerID, "err", err)
 	}
+}
+
+// Bounds of the last SDK metrics kept per worker (engine::workers::info's latest_metrics and
+// /metrics): only the SDKs' iii.worker.* names are kept there; one of other characters, or past
+// maxWorkerMetricNames, is dropped and counted (namesDropped), so a worker cannot grow the
+// engine's memory or a scrape with made-up names.
+// iii-sdk 0.22.1's Node SDK reports nine names, the Python and Rust SDKs fewer than twenty.
+const (
+	workerMetricPrefix   = "iii.worker."
+	maxWorkerMetricNames = 64
+	maxWorkerMetricLen   = 128
+)
+
+// reporter is the worker a metric point is about. On a worker connection it is that connection,
+// whatever the point's worker.id attribute says. A telemetry-only /otel socket (workerID "", how
+// iii-sdk sends its telemetry) has no worker of its own: the SDK names its worker in worker.id,
+// which is taken only when it is a connected worker, so made-up ids are not kept.
+func (w *Worker) reporter(workerID string, attrs map[string]any) string {
+	if workerID != "" {
+		return workerID
+	}
+	id, _ := attrs["worker.id"].(string)
+	if id == "" || w.live != nil && !w.live(id) {
+		return ""
+	}
+	return id
+}
+
+// metricKey is the Prometheus name of an SDK metric name, "" when the name is not one the SDKs
+// use: iii.worker. followed by letters, digits, '_' and '.'. Dots become '_', so names that
+// differ only there (iii.worker.cpu.percent, iii.worker.cpu_percent) are one metric: the last
+// value reported wins, and /metrics never sees the same name twice for one worker.
+func metricKey(name string) string {
+	if !strings.HasPrefix(name, workerMetricPrefix) || len(name) == len(workerMetricPrefix) || len(name) > maxWorkerMetricLen {
+		return ""
+	}
+	b := []byte(name)
+	for i, c := range b {
+		switch {
+		case c == '.':
+			b[i] = '_'
+		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		default:
+			return ""
+		}
+	}
+	return string(b)
+}
+
+// keepLatest records v as the last value of the SDK metric name of worker id, within the bounds
+// above.
+func (w *Worker) keepLatest(id, name string, v float64, now time.Time) {
+	key := metricKey(name)
+	if key == "" {
+		w.namesDropped.Add(1)
+		return
+	}
+	if w.reportingFull(id) {
+		w.pruneReporting()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.latest[id]
+	if m == nil {
+		m = map[string]float64{}
+		w.latest[id] = m
+	}
+	if _, known := m[key]; !known && len(m) >= maxWorkerMetricNames {
+		w.namesDropped.Add(1)
+		return
+	}
+	m[key] = v
+	w.latestAt[id] = now
 }
 
 // WorkerMetrics is the last CPU, memory and event-loop report of a worker's SDK, with iii's
@@ -357,7 +428,7 @@ func (w *Worker) WorkerMetrics(workerID string) any {
 	}
 	out := map[string]any{"timestamp_ms": w.latestAt[workerID].UnixMilli()}
 	for k, v := range m {
-		out[strings.ReplaceAll(strings.TrimPrefix(k, "iii.worker."), ".", "_")] = v
+		out[strings.TrimPrefix(k, "iii_worker_")] = v
 	}
 	return out
 }
@@ -811,9 +882,10 @@ func (w *Worker) healthCheck(context.Context, core.Caller, json.RawMessage) (any
 	comps := map[string]health{
 		"otel": {status(true), map[string]any{"service_name": w.cfg.ServiceName, "exporter": w.cfg.Exporter, "endpoint": w.endpointDetail(),
 			"ingest_errors": w.ingestErrors.Load(), "export": w.exportDetail()}},
-		"spans":   {status(w.keepSpans()), map[string]any{"count": sc, "bytes": sb, "dropped": sd, "max_count": w.cfg.MemoryMaxSpans, "max_bytes": w.cfg.MemoryMaxBytes}},
-		"logs":    {status(w.cfg.LogsEnabled), map[string]any{"count": lc, "bytes": lb, "dropped": ld, "max_count": w.cfg.LogsMaxCount, "max_bytes": w.cfg.LogsMaxBytes}},
-		"metrics": {status(w.cfg.MetricsEnabled), map[string]any{"count": mc, "bytes": mb, "dropped": md, "max_count": w.cfg.MetricsMaxCount, "max_bytes": w.cfg.MetricsMaxBytes, "exporter": w.cfg.MetricsExporter, "prometheus": w.promDetail()}},
+		"spans": {status(w.keepSpans()), map[string]any{"count": sc, "bytes": sb, "dropped": sd, "max_count": w.cfg.MemoryMaxSpans, "max_bytes": w.cfg.MemoryMaxBytes}},
+		"logs":  {status(w.cfg.LogsEnabled), map[string]any{"count": lc, "bytes": lb, "dropped": ld, "max_count": w.cfg.LogsMaxCount, "max_bytes": w.cfg.LogsMaxBytes}},
+		"metrics": {status(w.cfg.MetricsEnabled), map[string]any{"count": mc, "bytes": mb, "dropped": md, "max_count": w.cfg.MetricsMaxCount, "max_bytes": w.cfg.MetricsMaxBytes, "exporter": w.cfg.MetricsExporter, "prometheus": w.promDetail(),
+			"worker_metric_names_dropped": w.namesDropped.Load()}},
 	}
 	overall := "healthy"
 	w.mu.Lock()

@@ -25,6 +25,8 @@ func Config(env cli.EngineWorkerEnv) stream.Config {
 	sc := env.Config.Stream
 	cfg := stream.Default()
 	cfg.Host, cfg.Port, cfg.AuthFunction = sc.Host, stream.Port(sc.Port), sc.AuthFunction
+	cfg.AllowedOrigins, cfg.JoinTimeoutMS, cfg.IdleTimeoutMS = sc.AllowedOrigins, sc.JoinTimeoutMS, sc.IdleTimeoutMS
+	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = sc.MaxConnections, sc.MaxConnectionsPerAddress
 	cfg.Adapter = &stream.Adapter{Name: "kv", Config: map[string]any{}}
 	if sc.Memory {
 		cfg.Adapter.Config["store_method"] = "in_memory"

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strconv"
 	"time"
 
@@ -25,7 +26,8 @@ const (
 )
 
 // Config is the stream worker's configuration: iii's iii-stream keys (port, host, auth_function, adapter)
-// plus the store's (nats, replicas).
+// plus the store's (nats, replicas) and the bounds of the WebSocket port (allowed_origins,
+// join_timeout_ms, idle_timeout_ms, max_connections, max_connections_per_address).
 type Config struct {
 	// Host and Port of the WebSocket endpoint. iii listens on 0.0.0.0 by default; this worker
 	// on 127.0.0.1, as the engine does, so a stream is not open to the network unless asked.
@@ -39,6 +41,21 @@ type Config struct {
 	// NATS is the store (see package jsstore): embedded by default, a cluster with nats.url.
 	NATS     jsstore.Config `yaml:"nats"`
 	Replicas int            `yaml:"replicas"`
+	// AllowedOrigins are the browser origins admitted besides the port's own and loopback pages
+	// (see Limits); ["*"] admits all, as iii's port does.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// JoinTimeoutMS, IdleTimeoutMS, MaxConnections and MaxConnectionsPerAddress are Limits'
+	// (0: the default).
+	JoinTimeoutMS            int `yaml:"join_timeout_ms"`
+	IdleTimeoutMS            int `yaml:"idle_timeout_ms"`
+	MaxConnections           int `yaml:"max_connections"`
+	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
+}
+
+// Limits are the stream port's limits c sets.
+func (c Config) Limits() Limits {
+	return Limits{AllowedOrigins: c.AllowedOrigins, JoinTimeout: time.Duration(c.JoinTimeoutMS) * time.Millisecond,
+		IdleTimeout: time.Duration(c.IdleTimeoutMS) * time.Millisecond, MaxConnections: c.MaxConnections, MaxPerAddress: c.MaxConnectionsPerAddress}
 }
 
 // Adapter is iii's adapter entry.
@@ -81,6 +98,17 @@ func (c Config) Validate() (Store, error) {
 	}
 	if c.Replicas < 0 {
 		return st, errcode.New(errcode.ConfigInvalid, "replicas is %d: it must be 1 or more (0 means 1)", c.Replicas)
+	}
+	for k, v := range map[string]int{"join_timeout_ms": c.JoinTimeoutMS, "idle_timeout_ms": c.IdleTimeoutMS,
+		"max_connections": c.MaxConnections, "max_connections_per_address": c.MaxConnectionsPerAddress} {
+		if v < 0 {
+			return st, errcode.New(errcode.ConfigInvalid, "%s is %d: it must be 0 (the default) or more", k, v)
+		}
+	}
+	for _, o := range c.AllowedOrigins {
+		if _, err := path.Match(o, ""); err != nil || o == "" {
+			return st, errcode.New(errcode.ConfigInvalid, "allowed_origins: %q is not a pattern (path.Match syntax: *, ?, [a-z])", o)
+		}
 	}
 	if c.Adapter == nil {
 		return st, nil
@@ -153,12 +181,16 @@ func Setup(ctx context.Context, cfg Config, w *protocol.Worker, log *slog.Logger
 	}
 	hub.Log = log.Warn
 	hub.AuthFunction = cfg.AuthFunction
+	hub.Limits = cfg.Limits()
 	addr := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		hub.Close()
 		store.Close()
 		return nil, errcode.New(errcode.ListenFailed, "iii-stream cannot listen on %s (host, port): %w", addr, err)
+	}
+	if t, ok := ln.Addr().(*net.TCPAddr); ok && t.IP.IsLoopback() {
+		hub.Loopback = true
 	}
 	srv := &http.Server{Handler: hub, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -24,7 +24,14 @@ import (
 // and keeps the context of its answer {context}, which the stream:join and stream:leave
 // functions get; a join function answering {unauthorized: true} refuses the join with a Message
 // whose event is {type: "unauthorized"}. As iii's, an auth function that fails admits the
-// connection without a context.
+// connection without a context (the warning saying so is logged at most once a minute).
+//
+// Who may connect: any client without an Origin header (SDKs, scripts), and browser pages of
+// the port's own origin, of a loopback address, or of Limits.AllowedOrigins; on a loopback bind
+// (Loopback) only requests naming a loopback name or an IP address in Host, so a DNS-rebound
+// page cannot. Others are refused 403 ORIGIN_FORBIDDEN or HOST_FORBIDDEN before the auth
+// function runs. Limits also close sockets that never join or are left without a subscription,
+// and cap the sockets held (503 STREAM_CONNECTION_LIMIT).
 type Hub struct {
 	svc *Service
 	sub *nats.Subscription
@@ -32,9 +39,16 @@ type Hub struct {
 	Log func(msg string, args ...any)
 	// AuthFunction is called for each new connection ("" for none).
 	AuthFunction string
+	// Limits bound who may connect and for how long (zero fields: defaults). Set before serving.
+	Limits Limits
+	// Loopback is set when the port listens on a loopback address: the Host header is checked.
+	Loopback bool
 
 	mu    sync.Mutex
 	conns map[*client]struct{}
+
+	slots                 slots
+	authWarn, refusedWarn warnLimiter
 }
 
 // OutboundLimit is how many messages a client may have waiting before it is disconnected.
@@ -88,9 +102,7 @@ func (h *Hub) authenticate(r *http.Request) json.RawMessage {
 	defer cancel()
 	res, err := h.svc.call.Call(ctx, h.AuthFunction, map[string]any{"headers": headers, "path": r.URL.Path, "query_params": query, "addr": r.RemoteAddr})
 	if err != nil {
-		if h.Log != nil {
-			h.Log("the stream auth function failed; connection admitted without a context", "function_id", h.AuthFunction, "err", err)
-		}
+		h.warn(&h.authWarn, "the stream auth function failed; connection admitted without a context", "function_id", h.AuthFunction, "err", err)
 		return nil
 	}
 	var out struct {
@@ -111,6 +123,11 @@ type client struct {
 	mu   sync.Mutex
 	subs map[string]subscription
 	ws   *websocket.Conn
+	// unjoined closes the socket while it has no subscription: JoinTimeout after it connects,
+	// IdleTimeout after its last leave.
+	unjoined *time.Timer
+	idleWhy  string // the close reason when unjoined fires
+	pinging  sync.Once
 	// syncing counts the joins whose sync is being read; meanwhile messages are held, so none
 	// goes out before the sync it may be newer than.
 	syncing int
@@ -119,8 +136,12 @@ type client struct {
 
 func (c *client) drop(code websocket.StatusCode, why string) {
 	c.once.Do(func() {
-		c.stop()
-		go func() { _ = c.ws.Close(code, why) }() // the close handshake may take seconds: never under the hub's lock
+		// The close handshake may take seconds: never under the hub's lock. The connection's
+		// context ends after it, so the peer gets code and why, not a bare end of stream.
+		go func() {
+			_ = c.ws.Close(code, why)
+			c.stop()
+		}()
 	})
 }
 
@@ -177,10 +198,23 @@ type incoming struct {
 	} `json:"data"`
 }
 
-// ServeHTTP upgrades any request to a stream connection. Browsers connect from the pages of
-// the app, so every origin is admitted, as iii's stream port does.
+// ServeHTTP upgrades a request to a stream connection, any path, once the handshake checks and
+// the socket caps admit it (see Hub).
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if e := h.checkHandshake(r); e != nil {
+		h.refuse(w, r, http.StatusForbidden, e)
+		return
+	}
+	lim := h.Limits.withDefaults()
+	addr := clientAddr(r)
+	if e := h.slots.take(addr, lim); e != nil {
+		h.refuse(w, r, http.StatusServiceUnavailable, e)
+		return
+	}
+	defer h.slots.give(addr)
 	auth := h.authenticate(r) // before the upgrade, as iii's
+	// The origin was checked above, with the engine's rules; coder/websocket's own check (same
+	// host only) would refuse the loopback pages admitted there.
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		return
@@ -188,6 +222,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(1 << 20)
 	ctx, cancel := context.WithCancel(r.Context())
 	c := &client{out: make(chan []byte, OutboundLimit), stop: cancel, subs: map[string]subscription{}, ws: ws, auth: auth}
+	c.idleWhy = "no stream joined within " + lim.JoinTimeout.String()
+	c.unjoined = time.AfterFunc(lim.JoinTimeout, c.closeIfUnjoined)
 	h.mu.Lock()
 	h.conns[c] = struct{}{}
 	h.mu.Unlock()
@@ -205,14 +241,57 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch in.Type {
 		case "join":
 			h.join(ctx, c, in.Data.SubscriptionID, subscription{stream: in.Data.StreamName, group: in.Data.GroupID, id: in.Data.ID})
+			// Pinged once it has joined: before that JoinTimeout bounds it, without a goroutine.
+			c.pinging.Do(func() { go c.pingLoop(ctx, lim.PingInterval) })
 		case "leave":
 			h.leave(ctx, c, in.Data.SubscriptionID)
+			c.mu.Lock()
+			if len(c.subs) == 0 {
+				c.idleWhy = "no subscription for " + lim.IdleTimeout.String()
+				c.unjoined.Reset(lim.IdleTimeout)
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// closeIfUnjoined closes c, saying why, unless it has a subscription now.
+func (c *client) closeIfUnjoined() {
+	c.mu.Lock()
+	n, why := len(c.subs), c.idleWhy
+	c.mu.Unlock()
+	if n == 0 {
+		c.drop(websocket.StatusPolicyViolation, why)
+	}
+}
+
+// pingLoop pings c every interval until ctx ends; a ping not answered within pingTimeout (or
+// interval, when shorter) drops it (the peer went away without closing).
+func (c *client) pingLoop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, min(pingTimeout, interval))
+			err := c.ws.Ping(pctx)
+			cancel()
+			if err != nil { // no close handshake: the peer answers nothing
+				c.once.Do(func() {
+					c.stop()
+					_ = c.ws.CloseNow()
+				})
+				return
+			}
 		}
 	}
 }
 
 // disconnect forgets the connection c, closes it and has each subscription it still had leave.
 func (h *Hub) disconnect(c *client) {
+	c.unjoined.Stop()
 	h.mu.Lock()
 	delete(h.conns, c)
 	h.mu.Unlock()
@@ -256,6 +335,7 @@ func (h *Hub) join(ctx context.Context, c *client, id string, s subscription) {
 	c.mu.Lock()
 	c.subs[id] = s
 	c.syncing++
+	c.unjoined.Stop()
 	c.mu.Unlock()
 	h.sync(ctx, c, s)
 	c.mu.Lock()

@@ -11,6 +11,11 @@
 //	adapter:        # optional: {name: kv, config: {store_method: file_based|in_memory, file_path: DIR}}
 //	nats:           # see package jsstore: url, data_dir, listen, allow_remote, sync, creds_file
 //	replicas: 1     # replicas of the bucket on a NATS cluster
+//	allowed_origins: ["https://app.example"] # browser pages admitted besides the port's own and loopback ones ("*": all)
+//	join_timeout_ms: 30000           # a socket that has not joined a stream by then is closed
+//	idle_timeout_ms: 300000          # a socket left without a subscription this long is closed
+//	max_connections: 1024            # sockets held in all (503 STREAM_CONNECTION_LIMIT past it)
+//	max_connections_per_address: 256 # sockets one client IP address holds
 package main
 
 import (
