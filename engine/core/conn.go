@@ -437,7 +437,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	var hf *httpfn.Function
 	if wire.HasInvocation(m) {
 		var err error
-		if hf, err = e.registerHTTP(m.ID, m.Invocation); err != nil {
+		if hf, err = e.registerHTTP(c, m.ID, m.Invocation); err != nil {
 			ce := errcode.As(err, errcode.HTTPInvocationInvalid)
 			e.log.Warn("function registration refused", "code", ce.Code, "function", m.ID, "namespace", ns, "worker_id", c.id, "reason", ce.Message)
 			_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: ce.Code,

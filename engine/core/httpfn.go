@@ -15,12 +15,19 @@ import (
 // registerTimeout bounds the DNS lookup of an HTTP-invoked function's host at registration.
 const registerTimeout = 5 * time.Second
 
-// registerHTTP checks the invocation of a registerfunction (package httpfn). The function stays
-// owned by the registering connection: listed as its worker's, gone when it disconnects.
-func (e *Engine) registerHTTP(id string, raw json.RawMessage) (*httpfn.Function, error) {
+// registerHTTP checks the invocation of a registerfunction by c (package httpfn). The function
+// stays owned by the registering connection: listed as its worker's, gone when it disconnects.
+// A session of a gated listener may not register one that carries a secret: whoever registers
+// it can call it, and so would have the engine's secret act for it at the granted host.
+func (e *Engine) registerHTTP(c *conn, id string, raw json.RawMessage) (*httpfn.Function, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), registerTimeout)
 	defer cancel()
-	return e.opts.HTTP.Register(ctx, id, raw)
+	f, err := e.opts.HTTP.Register(ctx, id, raw)
+	if err == nil && f.Authenticated() && c.session != nil {
+		return nil, errcode.New(errcode.Forbidden,
+			"function '%s': a session of listener '%s' may not register an HTTP-invoked function with auth; the engine's secrets act only for workers of an ungated listener", id, c.l.Name)
+	}
+	return f, err
 }
 
 // callHTTP calls an HTTP-invoked function; timeout (the call's) bounds it besides the

@@ -15,6 +15,7 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 )
 
 // An HTTP-invoked function registered by a raw socket is served by the engine over HTTP (from
@@ -86,5 +87,68 @@ func TestHTTPInvokedFunctionServedAndOwned(t *testing.T) {
 	}
 	if _, err := cl.Call(ctx, "x::h", nil); code(err) != errcode.FunctionNotFound {
 		t.Errorf("call after disconnect: %v", err)
+	}
+}
+
+// A session of a gated listener may register an HTTP-invoked function, but not one whose calls
+// carry a secret of the engine: it could call it and have the secret act for it. A worker of
+// the main listener may.
+func TestGatedSessionRegistersNoAuthenticatedHTTPFunction(t *testing.T) {
+	inv, err := httpfn.New(httpfn.Security{URLAllowlist: []string{"127.0.0.1"}, BlockPrivateIPs: false,
+		Secrets: map[string]httpfn.Secret{"HOOK": {Env: "HOOK", Hosts: []string{"127.0.0.1"}}}},
+		func(k string) (string, bool) { return "s3cret", k == "HOOK" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, urls := serveListenersWith(t, Options{HTTP: inv},
+		Listener{Name: "pub", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{Expose: []rbac.Filter{{Match: "api::*"}}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	register := func(url, id, auth string) *websocket.Conn {
+		c, _, err := websocket.Dial(ctx, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.CloseNow() })
+		f := `{"type":"registerfunction","id":"` + id + `","invocation":{"url":"http://127.0.0.1:9/h","method":"POST"` + auth + `}}`
+		if err := c.Write(ctx, websocket.MessageText, []byte(f)); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	const bearer = `,"auth":{"type":"bearer","token_key":"HOOK"}`
+	sess := register(urls[1], "api::hook", bearer)
+	for {
+		_, b, err := sess.Read(ctx)
+		if err != nil {
+			t.Fatalf("no registrationrejected: %v", err)
+		}
+		var m protocol.Message
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Type == protocol.TypeRegistrationRejected {
+			if m.Code != errcode.Forbidden || m.FunctionID != "api::hook" {
+				t.Errorf("the session's authenticated registration was answered %s, want registrationrejected FORBIDDEN", b)
+			}
+			break
+		}
+	}
+	register(urls[1], "api::plain", "")
+	register(urls[0], "x::hook", bearer)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, plain := e.Lookup("default", "api::plain")
+		_, trusted := e.Lookup("default", "x::hook")
+		if plain && trusted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registered: session's plain function %v, main listener's authenticated one %v; want both", plain, trusted)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := e.Lookup("default", "api::hook"); ok {
+		t.Error("the session's authenticated function was registered")
 	}
 }

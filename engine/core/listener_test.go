@@ -20,7 +20,13 @@ import (
 // loopback port, and returns their URLs (main first).
 func serveListeners(t *testing.T, gated ...Listener) (*Engine, []string) {
 	t.Helper()
-	e := New(Options{})
+	return serveListenersWith(t, Options{}, gated...)
+}
+
+// serveListenersWith is serveListeners for an engine made with opts.
+func serveListenersWith(t *testing.T, opts Options, gated ...Listener) (*Engine, []string) {
+	t.Helper()
+	e := New(opts)
 	bound := []Bound{{Listener: e.mainListener()}}
 	for _, l := range gated {
 		bound = append(bound, Bound{Listener: l})

@@ -108,6 +108,9 @@ type Function struct {
 	secret  string // never logged
 }
 
+// Authenticated reports whether calls of f carry one of the engine's secrets.
+func (f *Function) Authenticated() bool { return f.auth != nil }
+
 // Invoker registers and calls HTTP-invoked functions under one Security.
 type Invoker struct {
 	sec    Security
