@@ -3,11 +3,9 @@ package core
 import (
 	"net"
 	"net/http"
-	"net/url"
-	"path"
-	"strings"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/webguard"
 )
 
 // checkHandshake admits an upgrade request to the worker listener (engine and channel endpoints
@@ -17,54 +15,17 @@ import (
 // Origin header (a browser page) must be same-origin or match the listener's AllowedOrigins; one without
 // (SDKs, workers, iii call) is allowed.
 func (e *Engine) checkHandshake(l *listener, r *http.Request) *errcode.Error {
-	if l.loopback && !rebindSafeHost(r.Host) {
+	if l.loopback && !webguard.RebindSafeHost(r.Host) {
 		return errcode.New(errcode.HostForbidden,
 			"this engine listens on a loopback address and takes only loopback names or IP addresses in Host (localhost, 127.0.0.1, [::1]); got %q", r.Host)
 	}
 	origin := r.Header.Get("Origin")
-	if origin == "" || originAllowed(origin, r.Host, l.AllowedOrigins) {
+	if origin == "" || webguard.OriginAllowed(origin, r.Host, l.AllowedOrigins) {
 		return nil
 	}
 	return errcode.New(errcode.OriginForbidden,
 		"WebSocket handshake from origin %q refused: browser pages of other origins may not drive the engine; "+
 			"list the origin under allowed_origins of iii-worker-manager in config.yaml to allow it", origin)
-}
-
-// originAllowed reports whether a browser origin may connect to host: same host, or a match of
-// one of the patterns (path.Match, case-insensitive; a pattern with "://" is matched against
-// scheme://host, any other against the host). "null" and origins without a host match nothing.
-func originAllowed(origin, host string, patterns []string) bool {
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	if strings.EqualFold(u.Host, host) {
-		return true
-	}
-	for _, p := range patterns {
-		target := u.Host
-		if strings.Contains(p, "://") {
-			target = u.Scheme + "://" + u.Host
-		}
-		if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
-			return true
-		}
-	}
-	return false
-}
-
-// rebindSafeHost reports whether a Host header cannot come from a DNS-rebound name: a loopback
-// name (localhost, *.localhost) or any IP address.
-func rebindSafeHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return true
-	}
-	return net.ParseIP(host) != nil
 }
 
 // isLoopbackAddr reports whether a listener address is a loopback one (not a wildcard).

@@ -90,18 +90,9 @@ func TestHandshakeOriginAndHost(t *testing.T) {
 	}
 }
 
-// TestLoopbackNames: what counts as a loopback Host, and which listeners check it (a wildcard
-// listener serves other hosts' names, so it does not).
+// TestLoopbackNames: which listeners check the Host (a wildcard listener serves other hosts'
+// names, so it does not); package webguard says what counts as a loopback Host.
 func TestLoopbackNames(t *testing.T) {
-	for host, want := range map[string]bool{
-		"127.0.0.1:49134": true, "127.8.9.1": true, "localhost:1": true, "LOCALHOST": true, "app.localhost:2": true,
-		"[::1]:3": true, "localhost.:4": true, "evil.example:49134": false, "10.0.2.2:1": true, "[::]:1": true,
-		"": false, "127.0.0.1.evil.example": false, "localhost.evil.example": false,
-	} {
-		if got := rebindSafeHost(host); got != want {
-			t.Errorf("rebindSafeHost(%q) = %v, want %v", host, got, want)
-		}
-	}
 	for addr, want := range map[string]bool{"127.0.0.1:1": true, "[::1]:1": true, "0.0.0.0:1": false, "[::]:1": false, "192.168.1.2:1": false} {
 		a, err := net.ResolveTCPAddr("tcp", addr)
 		if err != nil {

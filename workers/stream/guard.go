@@ -3,13 +3,12 @@ package stream
 import (
 	"net"
 	"net/http"
-	"net/url"
-	"path"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/webguard"
 )
 
 // Codes of the stream port's refusals, this worker's own (iii's port refuses nothing).
@@ -75,7 +74,7 @@ func (l Limits) withDefaults() Limits {
 // checkHandshake refuses, before anything else runs for it, an upgrade whose Host a DNS-rebound
 // name could have sent (on a loopback bind) or whose browser origin is not admitted.
 func (h *Hub) checkHandshake(r *http.Request) *errcode.Error {
-	if h.Loopback && !rebindSafeHost(r.Host) {
+	if h.Loopback && !webguard.RebindSafeHost(r.Host) {
 		return errcode.New(errcode.HostForbidden,
 			"the stream port listens on a loopback address and takes only loopback names or IP addresses in Host (localhost, 127.0.0.1, [::1]); got %q", r.Host)
 	}
@@ -88,56 +87,10 @@ func (h *Hub) checkHandshake(r *http.Request) *errcode.Error {
 			"list the origin under allowed_origins of the stream worker (iii-stream) to allow it", origin)
 }
 
-// originAllowed reports whether a browser page of origin may connect to host: same host, a
-// page served from a loopback address, or a match of one of the patterns. "null" and origins
-// without a host match nothing but "*".
+// originAllowed reports whether a browser page of origin may connect to host: "*" among the
+// patterns, same host, a page served from a loopback address, or a match of one of the patterns.
 func originAllowed(origin, host string, patterns []string) bool {
-	for _, p := range patterns {
-		if p == "*" {
-			return true
-		}
-	}
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	if strings.EqualFold(u.Host, host) || loopbackHost(u.Hostname()) {
-		return true
-	}
-	for _, p := range patterns {
-		target := u.Host
-		if strings.Contains(p, "://") {
-			target = u.Scheme + "://" + u.Host
-		}
-		if ok, err := path.Match(strings.ToLower(p), strings.ToLower(target)); err == nil && ok {
-			return true
-		}
-	}
-	return false
-}
-
-// loopbackHost reports whether host (no port) is a loopback name or address.
-func loopbackHost(host string) bool {
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-// rebindSafeHost reports whether a Host header cannot come from a DNS-rebound name: a loopback
-// name (localhost, *.localhost) or any IP address.
-func rebindSafeHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return true
-	}
-	return net.ParseIP(host) != nil
+	return slices.Contains(patterns, "*") || webguard.LoopbackOrigin(origin) || webguard.OriginAllowed(origin, host, patterns)
 }
 
 // slots counts the sockets held, in all and by client address.
