@@ -218,14 +218,16 @@ func fillTruncation(res json.RawMessage) json.RawMessage {
 	return out
 }
 
-// adapterInfo returns the adapter worker's adapter::info reply, asked once per connection (again
-// when refresh is set); its raw reply is nil when the adapter did not answer within InfoTimeout,
-// and that too is remembered, so calls do not wait on a silent adapter::info twice.
+// adapterInfo returns the adapter worker's adapter::info reply, asked once per connection for
+// the contract check of calls, and afresh when refresh is set (sandbox::adapter::info, whose
+// reply carries counters that change); its raw reply is nil when the adapter did not answer
+// within InfoTimeout, and that too is remembered, so calls do not wait on a silent
+// adapter::info twice.
 func (r *Router) adapterInfo(ctx context.Context, b *Binding, wid string, refresh bool) *adapterInfo {
 	r.mu.Lock()
 	info, ok := r.infos[wid]
 	r.mu.Unlock()
-	if ok && !(refresh && info.raw == nil) {
+	if ok && !refresh {
 		return info
 	}
 	info = &adapterInfo{}

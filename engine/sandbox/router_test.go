@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -191,5 +193,48 @@ func TestS301NamesTheGrantOnlyWhereNeeded(t *testing.T) {
 	_, err = call(t, protected, "sandbox::list")
 	if errCode(err) != scode.S301 || !strings.Contains(err.Error(), "owner_token_file: <state dir>/owner-token") {
 		t.Fatalf("protected engine: %v, want S301 naming the grant", err)
+	}
+}
+
+// TestAdapterInfoAskedAfresh: sandbox::adapter::info shows the adapter's adapter::info as it is
+// now (its counters change), not as it was first asked on the adapter's connection.
+func TestAdapterInfoAskedAfresh(t *testing.T) {
+	_, _, url := serve(t, core.Options{}, &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"})
+	var made atomic.Int64
+	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: "default", Name: "real"})
+	if err := w.Register(DefaultAdapter+"::adapter::info", func(context.Context, json.RawMessage) (any, error) {
+		return map[string]any{"contract": Contract{Major: 1, Minor: 1}, "snapshots": map[string]int64{"made": made.Add(1)}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	caller, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "caller", NoReconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Close()
+	var got []string
+	for range 2 {
+		res, err := caller.Call(ctx, "sandbox::adapter::info", map[string]any{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Info struct {
+				Snapshots struct{ Made int64 } `json:"snapshots"`
+			} `json:"info"`
+		}
+		if err := json.Unmarshal(res, &out); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, strconv.FormatInt(out.Info.Snapshots.Made, 10))
+	}
+	if got[0] == got[1] {
+		t.Errorf("two sandbox::adapter::info calls showed snapshots.made %v: the adapter was not asked again", got)
 	}
 }
