@@ -429,7 +429,7 @@ func (e *Engine) applyRegistration(c *conn, ns string, m *protocol.Message) {
 	if m.ID == "" {
 		return
 	}
-	if reserved(m.ID) {
+	if reserved(m.ID) && !e.mayServeEngineID(c, ns, m.ID) {
 		_ = c.send(&protocol.Message{Type: protocol.TypeRegistrationRejected, Code: errcode.ReservedNamespace,
 			Namespace: &ns, FunctionID: m.ID, OwnerWorkerID: "engine"})
 		return

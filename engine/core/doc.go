@@ -18,8 +18,9 @@
 // registered), invocation_failed (from the worker), invocation_stopped (the serving worker
 // disconnected), timeout (the call's timeout_ms passed; checked every 20 ms), and at
 // registration NAMESPACE_TOKEN_REQUIRED / NAMESPACE_TOKEN_INVALID, FUNCTION_NAMESPACE_CONFLICT,
-// FUNCTION_PREFIX_CONFLICT, RESERVED_FUNCTION_ID (engine::, configuration:: and sandbox:: belong
-// to the engine), and, for a registerfunction with an invocation (an HTTP-invoked function, httpfn.go),
+// FUNCTION_PREFIX_CONFLICT, RESERVED_FUNCTION_ID (configuration:: and sandbox:: belong to the
+// engine; engine:: too, except ids it does not serve itself registered in default by a
+// connection outside a gated session, as iii's console and queue workers do), and, for a registerfunction with an invocation (an HTTP-invoked function, httpfn.go),
 // HTTP_INVOCATION_INVALID, HTTP_URL_REFUSED, HTTP_SECRET_REFUSED and HTTP_AUTH_UNRESOLVED.
 //
 // Project tokens: a namespace listed in config.yaml's namespaces: admits registrations only from

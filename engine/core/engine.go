@@ -571,6 +571,22 @@ func stopped(id string) *protocol.Error {
 // reserved reports whether a worker may not register id: the engine's own families.
 func reserved(id string) bool { return protocol.IsEngineFunction(id) }
 
+// mayServeEngineID reports whether c may register the reserved id: as in iii, an engine::* id
+// that the engine does not serve itself may be registered in default, where iii's own
+// infrastructure workers (its console's engine::console::*, a queue worker's engine::queue::*)
+// live, by a connection outside a gated session. configuration::* and sandbox::* stay the
+// engine's, a built-in is never shadowed, and an RBAC session never serves engine ids, so a
+// caller a gate admits cannot stand in for infrastructure.
+func (e *Engine) mayServeEngineID(c *conn, ns, id string) bool {
+	if ns != protocol.DefaultNamespace || c.session != nil || !strings.HasPrefix(id, "engine::") {
+		return false
+	}
+	e.mu.RLock()
+	_, builtin := e.builtins[id]
+	e.mu.RUnlock()
+	return !builtin
+}
+
 // workerRow is one row of engine::workers::list: iii's WorkerSummary (its optional strings null
 // when unknown; status "connected", as iii's for a live connection; ip_address null, as iii's
 // without an RBAC session, and the peer's address for a connection of a gated listener) and

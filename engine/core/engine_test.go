@@ -291,10 +291,12 @@ func TestParkedRegistrationsFallBackToDefault(t *testing.T) {
 
 func TestReservedAndConflictingRegistrations(t *testing.T) {
 	e, url := startEngine(t, Options{})
+	e.Handle("engine::builtin", "", func(context.Context, Caller, json.RawMessage) (any, error) { return "engine", nil })
 	worker(t, url, "default", map[string]protocol.Handler{
-		"a::b":            func(context.Context, json.RawMessage) (any, error) { return 1, nil },
-		"engine::mine":    func(context.Context, json.RawMessage) (any, error) { return 1, nil },
-		"sandbox::create": func(context.Context, json.RawMessage) (any, error) { return 1, nil },
+		"a::b":             func(context.Context, json.RawMessage) (any, error) { return 1, nil },
+		"engine::builtin":  func(context.Context, json.RawMessage) (any, error) { return 1, nil },
+		"sandbox::create":  func(context.Context, json.RawMessage) (any, error) { return 1, nil },
+		"configuration::x": func(context.Context, json.RawMessage) (any, error) { return 1, nil },
 	})
 	first, _ := e.Lookup("default", "a::b")
 	worker(t, url, "default", map[string]protocol.Handler{
@@ -303,7 +305,7 @@ func TestReservedAndConflictingRegistrations(t *testing.T) {
 	if owner, _ := e.Lookup("default", "a::b"); owner != first {
 		t.Error("a second worker took over a::b")
 	}
-	for _, id := range []string{"engine::mine", "sandbox::create"} {
+	for _, id := range []string{"engine::builtin", "sandbox::create", "configuration::x"} {
 		if _, ok := e.Lookup("default", id); ok {
 			t.Errorf("%s registered by a worker", id)
 		}

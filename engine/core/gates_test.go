@@ -143,3 +143,37 @@ func TestRBACTriggerRevokedWhenItsFunctionChangesHands(t *testing.T) {
 		t.Errorf("the revoked trigger is still registered: %s %v", out, err)
 	}
 }
+
+// As in iii, infrastructure workers (iii's console, a queue worker) serve engine::* ids the
+// engine does not serve itself, in default and from a connection outside a gated session; in
+// another namespace, or from an RBAC session, the id stays the engine's.
+func TestEngineIDsServedInDefaultByTrustedConnections(t *testing.T) {
+	status := func(context.Context, json.RawMessage) (any, error) { return map[string]any{"ok": true}, nil }
+	auth := func(context.Context, json.RawMessage) (any, error) {
+		return map[string]any{"allow_function_registration": true}, nil
+	}
+	l := Listener{Name: "pub", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{AuthFunctionID: "t::auth"}}
+	e, urls := serveListeners(t, l)
+	client(t, urls[0], "", map[string]protocol.Handler{"t::auth": auth})
+	session := client(t, urls[1], "", map[string]protocol.Handler{"engine::console::session": status, "fine::fn": status})
+	// A connection's frames are applied in order: once a later call is answered, its
+	// registrations were decided.
+	_, _ = session.Call(context.Background(), "fine::fn", nil)
+	if _, ok := e.Lookup("default", "fine::fn"); !ok {
+		t.Fatal("the session may not register at all; the test shows nothing")
+	}
+	other := worker(t, urls[0], "shop", map[string]protocol.Handler{"engine::console::shop": status})
+	console := worker(t, urls[0], "default", map[string]protocol.Handler{"engine::console::status": status})
+	res, err := console.Call(context.Background(), "engine::console::status", nil)
+	if err != nil || string(res) != `{"ok":true}` {
+		t.Fatalf("engine::console::status from the trusted listener: %s, %v", res, err)
+	}
+	_, _ = other.Call(context.Background(), "engine::console::status", nil)
+	for _, id := range []string{"engine::console::session", "engine::console::shop"} {
+		for _, ns := range []string{"default", "shop"} {
+			if _, ok := e.Lookup(ns, id); ok {
+				t.Errorf("%s registered in %s", id, ns)
+			}
+		}
+	}
+}

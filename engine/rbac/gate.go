@@ -105,7 +105,11 @@ func (c *Config) GateRegistration(s *Session, m *protocol.Message, hook HookFunc
 		if c != nil && !call(c.OnFunctionRegistration, reg) {
 			return &Refusal{m.ID, "on_function_registration_function_id " + c.OnFunctionRegistration + " refused it"}
 		}
-		m.ID, m.Description, m.Metadata = s.Prefixed(reg.FunctionID), reg.Description, reg.Metadata
+		id := s.Prefixed(reg.FunctionID)
+		if protocol.IsEngineFunction(id) {
+			return &Refusal{id, "engine::, configuration:: and sandbox:: ids are served by the engine and by workers outside a gated session only"}
+		}
+		m.ID, m.Description, m.Metadata = id, reg.Description, reg.Metadata
 	case protocol.TypeUnregisterFunction:
 		m.ID = s.Prefixed(m.ID)
 	case protocol.TypeRegisterTriggerType:
