@@ -41,6 +41,10 @@ type Entry struct {
 	Resolved  Resolved `yaml:"resolved"`
 }
 
+// Mapped says whether Requested, a pin of iii's versions, was mapped onto Resolved.Version by
+// the registry's compatibility table.
+func (e *Entry) Mapped() bool { return e.Resolved.IIILine != "" }
+
 // Resolved is what the registry answered for the selector.
 type Resolved struct {
 	Name    string `yaml:"name"`
@@ -50,6 +54,10 @@ type Resolved struct {
 	// Artifacts by target triple (or "bundle").
 	Artifacts     map[string]Artifact `yaml:"artifacts"`
 	DefaultConfig map[string]any      `yaml:"default_config,omitempty"`
+	// IIILine is set when no published version satisfied Requested and the registry's
+	// compatibility table mapped it onto Version: the iii version line (MAJOR.MINOR) that holds
+	// the pin. Empty when a published version satisfied Requested itself.
+	IIILine string `yaml:"iii_line,omitempty"`
 	Dependencies  map[string]string   `yaml:"dependencies,omitempty"`
 }
 
@@ -99,7 +107,10 @@ func Parse(path string, data []byte) (*Lock, error) {
 	return &l, nil
 }
 
-var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+var (
+	hex64   = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	iiiLine = regexp.MustCompile(`^[0-9]{1,9}\.[0-9]{1,9}$`)
+)
 
 // Validate checks the rules of the format: version 1, package:// workers, the resolved name
 // matching the reference, type binary or bundle, and a URL and a 64-hex SHA-256 per artifact.
@@ -130,6 +141,9 @@ func (l *Lock) Validate(path string) error {
 		}
 		if e.Resolved.Type != "binary" && e.Resolved.Type != "bundle" {
 			return bad("container '%s': resolved.type %q is neither binary nor bundle", key, e.Resolved.Type)
+		}
+		if l := e.Resolved.IIILine; l != "" && !iiiLine.MatchString(l) {
+			return bad("container '%s': resolved.iii_line %q is not an iii version line (MAJOR.MINOR)", key, l)
 		}
 		if len(e.Resolved.Artifacts) == 0 {
 			return bad("container '%s': resolved.artifacts is empty", key)

@@ -317,6 +317,9 @@ func (r *run) frozen(l *lock.Lock) error {
 	if err := l.Check(r.res.LockPath, wants); err != nil {
 		return err
 	}
+	for _, w := range wants {
+		r.lockedMapping(w.Key, l.Containers[w.Key])
+	}
 	r.res.Lock = l
 	r.res.Adapter.Needed = r.needs()
 	return nil
@@ -341,6 +344,7 @@ func (r *run) resolve(ctx context.Context, old *lock.Lock) error {
 		c := r.f.Containers[w.Key]
 		if e, ok := oldEntry(old, w); ok && !r.update(w.Key) {
 			l.Containers[w.Key] = e
+			r.lockedMapping(w.Key, e)
 			continue
 		}
 		e, err := r.resolveOne(ctx, w.Key, c.Source.Host, c.Source.Name, c.Version, c.Source.Raw)
@@ -385,7 +389,7 @@ func (r *run) resolveOne(ctx context.Context, key, host, name, selector, worker 
 	if err != nil {
 		return nil, err
 	}
-	v, err := c.Resolve(ctx, name, selector)
+	v, line, err := c.Resolve(ctx, name, selector)
 	if err != nil {
 		e := errcode.As(err, errcode.PackageNotResolved)
 		return nil, errcode.New(e.Code, "container '%s': %s", key, e.Message)
@@ -400,6 +404,9 @@ func (r *run) resolveOne(ctx context.Context, key, host, name, selector, worker 
 	e := &lock.Entry{Worker: worker, Requested: selector, Resolved: lock.Resolved{
 		Name: name, Version: v.Version, Type: v.Type, Artifacts: map[string]lock.Artifact{},
 		DefaultConfig: v.Config, Dependencies: v.Dependencies}}
+	if line != nil {
+		e.Resolved.IIILine = line.III
+	}
 	for t, a := range v.Artifacts {
 		e.Resolved.Artifacts[t] = lock.Artifact{URL: a.URL, SHA256: a.SHA256}
 		if a.Size > 0 {
@@ -412,8 +419,27 @@ func (r *run) resolveOne(ctx context.Context, key, host, name, selector, worker 
 	if len(e.Resolved.Artifacts) == 0 {
 		return nil, errcode.New(errcode.PackageNotResolved, "container '%s': %s %s has no artifacts in %s", key, name, v.Version, c.URL())
 	}
-	fmt.Fprintf(r.out, " ⠿ Container %-20s Resolved %s %s to %s (%s)\n", key, name, selector, v.Version, v.Type)
+	if line != nil {
+		fmt.Fprintf(r.out, " ⠿ Container %-20s Mapped %s\n", key, mapping(e))
+	} else {
+		fmt.Fprintf(r.out, " ⠿ Container %-20s Resolved %s %s to %s (%s)\n", key, name, selector, v.Version, v.Type)
+	}
 	return e, nil
+}
+
+// lockedMapping prints the mapping of a locked entry the compatibility table resolved, so every
+// run that installs it says so, not only the one that resolved it.
+func (r *run) lockedMapping(key string, e *lock.Entry) {
+	if e.Mapped() {
+		fmt.Fprintf(r.out, " ⠿ Container %-20s Locked %s\n", key, mapping(e))
+	}
+}
+
+// mapping describes an entry the registry's compatibility table resolved, as Compose prints it
+// whenever it uses one: a pin of iii's versions is never replaced by this project's build
+// without saying so.
+func mapping(e *lock.Entry) string {
+	return fmt.Sprintf("%s: iii %s → iii-go build %s (the registry's compatibility table maps iii's %s line onto it)", e.Resolved.Name, e.Requested, e.Resolved.Version, e.Resolved.IIILine)
 }
 
 // registryHost is the registry host of a package:// worker value ("" for the default registry).

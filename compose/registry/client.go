@@ -184,20 +184,21 @@ func (c *Client) Index(ctx context.Context, name string) (*Index, error) {
 	return &ix, nil
 }
 
-// Resolve fetches name's index and selects the version for selector (see Index.Select).
-func (c *Client) Resolve(ctx context.Context, name, selector string) (*Version, error) {
+// Resolve fetches name's index and selects the version for selector (see Index.Select); line is
+// the row of the compatibility table that mapped selector onto it, nil when none did.
+func (c *Client) Resolve(ctx context.Context, name, selector string) (v *Version, line *CompatLine, err error) {
 	ix, err := c.Index(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	v, err := ix.Select(selector)
+	v, line, err = ix.Select(selector)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := CheckName("version", v.Version); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return v, nil
+	return v, line, nil
 }
 
 // Fetch opens an absolute artifact URL of this registry; a URL the registry does not own (see

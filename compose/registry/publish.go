@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/Masterminds/semver/v3"
@@ -35,6 +36,10 @@ type Package struct {
 	Dependencies map[string]string
 	// Tags point at this version; with none, "latest" moves to the highest release.
 	Tags []string
+	// IIILines are iii's version lines (MAJOR.MINOR) of this worker that this version serves:
+	// they go into the index's compatibility table (iii_compat), each line pointing at the
+	// highest version published for it.
+	IIILines []string
 }
 
 // Publish writes p into the registry tree rooted at root: its artifacts under
@@ -95,6 +100,9 @@ func Publish(root string, p Package) error {
 	}
 	ix.Versions = append(kept, v)
 	sortVersions(ix.Versions)
+	if err := mergeCompat(&ix, p); err != nil {
+		return err
+	}
 	if ix.Tags == nil {
 		ix.Tags = map[string]string{}
 	}
@@ -111,6 +119,31 @@ func Publish(root string, p Package) error {
 		return err
 	}
 	return state.WriteFileAtomic(indexPath, append(out, '\n'), 0o644)
+}
+
+// mergeCompat points each of p's iii lines at p's version, unless a higher version already
+// serves that line, and keeps the table newest line first.
+func mergeCompat(ix *Index, p Package) error {
+	pv := semver.MustParse(p.Version)
+	for _, l := range p.IIILines {
+		if _, _, ok := parseLine(l); !ok {
+			return fmt.Errorf("publish %s %s: iii line %q is not MAJOR.MINOR", p.Name, p.Version, l)
+		}
+		i := slices.IndexFunc(ix.Compat, func(r CompatLine) bool { return r.III == l })
+		if i < 0 {
+			ix.Compat = append(ix.Compat, CompatLine{III: l, Build: p.Version})
+			continue
+		}
+		if old, err := semver.NewVersion(ix.Compat[i].Build); err != nil || !old.GreaterThan(pv) {
+			ix.Compat[i].Build = p.Version
+		}
+	}
+	sort.SliceStable(ix.Compat, func(i, j int) bool {
+		ai, aj, _ := parseLine(ix.Compat[i].III)
+		bi, bj, _ := parseLine(ix.Compat[j].III)
+		return ai > bi || (ai == bi && aj > bj)
+	})
+	return nil
 }
 
 func highestRelease(vs []Version) string {

@@ -42,28 +42,28 @@ func TestResolveSelectors(t *testing.T) {
 	}
 	ctx := context.Background()
 	for sel, want := range map[string]string{"^0.3": "0.3.1", "^0.2": "0.2.2", "0.3.0": "0.3.0", "latest": "0.3.1", "next": "0.4.0-rc.1", "*": "0.3.1", "~0.3.0": "0.3.1"} {
-		v, err := c.Resolve(ctx, "tool", sel)
+		v, _, err := c.Resolve(ctx, "tool", sel)
 		if err != nil || v.Version != want {
 			t.Errorf("Resolve(%q) = %v, %v; want %s", sel, v, err, want)
 		}
 	}
-	v, _ := c.Resolve(ctx, "tool", "^0.3")
+	v, _, _ := c.Resolve(ctx, "tool", "^0.3")
 	if got := v.Shipped(); strings.Join(got, ",") != "aarch64-apple-darwin,x86_64-unknown-linux-gnu" || v.Config["level"] != "0.3.1" {
 		t.Errorf("0.3.1: targets %v config %v", got, v.Config)
 	}
 	for sel, code := range map[string]string{"^9": errcode.PackageNotResolved, "stable": errcode.PackageNotResolved} {
-		if _, err := c.Resolve(ctx, "tool", sel); errcode.CodeOf(err) != code {
+		if _, _, err := c.Resolve(ctx, "tool", sel); errcode.CodeOf(err) != code {
 			t.Errorf("Resolve(%q) err %v, want %s", sel, err, code)
 		}
 	}
-	if _, err := c.Resolve(ctx, "nope", "*"); errcode.CodeOf(err) != errcode.PackageNotResolved {
+	if _, _, err := c.Resolve(ctx, "nope", "*"); errcode.CodeOf(err) != errcode.PackageNotResolved {
 		t.Errorf("missing package: %v", err)
 	}
-	if _, err := c.Resolve(ctx, "../etc", "*"); errcode.CodeOf(err) != errcode.RegistryNameRefused {
+	if _, _, err := c.Resolve(ctx, "../etc", "*"); errcode.CodeOf(err) != errcode.RegistryNameRefused {
 		t.Errorf("unsafe name: %v", err)
 	}
 	gone, _ := New(filepath.Join(t.TempDir(), "missing"))
-	if _, err := gone.Resolve(ctx, "tool", "*"); errcode.CodeOf(err) != errcode.RegistryUnreachable {
+	if _, _, err := gone.Resolve(ctx, "tool", "*"); errcode.CodeOf(err) != errcode.RegistryUnreachable {
 		t.Errorf("missing registry: %v", err)
 	}
 }
@@ -77,7 +77,7 @@ func TestInstallOverHTTPAndDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	v, err := c.Resolve(ctx, "tool", "^0.3")
+	v, _, err := c.Resolve(ctx, "tool", "^0.3")
 	if err != nil {
 		t.Fatal(err)
 	}

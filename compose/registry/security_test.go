@@ -83,7 +83,7 @@ func hostile(t *testing.T, root, name string, archive []byte, url, sha string, s
 
 func install(t *testing.T, k *Cache, c *Client, name string) error {
 	t.Helper()
-	v, err := c.Resolve(context.Background(), name, "1.0.0")
+	v, _, err := c.Resolve(context.Background(), name, "1.0.0")
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func TestDownloadStopsAtSize(t *testing.T) {
 			t.Errorf("over the cap from %s: %v", c.URL(), err)
 		}
 		// From a lock (no size), the cap stops the copy.
-		v, _ := c.Resolve(context.Background(), "big", "1.0.0")
+		v, _, _ := c.Resolve(context.Background(), "big", "1.0.0")
 		a := v.Artifacts[triple]
 		a.Size = 0
 		if _, err := k.Install(context.Background(), c, "big", "1.0.0", triple, a); errcode.CodeOf(err) != errcode.PackageTooLarge {
@@ -275,7 +275,7 @@ func TestSweepLeftovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	v, err := c.Resolve(context.Background(), "tool", "0.3.1")
+	v, _, err := c.Resolve(context.Background(), "tool", "0.3.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestCancelledDownloadLeavesNothing(t *testing.T) {
 	k := &Cache{Dir: t.TempDir()}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	v, err := c.Resolve(context.Background(), "slow", "1.0.0")
+	v, _, err := c.Resolve(context.Background(), "slow", "1.0.0")
 	if err != nil {
 		t.Fatal(err)
 	}
