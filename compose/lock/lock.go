@@ -57,8 +57,8 @@ type Resolved struct {
 	// IIILine is set when no published version satisfied Requested and the registry's
 	// compatibility table mapped it onto Version: the iii version line (MAJOR.MINOR) that holds
 	// the pin. Empty when a published version satisfied Requested itself.
-	IIILine string `yaml:"iii_line,omitempty"`
-	Dependencies  map[string]string   `yaml:"dependencies,omitempty"`
+	IIILine      string            `yaml:"iii_line,omitempty"`
+	Dependencies map[string]string `yaml:"dependencies,omitempty"`
 }
 
 // Artifact is one archive and its digest.

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -81,5 +82,17 @@ func TestCheck(t *testing.T) {
 	}
 	if PathFor("/a/config/worker-compose.yaml") != "/a/config/worker-compose.lock" {
 		t.Error("PathFor")
+	}
+}
+
+func TestIIILineMustBeAVersionLine(t *testing.T) {
+	const entry = "version: 1\ncontainers:\n  state:\n    worker: package://state\n    requested: 0.22.2\n    resolved:\n      name: state\n      version: 0.1.0\n      type: binary\n      iii_line: %s\n      artifacts:\n        x86_64-unknown-linux-gnu: {url: u, sha256: " + "%s}\n"
+	sum := strings.Repeat("a", 64)
+	l, err := Parse("w.lock", []byte(fmt.Sprintf(entry, `"0.22"`, sum)))
+	if err != nil || !l.Containers["state"].Mapped() {
+		t.Fatalf("a mapped entry: %v", err)
+	}
+	if _, err := Parse("w.lock", []byte(fmt.Sprintf(entry, "latest", sum))); errcode.CodeOf(err) != errcode.InvalidComposeLock || !strings.Contains(err.Error(), `resolved.iii_line "latest"`) {
+		t.Fatalf("a bad line: %v", err)
 	}
 }

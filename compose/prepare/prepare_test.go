@@ -172,3 +172,52 @@ func TestCheckMatchesRunWithoutWriting(t *testing.T) {
 		t.Fatal("Check edited the file")
 	}
 }
+
+// A pin of iii's versions that no published version satisfies resolves through the registry's
+// compatibility table: the run says so, the lock keeps the pin and the build, and --frozen
+// installs the same build and says so again.
+func TestIIIPinMappedThroughTheCompatibilityTable(t *testing.T) {
+	path := project(t, "containers:\n  state:\n    worker: package://api.workers.iii.dev/state\n    version: \"0.22.2\"\n")
+	bin := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	reg := strings.TrimPrefix(os.Getenv(registry.EnvURL), "file://")
+	if err := registry.Publish(reg, registry.Package{Name: "state", Version: "0.1.0", Type: registry.TypeBinary,
+		Artifacts: map[string]string{"x86_64-unknown-linux-gnu": bin}, IIILines: []string{"0.21", "0.22"}}); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	o := opts(t, "x86_64-unknown-linux-gnu", false)
+	o.Out = &out
+	res, err := Run(context.Background(), path, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const said = "Mapped state: iii 0.22.2 → iii-go build 0.1.0 (the registry's compatibility table maps iii's 0.22 line onto it)"
+	if !strings.Contains(out.String(), said) {
+		t.Errorf("output does not show the mapping:\n%s", out.String())
+	}
+	e := res.Lock.Containers["state"]
+	if e.Requested != "0.22.2" || e.Resolved.Version != "0.1.0" || e.Resolved.IIILine != "0.22" || res.Packages["state"].Version != "0.1.0" {
+		t.Fatalf("lock entry %+v", e)
+	}
+	out.Reset()
+	o.Frozen = true
+	res, err = Run(context.Background(), path, o)
+	if err != nil || res.Packages["state"].Version != "0.1.0" {
+		t.Fatalf("frozen: %v", err)
+	}
+	if !strings.Contains(out.String(), "Locked state: iii 0.22.2 → iii-go build 0.1.0") {
+		t.Errorf("frozen output does not show the mapping:\n%s", out.String())
+	}
+
+	if err := os.WriteFile(path, []byte("containers:\n  state: {worker: package://state, version: \"0.23.1\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o.Frozen = false
+	_, err = Run(context.Background(), path, o)
+	if errcode.CodeOf(err) != errcode.PackageNotResolved || !strings.Contains(err.Error(), "container 'state': no version of 'state' satisfies '0.23.1' (published: 0.1.0), and it is on none of iii's version lines the registry's compatibility table serves (iii 0.22 → 0.1.0, iii 0.21 → 0.1.0)") {
+		t.Fatalf("a pin outside every line: %v", err)
+	}
+}
