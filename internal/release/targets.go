@@ -22,6 +22,12 @@ type Product struct {
 	// DefaultConfig is the JSON file, relative to the repository root, of the configuration the
 	// registry publishes with the worker package; "" for none. It lives beside the product's code.
 	DefaultConfig string
+	// IIILines are iii's version lines (MAJOR.MINOR) of the worker of the same name that this
+	// build serves: the registry step writes them into the package's compatibility table, so a
+	// compose file pinned to iii's versions (state "0.22.2") resolves to this build, and Compose
+	// says so. They are the lines iii 0.26's own compose files and docs pin; a line is added here
+	// only once this build implements what that line of iii's worker offers.
+	IIILines []string
 }
 
 // Target is one platform an asset is built for.
@@ -41,11 +47,11 @@ var Products = []Product{
 	{Name: "iii", Package: ".", VersionFile: "VERSION"},
 	{Name: "sandbox-libkrun", Package: "./sandbox-libkrun", VersionFile: "sandbox-libkrun/VERSION", Firmware: true, Worker: true,
 		DefaultConfig: "sandbox-libkrun/settings/published-defaults.json"},
-	{Name: "http", Package: "./workers/cmd/http", VersionFile: "workers/VERSION", Worker: true},
-	{Name: "cron", Package: "./workers/cmd/cron", VersionFile: "workers/VERSION", Worker: true},
-	{Name: "queue", Package: "./workers/cmd/queue", VersionFile: "workers/VERSION", Worker: true},
-	{Name: "state", Package: "./workers/cmd/state", VersionFile: "workers/VERSION", Worker: true},
-	{Name: "pubsub", Package: "./workers/cmd/pubsub", VersionFile: "workers/VERSION", Worker: true},
+	{Name: "http", Package: "./workers/cmd/http", VersionFile: "workers/VERSION", Worker: true, IIILines: []string{"0.21"}},
+	{Name: "cron", Package: "./workers/cmd/cron", VersionFile: "workers/VERSION", Worker: true, IIILines: []string{"0.21"}},
+	{Name: "queue", Package: "./workers/cmd/queue", VersionFile: "workers/VERSION", Worker: true, IIILines: []string{"0.21"}},
+	{Name: "state", Package: "./workers/cmd/state", VersionFile: "workers/VERSION", Worker: true, IIILines: []string{"0.21", "0.22"}},
+	{Name: "pubsub", Package: "./workers/cmd/pubsub", VersionFile: "workers/VERSION", Worker: true, IIILines: []string{"0.21"}},
 	{Name: "stream", Package: "./workers/cmd/stream", VersionFile: "workers/VERSION", Worker: true},
 	{Name: "rbac-proxy", Package: "./workers/cmd/rbac-proxy", VersionFile: "workers/VERSION", Worker: true},
 	{Name: "bridge", Package: "./workers/cmd/bridge", VersionFile: "workers/VERSION", Worker: true},
