@@ -43,7 +43,9 @@ type conn struct {
 	ws          *batchconn.Conn
 	q           *batchconn.Queue
 	id          string
-	token       string // presented in the handshake; compared, never shown
+	token       string        // presented in the handshake; compared, never shown
+	reattach    string        // the secret its worker presents in a reattach frame from its next connection
+	dropped     chan struct{} // closed once drop has forgotten it
 	owner       bool
 	l           *listener     // the listener it connected to
 	session     *rbac.Session // its rights on a gated listener (middleware or rbac), else nil; never changes
@@ -186,7 +188,8 @@ func (e *Engine) readFrame(c *conn, buf []byte) (typ byte, b []byte, err error) 
 func (e *Engine) serveConn(ws *batchconn.Conn, token string, l *listener, session *rbac.Session) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{e: e, ws: ws, q: batchconn.NewQueue(ws, false, e.opts.QueueBytes, e.opts.QueueFrames), id: newUUID(),
-		token: token, l: l, session: session, connectedAt: time.Now(), ctx: ctx, cancel: cancel, pending: map[string]*pendingCall{}, calls: map[string]*conn{}}
+		token: token, reattach: newUUID(), dropped: make(chan struct{}), l: l, session: session, connectedAt: time.Now(), ctx: ctx, cancel: cancel,
+		pending: map[string]*pendingCall{}, calls: map[string]*conn{}}
 	c.owner = e.isOwnerToken(token)
 	c.holdFn = func(n int) bool { return e.frames.take(&c.hold, int64(n)) }
 	c.hold.evict = func() {
@@ -200,7 +203,7 @@ func (e *Engine) serveConn(ws *batchconn.Conn, token string, l *listener, sessio
 	c.mu.Lock()
 	c.regTimer = time.AfterFunc(e.opts.RegisterTimeout, func() { e.registrationExpired(c) })
 	c.mu.Unlock()
-	_ = c.send(&protocol.Message{Type: protocol.TypeWorkerRegistered, WorkerID: c.id, ReattachToken: newUUID()})
+	_ = c.send(&protocol.Message{Type: protocol.TypeWorkerRegistered, WorkerID: c.id, ReattachToken: c.reattach})
 	var buf []byte
 	for {
 		typ, b, err := e.readFrame(c, buf)
@@ -227,6 +230,7 @@ func (e *Engine) serveConn(ws *batchconn.Conn, token string, l *listener, sessio
 	}
 	e.frames.keep(&c.hold, 0)
 	e.drop(c)
+	close(c.dropped)
 	if !c.closing.Load() {
 		_ = ws.Close()
 	}
@@ -380,6 +384,8 @@ func (e *Engine) handleFrame(c *conn, m *protocol.Message) {
 		e.applyRegistration(c, ns, m)
 	case protocol.TypePing:
 		_ = c.send(&protocol.Message{Type: protocol.TypePong})
+	case protocol.TypeReattach:
+		e.reattachFrom(c, m.PreviousWorkerID, m.ReattachToken)
 	default:
 		wire.Own(m)
 		e.handleEventFrame(c, m)

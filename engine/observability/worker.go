@@ -21,6 +21,7 @@
 //	engine::traces::clear -> {success}
 //	engine::metrics::list {start_time?, end_time?, metric_name?} -> {engine_metrics: {invocations, workers, performance}, sdk_metrics, timestamp}
 //	engine::health::check -> {status, components: {name: {status, details}}, timestamp, version}
+//	engine::alerts::list, engine::sampling::rules, engine::rollups::list (console.go)
 //
 // Bounds: each store keeps at most a count and an estimated byte size of records (Config), the
 // oldest dropped first; logs and metrics also expire after their retention.
@@ -149,6 +150,7 @@ func (w *Worker) Install(e *core.Engine) {
 	})
 	e.HandleInline(FnMetricsList, "List engine and SDK metrics", w.metricsList)
 	e.HandleInline(FnHealthCheck, "Check engine health: status, components, timestamp, version", w.healthCheck)
+	w.installConsole(e)
 }
 
 // Start starts the OTLP exporter and the Prometheus listener the configuration asks for; they
@@ -898,7 +900,7 @@ func (w *Worker) healthCheck(context.Context, core.Caller, json.RawMessage) (any
 			overall = "degraded"
 		}
 	}
-	comps[Name] = health{status(true), map[string]any{"functions": []string{"engine::log::*", FnLogsList, FnLogsClear, FnTracesList, FnTracesTree, FnTracesClear, FnMetricsList, FnHealthCheck}}}
+	comps[Name] = health{status(true), map[string]any{"functions": []string{"engine::log::*", FnLogsList, FnLogsClear, FnTracesList, FnTracesTree, FnTracesClear, FnMetricsList, FnHealthCheck, FnAlertsList, FnSamplingRules, FnRollupsList}}}
 	return map[string]any{"status": overall, "components": comps, "timestamp": time.Now().UnixMilli(), "version": w.version}, nil
 }
 

@@ -140,3 +140,22 @@ func TestGateFunctions(t *testing.T) {
 		t.Error("no rbac block names no function")
 	}
 }
+
+// A session never serves an engine id, whatever its hook says, on a gated listener as through
+// the rbac-proxy (both decide with GateRegistration): engine::console::* is for a worker outside
+// a session, as iii's console is. Without a prefix only: a prefixed id is no longer an engine id.
+func TestGateRegistrationRefusesEngineIDs(t *testing.T) {
+	admit := func(string, json.RawMessage) (json.RawMessage, error) { return json.RawMessage(`{}`), nil }
+	c := &Config{OnFunctionRegistration: "gate::on-fn"}
+	for _, id := range []string{"engine::console::status", "configuration::x", "sandbox::create"} {
+		m := &protocol.Message{Type: protocol.TypeRegisterFunction, ID: id}
+		r := c.GateRegistration(&Session{AllowFunctionRegistration: true}, m, admit, bindAll)
+		if r == nil || r.What != id || !strings.Contains(r.Why, "outside a gated session") {
+			t.Errorf("%s: refusal %v", id, r)
+		}
+	}
+	m := &protocol.Message{Type: protocol.TypeRegisterFunction, ID: "engine::console::status"}
+	if r := c.GateRegistration(&Session{AllowFunctionRegistration: true, FunctionRegistrationPrefix: "t1"}, m, admit, bindAll); r != nil || m.ID != "t1::engine::console::status" {
+		t.Errorf("prefixed: refusal %v, id %s", r, m.ID)
+	}
+}
