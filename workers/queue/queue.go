@@ -64,9 +64,12 @@ const (
 	hError     = "Iii-Error"
 	hAttempts  = "Iii-Attempts"
 	hOrigin    = "Iii-Origin"
-	hMessageID = "Iii-Message-Id" // a dead letter's original id (Nats-Msg-Id is cleared there)
+	hMessageID = "Iii-Message-Id" // a dead or redriven letter's original id (Nats-Msg-Id is cleared there)
+	hConsumer  = "Iii-Consumer"   // a topic dead letter's subscriber (its durable consumer)
 
-	metaQueue = "iii-queue" // consumer metadata: the queue a job consumer serves
+	metaQueue    = "iii-queue"    // consumer metadata: the queue a job consumer serves
+	metaTopic    = "iii-topic"    // consumer metadata: the topic a subscriber consumer serves
+	metaFunction = "iii-function" // consumer metadata: the subscriber's function
 )
 
 // Settings are the delivery settings of one queue or subscriber.
@@ -124,6 +127,7 @@ type Service struct {
 	stream jetstream.Stream
 	name   string // stream name
 	prefix string // subject prefix iii.q.<ns>.
+	ns     string // the worker's namespace
 	cfg    Config
 	call   Caller
 	log    *slog.Logger
@@ -174,7 +178,7 @@ func Open(ctx context.Context, js jetstream.JetStream, namespace string, cfg Con
 		cfg.Replicas = 1
 	}
 	nsTok := token(namespace)
-	s := &Service{js: js, name: "IIIQ_" + nsTok, prefix: "iii.q." + nsTok + ".", cfg: cfg, call: call, log: log, ctx: ctx,
+	s := &Service{js: js, name: "IIIQ_" + nsTok, prefix: "iii.q." + nsTok + ".", ns: namespace, cfg: cfg, call: call, log: log, ctx: ctx,
 		subs: map[string]*sub{}, subT: map[string]string{}}
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: s.name, Subjects: []string{s.prefix + ">"},
 		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy, MaxAge: time.Duration(cfg.RetentionHours) * time.Hour,
@@ -212,6 +216,19 @@ func (s *Service) topicSubject(t string) string {
 }
 func (s *Service) dlqSubject(kind, name string) string {
 	return s.prefix + "dlq." + kind + "." + enc.EncodeToString([]byte(name))
+}
+
+// redriveSubject is where a topic subscriber's redriven dead letters go: its consumer reads it
+// beside the topic, so a redrive reaches the subscriber that failed and no other.
+func (s *Service) redriveSubject(consumer string) string { return s.prefix + "r." + consumer }
+
+// msgID is the id of a stored message: the original id a dead or redriven letter carries, else
+// its Nats-Msg-Id.
+func msgID(h nats.Header) string {
+	if id := h.Get(hMessageID); id != "" {
+		return id
+	}
+	return h.Get(jetstream.MsgIDHeader)
 }
 
 // messageID is the caller's id for a message (fn names the function for errors), or a new UUID.
@@ -348,7 +365,7 @@ func (s *Service) ensureJobs(q string) error {
 		return nil
 	}
 	set := s.cfg.Queues[q].or(s.cfg.Defaults)
-	sb, err := s.consume(name, s.jobSubject(q), set, jetstream.DeliverAllPolicy, target{kind: "queue", name: q}, map[string]string{metaQueue: q})
+	sb, err := s.consume(name, []string{s.jobSubject(q)}, set, jetstream.DeliverAllPolicy, target{kind: "queue", name: q}, map[string]string{metaQueue: q})
 	if err != nil {
 		return err
 	}
@@ -363,13 +380,14 @@ type target struct {
 	functionID string
 	namespace  string
 	metadata   json.RawMessage
+	consumer   string // a subscriber's durable consumer
 }
 
-func (s *Service) consume(name, subject string, set Settings, policy jetstream.DeliverPolicy, tg target, meta map[string]string) (*sub, error) {
+func (s *Service) consume(name string, subjects []string, set Settings, policy jetstream.DeliverPolicy, tg target, meta map[string]string) (*sub, error) {
 	// A short ack wait, kept alive while a message is held (keepAlive): a worker that dies
 	// leaves its messages to the others (or to itself after a restart) within seconds.
 	ackWait := AckWait
-	cons, err := s.stream.CreateOrUpdateConsumer(s.ctx, jetstream.ConsumerConfig{Durable: name, FilterSubject: subject,
+	cons, err := s.stream.CreateOrUpdateConsumer(s.ctx, jetstream.ConsumerConfig{Durable: name, FilterSubjects: subjects,
 		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: policy, AckWait: ackWait, MaxAckPending: set.Concurrency * 4,
 		MaxDeliver: -1, Metadata: meta})
 	if err != nil {
@@ -481,7 +499,7 @@ func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 			meta = json.RawMessage(h)
 		}
 	}
-	meta = withMessageID(meta, m.Headers().Get(jetstream.MsgIDHeader))
+	meta = withMessageID(meta, msgID(m.Headers()))
 	attempts := 0
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 {
 		attempts = int(md.NumDelivered) - 1 // tries made before a restart (at least one each)
@@ -540,11 +558,14 @@ func (s *Service) deadLetter(m jetstream.Msg, tg target, fn string, cause error,
 	for k, v := range m.Headers() {
 		hdr[k] = v
 	}
-	if id := hdr.Get(jetstream.MsgIDHeader); id != "" {
+	if id := msgID(hdr); id != "" {
 		hdr.Set(hMessageID, id)
 	}
 	hdr.Del(jetstream.MsgIDHeader) // else the dead letter is dropped as a duplicate of the original
 	hdr.Set(hFunction, fn)
+	if tg.consumer != "" {
+		hdr.Set(hConsumer, tg.consumer)
+	}
 	hdr.Set(hError, string(protocol.AsError(cause).Raw()))
 	hdr.Set(hAttempts, strconv.Itoa(attempts))
 	if md, err := m.Metadata(); err == nil {
@@ -639,8 +660,9 @@ func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 		s.subT[t.ID] = name
 		return nil
 	}
-	sb, err := s.consume(name, s.topicSubject(cfg.Topic), cfg.Settings.or(s.cfg.Defaults), jetstream.DeliverNewPolicy,
-		target{kind: "topic", name: cfg.Topic, functionID: t.FunctionID, namespace: t.Namespace, metadata: t.Metadata}, nil)
+	sb, err := s.consume(name, []string{s.topicSubject(cfg.Topic), s.redriveSubject(name)}, cfg.Settings.or(s.cfg.Defaults), jetstream.DeliverNewPolicy,
+		target{kind: "topic", name: cfg.Topic, functionID: t.FunctionID, namespace: t.Namespace, metadata: t.Metadata, consumer: name},
+		map[string]string{metaTopic: cfg.Topic, metaFunction: t.FunctionID})
 	if err != nil {
 		return err
 	}
