@@ -328,7 +328,7 @@ func (s *Service) DLQMessages(ctx context.Context, payload json.RawMessage) (any
 	if err != nil {
 		return nil, storeErr(DLQMessages, err)
 	}
-	slices.SortStableFunc(all, func(a, b deadLetter) int { return b.msg.Time.Compare(a.msg.Time) })
+	slices.SortStableFunc(all, func(a, b deadLetter) int { return b.msg.Time.Compare(a.msg.Time) }) // newest first
 	type row struct {
 		ID        string          `json:"id"`
 		Payload   json.RawMessage `json:"payload"`

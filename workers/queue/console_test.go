@@ -132,7 +132,22 @@ func TestDeadLetterAdministration(t *testing.T) {
 		SizeBytes int             `json:"size_bytes"`
 	}
 	call(t, svc.DLQMessages, `{"queue":"orders","limit":2}`, &msgs)
-	if len(msgs) != 2 || msgs[0].ID != "m3" || string(msgs[0].Payload) != `{"n":1}` || !strings.Contains(msgs[0].Error, "sub::a fails") ||
+	first := len(msgs)
+	var rest []struct {
+		ID string `json:"id"`
+	}
+	call(t, svc.DLQMessages, `{"topic":"orders","offset":2}`, &rest)
+	ids := map[string]bool{}
+	for _, m := range msgs {
+		ids[m.ID] = true
+	}
+	for _, m := range rest {
+		ids[m.ID] = true
+	}
+	if first != 2 || len(rest) != 1 || len(ids) != 3 || !ids["m1"] || !ids["m2"] || !ids["m3"] {
+		t.Errorf("dlq_messages pages %+v and %+v, want m1, m2 and m3 across them", msgs, rest)
+	}
+	if len(msgs) == 0 || string(msgs[0].Payload) != `{"n":1}` || !strings.Contains(msgs[0].Error, "sub::a fails") ||
 		msgs[0].Retries != 1 || msgs[0].SizeBytes != 7 || time.Since(time.Unix(msgs[0].FailedAt, 0)) > time.Minute {
 		t.Errorf("dlq_messages %+v", msgs)
 	}
@@ -201,5 +216,74 @@ func TestFunctionsPerNamespace(t *testing.T) {
 	fns, skipped = svc.Functions("team")
 	if len(skipped) != 4 || fns[ListTopics] != nil || fns[DiscardMessage] == nil || fns["queue::enqueue"] == nil {
 		t.Errorf("team: skipped %v", skipped)
+	}
+}
+
+// condCaller answers the condition functions "no" (false), "broken" (an error) and "yes" (true)
+// and records the handler calls.
+type condCaller struct {
+	mu    sync.Mutex
+	asked map[string]int
+	ran   map[string]int
+}
+
+func (c *condCaller) call(_ context.Context, fn, _ string, _, _ json.RawMessage, _ time.Duration) (json.RawMessage, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch fn {
+	case "no":
+		c.asked[fn]++
+		return json.RawMessage(`false`), nil
+	case "broken":
+		c.asked[fn]++
+		return nil, errors.New("condition crashed")
+	case "yes":
+		c.asked[fn]++
+		return json.RawMessage(`true`), nil
+	}
+	c.ran[fn]++
+	return json.RawMessage(`{}`), nil
+}
+
+// A subscriber's condition function decides per message, as iii's queue: false completes the
+// message without the handler, true runs it, a failed condition is a failed attempt that ends in
+// the dead-letter queue.
+func TestSubscriberCondition(t *testing.T) {
+	st, err := jsstore.Open(context.Background(), jsstore.Config{Sync: "interval"}, t.TempDir(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	c := &condCaller{asked: map[string]int{}, ran: map[string]int{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := Open(ctx, st.JS, "default", Config{Defaults: Settings{MaxRetries: -1, BackoffMS: 5}}, c.call, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); svc.Close() })
+	for _, cond := range []string{"no", "broken", "yes"} {
+		tr := protocol.Trigger{ID: cond, FunctionID: "h::" + cond, Config: json.RawMessage(`{"topic":"t","condition_function_id":"` + cond + `"}`)}
+		if err := svc.RegisterTrigger(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := svc.Publish(ctx, json.RawMessage(`{"topic":"t","data":1,"message_id":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []struct {
+		ID    string `json:"id"`
+		Error string `json:"error"`
+	}
+	eventually(t, "the failed condition's dead letter", func() bool {
+		call(t, svc.DLQMessages, `{"topic":"t"}`, &msgs)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(msgs) == 1 && c.ran["h::yes"] == 1 && c.asked["no"] == 1
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ran["h::no"] != 0 || c.ran["h::broken"] != 0 || !strings.Contains(msgs[0].Error, "condition crashed") {
+		t.Errorf("handlers %v, dead letter %+v", c.ran, msgs)
 	}
 }

@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -381,6 +382,7 @@ type target struct {
 	namespace  string
 	metadata   json.RawMessage
 	consumer   string // a subscriber's durable consumer
+	condition  string // a subscriber's condition function
 }
 
 func (s *Service) consume(name string, subjects []string, set Settings, policy jetstream.DeliverPolicy, tg target, meta map[string]string) (*sub, error) {
@@ -506,7 +508,10 @@ func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 	}
 	timeout := time.Duration(set.TimeoutMS) * time.Millisecond
 	for {
-		_, err := s.call(s.ctx, fn, ns, m.Data(), meta, timeout)
+		run, err := s.passes(tg, ns, m.Data(), timeout)
+		if err == nil && run {
+			_, err = s.call(s.ctx, fn, ns, m.Data(), meta, timeout)
+		}
 		if err == nil {
 			if aerr := m.DoubleAck(s.ctx); aerr != nil && s.ctx.Err() == nil {
 				s.log.Warn("acknowledging a message", "err", aerr)
@@ -539,6 +544,20 @@ func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 			return
 		}
 	}
+}
+
+// passes asks a subscriber's condition function, if it has one, about a message's data, as
+// iii's queue does: an answer of false means the message is done without the handler; a failed
+// call is a failed attempt (retried, then dead-lettered); any other answer runs the handler.
+func (s *Service) passes(tg target, ns string, data json.RawMessage, timeout time.Duration) (bool, error) {
+	if tg.condition == "" {
+		return true, nil
+	}
+	res, err := s.call(s.ctx, tg.condition, ns, data, nil, timeout)
+	if err != nil {
+		return false, fmt.Errorf("condition function %s: %w", tg.condition, err)
+	}
+	return strings.TrimSpace(string(res)) != "false", nil
 }
 
 // sleep waits d; false when the worker stops.
@@ -633,14 +652,15 @@ func (s *Service) DLQ(ctx context.Context, payload json.RawMessage) (any, error)
 }
 
 // RegisterTrigger subscribes a function to a topic: config {topic, max_retries?, backoff_ms?,
-// concurrency?, timeout_ms?}.
+// concurrency?, timeout_ms?, condition_function_id?}.
 // A Service is the provider of its trigger type.
 var _ protocol.TriggerHandler = (*Service)(nil)
 
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	var cfg struct {
-		Topic string `json:"topic"`
-		Queue string `json:"queue"` // the 0.22 durable:subscriber alias
+		Topic     string `json:"topic"`
+		Queue     string `json:"queue"` // the 0.22 durable:subscriber alias
+		Condition string `json:"condition_function_id"`
 		Settings
 	}
 	if err := json.Unmarshal(t.Config, &cfg); err != nil {
@@ -652,7 +672,11 @@ func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	if cfg.Topic == "" {
 		return protocol.NewError(errcode.InvalidArguments, "queue trigger config needs a topic")
 	}
-	name := "t_" + short(cfg.Topic, t.FunctionID, t.Namespace)
+	parts := []string{cfg.Topic, t.FunctionID, t.Namespace}
+	if cfg.Condition != "" { // a subscriber with its own condition is a subscriber of its own
+		parts = append(parts, cfg.Condition)
+	}
+	name := "t_" + short(parts...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sb := s.subs[name]; sb != nil {
@@ -661,7 +685,7 @@ func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 		return nil
 	}
 	sb, err := s.consume(name, []string{s.topicSubject(cfg.Topic), s.redriveSubject(name)}, cfg.Settings.or(s.cfg.Defaults), jetstream.DeliverNewPolicy,
-		target{kind: "topic", name: cfg.Topic, functionID: t.FunctionID, namespace: t.Namespace, metadata: t.Metadata, consumer: name},
+		target{kind: "topic", name: cfg.Topic, functionID: t.FunctionID, namespace: t.Namespace, metadata: t.Metadata, consumer: name, condition: cfg.Condition},
 		map[string]string{metaTopic: cfg.Topic, metaFunction: t.FunctionID})
 	if err != nil {
 		return err
