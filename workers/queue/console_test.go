@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
@@ -285,5 +287,30 @@ func TestSubscriberCondition(t *testing.T) {
 	defer c.mu.Unlock()
 	if c.ran["h::no"] != 0 || c.ran["h::broken"] != 0 || !strings.Contains(msgs[0].Error, "condition crashed") {
 		t.Errorf("handlers %v, dead letter %+v", c.ran, msgs)
+	}
+}
+
+// A subscriber's durable consumer stored by an earlier worker (one filter subject, no
+// metadata) takes the redrive subject and the topic metadata when its trigger comes back.
+func TestEarlierSubscriberConsumerUpgrades(t *testing.T) {
+	svc, f := openFlipper(t, "default")
+	f.failing.Store(false)
+	ctx := context.Background()
+	name := "t_" + short("orders", "sub::a", "")
+	if _, err := svc.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: name, FilterSubject: svc.topicSubject("orders"),
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverNewPolicy, AckWait: AckWait, MaxDeliver: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.RegisterTrigger(ctx, protocol.Trigger{ID: "a", FunctionID: "sub::a", Config: json.RawMessage(`{"topic":"orders"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Publish(ctx, json.RawMessage(`{"topic":"orders","data":1,"message_id":"p1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the delivery", func() bool { return len(f.got("sub::a")) == 1 })
+	var topics []topicRow
+	call(t, svc.ListTopics, `{}`, &topics)
+	if len(topics) != 1 || topics[0] != (topicRow{"orders", brokerTopic, 1}) {
+		t.Errorf("list_topics %+v", topics)
 	}
 }
