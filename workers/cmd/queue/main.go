@@ -72,11 +72,11 @@ func main() {
 				return nil, err
 			}
 		}
-		if err := w.RegisterTriggerType("queue", "Delivers each message published to a topic: {topic, max_retries?, backoff_ms?, concurrency?}", svc); err != nil {
+		if err := w.RegisterTriggerType("queue", "Delivers each message published to a topic: {topic, max_retries?, backoff_ms?, concurrency?, timeout_ms?, condition_function_id?}", svc); err != nil {
 			cleanup()
 			return nil, err
 		}
-		if err := w.RegisterTriggerType(queue.DurableSubscriber, "iii's name of the queue trigger: {topic, queue_config?: {type?, maxRetries?, concurrency?, backoffDelayMs?, visibilityTimeout?}}", svc.Durable()); err != nil {
+		if err := w.RegisterTriggerType(queue.DurableSubscriber, "iii's name of the queue trigger: {topic, condition_function_id?, queue_config?: {type?, maxRetries?, concurrency?, backoffDelayMs?, visibilityTimeout?}}", svc.Durable()); err != nil {
 			cleanup()
 			return nil, err
 		}
