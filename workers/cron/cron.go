@@ -5,7 +5,10 @@
 // year: *, a number, a range a-b or a list of those), or a descriptor such as @every 5s or
 // @daily. A bad one refuses the trigger with INVALID_CRON_EXPRESSION. At each tick the worker
 // calls the bound function with {trigger: "cron", job_id, scheduled_time, actual_time} (RFC
-// 3339, UTC) and the trigger's metadata.
+// 3339, UTC) and the trigger's metadata. With condition_function_id in the config the claimed
+// tick first calls that function, in the trigger's namespace, with the same tick, as iii's: an
+// answer of false skips the handler, a failed call skips it too (logged), any other answer (null
+// included) lets it fire.
 //
 // One tick fires once across every cron worker on the same NATS: before firing, a worker
 // creates the key <job>.<tick> in a JetStream key-value bucket (iii-cron-<namespace>, entries
@@ -31,6 +34,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -47,6 +51,12 @@ type Tick struct {
 
 // Fire delivers a tick.
 type Fire func(t protocol.Trigger, tick Tick)
+
+// Caller calls function fn in namespace ns ("" is the worker's) and returns its answer.
+type Caller func(ctx context.Context, fn, ns string, payload any) (json.RawMessage, error)
+
+// ConditionTimeout bounds a call of a trigger's condition function.
+const ConditionTimeout = 10 * time.Second
 
 // Schedule is a parsed expression.
 type Schedule struct {
@@ -143,6 +153,9 @@ type Service struct {
 	fire Fire
 	log  *slog.Logger
 	ctx  context.Context
+	// Call answers triggers' condition functions; without it a trigger naming one is refused.
+	// Set it before the service is used.
+	Call Caller
 
 	mu   sync.Mutex
 	jobs map[string]context.CancelFunc
@@ -172,16 +185,20 @@ func token(s string) string {
 	return string(b)
 }
 
-// RegisterTrigger starts a job: config {expression}.
+// RegisterTrigger starts a job: config {expression, condition_function_id?}.
 // A Service is the provider of its trigger type.
 var _ protocol.TriggerHandler = (*Service)(nil)
 
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	var cfg struct {
 		Expression string `json:"expression"`
+		Condition  string `json:"condition_function_id"`
 	}
 	if err := json.Unmarshal(t.Config, &cfg); err != nil || cfg.Expression == "" {
-		return protocol.NewError(CodeInvalidExpression, "cron trigger config must be {expression}")
+		return protocol.NewError(CodeInvalidExpression, "cron trigger config must be {expression, condition_function_id?}")
+	}
+	if cfg.Condition != "" && s.Call == nil {
+		return protocol.NewError(errcode.InvalidArguments, "cron trigger config: condition_function_id %q cannot be evaluated by this cron service", cfg.Condition)
 	}
 	sch, err := Parse(cfg.Expression)
 	if err != nil {
@@ -196,7 +213,7 @@ func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	}
 	s.jobs[t.ID] = cancel
 	s.mu.Unlock()
-	go s.run(ctx, t, sch, job)
+	go s.run(ctx, t, sch, job, cfg.Condition)
 	return nil
 }
 
@@ -211,7 +228,7 @@ func (s *Service) UnregisterTrigger(_ context.Context, t protocol.Trigger) error
 	return nil
 }
 
-func (s *Service) run(ctx context.Context, t protocol.Trigger, sch *Schedule, job string) {
+func (s *Service) run(ctx context.Context, t protocol.Trigger, sch *Schedule, job, condition string) {
 	for {
 		next := sch.Next(time.Now())
 		if next.IsZero() {
@@ -227,9 +244,26 @@ func (s *Service) run(ctx context.Context, t protocol.Trigger, sch *Schedule, jo
 		if !s.claim(ctx, job, next) {
 			continue
 		}
-		s.fire(t, Tick{Trigger: "cron", JobID: t.ID, ScheduledTime: next.UTC().Format(time.RFC3339Nano),
-			ActualTime: time.Now().UTC().Format(time.RFC3339Nano)})
+		tick := Tick{Trigger: "cron", JobID: t.ID, ScheduledTime: next.UTC().Format(time.RFC3339Nano),
+			ActualTime: time.Now().UTC().Format(time.RFC3339Nano)}
+		if condition != "" && !s.passes(ctx, t, condition, tick) {
+			continue
+		}
+		s.fire(t, tick)
 	}
+}
+
+// passes calls the trigger's condition function with tick: true unless it answers false or
+// fails.
+func (s *Service) passes(ctx context.Context, t protocol.Trigger, condition string, tick Tick) bool {
+	ctx, cancel := context.WithTimeout(ctx, ConditionTimeout)
+	defer cancel()
+	res, err := s.Call(ctx, condition, t.Namespace, tick)
+	if err != nil {
+		s.log.Warn("cron trigger condition failed; handler skipped", "trigger_id", t.ID, "condition_function_id", condition, "err", err)
+		return false
+	}
+	return strings.TrimSpace(string(res)) != "false"
 }
 
 // claim reports whether this worker fires the tick at: the first to create its key.

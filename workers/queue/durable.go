@@ -21,10 +21,10 @@ const (
 // Durable is the provider of the durable:subscriber trigger type: a "queue" trigger under iii's
 // name and config {topic, queue_config?: {type?, maxRetries?, concurrency?, backoffDelayMs?,
 // backoffType?, visibilityTimeout?}} (this worker's max_retries, backoff_ms, concurrency and
-// timeout_ms are accepted beside topic too). type "fifo" delivers one message at a time;
-// visibilityTimeout (ms) bounds each call as timeout_ms does. What this queue cannot honour
-// (condition_function_id, delaySeconds, maxPriority, a backoffType other than exponential) is
-// refused, not ignored.
+// timeout_ms are accepted beside topic too), condition_function_id as the queue trigger takes
+// it. type "fifo" delivers one message at a time; visibilityTimeout (ms) bounds each call as
+// timeout_ms does. What this queue cannot honour (delaySeconds, maxPriority, a backoffType
+// other than exponential) is refused, not ignored.
 func (s *Service) Durable() protocol.TriggerHandler { return durable{s} }
 
 type durable struct{ s *Service }
@@ -54,11 +54,9 @@ func durableConfig(raw json.RawMessage) (json.RawMessage, error) {
 	out := map[string]json.RawMessage{}
 	for k, v := range top {
 		switch k {
-		case "topic", "queue", "max_retries", "backoff_ms", "concurrency", "timeout_ms":
+		case "topic", "queue", "max_retries", "backoff_ms", "concurrency", "timeout_ms", "condition_function_id":
 			out[k] = v
 		case "queue_config":
-		case "condition_function_id":
-			return nil, bad("condition_function_id is not supported by this queue worker; check the condition in the function")
 		default:
 			return nil, bad("unknown key %q (the keys are topic, queue_config)", k)
 		}

@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,9 +65,12 @@ const (
 	hError     = "Iii-Error"
 	hAttempts  = "Iii-Attempts"
 	hOrigin    = "Iii-Origin"
-	hMessageID = "Iii-Message-Id" // a dead letter's original id (Nats-Msg-Id is cleared there)
+	hMessageID = "Iii-Message-Id" // a dead or redriven letter's original id (Nats-Msg-Id is cleared there)
+	hConsumer  = "Iii-Consumer"   // a topic dead letter's subscriber (its durable consumer)
 
-	metaQueue = "iii-queue" // consumer metadata: the queue a job consumer serves
+	metaQueue    = "iii-queue"    // consumer metadata: the queue a job consumer serves
+	metaTopic    = "iii-topic"    // consumer metadata: the topic a subscriber consumer serves
+	metaFunction = "iii-function" // consumer metadata: the subscriber's function
 )
 
 // Settings are the delivery settings of one queue or subscriber.
@@ -124,6 +128,7 @@ type Service struct {
 	stream jetstream.Stream
 	name   string // stream name
 	prefix string // subject prefix iii.q.<ns>.
+	ns     string // the worker's namespace
 	cfg    Config
 	call   Caller
 	log    *slog.Logger
@@ -174,7 +179,7 @@ func Open(ctx context.Context, js jetstream.JetStream, namespace string, cfg Con
 		cfg.Replicas = 1
 	}
 	nsTok := token(namespace)
-	s := &Service{js: js, name: "IIIQ_" + nsTok, prefix: "iii.q." + nsTok + ".", cfg: cfg, call: call, log: log, ctx: ctx,
+	s := &Service{js: js, name: "IIIQ_" + nsTok, prefix: "iii.q." + nsTok + ".", ns: namespace, cfg: cfg, call: call, log: log, ctx: ctx,
 		subs: map[string]*sub{}, subT: map[string]string{}}
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: s.name, Subjects: []string{s.prefix + ">"},
 		Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy, MaxAge: time.Duration(cfg.RetentionHours) * time.Hour,
@@ -212,6 +217,19 @@ func (s *Service) topicSubject(t string) string {
 }
 func (s *Service) dlqSubject(kind, name string) string {
 	return s.prefix + "dlq." + kind + "." + enc.EncodeToString([]byte(name))
+}
+
+// redriveSubject is where a topic subscriber's redriven dead letters go: its consumer reads it
+// beside the topic, so a redrive reaches the subscriber that failed and no other.
+func (s *Service) redriveSubject(consumer string) string { return s.prefix + "r." + consumer }
+
+// msgID is the id of a stored message: the original id a dead or redriven letter carries, else
+// its Nats-Msg-Id.
+func msgID(h nats.Header) string {
+	if id := h.Get(hMessageID); id != "" {
+		return id
+	}
+	return h.Get(jetstream.MsgIDHeader)
 }
 
 // messageID is the caller's id for a message (fn names the function for errors), or a new UUID.
@@ -348,7 +366,7 @@ func (s *Service) ensureJobs(q string) error {
 		return nil
 	}
 	set := s.cfg.Queues[q].or(s.cfg.Defaults)
-	sb, err := s.consume(name, s.jobSubject(q), set, jetstream.DeliverAllPolicy, target{kind: "queue", name: q}, map[string]string{metaQueue: q})
+	sb, err := s.consume(name, []string{s.jobSubject(q)}, set, jetstream.DeliverAllPolicy, target{kind: "queue", name: q}, map[string]string{metaQueue: q})
 	if err != nil {
 		return err
 	}
@@ -363,13 +381,15 @@ type target struct {
 	functionID string
 	namespace  string
 	metadata   json.RawMessage
+	consumer   string // a subscriber's durable consumer
+	condition  string // a subscriber's condition function
 }
 
-func (s *Service) consume(name, subject string, set Settings, policy jetstream.DeliverPolicy, tg target, meta map[string]string) (*sub, error) {
+func (s *Service) consume(name string, subjects []string, set Settings, policy jetstream.DeliverPolicy, tg target, meta map[string]string) (*sub, error) {
 	// A short ack wait, kept alive while a message is held (keepAlive): a worker that dies
 	// leaves its messages to the others (or to itself after a restart) within seconds.
 	ackWait := AckWait
-	cons, err := s.stream.CreateOrUpdateConsumer(s.ctx, jetstream.ConsumerConfig{Durable: name, FilterSubject: subject,
+	cons, err := s.stream.CreateOrUpdateConsumer(s.ctx, jetstream.ConsumerConfig{Durable: name, FilterSubjects: subjects,
 		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: policy, AckWait: ackWait, MaxAckPending: set.Concurrency * 4,
 		MaxDeliver: -1, Metadata: meta})
 	if err != nil {
@@ -481,14 +501,17 @@ func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 			meta = json.RawMessage(h)
 		}
 	}
-	meta = withMessageID(meta, m.Headers().Get(jetstream.MsgIDHeader))
+	meta = withMessageID(meta, msgID(m.Headers()))
 	attempts := 0
 	if md, err := m.Metadata(); err == nil && md.NumDelivered > 1 {
 		attempts = int(md.NumDelivered) - 1 // tries made before a restart (at least one each)
 	}
 	timeout := time.Duration(set.TimeoutMS) * time.Millisecond
 	for {
-		_, err := s.call(s.ctx, fn, ns, m.Data(), meta, timeout)
+		run, err := s.passes(tg, ns, m.Data(), timeout)
+		if err == nil && run {
+			_, err = s.call(s.ctx, fn, ns, m.Data(), meta, timeout)
+		}
 		if err == nil {
 			if aerr := m.DoubleAck(s.ctx); aerr != nil && s.ctx.Err() == nil {
 				s.log.Warn("acknowledging a message", "err", aerr)
@@ -523,6 +546,20 @@ func (s *Service) deliver(m jetstream.Msg, set Settings, tg target) {
 	}
 }
 
+// passes asks a subscriber's condition function, if it has one, about a message's data, as
+// iii's queue does: an answer of false means the message is done without the handler; a failed
+// call is a failed attempt (retried, then dead-lettered); any other answer runs the handler.
+func (s *Service) passes(tg target, ns string, data json.RawMessage, timeout time.Duration) (bool, error) {
+	if tg.condition == "" {
+		return true, nil
+	}
+	res, err := s.call(s.ctx, tg.condition, ns, data, nil, timeout)
+	if err != nil {
+		return false, fmt.Errorf("condition function %s: %w", tg.condition, err)
+	}
+	return strings.TrimSpace(string(res)) != "false", nil
+}
+
 // sleep waits d; false when the worker stops.
 func (s *Service) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -540,11 +577,14 @@ func (s *Service) deadLetter(m jetstream.Msg, tg target, fn string, cause error,
 	for k, v := range m.Headers() {
 		hdr[k] = v
 	}
-	if id := hdr.Get(jetstream.MsgIDHeader); id != "" {
+	if id := msgID(hdr); id != "" {
 		hdr.Set(hMessageID, id)
 	}
 	hdr.Del(jetstream.MsgIDHeader) // else the dead letter is dropped as a duplicate of the original
 	hdr.Set(hFunction, fn)
+	if tg.consumer != "" {
+		hdr.Set(hConsumer, tg.consumer)
+	}
 	hdr.Set(hError, string(protocol.AsError(cause).Raw()))
 	hdr.Set(hAttempts, strconv.Itoa(attempts))
 	if md, err := m.Metadata(); err == nil {
@@ -612,14 +652,15 @@ func (s *Service) DLQ(ctx context.Context, payload json.RawMessage) (any, error)
 }
 
 // RegisterTrigger subscribes a function to a topic: config {topic, max_retries?, backoff_ms?,
-// concurrency?, timeout_ms?}.
+// concurrency?, timeout_ms?, condition_function_id?}.
 // A Service is the provider of its trigger type.
 var _ protocol.TriggerHandler = (*Service)(nil)
 
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	var cfg struct {
-		Topic string `json:"topic"`
-		Queue string `json:"queue"` // the 0.22 durable:subscriber alias
+		Topic     string `json:"topic"`
+		Queue     string `json:"queue"` // the 0.22 durable:subscriber alias
+		Condition string `json:"condition_function_id"`
 		Settings
 	}
 	if err := json.Unmarshal(t.Config, &cfg); err != nil {
@@ -631,7 +672,11 @@ func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	if cfg.Topic == "" {
 		return protocol.NewError(errcode.InvalidArguments, "queue trigger config needs a topic")
 	}
-	name := "t_" + short(cfg.Topic, t.FunctionID, t.Namespace)
+	parts := []string{cfg.Topic, t.FunctionID, t.Namespace}
+	if cfg.Condition != "" { // a subscriber with its own condition is a subscriber of its own
+		parts = append(parts, cfg.Condition)
+	}
+	name := "t_" + short(parts...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sb := s.subs[name]; sb != nil {
@@ -639,8 +684,9 @@ func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 		s.subT[t.ID] = name
 		return nil
 	}
-	sb, err := s.consume(name, s.topicSubject(cfg.Topic), cfg.Settings.or(s.cfg.Defaults), jetstream.DeliverNewPolicy,
-		target{kind: "topic", name: cfg.Topic, functionID: t.FunctionID, namespace: t.Namespace, metadata: t.Metadata}, nil)
+	sb, err := s.consume(name, []string{s.topicSubject(cfg.Topic), s.redriveSubject(name)}, cfg.Settings.or(s.cfg.Defaults), jetstream.DeliverNewPolicy,
+		target{kind: "topic", name: cfg.Topic, functionID: t.FunctionID, namespace: t.Namespace, metadata: t.Metadata, consumer: name, condition: cfg.Condition},
+		map[string]string{metaTopic: cfg.Topic, metaFunction: t.FunctionID})
 	if err != nil {
 		return err
 	}

@@ -31,9 +31,12 @@
 // [value] below a path of two segments or more. Every change is a compare-and-set on the key's revision,
 // so concurrent writers (also on other engines sharing the bucket) never lose an update.
 //
-// Trigger type "state", config {scope?, key?}: after each committed change the worker calls
-// the bound function with {type: "state", event_type: state:created|state:updated|state:deleted, scope, key,
-// old_value, new_value}, for changes made through this worker. Errors carry INVALID_ARGUMENTS
+// Trigger type "state", config {scope?, key?, condition_function_id?}: after each committed
+// change the worker calls the bound function with {type: "state", event_type:
+// state:created|state:updated|state:deleted, scope, key, old_value, new_value}, for changes made
+// through this worker. With condition_function_id it first calls that function, in the
+// trigger's namespace, with the same event, as iii's: an answer of false skips the handler, a
+// failed call skips it too (logged), any other answer (null included) lets it fire. Errors carry INVALID_ARGUMENTS
 // or STATE_STORE_ERROR (CAS_ERROR and LIST_KEYS_ERROR for compare-and-set and list_keys, as iii
 // names them), and VALUE_TOO_LARGE.
 package state
@@ -45,10 +48,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -85,6 +90,12 @@ const (
 // Fire delivers an event to a trigger's function.
 type Fire func(t protocol.Trigger, ev Event)
 
+// Caller calls function fn in namespace ns ("" is the worker's) and returns its answer.
+type Caller func(ctx context.Context, fn, ns string, payload any) (json.RawMessage, error)
+
+// ConditionTimeout bounds a call of a trigger's condition function.
+const ConditionTimeout = 10 * time.Second
+
 // Service is the state worker's logic over one bucket.
 type Service struct {
 	kv   jetstream.KeyValue
@@ -93,6 +104,10 @@ type Service struct {
 	// MaxValueBytes bounds the compact JSON size of a written value; 0 is no limit. Set it
 	// before the service is used.
 	MaxValueBytes int
+	// Call answers triggers' condition functions; without it a trigger naming one is refused.
+	// Log, when set, reports conditions that failed. Set both before the service is used.
+	Call Caller
+	Log  *slog.Logger
 
 	mu       sync.Mutex
 	triggers map[string]stateTrigger
@@ -101,6 +116,7 @@ type Service struct {
 type stateTrigger struct {
 	t          protocol.Trigger
 	scope, key string
+	condition  string
 }
 
 // BucketName is the bucket of a namespace: iii-state-<namespace> with other characters than
@@ -421,23 +437,27 @@ func (s *Service) ListGroups(ctx context.Context, _ json.RawMessage) (any, error
 	return map[string]any{"groups": groups}, nil
 }
 
-// RegisterTrigger adds a state trigger: config {scope?, key?}.
+// RegisterTrigger adds a state trigger: config {scope?, key?, condition_function_id?}.
 // A Service is the provider of its trigger type.
 var _ protocol.TriggerHandler = (*Service)(nil)
 
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	var cfg struct {
-		Scope string `json:"scope"`
-		Key   string `json:"key"`
+		Scope     string `json:"scope"`
+		Key       string `json:"key"`
+		Condition string `json:"condition_function_id"`
 	}
 	if len(t.Config) > 0 && string(t.Config) != "null" {
 		if err := json.Unmarshal(t.Config, &cfg); err != nil {
-			return protocol.NewError(errcode.InvalidArguments, "state trigger config must be {scope?, key?}: %v", err)
+			return protocol.NewError(errcode.InvalidArguments, "state trigger config must be {scope?, key?, condition_function_id?}: %v", err)
 		}
+	}
+	if cfg.Condition != "" && s.Call == nil {
+		return protocol.NewError(errcode.InvalidArguments, "state trigger config: condition_function_id %q cannot be evaluated by this state service", cfg.Condition)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.triggers[t.ID] = stateTrigger{t: t, scope: cfg.Scope, key: cfg.Key}
+	s.triggers[t.ID] = stateTrigger{t: t, scope: cfg.Scope, key: cfg.Key, condition: cfg.Condition}
 	return nil
 }
 
@@ -460,14 +480,38 @@ func (s *Service) changed(scope, key string, old, nw json.RawMessage) {
 		ev.EventType = Updated
 	}
 	s.mu.Lock()
-	var hit []protocol.Trigger
+	var hit []stateTrigger
 	for _, st := range s.triggers {
 		if (st.scope == "" || st.scope == scope) && (st.key == "" || st.key == key) {
-			hit = append(hit, st.t)
+			hit = append(hit, st)
 		}
 	}
 	s.mu.Unlock()
-	for _, t := range hit {
-		s.fire(t, ev)
+	for _, st := range hit {
+		if st.condition == "" {
+			s.fire(st.t, ev)
+			continue
+		}
+		// The condition is a call with an answer: it runs beside the write, which does not
+		// wait for it (as iii's state triggers run after the write answered).
+		go func() {
+			if s.passes(st, ev) {
+				s.fire(st.t, ev)
+			}
+		}()
 	}
+}
+
+// passes calls the trigger's condition function with ev: true unless it answers false or fails.
+func (s *Service) passes(st stateTrigger, ev Event) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), ConditionTimeout)
+	defer cancel()
+	res, err := s.Call(ctx, st.condition, st.t.Namespace, ev)
+	if err != nil {
+		if s.Log != nil {
+			s.Log.Warn("state trigger condition failed; handler skipped", "trigger_id", st.t.ID, "condition_function_id", st.condition, "err", err)
+		}
+		return false
+	}
+	return strings.TrimSpace(string(res)) != "false"
 }

@@ -3,7 +3,10 @@ package state
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -51,5 +54,69 @@ func TestTriggerScopesAndUnregistration(t *testing.T) {
 	}
 	if err := svc.UnregisterTrigger(ctx, protocol.Trigger{ID: "never-registered"}); err != nil {
 		t.Errorf("unregistering an unknown trigger: %v", err)
+	}
+}
+
+// A trigger's condition function gets the event in the trigger's namespace; false or a failed
+// call skips the handler, any other answer (null too) lets it fire; without a caller a
+// condition is refused rather than ignored.
+func TestTriggerCondition(t *testing.T) {
+	svc, rec, closeStore := open(t, t.TempDir())
+	defer closeStore()
+	ctx := context.Background()
+	if err := svc.RegisterTrigger(ctx, protocol.Trigger{ID: "c", FunctionID: "f", Config: json.RawMessage(`{"condition_function_id":"cond"}`)}); err == nil {
+		t.Fatal("a condition was accepted with nothing to evaluate it")
+	}
+	var mu sync.Mutex
+	asked := map[string][]string{} // condition -> namespaces asked
+	svc.Call = func(_ context.Context, fn, ns string, payload any) (json.RawMessage, error) {
+		ev := payload.(Event)
+		mu.Lock()
+		asked[fn] = append(asked[fn], ev.Key+"@"+ns)
+		mu.Unlock()
+		switch fn {
+		case "no":
+			return json.RawMessage(`false`), nil
+		case "broken":
+			return nil, errors.New("condition crashed")
+		case "null":
+			return json.RawMessage(`null`), nil
+		}
+		return json.RawMessage(`{"ok":true}`), nil
+	}
+	for _, c := range []string{"no", "broken", "null", "yes"} {
+		tr := protocol.Trigger{ID: c, FunctionID: "h::" + c, Namespace: "team", Config: json.RawMessage(`{"scope":"s","condition_function_id":"` + c + `"}`)}
+		if err := svc.RegisterTrigger(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call(t, svc.Set, `{"scope":"s","key":"k","value":1}`)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(asked)
+		mu.Unlock()
+		rec.mu.Lock()
+		fired := len(rec.evs)
+		rec.mu.Unlock()
+		if n == 4 && fired == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("conditions asked %v, handlers fired %d (want 4 and 2)", asked, fired)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for c, got := range asked {
+		if len(got) != 1 || got[0] != "k@team" {
+			t.Errorf("condition %s asked %v, want once with the event in team", c, got)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, ev := range rec.evs {
+		if ev.Key != "k" || ev.EventType != Created {
+			t.Errorf("fired %+v", ev)
+		}
 	}
 }

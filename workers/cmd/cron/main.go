@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"time"
@@ -47,7 +48,14 @@ func main() {
 			st.Close()
 			return nil, err
 		}
-		if err := w.RegisterTriggerType("cron", "Calls the function on a schedule: {expression} with seconds (6 or 7 fields)", svc); err != nil {
+		svc.Call = func(ctx context.Context, fn, ns string, payload any) (json.RawMessage, error) {
+			var opts []protocol.CallOption
+			if ns != "" {
+				opts = append(opts, protocol.InNamespace(ns))
+			}
+			return w.Call(ctx, fn, payload, opts...)
+		}
+		if err := w.RegisterTriggerType("cron", "Calls the function on a schedule: {expression, condition_function_id?}, the expression with seconds (6 or 7 fields)", svc); err != nil {
 			st.Close()
 			return nil, err
 		}

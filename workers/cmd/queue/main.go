@@ -1,7 +1,9 @@
 // Command queue is the iii queue worker (package "queue" in the worker registry): the engine's
 // action enqueue (queue::enqueue), queue::publish, queue::dlq::list and the "queue" trigger
 // type on NATS JetStream (see package queue), and iii's names for the topic side:
-// iii::durable::publish (queue::publish) and the trigger type durable:subscriber. Delivery is at least once; each delivery passes
+// iii::durable::publish (queue::publish) and the trigger type durable:subscriber, and iii's
+// dead-letter functions iii::queue::{redrive, redrive_message, discard_message} and, in the
+// default namespace, engine::queue::{list_topics, topic_stats, dlq_topics, dlq_messages}. Delivery is at least once; each delivery passes
 // the message's id as message_id in the invocation metadata.
 //
 // Configuration (YAML, --config or $III_CONFIG):
@@ -60,20 +62,21 @@ func main() {
 			return nil, err
 		}
 		cleanup := func() { svc.Close(); st.Close() }
-		for id, h := range map[string]func(context.Context, json.RawMessage) (any, error){
-			"queue::enqueue": svc.Enqueue, "queue::publish": svc.Publish, "queue::dlq::list": svc.DLQ,
-			queue.DurablePublish: svc.Publish,
-		} {
+		fns, skipped := svc.Functions(w.Namespace())
+		if len(skipped) > 0 {
+			log.Info("iii's engine::queue::* ids live in the default namespace; not registered here", "namespace", w.Namespace(), "ids", skipped)
+		}
+		for id, h := range fns {
 			if err := w.Register(id, h); err != nil {
 				cleanup()
 				return nil, err
 			}
 		}
-		if err := w.RegisterTriggerType("queue", "Delivers each message published to a topic: {topic, max_retries?, backoff_ms?, concurrency?}", svc); err != nil {
+		if err := w.RegisterTriggerType("queue", "Delivers each message published to a topic: {topic, max_retries?, backoff_ms?, concurrency?, timeout_ms?, condition_function_id?}", svc); err != nil {
 			cleanup()
 			return nil, err
 		}
-		if err := w.RegisterTriggerType(queue.DurableSubscriber, "iii's name of the queue trigger: {topic, queue_config?: {type?, maxRetries?, concurrency?, backoffDelayMs?, visibilityTimeout?}}", svc.Durable()); err != nil {
+		if err := w.RegisterTriggerType(queue.DurableSubscriber, "iii's name of the queue trigger: {topic, condition_function_id?, queue_config?: {type?, maxRetries?, concurrency?, backoffDelayMs?, visibilityTimeout?}}", svc.Durable()); err != nil {
 			cleanup()
 			return nil, err
 		}

@@ -58,6 +58,7 @@ func main() {
 			return nil, err
 		}
 		svc.MaxValueBytes = cfg.MaxValueBytes
+		svc.Call, svc.Log = condCaller(w), log
 		for id, h := range map[string]func(context.Context, json.RawMessage) (any, error){
 			"state::set": svc.Set, "state::get": svc.Get, "state::delete": svc.Delete, "state::update": svc.Update,
 			"state::list": svc.List, "state::list_groups": svc.ListGroups, "state::list_keys": svc.ListKeys,
@@ -68,10 +69,21 @@ func main() {
 				return nil, err
 			}
 		}
-		if err := w.RegisterTriggerType("state", "Fires on every committed state change: {scope?, key?}", svc); err != nil {
+		if err := w.RegisterTriggerType("state", "Fires on every committed state change: {scope?, key?, condition_function_id?}", svc); err != nil {
 			st.Close()
 			return nil, err
 		}
 		return st.Close, nil
 	}}.Run(os.LookupEnv)
+}
+
+// condCaller calls a trigger's condition function in the trigger's namespace.
+func condCaller(w *protocol.Worker) state.Caller {
+	return func(ctx context.Context, fn, ns string, payload any) (json.RawMessage, error) {
+		var opts []protocol.CallOption
+		if ns != "" {
+			opts = append(opts, protocol.InNamespace(ns))
+		}
+		return w.Call(ctx, fn, payload, opts...)
+	}
 }
