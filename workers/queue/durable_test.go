@@ -19,6 +19,7 @@ func TestDurableConfig(t *testing.T) {
 		`{"topic":"t","queue_config":{"maxRetries":5,"concurrency":2,"backoffDelayMs":200,"visibilityTimeout":3000,"backoffType":"exponential","type":"standard"}}`: `{"backoff_ms":200,"concurrency":2,"max_retries":5,"timeout_ms":3000,"topic":"t"}`,
 		`{"topic":"t","queue_config":{"type":"fifo"}}`: `{"concurrency":1,"topic":"t"}`,
 		`{"queue":"t","max_retries":1,"backoff_ms":5}`: `{"backoff_ms":5,"max_retries":1,"queue":"t"}`,
+		`{"topic":"t","description":"orders"}`:         `{"topic":"t"}`,
 	} {
 		got, err := durableConfig([]byte(in))
 		if err != nil || string(got) != want {
