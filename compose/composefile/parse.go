@@ -341,12 +341,37 @@ func (p *parser) engineWorkers(e *Engine, k pair) error {
 		case w.val.Kind != yaml.MappingNode:
 			return p.at(errcode.InvalidEngineWorkerConfig, w.val, w.where, "must be a mapping of the worker's settings ({} keeps its defaults)")
 		}
+		if base == "iii-stream" {
+			if err := p.streamAdapter(w); err != nil {
+				return err
+			}
+		}
 		v, err := p.value(w.val, w.where)
 		if err != nil {
 			return err
 		}
 		e.Workers[w.key] = v
 		e.WorkerOrder = append(e.WorkerOrder, w.key)
+	}
+	return nil
+}
+
+// streamAdapter refuses iii-stream's adapters the engine does not have (iii's redis and
+// bridge: the engine keeps streams in JetStream) before anything is resolved or started, naming
+// the file, the line and the key; the engine refuses them as well, but in the configuration it
+// is given, which is not the user's file.
+func (p *parser) streamAdapter(w pair) error {
+	for i := 0; i+1 < len(w.val.Content); i += 2 {
+		if w.val.Content[i].Value != "adapter" || w.val.Content[i+1].Kind != yaml.MappingNode {
+			continue
+		}
+		a := w.val.Content[i+1]
+		for j := 0; j+1 < len(a.Content); j += 2 {
+			if n := a.Content[j+1]; a.Content[j].Value == "name" && (n.Value == "redis" || n.Value == "bridge") {
+				return p.at(errcode.ConfigUnsupported, n, join(w.where, "adapter.name"), "%q is iii's and not supported: this engine keeps streams in JetStream "+
+					"(adapter kv, the default); to share streams between engines run the stream worker with nats.url", n.Value)
+			}
+		}
 	}
 	return nil
 }

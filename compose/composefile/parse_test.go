@@ -42,6 +42,8 @@ var rejections = []struct {
 	{"engine worker", errcode.UnsupportedEngineWorker, `"state" is not an engine-owned worker`, "engine:\n  workers: {state: {}}\n"},
 	{"injected", errcode.EngineWorkerIsInjected, "iii-telemetry", "engine:\n  workers: {iii-telemetry: {}}\n"},
 	{"worker config", errcode.InvalidEngineWorkerConfig, "must be a mapping", "engine:\n  workers: {iii-stream: 3}\n"},
+	{"stream bridge", errcode.ConfigUnsupported, `:5: engine.workers.iii-stream.adapter.name: "bridge" is iii's and not supported`,
+		"engine:\n  workers:\n    iii-stream:\n      adapter:\n        name: bridge\n        config: {bridge_url: ws://localhost:49198}\n"},
 	{"blank url", errcode.InvalidManagedEngineURL, "not an engine URL", "engine:\n  url: ''\n"},
 	{"null sandbox", errcode.InvalidComposeFile, "sandbox: {}", "engine:\n  sandbox:\n"},
 	{"sandbox key", errcode.InvalidComposeFile, `unknown key "image" in engine.sandbox`, "engine:\n  sandbox: {image: x}\n"},

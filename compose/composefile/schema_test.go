@@ -21,7 +21,7 @@ import (
 var parserOnly = map[string]bool{
 	errcode.UndefinedVariable: true, errcode.InvalidReference: true, errcode.UnterminatedReference: true,
 	errcode.UnknownDependency: true, errcode.SelfDependency: true, errcode.DependencyCycle: true,
-	errcode.ComposeFileTooLarge: true,
+	errcode.ComposeFileTooLarge: true, errcode.ConfigUnsupported: true,
 }
 
 // parserOnlyMessages are INVALID_COMPOSE_FILE rejections that are YAML-level, not schema-level.

@@ -182,6 +182,10 @@ const (
 	UnsupportedEngineWorker = "UNSUPPORTED_ENGINE_WORKER"
 	// InvalidEngineWorkerConfig: an engine.workers value that is not a mapping.
 	InvalidEngineWorkerConfig = "INVALID_ENGINE_WORKER_CONFIG"
+	// ConfigUnsupported: an engine.workers setting of iii's the engine does not implement
+	// (iii-stream's redis and bridge adapters), refused before anything starts; the engine's own
+	// code for the same refusal in config.yaml.
+	ConfigUnsupported = "CONFIG_UNSUPPORTED"
 	// InvalidManagedEngineURL: engine.url is blank or not a ws:// or wss:// URL.
 	InvalidManagedEngineURL = "INVALID_MANAGED_ENGINE_URL"
 	// ManagedEngineEndpointMismatch: engine.url and the worker-manager listener disagree.

@@ -644,7 +644,19 @@ func (c *Config) parseStreamAdapter(v *yaml.Node) error {
 	if conf == nil {
 		return nil
 	}
-	return mapping(conf, "iii-stream kv adapter config", []string{"store_method", "file_path"}, func(k, v *yaml.Node) error {
+	return mapping(conf, "iii-stream kv adapter config", []string{"store_method", "file_path", "save_interval_ms", "channel_size"}, func(k, v *yaml.Node) error {
+		switch k.Value {
+		case "save_interval_ms":
+			// iii's flush cadence of its file store; JetStream stores each write as it is
+			// acknowledged, so it is checked against iii's bounds and paces nothing.
+			n, err := intValue(v, k.Value)
+			if err == nil && (n < 100 || n > 3_600_000) {
+				err = invalid(v.Line, "iii-stream kv adapter config: save_interval_ms %d: it must be from 100 to 3600000", n)
+			}
+			return err
+		case "channel_size":
+			return refuseKey(k.Line, "iii-stream kv adapter config: channel_size: this engine's stream does not drop events behind a bounded channel")
+		}
 		s, err := strValue(v, k.Value)
 		if err != nil {
 			return err

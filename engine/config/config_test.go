@@ -129,6 +129,8 @@ func TestParseErrors(t *testing.T) {
 		{"workers:\n  - name: iii-stream\n    config:\n      adapter: {name: redis, config: {redis_url: 'redis://x'}}\n", errcode.ConfigUnsupported, `line 4: iii-stream adapter: name "redis"`},
 		{"workers:\n  - name: iii-stream\n    config: {adapter: {name: bridge}}\n", errcode.ConfigUnsupported, `iii-stream adapter: name "bridge"`},
 		{"workers:\n  - name: iii-stream\n    config: {adapter: {config: {}}}\n", errcode.ConfigInvalid, "name is required"},
+		{"workers:\n  - name: iii-stream\n    config: {adapter: {name: kv, config: {channel_size: 256}}}\n", errcode.ConfigUnsupported, `line 3: iii-stream kv adapter config: channel_size`},
+		{"workers:\n  - name: iii-stream\n    config: {adapter: {name: kv, config: {save_interval_ms: 5}}}\n", errcode.ConfigInvalid, `save_interval_ms 5`},
 		{"workers:\n  - name: iii-stream\n    config: {adapter: {name: kv, config: {store_method: tape}}}\n", errcode.ConfigInvalid, `store_method "tape"`},
 		{"workers:\n  - name: iii-stream\n    config: {port: 70000}\n", errcode.ConfigInvalid, "port 70000 is out of range"},
 		{"workers:\n  - name: iii-http-functions\n    config: {bogus_key: 1}\n", errcode.ConfigInvalid, `unknown key "bogus_key" in iii-http-functions config; allowed: security`},

@@ -36,6 +36,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
 // CodeInvalidExpression refuses a trigger whose expression does not parse.
@@ -190,6 +191,9 @@ func token(s string) string {
 var _ protocol.TriggerHandler = (*Service)(nil)
 
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	if err := triggerkeys.Check("cron", t.Config, "expression", "condition_function_id"); err != nil {
+		return err
+	}
 	var cfg struct {
 		Expression string `json:"expression"`
 		Condition  string `json:"condition_function_id"`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,15 @@ func TestInvalidExpressionCode(t *testing.T) {
 	err := s.RegisterTrigger(context.Background(), protocol.Trigger{ID: "x", Config: json.RawMessage(`{"expression":"every day"}`)})
 	if pe, ok := err.(*protocol.Error); !ok || pe.Code != CodeInvalidExpression {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A description is kept; a key the worker does not implement refuses the trigger by name.
+func TestTriggerKeys(t *testing.T) {
+	s, _ := Open(context.Background(), nil, "default", func(protocol.Trigger, Tick) {}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	err := s.RegisterTrigger(context.Background(), protocol.Trigger{ID: "x", Config: json.RawMessage(`{"expression":"0 0 1 1 * *","timezone":"UTC"}`)})
+	if pe, ok := err.(*protocol.Error); !ok || pe.Code != "TRIGGER_CONFIG_UNSUPPORTED" || !strings.Contains(pe.Message, `"timezone"`) {
+		t.Fatalf("timezone: %v", err)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package httpworker is the http worker: the "http" trigger type, config {api_path,
 // http_method, condition_function_id?, middleware_function_ids?}, served on one listener, as
-// iii's http worker of the 0.26 era (0.23.x) serves its trigger-era routes. Any other key of a
-// trigger's config refuses the trigger with TRIGGER_CONFIG_UNSUPPORTED rather than being ignored.
+// iii's http worker of the 0.26 era (0.23.x) serves its trigger-era routes. A description is
+// kept in the config; any other key refuses the trigger with TRIGGER_CONFIG_UNSUPPORTED rather
+// than being ignored (package triggerkeys).
 //
 // A path template is a slash-separated path whose segments are literal or parameters (":id" or
 // "{id}"). A request is matched on its path, then its method:
@@ -54,6 +55,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
 // Error codes of the http worker: of a refused trigger, and of request errors.
@@ -61,8 +63,8 @@ const (
 	// CodeRouteConflict refuses a trigger whose method and path shape another trigger already serves.
 	CodeRouteConflict = "HTTP_ROUTE_CONFLICT"
 	// CodeTriggerConfigUnsupported refuses a trigger whose config has a key the worker does not
-	// implement (middleware_function_ids, or any unknown key), instead of ignoring it.
-	CodeTriggerConfigUnsupported = "TRIGGER_CONFIG_UNSUPPORTED"
+	// implement (any key but its own and description), instead of ignoring it.
+	CodeTriggerConfigUnsupported = triggerkeys.Code
 	// CodeInvalidPathParameter answers 400 to a request whose path parameter holds a NUL byte.
 	CodeInvalidPathParameter = "INVALID_PATH_PARAMETER"
 	// CodeBodyTimeout answers 408 to a request whose body did not arrive within body_read_timeout.
@@ -232,33 +234,15 @@ func shape(segs []string) string {
 	return "/" + strings.Join(out, "/")
 }
 
-// configKeys are the keys of an http trigger's config the worker implements.
-var configKeys = map[string]bool{"api_path": true, "http_method": true, "condition_function_id": true, "middleware_function_ids": true}
-
-// unsupportedKey refuses the first key of config (a JSON object) the worker does not implement.
-func unsupportedKey(config json.RawMessage) error {
-	var keys map[string]json.RawMessage
-	if json.Unmarshal(config, &keys) != nil {
-		return nil // not an object: the decoding below says so
-	}
-	var unknown []string
-	for k := range keys {
-		if !configKeys[k] {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) == 0 {
-		return nil
-	}
-	sort.Strings(unknown)
-	return protocol.NewError(CodeTriggerConfigUnsupported, "http trigger config: unknown key %q (the keys are api_path, http_method, condition_function_id, middleware_function_ids); "+
-		"the trigger is refused rather than the key ignored", unknown[0])
-}
+// configKeys are the keys of an http trigger's config the worker implements (description is
+// kept as well, see package triggerkeys).
+var configKeys = []string{"api_path", "http_method", "condition_function_id", "middleware_function_ids"}
 
 // RegisterTrigger adds a route: config {api_path, http_method, condition_function_id?,
-// middleware_function_ids?}; any other key refuses the trigger (TRIGGER_CONFIG_UNSUPPORTED).
+// middleware_function_ids?, description?}; any other key refuses the trigger
+// (TRIGGER_CONFIG_UNSUPPORTED).
 func (s *Server) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
-	if err := unsupportedKey(t.Config); err != nil {
+	if err := triggerkeys.Check("http", t.Config, configKeys...); err != nil {
 		return err
 	}
 	var cfg struct {

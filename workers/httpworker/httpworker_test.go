@@ -136,6 +136,11 @@ func TestUnsupportedTriggerKeys(t *testing.T) {
 	if len(s.routes) != 0 {
 		t.Errorf("refused triggers were routed: %v", s.routes)
 	}
+	// description is iii's documented descriptive key: kept, the route served.
+	if err := s.RegisterTrigger(context.Background(), protocol.Trigger{ID: "d", FunctionID: "t::http",
+		Config: json.RawMessage(`{"api_path":"health","http_method":"GET","description":"Healthcheck endpoint"}`)}); err != nil || len(s.routes) != 1 {
+		t.Errorf("description: %v, routes %v", err, s.routes)
+	}
 }
 
 // A NUL in a path parameter (%00) is refused with 400; "." and ".." reach the function as they

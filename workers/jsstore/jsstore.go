@@ -44,6 +44,7 @@ type Store struct {
 	NC  *nats.Conn
 	JS  jetstream.JetStream
 	srv *server.Server
+	tmp string // the directory of an in-memory placement, removed by Close
 }
 
 // DefaultDataDir is ~/.iii/data/<worker>/<namespace>.
@@ -132,7 +133,8 @@ func (s *Store) ClientURL() string {
 	return s.srv.ClientURL()
 }
 
-// Close drains the connection and stops the embedded server.
+// Close drains the connection and stops the embedded server (and removes an in-memory
+// placement's directory).
 func (s *Store) Close() {
 	_ = s.NC.Drain()
 	s.NC.Close()
@@ -140,4 +142,31 @@ func (s *Store) Close() {
 		s.srv.Shutdown()
 		s.srv.WaitForShutdown()
 	}
+	if s.tmp != "" {
+		_ = os.RemoveAll(s.tmp)
+	}
+}
+
+// OpenPlaced is Open where the adapter placed the data: file_path as the embedded server's
+// directory, in_memory in a fresh directory of its own that Close removes, so a restarted
+// worker starts empty whatever the previous one left (a killed worker's directory is never
+// read again).
+func OpenPlaced(ctx context.Context, cfg Config, p Placement, dataDir, name string) (*Store, error) {
+	if !p.Memory {
+		if p.Dir != "" {
+			dataDir = p.Dir
+		}
+		return Open(ctx, cfg, dataDir, name)
+	}
+	tmp, err := os.MkdirTemp("", name+"-memory-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the in-memory store's directory (adapter.config.store_method in_memory): %w", err)
+	}
+	s, err := Open(ctx, cfg, tmp, name)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, err
+	}
+	s.tmp = tmp
+	return s, nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
 // Function and trigger type names, as iii's.
@@ -93,13 +94,11 @@ func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
 	if err := json.Unmarshal(t.Config, &cfg); err != nil || cfg == nil {
 		return protocol.NewError(errcode.InvalidArguments, "subscribe trigger config must be {topic}")
 	}
-	var topic string
-	for k, v := range cfg {
-		if k != "topic" {
-			return protocol.NewError(errcode.InvalidArguments, "subscribe trigger config: unknown key %q (the key is topic)", k)
-		}
-		_ = json.Unmarshal(v, &topic)
+	if err := triggerkeys.Check(TriggerType, t.Config, "topic"); err != nil {
+		return err
 	}
+	var topic string
+	_ = json.Unmarshal(cfg["topic"], &topic)
 	if topic == "" {
 		return protocol.NewError(errcode.InvalidArguments, "subscribe trigger config needs a topic (a string)")
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
 // iii's names for the topic side of the queue, served by the same code as queue::publish and
@@ -56,9 +57,9 @@ func durableConfig(raw json.RawMessage) (json.RawMessage, error) {
 		switch k {
 		case "topic", "queue", "max_retries", "backoff_ms", "concurrency", "timeout_ms", "condition_function_id":
 			out[k] = v
-		case "queue_config":
+		case "queue_config", "description":
 		default:
-			return nil, bad("unknown key %q (the keys are topic, queue_config)", k)
+			return nil, triggerkeys.Check(DurableSubscriber, raw, "topic", "queue_config", "queue", "max_retries", "backoff_ms", "concurrency", "timeout_ms", "condition_function_id")
 		}
 	}
 	qc, ok := top["queue_config"]

@@ -20,6 +20,8 @@ func TestDurableConfig(t *testing.T) {
 		`{"topic":"t","queue_config":{"type":"fifo"}}`: `{"concurrency":1,"topic":"t"}`,
 		`{"queue":"t","max_retries":1,"backoff_ms":5}`: `{"backoff_ms":5,"max_retries":1,"queue":"t"}`,
 		`{"topic":"t","condition_function_id":"c"}`:    `{"condition_function_id":"c","topic":"t"}`,
+
+		`{"topic":"t","description":"orders"}`: `{"topic":"t"}`,
 	} {
 		got, err := durableConfig([]byte(in))
 		if err != nil || string(got) != want {

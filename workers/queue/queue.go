@@ -54,6 +54,7 @@ import (
 	"github.com/iii-go/iii/engine/backoff"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
 // Headers of a stored message.
@@ -657,6 +658,9 @@ func (s *Service) DLQ(ctx context.Context, payload json.RawMessage) (any, error)
 var _ protocol.TriggerHandler = (*Service)(nil)
 
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	if err := triggerkeys.Check("queue", t.Config, "topic", "queue", "max_retries", "backoff_ms", "concurrency", "timeout_ms", "condition_function_id"); err != nil {
+		return err
+	}
 	var cfg struct {
 		Topic     string `json:"topic"`
 		Queue     string `json:"queue"` // the 0.22 durable:subscriber alias

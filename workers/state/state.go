@@ -60,6 +60,7 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
+	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
 // Codes of state errors.
@@ -442,6 +443,9 @@ func (s *Service) ListGroups(ctx context.Context, _ json.RawMessage) (any, error
 var _ protocol.TriggerHandler = (*Service)(nil)
 
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	if err := triggerkeys.Check("state", t.Config, "scope", "key", "condition_function_id"); err != nil {
+		return err
+	}
 	var cfg struct {
 		Scope     string `json:"scope"`
 		Key       string `json:"key"`

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -139,12 +141,28 @@ func (c Config) Validate() (Store, error) {
 				return st, errcode.New(errcode.ConfigInvalid, "adapter.config.file_path must be a directory path")
 			}
 			st.DataDir = s
+		case "save_interval_ms":
+			// iii's flush cadence of its file store: JetStream stores each write as it is
+			// acknowledged, so there is nothing to pace; checked against iii's bounds.
+			if n, err := strconv.Atoi(fmt.Sprint(v)); err != nil || n < 100 || n > 3_600_000 {
+				return st, errcode.New(errcode.ConfigInvalid, "adapter.config.save_interval_ms %v: it must be a number of milliseconds from 100 to 3600000", v)
+			}
+		case "channel_size":
+			return st, errcode.New(errcode.ConfigUnsupported, "adapter.config.channel_size is not supported: this stream worker does not drop events "+
+				"behind a bounded channel; remove the key")
 		default:
-			return st, errcode.New(errcode.ConfigInvalid, "adapter.config: unknown key %q; allowed: store_method, file_path", k)
+			return st, errcode.New(errcode.ConfigInvalid, "adapter.config: unknown key %q; allowed: store_method, file_path, save_interval_ms", k)
 		}
 	}
 	if st.DataDir != "" && (c.NATS.URL != "" || c.NATS.DataDir != "") {
 		return st, errcode.New(errcode.ConfigInvalid, "adapter.config.file_path and nats.url/nats.data_dir both say where the streams live; keep one")
+	}
+	if st.DataDir != "" && !filepath.IsAbs(st.DataDir) {
+		// As the other workers' file_path: the Compose file's directory under Compose, else
+		// the working directory (the engine's, for iii-stream in the engine's process).
+		if base, _ := os.LookupEnv(jsstore.EnvComposeDir); base != "" {
+			st.DataDir = filepath.Join(base, st.DataDir)
+		}
 	}
 	return st, nil
 }

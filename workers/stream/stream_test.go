@@ -298,6 +298,8 @@ func TestValidate(t *testing.T) {
 		{Config{Host: "h", Port: 1, Adapter: &Adapter{Name: "mongo"}}, errcode.ConfigInvalid, `unknown adapter "mongo"`},
 		{Config{Host: "h", Port: 1, Adapter: &Adapter{Name: "kv", Config: map[string]any{"store_method": "tape"}}}, errcode.ConfigInvalid, "store_method"},
 		{Config{Host: "h", Port: 1, Adapter: &Adapter{Name: "kv", Config: map[string]any{"ttl": 1}}}, errcode.ConfigInvalid, `unknown key "ttl"`},
+		{Config{Host: "h", Port: 1, Adapter: &Adapter{Name: "kv", Config: map[string]any{"channel_size": 256}}}, errcode.ConfigUnsupported, "adapter.config.channel_size"},
+		{Config{Host: "h", Port: 1, Adapter: &Adapter{Name: "kv", Config: map[string]any{"save_interval_ms": 5}}}, errcode.ConfigInvalid, "adapter.config.save_interval_ms 5"},
 		{Config{Host: "h", Port: 70000}, errcode.ConfigInvalid, "out of range"},
 		{Config{Port: 1}, errcode.ConfigInvalid, "host"},
 	} {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
 // A Service is the provider of the stream trigger type.
@@ -17,6 +18,9 @@ var _ protocol.TriggerHandler = (*Service)(nil)
 // RegisterTrigger adds a stream trigger: config {stream_name, group_id?, item_id?,
 // condition_function_id?}.
 func (s *Service) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	if err := triggerkeys.Check(TriggerType, t.Config, "stream_name", "group_id", "item_id", "condition_function_id"); err != nil {
+		return err
+	}
 	var cfg TriggerConfig
 	if len(t.Config) > 0 && string(t.Config) != "null" {
 		if err := json.Unmarshal(t.Config, &cfg); err != nil {
@@ -58,6 +62,13 @@ func (j JoinLeave) set() map[string]protocol.Trigger {
 
 // RegisterTrigger adds the trigger.
 func (j JoinLeave) RegisterTrigger(_ context.Context, t protocol.Trigger) error {
+	kind := LeaveTriggerType
+	if j.Join {
+		kind = JoinTriggerType
+	}
+	if err := triggerkeys.Check(kind, t.Config); err != nil {
+		return err
+	}
 	j.Svc.mu.Lock()
 	defer j.Svc.mu.Unlock()
 	j.set()[t.ID] = t

@@ -3,6 +3,8 @@
 //
 // Configuration (YAML, --config or $III_CONFIG):
 //
+//	adapter: # iii's: {name: local} or {name: kv, config: {store_method, file_path, save_interval_ms}}, this
+//	         # worker's scheduler with its tick locks in the store (redis: CONFIG_UNSUPPORTED)
 //	nats:  # see package jsstore: url, data_dir, listen, allow_remote, sync, creds_file
 package main
 
@@ -21,18 +23,27 @@ import (
 
 var version = "0.0.0-dev"
 
+// adapters is what the cron worker makes of iii's cron adapters: kv (iii's lock store) and the
+// standalone worker's local both mean this worker's scheduler.
+var adapters = jsstore.AdapterRule{Worker: "cron", Store: []string{"kv"}, Local: []string{"local"}, Refused: []string{"redis"}}
+
 type config struct {
-	NATS jsstore.Config `yaml:"nats"`
+	Adapter *jsstore.Adapter `yaml:"adapter"`
+	NATS    jsstore.Config   `yaml:"nats"`
 }
 
 func main() {
 	cfg := &config{}
 	wmain.Main{Name: "cron", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		place, err := adapters.Resolve(cfg.Adapter, cfg.NATS, os.LookupEnv)
+		if err != nil {
+			return nil, err
+		}
 		dir, err := jsstore.DefaultDataDir("cron", w.Namespace())
 		if err != nil {
 			return nil, err
 		}
-		st, err := jsstore.Open(ctx, cfg.NATS, dir, "iii-cron")
+		st, err := jsstore.OpenPlaced(ctx, cfg.NATS, place, dir, "iii-cron")
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@
 //
 // Configuration (YAML, --config or $III_CONFIG):
 //
+//	adapter: {name: local} # iii's: in-process delivery, what this worker does (redis: CONFIG_UNSUPPORTED)
 //	nats: # see package jsstore: url, data_dir, listen, allow_remote, sync, creds_file
 package main
 
@@ -22,8 +23,12 @@ import (
 
 var version = "0.0.0-dev"
 
+// adapters is what the pubsub worker makes of iii's pubsub adapters: local is its own delivery.
+var adapters = jsstore.AdapterRule{Worker: "pubsub", Local: []string{"local"}, Refused: []string{"redis"}}
+
 type config struct {
-	NATS jsstore.Config `yaml:"nats"`
+	Adapter *jsstore.Adapter `yaml:"adapter"`
+	NATS    jsstore.Config   `yaml:"nats"`
 }
 
 // callTimeout bounds one delivery.
@@ -32,6 +37,9 @@ const callTimeout = 30 * time.Second
 func main() {
 	cfg := &config{}
 	wmain.Main{Name: "pubsub", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		if _, err := adapters.Resolve(cfg.Adapter, cfg.NATS, os.LookupEnv); err != nil {
+			return nil, err
+		}
 		dir, err := jsstore.DefaultDataDir("pubsub", w.Namespace())
 		if err != nil {
 			return nil, err

@@ -8,6 +8,8 @@
 //
 // Configuration (YAML, --config or $III_CONFIG):
 //
+//	adapter:          # iii's: {name: builtin, config: {store_method: file_based|in_memory, file_path: DIR, save_interval_ms}}
+//	                  # (redis, rabbitmq, bridge: CONFIG_UNSUPPORTED); see jsstore.AdapterRule
 //	nats:             # see package jsstore: url, data_dir, listen, allow_remote, sync, creds_file
 //	defaults:         {max_retries: 3, backoff_ms: 1000, concurrency: 10, timeout_ms: 30000}
 //	queues:           {<name>: {max_retries, backoff_ms, concurrency, timeout_ms}}
@@ -30,19 +32,27 @@ import (
 
 var version = "0.0.0-dev"
 
+// adapters is what the queue worker makes of iii's queue adapters.
+var adapters = jsstore.AdapterRule{Worker: "queue", Store: []string{"builtin"}, Refused: []string{"redis", "rabbitmq", "bridge"}}
+
 type config struct {
-	NATS         jsstore.Config `yaml:"nats"`
+	Adapter      *jsstore.Adapter `yaml:"adapter"`
+	NATS         jsstore.Config   `yaml:"nats"`
 	queue.Config `yaml:",inline"`
 }
 
 func main() {
 	cfg := &config{}
 	wmain.Main{Name: "queue", Version: version, Config: cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		place, err := adapters.Resolve(cfg.Adapter, cfg.NATS, os.LookupEnv)
+		if err != nil {
+			return nil, err
+		}
 		dir, err := jsstore.DefaultDataDir("queue", w.Namespace())
 		if err != nil {
 			return nil, err
 		}
-		st, err := jsstore.Open(ctx, cfg.NATS, dir, "iii-queue")
+		st, err := jsstore.OpenPlaced(ctx, cfg.NATS, place, dir, "iii-queue")
 		if err != nil {
 			return nil, err
 		}
