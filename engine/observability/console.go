@@ -154,25 +154,25 @@ func (w *Worker) rollupsList(_ context.Context, _ core.Caller, payload json.RawM
 		r.Min, r.Max = math.Min(r.Min, p.Value), math.Max(r.Max, p.Value)
 		r.Avg = r.Sum / float64(r.Count)
 	}
-	rollups := make([]rollup, 0, len(nums))
-	for _, r := range nums {
-		rollups = append(rollups, *r)
-	}
-	sort.Slice(rollups, func(i, j int) bool {
-		a, b := rollups[i], rollups[j]
-		return a.BucketStartNS < b.BucketStartNS || a.BucketStartNS == b.BucketStartNS && a.Name < b.Name
-	})
-	histograms := make([]histogramRollup, 0, len(hists))
-	for _, h := range hists {
-		histograms = append(histograms, *h)
-	}
-	sort.Slice(histograms, func(i, j int) bool {
-		a, b := histograms[i], histograms[j]
-		return a.BucketStartNS < b.BucketStartNS || a.BucketStartNS == b.BucketStartNS && a.Name < b.Name
-	})
+	rollups := byBucket(nums, func(r *rollup) (uint64, string) { return r.BucketStartNS, r.Name })
+	histograms := byBucket(hists, func(h *histogramRollup) (uint64, string) { return h.BucketStartNS, h.Name })
 	return map[string]any{
 		"rollups": rollups, "histogram_rollups": histograms, "level": level, "source": "on_the_fly",
 		"query":     map[string]any{"start_time": in.StartTime, "end_time": in.EndTime, "metric_name": in.MetricName},
 		"timestamp": time.Now().UnixMilli(),
 	}, nil
+}
+
+// byBucket lists the aggregates of m by bucket start, then metric name, as iii orders them.
+func byBucket[T any](m map[[2]any]*T, key func(*T) (uint64, string)) []T {
+	out := make([]T, 0, len(m))
+	for _, v := range m {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		si, ni := key(&out[i])
+		sj, nj := key(&out[j])
+		return si < sj || si == sj && ni < nj
+	})
+	return out
 }
