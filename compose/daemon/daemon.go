@@ -53,6 +53,9 @@ type Deps struct {
 
 // Daemon serves compose::* for one project.
 type Daemon struct {
+	// Namespace is the daemon's: where compose::* is served (--namespace, else the project's).
+	// The project's containers register in the project's namespace (Project.Namespace: the
+	// file's namespace:, else default), as iii does when the two differ.
 	Namespace string
 	Project   *project.Project
 	Deps      Deps
@@ -262,11 +265,13 @@ func (d *Daemon) down(ctx context.Context, r Request) (any, error) {
 
 // Status is the reply of compose::status.
 type Status struct {
-	Namespace  string              `json:"namespace"`
-	File       string              `json:"file"`
-	StateDir   string              `json:"state_dir"`
-	DaemonPID  int                 `json:"daemon_pid"`
-	Containers []project.Container `json:"containers"`
+	// Namespace is the daemon's (compose::*), ProjectNamespace the containers'.
+	Namespace        string              `json:"namespace"`
+	ProjectNamespace string              `json:"project_namespace"`
+	File             string              `json:"file"`
+	StateDir         string              `json:"state_dir"`
+	DaemonPID        int                 `json:"daemon_pid"`
+	Containers       []project.Container `json:"containers"`
 }
 
 func (d *Daemon) status(_ context.Context, _ Request) (any, error) {
@@ -275,7 +280,7 @@ func (d *Daemon) status(_ context.Context, _ Request) (any, error) {
 
 // StatusNow returns the current status.
 func (d *Daemon) StatusNow() Status {
-	return Status{Namespace: d.Namespace, File: d.Project.File().Path, StateDir: d.Project.StateDir(),
+	return Status{Namespace: d.Namespace, ProjectNamespace: d.Project.Namespace(), File: d.Project.File().Path, StateDir: d.Project.StateDir(),
 		DaemonPID: os.Getpid(), Containers: d.Project.Status()}
 }
 
@@ -285,8 +290,9 @@ func (d *Daemon) Reload(ctx context.Context) (*composefile.File, map[string]proj
 	if err != nil {
 		return nil, nil, err
 	}
-	// The daemon serves one namespace (--namespace, else the file's when it started).
-	f.Namespace = d.Namespace
+	// The project keeps the namespace it started in: the engine's protection of it (a managed
+	// engine's config) and the running containers were set up for that one.
+	f.Namespace = d.Project.Namespace()
 	if err := d.checkEngineUnchanged(f); err != nil {
 		return nil, nil, err
 	}
