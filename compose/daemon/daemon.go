@@ -9,6 +9,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,33 @@ func (r Request) workers() []string {
 	return out
 }
 
+// checkWorker refuses a worker= that is neither a string nor a list of strings. iii's
+// compose::* take worker as one string; a list of them is this project's way to add several at
+// once. An object (iii has no object form), a number or a list holding one of those would
+// otherwise be dropped without a word, so it is INVALID_WORKER_SPEC naming the entry.
+func (r Request) checkWorker(id string) error {
+	bad := func(i int, v any) error {
+		b, _ := json.Marshal(v)
+		where := "worker"
+		if i >= 0 {
+			where = fmt.Sprintf("worker[%d]", i)
+		}
+		return errcode.New(errcode.InvalidWorkerSpec, "%s: %s is %s: write worker=NAME[@VERSION], worker=./DIR, or a list of those strings", id, where, b)
+	}
+	switch w := r.Worker.(type) {
+	case nil, string:
+	case []any:
+		for i, x := range w {
+			if _, ok := x.(string); !ok {
+				return bad(i, x)
+			}
+		}
+	default:
+		return bad(-1, w)
+	}
+	return nil
+}
+
 // decodeRequest reads the request of compose function id; an unknown field or a value of the
 // wrong type is refused with the code documented for that function's bad fields:
 // INVALID_REQUEST for compose::logs (a malformed cursor, tail or wait_ms), INVALID_WORKER_SPEC
@@ -127,7 +155,7 @@ func decodeRequest(id string, raw json.RawMessage) (Request, error) {
 		}
 		return r, errcode.New(code, "%s: bad request: %w", id, err)
 	}
-	return r, nil
+	return r, r.checkWorker(id)
 }
 
 // Register adds the compose::* handlers to w.
