@@ -133,18 +133,12 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 		p.printf("up failed [%s] after %s", errcode.ProjectDidNotStart, elapsed(time.Since(began)))
 		return res, errcode.New(errcode.ProjectDidNotStart, "%s did not start: container '%s': %s: %s", f.Path, failed, e.Code, e.Message)
 	}
-	changed := 0
-	for _, o := range res.Containers {
-		if o.Changed {
-			changed++
-		}
-	}
-	p.printf("%s", Summary("up", changed, len(res.Containers), time.Since(began)))
+	p.printf("%s", Summary("up", countChanged(res), len(res.Containers), time.Since(began)))
 	return res, nil
 }
 
-// Summary is the line iii prints when an operation on a project succeeded, which scripts written
-// for iii wait for in Compose's output (iii's start script greps for
+// Summary is the line iii prints when an operation on a project (up, down) succeeded, which
+// scripts written for iii wait for in Compose's output (iii's start script greps for
 // "^up: (nothing to do|[0-9]+ of [0-9]+ changed)"): "up: N of M changed in T", or
 // "up: nothing to do (M already in place) in T" when nothing changed.
 func Summary(action string, changed, total int, took time.Duration) string {
@@ -164,8 +158,25 @@ func elapsed(d time.Duration) string {
 
 // Down stops the project, or container and everything that depends on it. VM workers keep their
 // adapter-owned state, so the next boot reuses it (only compose::remove deletes it, req J4).
+// It ends with iii's summary line, "down: N of M changed in T".
 func (p *Project) Down(ctx context.Context, container string) (Result, error) {
-	return p.down(ctx, container)
+	began := time.Now()
+	res, err := p.down(ctx, container)
+	if err == nil {
+		p.printf("%s", Summary("down", countChanged(res), len(res.Containers), time.Since(began)))
+	}
+	return res, err
+}
+
+// countChanged is the number of containers an operation changed.
+func countChanged(res Result) int {
+	n := 0
+	for _, o := range res.Containers {
+		if o.Changed {
+			n++
+		}
+	}
+	return n
 }
 
 // StopAll stops every container when Compose exits; VM state is kept for the next run.

@@ -180,6 +180,12 @@ func TestUpInOrderWithReservedEnvAndConfig(t *testing.T) {
 	if !strings.Contains(out.String(), "\nup: nothing to do (3 already in place) in ") {
 		t.Fatalf("no summary line for the second up:\n%s", out)
 	}
+	if _, err := p.Down(context.Background(), ""); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+	if !strings.Contains(out.String(), "\ndown: 3 of 3 changed in ") {
+		t.Fatalf("no summary line for down:\n%s", out)
+	}
 }
 
 func TestKilledWorkerTakesDependentsDown(t *testing.T) {

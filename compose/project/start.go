@@ -311,11 +311,11 @@ func (p *Project) environment(f *composefile.File, key, configPath, configID str
 	return out, nil
 }
 
-// withTokenValue gives a process worker III_TOKEN, the project token's value, beside
-// III_TOKEN_FILE: every 0.26 SDK presents III_TOKEN (as a Bearer token) to register in a
-// protected namespace. It goes into the process environment only: never into a VM worker's
-// (startVM is given the environment without it), nor the sandbox adapter's, whose children are
-// VMs; never onto a command line or into a log. A value the container sets itself (env_file or
+// withTokenValue gives a process worker (and its pre_run and post_run scripts) III_TOKEN, the
+// project token's value, beside III_TOKEN_FILE: every 0.26 SDK presents III_TOKEN (as a Bearer
+// token) to register in a protected namespace. It goes into the process environment only: never
+// into a VM worker's (startVM is given the environment without it), nor the sandbox adapter's,
+// whose children are VMs; never onto a command line or into a log. A value the container sets itself (env_file or
 // environment:) is kept.
 func (p *Project) withTokenValue(env []string, key string) ([]string, error) {
 	if p.opts.TokenFile == "" {
@@ -445,6 +445,11 @@ func (p *Project) startAndWait(ctx context.Context, f *composefile.File, key str
 	if err != nil {
 		return err
 	}
+	if !pl.vm && !IsAdapter(c) {
+		if env, err = p.withTokenValue(env, key); err != nil {
+			return err
+		}
+	}
 	log := p.opts.State.LogPath(key)
 	hookDir := pl.dir
 	if hookDir == "" {
@@ -464,8 +469,6 @@ func (p *Project) startAndWait(ctx context.Context, f *composefile.File, key str
 		p.mu.Lock()
 		p.adapterRoots = p.HostRoots(f)
 		p.mu.Unlock()
-	} else if env, err = p.withTokenValue(env, key); err != nil {
-		return err
 	}
 	proc, err := p.opts.Sup.Start(supervisor.Spec{Name: key, Argv: pl.argv, Dir: pl.dir, Env: env, LogPath: log})
 	if err != nil {
