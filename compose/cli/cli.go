@@ -222,7 +222,9 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	if err != nil {
 		return errcode.Exit(stderr, err)
 	}
-	popts := prepare.Options{Frozen: o.frozen, Build: o.build, Namespace: o.namespace, EngineURL: o.engine, CacheDir: cache, Lookup: lookupEnv, Out: stdout}
+	// --namespace is the daemon's: the packages are prepared for the project's namespace, the
+	// file's (where the adapter and the other containers run).
+	popts := prepare.Options{Frozen: o.frozen, Build: o.build, EngineURL: o.engine, CacheDir: cache, Lookup: lookupEnv, Out: stdout}
 	if o.build {
 		res, err := prepare.Run(ctx, o.file, popts)
 		if err != nil {
