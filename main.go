@@ -20,7 +20,7 @@ const usage = `iii: the iii engine, its function caller, Compose, the updater an
 Usage:
   iii [--config FILE]            run the engine (default ws://127.0.0.1:49134)
   iii call FN [k=v ...]          call a function through a running engine (aliases: trigger, t)
-  iii compose [--up] [...]       run a project's workers from worker-compose.yaml
+  iii compose [up|--up] [...]    run a project's workers from worker-compose.yaml
   iii update [TARGET]            update iii to the newest release
   iii doctor [--fix] [...]       check this machine and a project against the 0.26 upgrade guide
   iii --version                  print the version

@@ -27,6 +27,7 @@ const DefaultFile = "worker-compose.yaml"
 
 const usage = `Usage:
   iii compose [--engine URL] [-n NS] [--up [-f FILE] [--frozen]]
+  iii compose [--engine URL] [-n NS] up [-f FILE] [--frozen]   (iii's form; the same as --up)
   iii compose build [-f FILE] [--frozen]
   iii compose logs [WORKER] [--tail N] [-F|--follow] [--stream stdout|stderr] (see logs --help)
 
@@ -34,14 +35,20 @@ Run a project's workers from worker-compose.yaml.
 
   (no --up)          start only the Compose daemon (the compose worker); ./worker-compose.yaml,
                      if present, supplies its defaults
-  --up               also start the file's engine (when engine: is a mapping) and its containers
-  -f, --file FILE    the compose file (default ./worker-compose.yaml); only with --up
+  --up, up           also start the file's engine (when engine: is a mapping) and its containers;
+                     once they are up Compose prints "up: N of M changed in T" (or "up: nothing to
+                     do (M already in place) in T")
+  -f, --file FILE    the compose file (default ./worker-compose.yaml); only with --up or up
   --frozen           start from worker-compose.lock as is: never resolve, never write the compose
-                     file or the lock; only with --up
+                     file or the lock; only with --up or up
   --engine URL       attach to this engine (beats III_URL and ws://127.0.0.1:49134)
-  -n, --namespace NS the daemon's and the project's namespace
+  -n, --namespace NS the daemon's namespace: where compose::* is served and the key of the state
+                     directory. The containers register in the file's namespace: (else default);
+                     without -n the daemon serves that namespace too
   build              resolve and download every package:// worker and write the lock, without an
                      engine; --frozen checks the lock and downloads only
+
+Flags may come before or after up.
 
 Environment: III_URL, III_REGISTRY_URL (the worker registry), III_COMPOSE_STATE_DIR (state and
 package cache), III_TARGET (override the host target), III_COMPOSE_LOG_MAX_BYTES (worker log
@@ -49,12 +56,30 @@ rotation size, default 10 MiB), III_COMPOSE_MAX_PARALLEL_STARTS (containers star
 default 4).
 `
 
+// upUsage is `iii compose up --help`.
+const upUsage = `Usage:
+  iii compose [--engine URL] [-n NS] up [-f FILE] [--frozen]
+
+Start the Compose daemon with the project of FILE brought up first: the file's engine (when
+engine: is a mapping), then its containers; then print
+  up: N of M changed in T        or        up: nothing to do (M already in place) in T
+and serve compose::* in namespace NS (else the file's namespace:) until Ctrl-C, SIGTERM or
+compose::stop. The same as iii compose --up; --engine and -n may come before or after up.
+
+  -f, --file FILE    the compose file (default ./worker-compose.yaml)
+  --frozen           start from worker-compose.lock as is
+  --engine URL       attach to this engine (a file with engine: starts its own instead)
+  -n, --namespace NS the daemon's namespace (compose::*); containers use the file's namespace:
+`
+
 type options struct {
 	build, up, frozen, help bool
-	file                    string
-	fileSet                 bool
-	namespace, engine       string
-	nsSet, engineSet        bool
+	// upWord is the `up` subcommand (iii's spelling of --up); its --help is upUsage.
+	upWord            bool
+	file              string
+	fileSet           bool
+	namespace, engine string
+	nsSet, engineSet  bool
 }
 
 func parse(args []string) (options, error) {
@@ -69,6 +94,13 @@ func parse(args []string) (options, error) {
 			o.help = true
 		case "--up":
 			o.up = true
+		case "up":
+			// iii's subcommand: the flags of iii compose are global, so they read the same
+			// before or after it. Once only, and not under build.
+			if o.upWord || o.build {
+				return errcode.Usagef(errcode.UsageError, "unknown argument %q; run 'iii compose --help'", word)
+			}
+			o.up, o.upWord = true, true
 		case "--frozen":
 			o.frozen = true
 		case "-f", "--file":
@@ -138,10 +170,10 @@ func (o options) check() error {
 		return nil
 	}
 	if o.fileSet && !o.up {
-		return errcode.Usagef(errcode.FileRequiresUp, "-f/--file %s works only with --up (iii compose --up -f %s)", o.file, o.file)
+		return errcode.Usagef(errcode.FileRequiresUp, "-f/--file %s works only with --up or up (iii compose up -f %s)", o.file, o.file)
 	}
 	if o.frozen && !o.up {
-		return errcode.Usagef(errcode.FrozenRequiresUp, "--frozen works only with --up (iii compose --up --frozen) or with build (iii compose build --frozen)")
+		return errcode.Usagef(errcode.FrozenRequiresUp, "--frozen works only with --up or up (iii compose up --frozen) or with build (iii compose build --frozen)")
 	}
 	if o.nsSet && !composefile.ValidNamespace(o.namespace) {
 		return errcode.Usagef(errcode.InvalidNamespace, "--namespace %q is not a namespace: use lowercase letters, digits, _ and -", o.namespace)
@@ -176,7 +208,11 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 		return errcode.Exit(stderr, err)
 	}
 	if o.help {
-		fmt.Fprint(stdout, usage)
+		if o.upWord {
+			fmt.Fprint(stdout, upUsage)
+		} else {
+			fmt.Fprint(stdout, usage)
+		}
 		return 0
 	}
 	if err := o.check(); err != nil {
@@ -186,7 +222,9 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	if err != nil {
 		return errcode.Exit(stderr, err)
 	}
-	popts := prepare.Options{Frozen: o.frozen, Build: o.build, Namespace: o.namespace, EngineURL: o.engine, CacheDir: cache, Lookup: lookupEnv, Out: stdout}
+	// --namespace is the daemon's: the packages are prepared for the project's namespace, the
+	// file's (where the adapter and the other containers run).
+	popts := prepare.Options{Frozen: o.frozen, Build: o.build, EngineURL: o.engine, CacheDir: cache, Lookup: lookupEnv, Out: stdout}
 	if o.build {
 		res, err := prepare.Run(ctx, o.file, popts)
 		if err != nil {

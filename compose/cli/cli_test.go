@@ -50,3 +50,32 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestUpSubcommand: iii's `up` subcommand is --up, with the global flags before or after it.
+func TestUpSubcommand(t *testing.T) {
+	for _, args := range [][]string{
+		{"--namespace", "sdk-config-test", "up", "--file", "c.yaml"},
+		{"--engine", "ws://h:1", "--namespace", "sdk-config-test", "up", "--file", "c.yaml"},
+		{"up", "-f", "c.yaml", "-n", "sdk-config-test", "--engine=ws://h:1"},
+		{"-n", "sdk-config-test", "up", "--file=c.yaml", "--frozen"},
+	} {
+		o, err := parse(args)
+		if err != nil || !o.up || !o.upWord || o.file != "c.yaml" || o.namespace != "sdk-config-test" || o.check() != nil {
+			t.Errorf("%v: %+v %v", args, o, err)
+		}
+	}
+	o, err := parse([]string{"up"})
+	if err != nil || !o.up || o.file != DefaultFile || o.check() != nil {
+		t.Errorf("bare up: %+v %v", o, err)
+	}
+	for _, args := range [][]string{{"up", "up"}, {"build", "up"}, {"up", "down"}, {"up", "--nope"}} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), "test", args, &out, &errb, os.LookupEnv); code == 0 || !strings.HasPrefix(errb.String(), "error[USAGE_ERROR]: ") {
+			t.Errorf("%v: exit %d, stderr %q; want USAGE_ERROR", args, code, errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), "test", []string{"-n", "x", "up", "--help"}, &out, &errb, os.LookupEnv); code != 0 || !strings.Contains(out.String(), "iii compose [--engine URL] [-n NS] up [-f FILE]") {
+		t.Errorf("up --help: exit %d, %q", code, out.String())
+	}
+}

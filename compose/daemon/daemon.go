@@ -9,6 +9,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +54,9 @@ type Deps struct {
 
 // Daemon serves compose::* for one project.
 type Daemon struct {
+	// Namespace is the daemon's: where compose::* is served (--namespace, else the project's).
+	// The project's containers register in the project's namespace (Project.Namespace: the
+	// file's namespace:, else default), as iii does when the two differ.
 	Namespace string
 	Project   *project.Project
 	Deps      Deps
@@ -106,6 +110,33 @@ func (r Request) workers() []string {
 	return out
 }
 
+// checkWorker refuses a worker= that is neither a string nor a list of strings. iii's
+// compose::* take worker as one string; a list of them is this project's way to add several at
+// once. An object (iii has no object form), a number or a list holding one of those would
+// otherwise be dropped without a word, so it is INVALID_WORKER_SPEC naming the entry.
+func (r Request) checkWorker(id string) error {
+	bad := func(i int, v any) error {
+		b, _ := json.Marshal(v)
+		where := "worker"
+		if i >= 0 {
+			where = fmt.Sprintf("worker[%d]", i)
+		}
+		return errcode.New(errcode.InvalidWorkerSpec, "%s: %s is %s: write worker=NAME[@VERSION], worker=./DIR, or a list of those strings", id, where, b)
+	}
+	switch w := r.Worker.(type) {
+	case nil, string:
+	case []any:
+		for i, x := range w {
+			if _, ok := x.(string); !ok {
+				return bad(i, x)
+			}
+		}
+	default:
+		return bad(-1, w)
+	}
+	return nil
+}
+
 // decodeRequest reads the request of compose function id; an unknown field or a value of the
 // wrong type is refused with the code documented for that function's bad fields:
 // INVALID_REQUEST for compose::logs (a malformed cursor, tail or wait_ms), INVALID_WORKER_SPEC
@@ -124,7 +155,7 @@ func decodeRequest(id string, raw json.RawMessage) (Request, error) {
 		}
 		return r, errcode.New(code, "%s: bad request: %w", id, err)
 	}
-	return r, nil
+	return r, r.checkWorker(id)
 }
 
 // Register adds the compose::* handlers to w.
@@ -262,11 +293,13 @@ func (d *Daemon) down(ctx context.Context, r Request) (any, error) {
 
 // Status is the reply of compose::status.
 type Status struct {
-	Namespace  string              `json:"namespace"`
-	File       string              `json:"file"`
-	StateDir   string              `json:"state_dir"`
-	DaemonPID  int                 `json:"daemon_pid"`
-	Containers []project.Container `json:"containers"`
+	// Namespace is the daemon's (compose::*), ProjectNamespace the containers'.
+	Namespace        string              `json:"namespace"`
+	ProjectNamespace string              `json:"project_namespace"`
+	File             string              `json:"file"`
+	StateDir         string              `json:"state_dir"`
+	DaemonPID        int                 `json:"daemon_pid"`
+	Containers       []project.Container `json:"containers"`
 }
 
 func (d *Daemon) status(_ context.Context, _ Request) (any, error) {
@@ -275,7 +308,7 @@ func (d *Daemon) status(_ context.Context, _ Request) (any, error) {
 
 // StatusNow returns the current status.
 func (d *Daemon) StatusNow() Status {
-	return Status{Namespace: d.Namespace, File: d.Project.File().Path, StateDir: d.Project.StateDir(),
+	return Status{Namespace: d.Namespace, ProjectNamespace: d.Project.Namespace(), File: d.Project.File().Path, StateDir: d.Project.StateDir(),
 		DaemonPID: os.Getpid(), Containers: d.Project.Status()}
 }
 
@@ -285,8 +318,9 @@ func (d *Daemon) Reload(ctx context.Context) (*composefile.File, map[string]proj
 	if err != nil {
 		return nil, nil, err
 	}
-	// The daemon serves one namespace (--namespace, else the file's when it started).
-	f.Namespace = d.Namespace
+	// The project keeps the namespace it started in: the engine's protection of it (a managed
+	// engine's config) and the running containers were set up for that one.
+	f.Namespace = d.Project.Namespace()
 	if err := d.checkEngineUnchanged(f); err != nil {
 		return nil, nil, err
 	}

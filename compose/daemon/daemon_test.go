@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,5 +129,25 @@ func TestDecodeRequestCodes(t *testing.T) {
 	}
 	if _, err := decodeRequest(FnLogs, json.RawMessage(`{"cursors":{"api":{"generation":1,"offset":2}},"tail":3}`)); err != nil {
 		t.Fatalf("a good request: %v", err)
+	}
+}
+
+// TestWorkerObjectsRefused: worker= is a string or a list of strings; anything else is
+// INVALID_WORKER_SPEC naming the entry, never dropped.
+func TestWorkerObjectsRefused(t *testing.T) {
+	for _, c := range []struct{ body, names string }{
+		{`{"worker":{"name":"state","version":"0.22.2"}}`, `worker is {"name":"state","version":"0.22.2"}`},
+		{`{"worker":["a",{"name":"state"}]}`, `worker[1] is {"name":"state"}`},
+		{`{"worker":7}`, `worker is 7`},
+	} {
+		_, err := decodeRequest(FnAdd, json.RawMessage(c.body))
+		if errcode.CodeOf(err) != errcode.InvalidWorkerSpec || !strings.Contains(err.Error(), c.names) {
+			t.Errorf("%s: %v; want INVALID_WORKER_SPEC naming %q", c.body, err, c.names)
+		}
+	}
+	for _, body := range []string{`{"worker":"state@0.22.2"}`, `{"worker":["a","b"]}`, `{}`} {
+		if _, err := decodeRequest(FnAdd, json.RawMessage(body)); err != nil {
+			t.Errorf("%s: %v", body, err)
+		}
 	}
 }

@@ -48,6 +48,10 @@ type Input struct {
 	// OwnerTokenFile holds Compose's own token: it also admits registrations into Namespace and
 	// alone grants the owner-only engine functions.
 	OwnerTokenFile string
+	// DaemonNamespace is where Compose serves compose::* when --namespace names another
+	// namespace than the project's; unless it is default it is protected by the same two tokens,
+	// so that no other worker can register there before or beside the daemon.
+	DaemonNamespace string
 }
 
 type worker struct {
@@ -141,6 +145,9 @@ func Render(in Input) ([]byte, error) {
 		}
 	}
 	doc.Namespaces = []namespace{ns}
+	if d := in.DaemonNamespace; d != "" && d != in.Namespace && d != DefaultNamespace {
+		doc.Namespaces = append(doc.Namespaces, namespace{Name: d, TokenFile: ns.TokenFile, OwnerTokenFile: in.OwnerTokenFile})
+	}
 	b, err := yaml.Marshal(doc)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package engineconf
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,5 +144,42 @@ func TestRenderPutsTheMainListenerFirst(t *testing.T) {
 	}
 	if pub := c.Listeners[1]; pub.Name != "iii-worker-manager#public" || pub.Port != 50126 || pub.RBAC == nil || pub.RBAC.AuthFunctionID != "my::auth" {
 		t.Errorf("public listener %+v", pub)
+	}
+}
+
+// TestDaemonNamespaceIsProtectedToo: a daemon namespace other than the project's (and than
+// default) is protected by the same project and owner tokens; default and an equal one add
+// nothing.
+func TestDaemonNamespaceIsProtectedToo(t *testing.T) {
+	tok, owner := tokenFile(t), tokenFile(t)
+	for _, c := range []struct {
+		project, daemon string
+		want            []string
+	}{
+		{"default", "sdk-config-test", []string{OwnerNamespace, "sdk-config-test"}},
+		{"shop", "ops", []string{"shop", "ops"}},
+		{"shop", "shop", []string{"shop"}},
+		{"shop", "default", []string{"shop"}},
+	} {
+		out, err := Render(Input{URL: "ws://127.0.0.1:50125", Namespace: c.project, DaemonNamespace: c.daemon, TokenFile: tok, OwnerTokenFile: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Parse(out, os.LookupEnv, "/")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var got []string
+		for _, n := range cfg.Namespaces {
+			got = append(got, n.Name)
+			if n.TokenFile != tok || n.OwnerTokenFile != owner {
+				t.Errorf("%s/%s: namespace %s has tokens %q %q", c.project, c.daemon, n.Name, n.TokenFile, n.OwnerTokenFile)
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(c.want)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s/%s: namespaces %v, want %v", c.project, c.daemon, got, c.want)
+		}
 	}
 }

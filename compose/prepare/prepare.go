@@ -37,7 +37,8 @@ type Options struct {
 	Frozen bool
 	// Build is `iii compose build`: path:// workers are not checked for a directory.
 	Build bool
-	// Namespace overrides the file's namespace (--namespace); empty keeps it.
+	// Namespace overrides the file's namespace; empty keeps it. iii compose passes none: its
+	// --namespace names the daemon's namespace, and the packages run in the project's.
 	Namespace string
 	// EngineURL is --engine; it conflicts with a file that declares engine: as a mapping.
 	EngineURL string

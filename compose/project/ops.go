@@ -88,6 +88,7 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 	if f.Engine != nil && !p.opts.Managed {
 		return Result{}, errcode.New(errcode.EngineSectionRequiresManagedStart, "%s declares engine: (a managed engine); this daemon attached to a running engine, so run the file with iii compose --up -f %s", f.Path, f.Path)
 	}
+	began := time.Now()
 	keys := f.StartOrder()
 	if container != "" {
 		keys = Dependencies(f, container)
@@ -129,15 +130,53 @@ func (p *Project) Up(ctx context.Context, container string) (Result, error) {
 			p.stop(ctx, f, started[i])
 		}
 		e := errcode.As(out[failed].err, errcode.EngineCallFailed)
+		p.printf("up failed [%s] after %s", errcode.ProjectDidNotStart, elapsed(time.Since(began)))
 		return res, errcode.New(errcode.ProjectDidNotStart, "%s did not start: container '%s': %s: %s", f.Path, failed, e.Code, e.Message)
 	}
+	p.printf("%s", Summary("up", countChanged(res), len(res.Containers), time.Since(began)))
 	return res, nil
+}
+
+// Summary is the line iii prints when an operation on a project (up, down) succeeded, which
+// scripts written for iii wait for in Compose's output (iii's start script greps for
+// "^up: (nothing to do|[0-9]+ of [0-9]+ changed)"): "up: N of M changed in T", or
+// "up: nothing to do (M already in place) in T" when nothing changed.
+func Summary(action string, changed, total int, took time.Duration) string {
+	if changed == 0 {
+		return fmt.Sprintf("%s: nothing to do (%d already in place) in %s", action, total, elapsed(took))
+	}
+	return fmt.Sprintf("%s: %d of %d changed in %s", action, changed, total, elapsed(took))
+}
+
+// elapsed is d as iii reports it: milliseconds under a second, else seconds to one decimal.
+func elapsed(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%.1fs", d.Seconds())
 }
 
 // Down stops the project, or container and everything that depends on it. VM workers keep their
 // adapter-owned state, so the next boot reuses it (only compose::remove deletes it, req J4).
+// It ends with iii's summary line, "down: N of M changed in T".
 func (p *Project) Down(ctx context.Context, container string) (Result, error) {
-	return p.down(ctx, container)
+	began := time.Now()
+	res, err := p.down(ctx, container)
+	if err == nil {
+		p.printf("%s", Summary("down", countChanged(res), len(res.Containers), time.Since(began)))
+	}
+	return res, err
+}
+
+// countChanged is the number of containers an operation changed.
+func countChanged(res Result) int {
+	n := 0
+	for _, o := range res.Containers {
+		if o.Changed {
+			n++
+		}
+	}
+	return n
 }
 
 // StopAll stops every container when Compose exits; VM state is kept for the next run.

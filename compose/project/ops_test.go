@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +119,24 @@ func TestVMEnvKeepsValuesOutOfTheRequest(t *testing.T) {
 	var private map[string]string
 	if err := json.Unmarshal(data, &private); err != nil || private["API_KEY"] != "sk-secret" || private["PATH"] != "/usr/bin" || len(private) != 2 {
 		t.Fatalf("env file %s: %v", data, err)
+	}
+}
+
+// TestSummary: the line iii's start script waits for.
+func TestSummary(t *testing.T) {
+	re := regexp.MustCompile(`^up: (nothing to do|[0-9]+ of [0-9]+ changed)`)
+	for _, c := range []struct {
+		changed, total int
+		took           time.Duration
+		want           string
+	}{
+		{2, 5, 340 * time.Millisecond, "up: 2 of 5 changed in 340ms"},
+		{0, 5, 12 * time.Millisecond, "up: nothing to do (5 already in place) in 12ms"},
+		{5, 5, 2345 * time.Millisecond, "up: 5 of 5 changed in 2.3s"},
+	} {
+		got := Summary("up", c.changed, c.total, c.took)
+		if got != c.want || !re.MatchString(got) {
+			t.Errorf("Summary(%d, %d, %v) = %q, want %q", c.changed, c.total, c.took, got, c.want)
+		}
 	}
 }

@@ -71,7 +71,7 @@ func (e *fakeEngine) Call(_ context.Context, fn string, payload any, _ ...protoc
 	return nil, protocol.NewError("function_not_found", "%s", fn)
 }
 
-const worker = `echo "ns=$III_NAMESPACE name=$III_WORKER_NAME cfg=$III_CONFIG token=$III_TOKEN_FILE"; echo READY; while :; do sleep 0.05; done`
+const worker = `echo "ns=$III_NAMESPACE name=$III_WORKER_NAME cfg=$III_CONFIG token=$III_TOKEN_FILE value=$III_TOKEN"; echo READY; while :; do sleep 0.05; done`
 
 func setup(t *testing.T, yaml string) (*Project, *fakeEngine, *bytes.Buffer) {
 	t.Helper()
@@ -95,6 +95,9 @@ func setup(t *testing.T, yaml string) (*Project, *fakeEngine, *bytes.Buffer) {
 		t.Fatal(err)
 	}
 	if err := sd.Ensure(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sd.Join("token"), []byte("tok-123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sup := supervisor.New(nil)
@@ -149,7 +152,7 @@ func TestUpInOrderWithReservedEnvAndConfig(t *testing.T) {
 		}
 	}
 	log, _ := os.ReadFile(p.opts.State.LogPath("api"))
-	if !strings.Contains(string(log), "ns=shop name=api cfg="+p.opts.State.ConfigPath("api")) || !strings.Contains(string(log), "token="+p.opts.State.Join("token")) {
+	if !strings.Contains(string(log), "ns=shop name=api cfg="+p.opts.State.ConfigPath("api")) || !strings.Contains(string(log), "token="+p.opts.State.Join("token")+" value=tok-123") {
 		t.Fatalf("api environment: %s", log)
 	}
 	id := ConfigID(p.File(), "api")
@@ -167,9 +170,21 @@ func TestUpInOrderWithReservedEnvAndConfig(t *testing.T) {
 	if err != nil || rec.Children["web"].PID == 0 || rec.Children["web"].Status != StateReady || rec.Children["web"].StartedAt.IsZero() {
 		t.Fatalf("state.json children = %+v, %v", rec.Children, err)
 	}
+	if !strings.Contains(out.String(), "\nup: 3 of 3 changed in ") {
+		t.Fatalf("no summary line:\n%s", out)
+	}
 	again, err := p.Up(context.Background(), "")
 	if err != nil || again.Changed {
 		t.Fatalf("second Up changed=%v err=%v", again.Changed, err)
+	}
+	if !strings.Contains(out.String(), "\nup: nothing to do (3 already in place) in ") {
+		t.Fatalf("no summary line for the second up:\n%s", out)
+	}
+	if _, err := p.Down(context.Background(), ""); err != nil {
+		t.Fatalf("Down: %v", err)
+	}
+	if !strings.Contains(out.String(), "\ndown: 3 of 3 changed in ") {
+		t.Fatalf("no summary line for down:\n%s", out)
 	}
 }
 

@@ -311,6 +311,28 @@ func (p *Project) environment(f *composefile.File, key, configPath, configID str
 	return out, nil
 }
 
+// withTokenValue gives a process worker (and its pre_run and post_run scripts) III_TOKEN, the
+// project token's value, beside III_TOKEN_FILE: every 0.26 SDK presents III_TOKEN (as a Bearer
+// token) to register in a protected namespace. It goes into the process environment only: never
+// into a VM worker's (startVM is given the environment without it), nor the sandbox adapter's,
+// whose children are VMs; never onto a command line or into a log. A value the container sets itself (env_file or
+// environment:) is kept.
+func (p *Project) withTokenValue(env []string, key string) ([]string, error) {
+	if p.opts.TokenFile == "" {
+		return env, nil
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, token.EnvToken+"=") {
+			return env, nil
+		}
+	}
+	v, err := token.Value(p.opts.TokenFile)
+	if err != nil {
+		return nil, errcode.New(errcode.IOError, "container '%s': reading the project token for %s: %w", key, token.EnvToken, err)
+	}
+	return append(env, token.EnvToken+"="+v), nil
+}
+
 // HostRoots are the directories the adapter may mount, fixed when it starts: the compose
 // directory, the package cache and each declared path:// VM worker's directory (req G1, G2).
 func (p *Project) HostRoots(f *composefile.File) []string {
@@ -422,6 +444,11 @@ func (p *Project) startAndWait(ctx context.Context, f *composefile.File, key str
 	env, err := p.environment(f, key, cfgPath, cfgID)
 	if err != nil {
 		return err
+	}
+	if !pl.vm && !IsAdapter(c) {
+		if env, err = p.withTokenValue(env, key); err != nil {
+			return err
+		}
 	}
 	log := p.opts.State.LogPath(key)
 	hookDir := pl.dir

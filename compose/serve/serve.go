@@ -49,7 +49,8 @@ type Options struct {
 	// File is the compose file; Up starts its engine and containers.
 	File string
 	Up   bool
-	// EngineURL is --engine; Namespace is --namespace.
+	// EngineURL is --engine; Namespace is --namespace: the daemon's namespace (compose::*, the
+	// state directory's key), not the project's, which is the file's namespace: (else default).
 	EngineURL string
 	// LookupEnv is the environment: $III_URL (the engine attached to without --engine),
 	// $III_COMPOSE_STATE_DIR, the compose variables of packages project and supervisor and what
@@ -117,8 +118,11 @@ func (o Options) withDefaults() (Options, error) {
 // session is one run of Compose. Each phase of Run fills in what the next needs and registers
 // the teardown of what it started; teardown runs them in reverse.
 type session struct {
-	o       Options
-	f       *composefile.File
+	o Options
+	f *composefile.File
+	// ns is the daemon's namespace: where compose::* is served, the key of the state directory
+	// and of the user's token record (--namespace, else the project's, f.Namespace).
+	ns      string
 	sd      state.Dir
 	managed bool // Compose starts the file's engine (engine: mapping and --up)
 	// tokPath is the project token (workers); ownerPath the owner token (Compose's own connection).
@@ -149,15 +153,15 @@ func (s *session) teardown() {
 	}
 }
 
-// loadFile reads the compose file and applies --namespace and the --engine check.
+// loadFile reads the compose file, picks the daemon's namespace and applies the --engine check.
+// --namespace names the daemon's namespace only, as in iii: the containers register in the
+// file's namespace: (else default), which the engine protects with the project token as before.
 func (s *session) loadFile(context.Context) error {
 	f, err := s.o.Deps.Load(s.o.File)
 	if err != nil {
 		return err
 	}
-	if s.o.Namespace != "" {
-		f.Namespace = s.o.Namespace
-	}
+	s.ns = cmp.Or(s.o.Namespace, f.Namespace)
 	if f.Engine != nil && s.o.EngineURL != "" {
 		return errcode.New(errcode.EngineURLConflictsWithManaged, "%s declares engine: (Compose starts that engine); drop --engine %s, or remove the engine: section to attach", f.Path, s.o.EngineURL)
 	}
@@ -176,7 +180,7 @@ func (s *session) getenv(k string) string {
 
 // prepareState creates the state directory and the project and owner tokens.
 func (s *session) prepareState(context.Context) error {
-	sd, err := state.Resolve(s.f.Path, s.f.Namespace, s.getenv(state.EnvStateDir))
+	sd, err := state.Resolve(s.f.Path, s.ns, s.getenv(state.EnvStateDir))
 	if err != nil {
 		return errcode.New(errcode.StateDirUnavailable, "%w", err)
 	}
@@ -249,7 +253,7 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 	s.url = cmp.Or(s.o.EngineURL, s.getenv(protocol.EnvURL), protocol.DefaultURL)
 	if s.managed {
 		s.url = s.f.Engine.URL
-		proc, err := startEngine(ctx, s.o, s.f, s.sd, s.tokPath, s.ownerPath, s.sup)
+		proc, err := startEngine(ctx, s.o, s.f, s.ns, s.sd, s.tokPath, s.ownerPath, s.sup)
 		if err != nil {
 			return err
 		}
@@ -302,11 +306,11 @@ func (s *session) vmCaller() project.Engine {
 // off until the project has started; once it serves, it records the user's token if
 // publishUserToken left that for later, and says "compose serving".
 func (s *session) connectDaemon(ctx context.Context) error {
-	s.w = protocol.NewWorker(protocol.Config{URL: s.url, Namespace: s.f.Namespace, Name: "compose", Version: s.o.Version,
+	s.w = protocol.NewWorker(protocol.Config{URL: s.url, Namespace: s.ns, Name: "compose", Version: s.o.Version,
 		Description: "iii compose daemon", TokenFile: s.connPath})
 	s.p = project.New(project.Options{File: s.f, State: s.sd, EngineURL: s.url, TokenFile: s.tokPath, OwnerTokenFile: s.ownerPath, Managed: s.managed,
 		Engine: s.w, VMEngine: s.vmCaller(), Sup: s.sup, Packages: s.pkgs, PackageCache: s.o.PackageCache, Out: s.o.Out, LookupEnv: s.o.LookupEnv})
-	s.d = daemon.New(s.f.Namespace, s.p, s.o.Deps)
+	s.d = daemon.New(s.ns, s.p, s.o.Deps)
 	if err := s.d.Register(s.w); err != nil {
 		return err
 	}
@@ -320,18 +324,21 @@ func (s *session) connectDaemon(ctx context.Context) error {
 		if !s.managed && errors.As(err, &pe) && pe.Code == engineerr.TokenInvalid {
 			return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %w. Compose presents its owner token %s on an engine it attaches to; "+
 				"where that engine protects namespace '%s', its config.yaml must name that file too:\n%sthen restart the engine",
-				s.url, err, s.ownerPath, s.f.Namespace, engineconf.OwnerGrant(s.f.Namespace, s.tokPath, s.ownerPath))
+				s.url, err, s.ownerPath, s.ns, engineconf.OwnerGrant(s.ns, s.tokPath, s.ownerPath))
 		}
 		return errcode.New(errcode.EngineCallFailed, "connecting the compose daemon to %s: %w", s.url, err)
 	}
 	s.onTeardown(func() { s.w.Close() })
-	if err := checkServing(ctx, s.w, s.f.Namespace); err != nil {
+	if err := checkServing(ctx, s.w, s.ns); err != nil {
 		return err
 	}
 	if s.userTokDeferred {
 		s.recordUserToken() // the record publishUserToken saw held was stale: this daemon serves
 	}
-	fmt.Fprintf(s.o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", s.url, s.f.Namespace)
+	fmt.Fprintf(s.o.Out, "compose serving\n  engine: %s\n  namespace: %s\n", s.url, s.ns)
+	if s.ns != s.f.Namespace {
+		fmt.Fprintf(s.o.Out, "  project namespace: %s\n", s.f.Namespace)
+	}
 	return nil
 }
 
@@ -343,7 +350,7 @@ func (s *session) connectDaemon(ctx context.Context) error {
 // compose::up listed also finds the token; while another live Compose holds the record it
 // waits for connectDaemon, which refuses a second daemon for the namespace, to succeed.
 func (s *session) publishUserToken(context.Context) error {
-	s.userTokDeferred = usertoken.Held(s.url, s.f.Namespace)
+	s.userTokDeferred = usertoken.Held(s.url, s.ns)
 	if !s.userTokDeferred {
 		s.recordUserToken()
 	}
@@ -357,7 +364,7 @@ func (s *session) recordUserToken() {
 	if !s.managed {
 		userTok = s.connPath
 	}
-	_, remove, err := usertoken.Publish(s.url, s.f.Namespace, userTok)
+	_, remove, err := usertoken.Publish(s.url, s.ns, userTok)
 	if err != nil {
 		fmt.Fprintf(s.o.Err, "warning: cannot record the project token for iii call in ~/%s: %v; "+
 			"run iii call compose::* with III_TOKEN_FILE=%s\n", usertoken.Dir, err, userTok)
@@ -403,7 +410,7 @@ func (s *session) wait(ctx context.Context) error {
 
 // startEngine writes engine-config.yaml and starts `iii --config` as a child, then waits until
 // it listens.
-func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.Dir, tokPath, ownerPath string, sup *supervisor.Supervisor) (*supervisor.Process, error) {
+func startEngine(ctx context.Context, o Options, f *composefile.File, daemonNS string, sd state.Dir, tokPath, ownerPath string, sup *supervisor.Supervisor) (*supervisor.Process, error) {
 	host, port, err := engineconf.HostPort(f.Engine.URL)
 	if err != nil {
 		return nil, errcode.New(errcode.InvalidManagedEngineURL, "%s: %w", f.Path, err)
@@ -414,7 +421,7 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, sd state.D
 		return nil, errcode.New(errcode.ManagedEngineListenerUnavailable, "%s is already taken by another process; stop it or change engine.url in %s", addr, f.Path)
 	}
 	in := engineconf.Input{URL: f.Engine.URL, GraceMS: f.Engine.RegistrationNamespaceGraceMS, Workers: f.Engine.Workers,
-		WorkerOrder: f.Engine.WorkerOrder, Namespace: f.Namespace, TokenFile: tokPath, OwnerTokenFile: ownerPath, SandboxAdapter: project.AdapterPrefix(f)}
+		WorkerOrder: f.Engine.WorkerOrder, Namespace: f.Namespace, DaemonNamespace: daemonNS, TokenFile: tokPath, OwnerTokenFile: ownerPath, SandboxAdapter: project.AdapterPrefix(f)}
 	if f.Engine.Sandbox != nil {
 		in.SandboxNamespace = f.Engine.Sandbox.NamespaceFor(f.Namespace)
 	}

@@ -46,7 +46,8 @@ func TestTeardownRunsInReverse(t *testing.T) {
 	}
 }
 
-// TestLoadFile: --namespace replaces the file's, Compose manages the engine only for a file
+// TestLoadFile: --namespace names the daemon's namespace and leaves the project's (the file's)
+// as it is; without it the daemon serves the project's. Compose manages the engine only for a file
 // with engine: under --up, and --engine for such a file is ENGINE_URL_CONFLICTS_WITH_MANAGED.
 // A load error comes back as it is.
 func TestLoadFile(t *testing.T) {
@@ -59,12 +60,12 @@ func TestLoadFile(t *testing.T) {
 	if err := s.loadFile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if s.f.Namespace != "other" || !s.managed {
-		t.Errorf("namespace %q, managed %v", s.f.Namespace, s.managed)
+	if s.f.Namespace != "shop" || s.ns != "other" || !s.managed {
+		t.Errorf("project namespace %q, daemon's %q, managed %v", s.f.Namespace, s.ns, s.managed)
 	}
 	s = session(managed, nil, Options{})
-	if err := s.loadFile(context.Background()); err != nil || s.managed {
-		t.Errorf("without --up: managed %v, %v", s.managed, err)
+	if err := s.loadFile(context.Background()); err != nil || s.managed || s.ns != "shop" {
+		t.Errorf("without --up: managed %v, daemon namespace %q, %v", s.managed, s.ns, err)
 	}
 	err := session(managed, nil, Options{EngineURL: "ws://h:1"}).loadFile(context.Background())
 	if errcode.CodeOf(err) != errcode.EngineURLConflictsWithManaged {

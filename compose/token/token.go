@@ -1,8 +1,9 @@
 // Package token keeps a Compose project's secret: a random token in a mode-0600 file of the
 // state directory. The engine reads it by path (its config names the file) and admits
 // registrations into the project's namespace only with it; workers get the file's path in
-// III_TOKEN_FILE. The value itself never leaves the file through this package: no function
-// returns it.
+// III_TOKEN_FILE. The value itself leaves the file through this package only by Value, for the
+// III_TOKEN of process workers (0.26 SDKs read the token from III_TOKEN); nothing else returns
+// it, and it is never logged or put on a command line.
 //
 // The package also carries the token policy of the adapter upgrade (req B9, B10): warnings for
 // adapters that leak the token, a record that a leaking VM worker ran, and the replacement of
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/Masterminds/semver/v3"
 
@@ -32,6 +34,24 @@ const (
 
 // EnvTokenFile is the variable that hands workers the token file's path.
 const EnvTokenFile = "III_TOKEN_FILE"
+
+// EnvToken is the variable that hands a process worker the token's value. VM workers never get
+// it: the token stays out of VMs, which get only what their env_file names.
+const EnvToken = "III_TOKEN"
+
+// Value reads the token in the file at path (surrounding whitespace trimmed). Its only use is
+// EnvToken of a process worker.
+func Value(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return v, nil
+}
 
 // Path returns where the token of the project whose state directory is dir lives.
 func Path(dir string) string { return filepath.Join(dir, FileName) }

@@ -118,3 +118,25 @@ func TestEnsureOwnerKeepsATrustedFile(t *testing.T) {
 		t.Fatalf("a group-readable owner token was kept (mode %v)", st.Mode().Perm())
 	}
 }
+
+// TestValue: the token as a process worker's III_TOKEN gets it, trimmed; an empty file is an
+// error, not an empty token.
+func TestValue(t *testing.T) {
+	dir := t.TempDir()
+	p, _, err := Ensure(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(p)
+	v, err := Value(p)
+	if err != nil || v != strings.TrimSpace(string(raw)) || v == "" {
+		t.Fatalf("Value = %q, %v", v, err)
+	}
+	empty := dir + "/empty"
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Value(empty); err == nil {
+		t.Fatal("an empty token file gave a value")
+	}
+}
