@@ -7,7 +7,9 @@
 // defaults to sandbox-libkrun, namespace to the caller's namespace). Unbound: S303. Bound but no
 // live worker serves the function, or the worker leaves mid-call: S301. The adapter's
 // <adapter>::adapter::info contract must have major 1, else S302; replies of a contract 1.0
-// adapter to exec and run get stdout_truncated/stderr_truncated = false added.
+// adapter to exec and run get stdout_truncated/stderr_truncated = false added. Each call is
+// one span, "call sandbox::<op>"; once the adapter's adapter::info is known it goes on from the
+// caller's frame with only its function id changed (Router).
 //
 // Trust (issue 19, review row #5): the router forwards every sandbox payload (code to run, files
 // to write) to whoever serves <adapter>::<op> in the bound namespace, so the binding claims the
