@@ -84,3 +84,47 @@ func TestRoutedBuiltin(t *testing.T) {
 		t.Errorf("declined route: %s, %v; want the built-in's answer", out, err)
 	}
 }
+
+// TestRoutedBuiltinFiresBothObservers: a routed call fires the observers of the built-in's id
+// with the caller's view (the outcome the caller got) and those of the target function with
+// the target's own outcome, as the built-in's call and its call of the target did.
+func TestRoutedBuiltinFiresBothObservers(t *testing.T) {
+	e, url := startEngine(t, Options{})
+	worker(t, url, "boxes", map[string]protocol.Handler{
+		"target::fn": func(_ context.Context, in json.RawMessage) (any, error) { return in, nil },
+	})
+	id, ok := e.Lookup("boxes", "target::fn")
+	if !ok {
+		t.Fatal("target::fn not registered")
+	}
+	e.HandleRouted("routed::fn", "test", func(context.Context, Caller, json.RawMessage) (any, error) { return "built-in", nil },
+		func() (Route, bool) {
+			return Route{Namespace: "boxes", FunctionID: "target::fn", WorkerID: id,
+				Result: func(res json.RawMessage) json.RawMessage { return append(append(json.RawMessage("["), res...), ']') }}, true
+		})
+	outer, inner := seen(make(chan json.RawMessage, 4)), seen(make(chan json.RawMessage, 4))
+	addObserver(t, worker(t, url, "default", map[string]protocol.Handler{"alerts::outer": outer.handler}),
+		`{"source": {"function_id": "routed::fn"}, "target": "alerts::outer"}`)
+	addObserver(t, worker(t, url, "boxes", map[string]protocol.Handler{"alerts::inner": inner.handler}),
+		`{"source": {"function_id": "target::fn"}, "target": "alerts::inner"}`)
+
+	out, err := worker(t, url, "default", nil).Call(context.Background(), "routed::fn", json.RawMessage(`{"n":1}`))
+	if err != nil || string(out) != `[{"n":1}]` {
+		t.Fatalf("routed call: %s, %v", out, err)
+	}
+	var o, i struct {
+		FunctionID string          `json:"function_id"`
+		Output     json.RawMessage `json:"output"`
+		Caller     struct {
+			WorkerID string `json:"worker_id"`
+		} `json:"caller"`
+	}
+	_ = json.Unmarshal(outer.next(t), &o)
+	_ = json.Unmarshal(inner.next(t), &i)
+	if o.FunctionID != "routed::fn" || string(o.Output) != `[{"n":1}]` || o.Caller.WorkerID == "engine" {
+		t.Errorf("the built-in's observer saw %+v, want routed::fn's output as its caller got it", o)
+	}
+	if i.FunctionID != "target::fn" || string(i.Output) != `{"n":1}` || i.Caller.WorkerID != "engine" {
+		t.Errorf("the target's observer saw %+v, want target::fn's own output, called by the engine", i)
+	}
+}
