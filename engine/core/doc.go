@@ -39,7 +39,8 @@
 // compose::* this way, so only holders of the project token (its workers, and the user who
 // runs it through ~/.iii/compose/tokens/) or of its owner token drive a project. Unprotected
 // functions stay callable by every connection, as before. The engine's own calls (the sandbox
-// router's) are not checked.
+// router's, Invoke, Relay and a routed built-in's Route, route.go) are not checked; a gated
+// listener checks the caller's right to the built-in's id before any of them.
 //
 // Claimed prefixes (ClaimPrefix, used by the sandbox router for "<adapter>::" in the bound
 // namespace): every function under the prefix comes from one live connection; another's

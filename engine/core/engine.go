@@ -86,7 +86,8 @@ type Caller struct {
 	Namespace string // "" when the caller never registered
 	Owner     bool   // presented a namespace's owner token
 
-	conn *conn // nil for the engine's own calls
+	conn   *conn // nil for the engine's own calls
+	inSpan bool  // a call made within the span of the built-in call it serves (Relay): no span of its own
 }
 
 // Builtin serves an engine function. Return a *protocol.Error to choose the error code.
@@ -95,7 +96,8 @@ type Builtin func(ctx context.Context, c Caller, payload json.RawMessage) (any, 
 type builtin struct {
 	fn          Builtin
 	description string
-	inline      bool // HandleInline: served on the caller's read loop, without a goroutine
+	inline      bool   // HandleInline: served on the caller's read loop, without a goroutine
+	route       Router // HandleRouted: picks where a call goes without fn; nil: none
 }
 
 type fkey struct{ ns, id string }
@@ -440,7 +442,7 @@ func (e *Engine) ServeAll(ctx context.Context, bound []Bound) error {
 // its raw result. timeout 0 waits until ctx ends.
 func (e *Engine) Invoke(ctx context.Context, ns, id string, payload json.RawMessage, timeout time.Duration) (json.RawMessage, *protocol.Error) {
 	tp, bg := TraceFromContext(ctx)
-	return e.dispatch(ctx, Caller{WorkerID: "engine", Name: "engine", Namespace: protocol.DefaultNamespace}, ns, id, payload, nil, traceCtx{tp, bg}, timeout, false)
+	return e.dispatch(ctx, engineCaller, ns, id, payload, nil, traceCtx{tp, bg}, timeout, false)
 }
 
 // traceCtx is the W3C trace context an invocation carries.

@@ -47,7 +47,7 @@ func (e *Engine) SetObserver(o Observer) { e.obs = o }
 
 // startCall tells the observer of a call; the returned end is never nil.
 func (e *Engine) startCall(caller Caller, ns, id, traceparent, baggage string, f *fnEntry) (string, func(*protocol.Error)) {
-	if e.obs == nil {
+	if e.obs == nil || caller.inSpan {
 		return traceparent, func(*protocol.Error) {}
 	}
 	c := Call{FunctionID: id, Namespace: ns, CallerID: caller.WorkerID, CallerName: caller.Name,

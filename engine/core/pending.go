@@ -25,7 +25,8 @@ type pendingCall struct {
 	end      func(*protocol.Error) // the observer's end of the call's span; nil: none
 	retry    *retryCall            // nil: the call goes to no other instance (reroute)
 	watch    *watch                // the call's observers (observers.go); nil: none
-	e        *Engine               // set with watch
+	e        *Engine               // set with watch and route
+	route    *routedCall           // a routed built-in's call (route.go); nil: none
 }
 
 // retryCall is what a call to a function with several instances keeps to be sent again: a
@@ -52,6 +53,12 @@ type outcome struct {
 }
 
 func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
+	fn := pc.fn
+	if r := pc.route; r != nil {
+		pc.e.fire(r.watch, res, perr) // the target's observers see its own outcome
+		res, perr = r.settle(res, perr)
+		fn = r.fn
+	}
 	if pc.end != nil {
 		pc.end(perr)
 	}
@@ -65,13 +72,21 @@ func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
 	pc.caller.mu.Lock()
 	delete(pc.caller.calls, pc.iid)
 	pc.caller.mu.Unlock()
-	out := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: pc.callerID, FunctionID: pc.fn}
+	out := &protocol.Message{Type: protocol.TypeInvocationResult, InvocationID: pc.callerID, FunctionID: fn}
 	if perr != nil {
 		out.Error = perr
 	} else {
 		out.Result = resultField(res)
 	}
 	_ = pc.caller.send(out)
+}
+
+// called is the function the caller called: a routed built-in's id, else the function's.
+func (pc *pendingCall) called() string {
+	if pc.route != nil {
+		return pc.route.fn
+	}
+	return pc.fn
 }
 
 // resultField is res as an invocationresult carries it: nothing (the key omitted) for a function
@@ -176,11 +191,14 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 		ns = *m.Namespace
 	}
 	e.mu.RLock()
-	_, isBuiltin := e.builtins[m.FunctionID]
+	b, isBuiltin := e.builtins[m.FunctionID]
 	head := e.funcs[fkey{ns, m.FunctionID}]
 	f, several := head.pick(), head != nil && len(head.more) > 0
 	e.mu.RUnlock()
-	if isBuiltin || f == nil {
+	if isBuiltin {
+		return b.route != nil && e.routeAsync(c, m, b.route)
+	}
+	if f == nil {
 		return false
 	}
 	if !e.mayCall(c, f) {
@@ -296,7 +314,7 @@ func (e *Engine) sweep(ctx context.Context, tick time.Duration) {
 				}
 				c.mu.Unlock()
 				for _, pc := range expired {
-					pc.deliver(nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", pc.fn, pc.timeout.Milliseconds()))
+					pc.deliver(nil, protocol.NewError(errcode.Timeout, "function %s did not answer within %dms", pc.called(), pc.timeout.Milliseconds()))
 				}
 			}
 		}

@@ -7,7 +7,9 @@
 // defaults to sandbox-libkrun, namespace to the caller's namespace). Unbound: S303. Bound but no
 // live worker serves the function, or the worker leaves mid-call: S301. The adapter's
 // <adapter>::adapter::info contract must have major 1, else S302; replies of a contract 1.0
-// adapter to exec and run get stdout_truncated/stderr_truncated = false added.
+// adapter to exec and run get stdout_truncated/stderr_truncated = false added. Each call is
+// one span, "call sandbox::<op>"; once the adapter's adapter::info is known it goes on from the
+// caller's frame with only its function id changed (Router).
 //
 // Trust (issue 19, review row #5): the router forwards every sandbox payload (code to run, files
 // to write) to whoever serves <adapter>::<op> in the bound namespace, so the binding claims the
@@ -35,10 +37,12 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
@@ -80,26 +84,60 @@ type adapterInfo struct {
 }
 
 // Router forwards sandbox::* to the bound adapter.
+//
+// A call takes one of two paths, which answer alike. The fast one (route, core.HandleRouted)
+// serves every call it can on the caller's read loop: once the adapter connection's
+// adapter::info is known and its contract major matches, the engine sends the caller's frame on
+// to <adapter>::<op> with only the function id changed, the payload bytes as they came and the
+// reply as the adapter sent it (a contract 1.0 exec or run reply gets its truncation flags
+// appended, its other bytes kept), in one span. The other (forwarder) serves the rest: no
+// binding (S303), no local adapter (S301, or one on another engine of a cluster), an
+// adapter::info not asked yet (asked there, which may wait), an adapter of another major
+// (S302), and void calls.
 type Router struct {
 	e *core.Engine
 
-	mu      sync.Mutex
-	binding *Binding
-	infos   map[string]*adapterInfo // by adapter worker id
+	cur   atomic.Pointer[bound]   // nil: unbound
+	mu    sync.RWMutex            // orders binds; guards infos
+	infos map[string]*adapterInfo // by adapter worker id
+}
+
+// bound is a binding with what the fast path needs of it, made once per binding.
+type bound struct {
+	Binding
+	fns  []string                                // <adapter>::<op>, by the op's index in Ops
+	errs []func(*protocol.Error) *protocol.Error // the S301 rewrite of a departed adapter's errors, by op
 }
 
 // New returns a router, bound when b is not nil.
 func New(e *core.Engine, b *Binding) *Router {
+	r := &Router{e: e, infos: map[string]*adapterInfo{}}
 	if b != nil {
-		e.ClaimPrefix(b.Namespace, b.Adapter+"::")
+		r.setBinding(b)
 	}
-	return &Router{e: e, binding: b, infos: map[string]*adapterInfo{}}
+	return r
+}
+
+// setBinding binds the router to b and claims b's adapter prefix (callers order the two).
+func (r *Router) setBinding(b *Binding) {
+	nb := &bound{Binding: *b, fns: make([]string, len(Ops)), errs: make([]func(*protocol.Error) *protocol.Error, len(Ops))}
+	for i, op := range Ops {
+		nb.fns[i] = b.Adapter + "::" + op
+		nb.errs[i] = func(perr *protocol.Error) *protocol.Error {
+			if perr.Code == errcode.InvocationStopped || perr.Code == errcode.FunctionNotFound {
+				return r.leftMidCall(&nb.Binding, op)
+			}
+			return perr
+		}
+	}
+	r.cur.Store(nb)
+	r.e.ClaimPrefix(b.Namespace, b.Adapter+"::")
 }
 
 // Install registers sandbox::*, sandbox::adapter::info and engine::sandbox::bind on the engine.
 func (r *Router) Install() {
-	for _, op := range Ops {
-		r.e.Handle("sandbox::"+op, "Forwarded to the bound sandbox adapter as <adapter>::"+op, r.forwarder(op))
+	for i, op := range Ops {
+		r.e.HandleRouted("sandbox::"+op, "Forwarded to the bound sandbox adapter as <adapter>::"+op, r.forwarder(op), r.route(i))
 	}
 	r.e.Handle("sandbox::adapter::info", "The bound sandbox adapter, its namespace, the engine's contract and the adapter's own adapter::info", r.info)
 	r.e.Handle("engine::sandbox::bind", "Owner only: bind the sandbox router to {adapter, namespace}", r.bind)
@@ -107,12 +145,11 @@ func (r *Router) Install() {
 
 // Bound returns the current binding or nil.
 func (r *Router) Bound() *Binding {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.binding == nil {
+	cur := r.cur.Load()
+	if cur == nil {
 		return nil
 	}
-	b := *r.binding
+	b := cur.Binding
 	return &b
 }
 
@@ -165,6 +202,36 @@ func itoa(n uint32) string {
 	return string(b)
 }
 
+// route is the fast path of sandbox::<Ops[i]> (see Router): the adapter connection that serves
+// it, once its adapter::info is known and its contract major is this engine's; false leaves
+// the call to forwarder.
+func (r *Router) route(i int) core.Router {
+	fill := Ops[i] == "exec" || Ops[i] == "run"
+	return func() (core.Route, bool) {
+		cur := r.cur.Load()
+		if cur == nil {
+			return core.Route{}, false
+		}
+		wid, ok := r.e.Lookup(cur.Namespace, cur.fns[i])
+		if !ok {
+			return core.Route{}, false
+		}
+		r.mu.RLock()
+		info, known := r.infos[wid]
+		r.mu.RUnlock()
+		if !known || info.contract != nil && info.contract.Major != ContractMajor {
+			return core.Route{}, false
+		}
+		rt := core.Route{Namespace: cur.Namespace, FunctionID: cur.fns[i], WorkerID: wid, Error: cur.errs[i]}
+		if fill && info.contract != nil && info.contract.Minor == 0 {
+			rt.Result = fillTruncation
+		}
+		return rt, true
+	}
+}
+
+// forwarder is the path of sandbox::<op> calls route leaves: it answers every error of its
+// own, asks an adapter's adapter::info first, and relays the call within its own span.
 func (r *Router) forwarder(op string) core.Builtin {
 	fill := op == "exec" || op == "run"
 	return func(ctx context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
@@ -183,7 +250,7 @@ func (r *Router) forwarder(op string) core.Builtin {
 		if info.contract != nil && info.contract.Major != ContractMajor {
 			return nil, incompatible(b, *info.contract)
 		}
-		res, perr := r.e.Invoke(ctx, b.Namespace, fn, payload, 0)
+		res, perr := r.e.Relay(ctx, b.Namespace, fn, payload, 0)
 		if perr != nil {
 			if !local && perr.Code == errcode.FunctionNotFound {
 				return nil, r.notConnected(b, op)
@@ -200,22 +267,43 @@ func (r *Router) forwarder(op string) core.Builtin {
 	}
 }
 
-// fillTruncation adds stdout_truncated/stderr_truncated = false to a contract 1.0 reply (req A5).
+// fillTruncation adds stdout_truncated/stderr_truncated = false to a contract 1.0 reply that
+// lacks them (req A5). It reads only the reply's top-level keys and appends the missing ones
+// before its closing brace, so the adapter's bytes (output of any size) are neither decoded nor
+// re-encoded; anything but a JSON object passes unchanged.
 func fillTruncation(res json.RawMessage) json.RawMessage {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(res, &m); err != nil || m == nil {
-		return res
-	}
-	for _, k := range []string{"stdout_truncated", "stderr_truncated"} {
-		if _, ok := m[k]; !ok {
-			m[k] = json.RawMessage("false")
+	var hasOut, hasErr, empty = false, false, true
+	if !wire.ObjectKeys(res, func(k string) {
+		empty = false
+		switch k {
+		case "stdout_truncated":
+			hasOut = true
+		case "stderr_truncated":
+			hasErr = true
 		}
-	}
-	out, err := json.Marshal(m)
-	if err != nil {
+	}) || hasOut && hasErr {
 		return res
 	}
-	return out
+	end := len(res) - 1
+	for res[end] != '}' { // ObjectKeys accepted it: white space, then the brace
+		end--
+	}
+	out := make(json.RawMessage, 0, len(res)+48)
+	out = append(out, res[:end]...)
+	for _, k := range [...]struct {
+		name string
+		has  bool
+	}{{"stdout_truncated", hasOut}, {"stderr_truncated", hasErr}} {
+		if k.has {
+			continue
+		}
+		if !empty {
+			out = append(out, ',')
+		}
+		out = append(out, `"`+k.name+`":false`...)
+		empty = false
+	}
+	return append(out, res[end:]...)
 }
 
 // adapterInfo returns the adapter worker's adapter::info reply, asked once per connection for
@@ -224,9 +312,9 @@ func fillTruncation(res json.RawMessage) json.RawMessage {
 // within InfoTimeout, and that too is remembered, so calls do not wait on a silent
 // adapter::info twice.
 func (r *Router) adapterInfo(ctx context.Context, b *Binding, wid string, refresh bool) *adapterInfo {
-	r.mu.Lock()
+	r.mu.RLock()
 	info, ok := r.infos[wid]
-	r.mu.Unlock()
+	r.mu.RUnlock()
 	if ok && !refresh {
 		return info
 	}
@@ -299,8 +387,7 @@ func (r *Router) bind(_ context.Context, c core.Caller, payload json.RawMessage)
 		b.Namespace = protocol.DefaultNamespace
 	}
 	r.mu.Lock()
-	r.binding = b
-	r.e.ClaimPrefix(b.Namespace, b.Adapter+"::")
+	r.setBinding(b)
 	r.mu.Unlock()
 	return b, nil
 }

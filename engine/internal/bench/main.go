@@ -3,9 +3,11 @@
 //   - round trips Go worker -> engine -> Go worker at concurrency 1, 16 and 256, beside a direct
 //     WebSocket echo baseline (the same frames, one hop) measured the same way, and their ratio;
 //   - the sandbox router hop (sandbox::exec -> <adapter>::exec) against a direct call of the
-//     adapter function at concurrency 16, and the router's overhead.
+//     adapter function at concurrency 16, measured in alternating slices: the router's overhead
+//     in calls/s and its p50 and p99 against the direct call's, each beside its target
+//     (RouterOverheadTarget, RouterP99Target).
 //
-// Usage: go run ./engine/internal/bench [-d 2s]
+// Usage: go run ./engine/internal/bench [-d 2s] [-engine=false] [-router=false]
 package main
 
 import (
@@ -63,11 +65,27 @@ func startEngine(ctx context.Context) []*protocol.Worker {
 	return []*protocol.Worker{server, adapter, client}
 }
 
+// The router hop's targets: at most this share of the direct call's calls/s lost, and a p99 at
+// most this multiple of the direct call's.
+const (
+	RouterOverheadTarget = 0.10
+	RouterP99Target      = 1.2
+)
+
+// verdict says whether a measured figure met its target.
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "MISSED"
+}
+
 func main() {
 	d := flag.Duration("d", 2*time.Second, "measuring time per case")
 	prof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	concs := flag.String("c", "1,16,256", "concurrency levels of the engine/echo comparison")
-	router := flag.Bool("router", true, "also measure the sandbox router hop")
+	engine := flag.Bool("engine", true, "measure the engine/echo comparison")
+	router := flag.Bool("router", true, "measure the sandbox router hop")
 	flag.Parse()
 	if *prof != "" {
 		f, err := os.Create(*prof)
@@ -106,8 +124,13 @@ func main() {
 		}
 	}
 
-	fmt.Printf("engine round trips (Go worker -> engine -> Go worker) vs direct WebSocket echo, %v each, measured in alternating slices\n", *d)
+	if *engine {
+		fmt.Printf("engine round trips (Go worker -> engine -> Go worker) vs direct WebSocket echo, %v each, measured in alternating slices\n", *d)
+	}
 	for _, f := range strings.Split(*concs, ",") {
+		if !*engine {
+			break
+		}
 		conc, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || conc < 1 {
 			fmt.Fprintln(os.Stderr, "bench: bad -c value", f)
@@ -121,11 +144,14 @@ func main() {
 	if !*router {
 		return
 	}
-	fmt.Println("sandbox router hop (sandbox::exec) vs direct adapter call (benchbox::exec), c=16")
+	fmt.Printf("sandbox router hop (sandbox::exec) vs direct adapter call (benchbox::exec), c=16, %v each, measured in alternating slices\n", *d)
 	direct, routed := cmp(16, viaEngine("benchbox::exec", protocol.InNamespace("adapter")), viaEngine("sandbox::exec"))
 	fmt.Printf("  direct %s\n", direct)
 	fmt.Printf("  router %s\n", routed)
-	fmt.Printf("  router overhead: %.1f%% calls/s, %.1f%% calls per CPU-second, %.1f%% p50 latency\n",
-		100*(direct.Rate()-routed.Rate())/direct.Rate(), 100*(direct.CPURate()-routed.CPURate())/direct.CPURate(),
-		100*(float64(routed.P50)-float64(direct.P50))/float64(direct.P50))
+	overhead := (direct.Rate() - routed.Rate()) / direct.Rate()
+	p99 := float64(routed.P99) / float64(direct.P99)
+	fmt.Printf("  router overhead: %.1f%% calls/s (target <= %.0f%%: %s), %.1f%% calls per CPU-second\n",
+		100*overhead, 100*RouterOverheadTarget, verdict(overhead <= RouterOverheadTarget), 100*(direct.CPURate()-routed.CPURate())/direct.CPURate())
+	fmt.Printf("  router/direct latency: p50 %.2fx, p99 %.2fx (target <= %.1fx: %s)\n",
+		float64(routed.P50)/float64(direct.P50), p99, RouterP99Target, verdict(p99 <= RouterP99Target))
 }

@@ -1,0 +1,268 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/sandbox/scode"
+)
+
+// spans is a core.Observer that records the engine's spans.
+type spans struct {
+	mu  sync.Mutex
+	got []core.Call
+}
+
+func (s *spans) StartCall(c core.Call) (string, func(*protocol.Error)) {
+	s.mu.Lock()
+	s.got = append(s.got, c)
+	s.mu.Unlock()
+	return "", nil
+}
+func (*spans) Telemetry(string, string, []byte) {}
+func (*spans) FunctionsChanged()                {}
+func (*spans) WorkerRegistered(string)          {}
+
+// take returns the spans of sandbox::* and of the adapter's operations (not adapter::info,
+// nor the engine's own functions) recorded since the last take, as "function@worker".
+func (s *spans) take(adapterID string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, c := range s.got {
+		if strings.HasSuffix(c.FunctionID, "::adapter::info") || strings.HasPrefix(c.FunctionID, "engine::") {
+			continue
+		}
+		w := c.WorkerID
+		if w == adapterID && w != "" {
+			w = "adapter"
+		}
+		out = append(out, c.FunctionID+"@"+w)
+	}
+	s.got = nil
+	return out
+}
+
+// observed serves an engine with the router bound to b (unbound when nil) and a span recorder.
+func observed(t *testing.T, b *Binding) (string, *spans) {
+	t.Helper()
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := core.New(core.Options{})
+	s := &spans{}
+	e.SetObserver(s)
+	New(e, b).Install()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.Serve(ctx, ln); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return "ws://" + ln.Addr().String(), s
+}
+
+// op serves one adapter operation.
+type op = protocol.Handler
+
+// fakeAdapter connects an adapter of contract c in namespace default serving ops.
+func fakeAdapter(t *testing.T, url string, c Contract, ops map[string]op) *protocol.Worker {
+	t.Helper()
+	w := protocol.NewWorker(protocol.Config{URL: url, Name: "adapter"})
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(w.Register(DefaultAdapter+"::adapter::info", func(context.Context, json.RawMessage) (any, error) {
+		return map[string]any{"adapter": DefaultAdapter, "contract": c}, nil
+	}))
+	for name, fn := range ops {
+		must(w.Register(DefaultAdapter+"::"+name, fn))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(w.Start(ctx))
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func caller(t *testing.T, url string) *protocol.Worker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "caller", NoReconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+// outcome is one call's answer: its result bytes, or its error's code, message and whole
+// object.
+func outcomeOf(res json.RawMessage, err error) string {
+	if err == nil {
+		return "result " + string(res)
+	}
+	var pe *protocol.Error
+	if !errors.As(err, &pe) {
+		return "error " + err.Error()
+	}
+	return "error " + pe.Code + ": " + pe.Message + " " + string(pe.Raw())
+}
+
+// workerID is the id the engine gave w's connection.
+func workerID(t *testing.T, c *protocol.Worker, name string) string {
+	t.Helper()
+	res, err := c.Call(context.Background(), protocol.FnListWorkers, map[string]any{"search": name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct{ Workers []struct{ ID, Name string } }
+	_ = json.Unmarshal(res, &out)
+	for _, w := range out.Workers {
+		if w.Name == name {
+			return w.ID
+		}
+	}
+	t.Fatalf("no worker %s in %s", name, res)
+	return ""
+}
+
+// TestRoutedCallsAnswerAsForwardedOnes: the first call of an adapter connection goes through
+// the forwarder (which asks adapter::info), later ones take the fast path straight to the
+// adapter. Both answer byte for byte alike, replies and errors: an adapter's S-code, the
+// timeout, a 1.0 adapter's truncation flags, a 1.1 adapter's flags as it set them; each call
+// is one span, the fast one naming the adapter's connection. The router's own errors (S302,
+// S303, S301) never take the fast path.
+func TestRoutedCallsAnswerAsForwardedOnes(t *testing.T) {
+	bound := &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}
+	v11, v10 := Contract{Major: 1, Minor: 1}, Contract{Major: 1, Minor: 0}
+	reply := func(v string) op {
+		return func(context.Context, json.RawMessage) (any, error) { return json.RawMessage(v), nil }
+	}
+	slow := func(ctx context.Context, _ json.RawMessage) (any, error) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(3 * time.Second):
+		}
+		return json.RawMessage(`{}`), nil
+	}
+	cases := []struct {
+		name     string
+		binding  *Binding
+		contract *Contract // nil: no adapter
+		fn       string
+		ops      map[string]op
+		timeout  time.Duration
+		want     string // the outcome, a prefix of it for errors
+		fast     bool   // the second call takes the fast path
+	}{
+		{name: "1.1 reply unchanged", binding: bound, contract: &v11, fn: "exec", ops: map[string]op{"exec": reply(`{"stdout":"a<b>",  "stdout_truncated":true,"stderr_truncated":false}`)},
+			want: `result {"stdout":"a<b>",  "stdout_truncated":true,"stderr_truncated":false}`, fast: true},
+		{name: "1.0 exec gets the flags", binding: bound, contract: &v10, fn: "exec", ops: map[string]op{"exec": reply(`{"stdout":"a","exit_code":0}`)},
+			want: `result {"stdout":"a","exit_code":0,"stdout_truncated":false,"stderr_truncated":false}`, fast: true},
+		{name: "1.0 run keeps a flag set", binding: bound, contract: &v10, fn: "run", ops: map[string]op{"run": reply(`{"stderr_truncated":true}`)},
+			want: `result {"stderr_truncated":true,"stdout_truncated":false}`, fast: true},
+		{name: "1.0 list untouched", binding: bound, contract: &v10, fn: "list", ops: map[string]op{"list": reply(`{"sandboxes":[]}`)},
+			want: `result {"sandboxes":[]}`, fast: true},
+		{name: "adapter S-code passes", binding: bound, contract: &v11, fn: "exec", ops: map[string]op{"exec": func(context.Context, json.RawMessage) (any, error) {
+			return nil, protocol.RawError(json.RawMessage(`{"type":"validation","code":"S002","message":"sandbox not found: s","extra":{"k":1}}`))
+		}}, want: `error S002: sandbox not found: s {"type":"validation","code":"S002","message":"sandbox not found: s","extra":{"k":1}}`, fast: true},
+		{name: "timeout names sandbox::exec", binding: bound, contract: &v11, fn: "exec", ops: map[string]op{"exec": slow}, timeout: 300 * time.Millisecond,
+			want: "error " + errcode.Timeout + ": function sandbox::exec did not answer within 300ms", fast: true},
+		{name: "contract major 2 is S302", binding: bound, contract: &Contract{Major: 2}, fn: "exec", ops: map[string]op{"exec": reply(`{}`)},
+			want: "error S302: the sandbox adapter 'sandbox-libkrun' in namespace 'default' implements sandbox contract 2.0"},
+		{name: "no adapter is S301", binding: bound, fn: "exec",
+			want: "error S301: the sandbox adapter 'sandbox-libkrun' bound to this engine is not connected in namespace 'default'"},
+		{name: "unbound is S303", fn: "exec", want: "error S303: no sandbox adapter is bound to this engine"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, sp := observed(t, tc.binding)
+			c := caller(t, url)
+			adapterID := "none"
+			if tc.contract != nil {
+				fakeAdapter(t, url, *tc.contract, tc.ops)
+				adapterID = workerID(t, c, "adapter")
+			}
+			sp.take(adapterID)
+			var opts []protocol.CallOption
+			if tc.timeout > 0 {
+				opts = append(opts, protocol.WithTimeout(tc.timeout))
+			}
+			var got []string
+			for range 2 {
+				got = append(got, outcomeOf(c.Call(context.Background(), "sandbox::"+tc.fn, map[string]any{"sandbox_id": "s"}, opts...)))
+			}
+			if !strings.HasPrefix(got[0], tc.want) {
+				t.Errorf("forwarded: %s\nwant %s", got[0], tc.want)
+			}
+			if got[1] != got[0] {
+				t.Errorf("the second call answered otherwise:\n%s\nfirst:\n%s", got[1], got[0])
+			}
+			want := []string{"sandbox::" + tc.fn + "@engine"}
+			if tc.fast {
+				want = append(want, "sandbox::"+tc.fn+"@adapter")
+			} else {
+				want = append(want, want[0])
+			}
+			if s := sp.take(adapterID); strings.Join(s, " ") != strings.Join(want, " ") {
+				t.Errorf("spans %q, want %q (one per call; the fast one names the adapter)", s, want)
+			}
+		})
+	}
+}
+
+// TestRoutedCallOfDepartingAdapter: an adapter that disconnects while serving a call ends it
+// with the same S301 on the fast path as through the forwarder.
+func TestRoutedCallOfDepartingAdapter(t *testing.T) {
+	url, sp := observed(t, &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"})
+	c := caller(t, url)
+	kill := func(warm bool) string {
+		arrived := make(chan struct{})
+		w := fakeAdapter(t, url, Contract{Major: 1, Minor: 1}, map[string]op{
+			"list": func(context.Context, json.RawMessage) (any, error) { return map[string]any{}, nil },
+			"exec": func(ctx context.Context, _ json.RawMessage) (any, error) {
+				close(arrived)
+				<-ctx.Done()
+				return nil, ctx.Err()
+			},
+		})
+		id := workerID(t, c, "adapter")
+		if warm {
+			if _, err := c.Call(context.Background(), "sandbox::list", map[string]any{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sp.take(id)
+		go func() { <-arrived; w.Close() }()
+		out := outcomeOf(c.Call(context.Background(), "sandbox::exec", map[string]any{"sandbox_id": "s"}, protocol.WithTimeout(5*time.Second)))
+		path := "engine"
+		if warm {
+			path = "adapter"
+		}
+		if s := sp.take(id); len(s) != 1 || s[0] != "sandbox::exec@"+path {
+			t.Errorf("warm=%v: spans %q, want sandbox::exec@%s", warm, s, path)
+		}
+		return out
+	}
+	forwarded, routed := kill(false), kill(true)
+	if !strings.HasPrefix(forwarded, "error "+scode.S301+": the sandbox adapter 'sandbox-libkrun' in namespace 'default' disconnected while serving sandbox::exec") {
+		t.Fatalf("forwarded: %s", forwarded)
+	}
+	if routed != forwarded {
+		t.Errorf("fast path:\n%s\nforwarder:\n%s", routed, forwarded)
+	}
+}
