@@ -26,6 +26,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -133,6 +134,11 @@ type Cluster struct {
 	offered   []Function      // what Sync was last given, announced again every announceEvery
 	peers     map[string]peer // the other engines' offers, by engine name
 	heardNew  chan struct{}   // closed, and replaced, whenever an offer is recorded
+
+	inbox   string // the prefix of the reply subjects of this engine's questions (replies.go)
+	tokens  atomic.Uint64
+	waitMu  sync.Mutex
+	waiting map[string]*waiter // the questions awaiting an answer, by reply token
 }
 
 // Options says how to reach the cluster.
@@ -218,7 +224,11 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, rows: o.Workers, auth: newSigner(key, o.Name, log),
-		subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}, heardNew: make(chan struct{})}
+		subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}, heardNew: make(chan struct{}), waiting: map[string]*waiter{}}
+	if err := c.subscribeReplies(); err != nil {
+		nc.Close()
+		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the answers of the other engines: %w", err)
+	}
 	if _, err := nc.Subscribe(announceSubject+"*", c.heard); err != nil {
 		nc.Close()
 		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the engines' offers: %w", err)
@@ -415,7 +425,7 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	msg, err := c.request(ctx, subject(k), b, kindCall, kindReply)
+	msg, _, err := c.request(ctx, subject(k), b, kindCall, kindReply)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, nil, false
@@ -434,35 +444,6 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 		return nil, out.Error, true
 	}
 	return out.Result, nil, true
-}
-
-// request sends body on subj, signed as kind, and waits for the first answer signed as answer
-// that answers it; answers that are not are dropped and the wait goes on. It fails
-// nats.ErrNoResponders when the server says nobody subscribes subj.
-func (c *Cluster) request(ctx context.Context, subj string, body []byte, kind, answer string) (*nats.Msg, error) {
-	inbox := nats.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	m := &nats.Msg{Subject: subj, Reply: inbox, Data: body}
-	nonce := c.auth.sign(m, kind, "")
-	if err := c.nc.PublishMsg(m); err != nil {
-		return nil, err
-	}
-	for {
-		a, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if len(a.Data) == 0 && a.Header.Get("Status") == "503" {
-			return nil, nats.ErrNoResponders
-		}
-		if _, _, ok := c.auth.verify(a, answer, nonce); ok {
-			return a, nil
-		}
-	}
 }
 
 // Dropped counts the messages this engine dropped since it joined: not signed by an engine of
@@ -509,45 +490,25 @@ func (c *Cluster) ChannelOwner(ctx context.Context, id string) (engine, base str
 	}
 	ctx, cancel := context.WithTimeout(ctx, channelAsk)
 	defer cancel()
-	inbox := nats.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	a, engine, err := c.request(ctx, channelSubject+id, nil, kindAskChan, kindChanHere)
 	if err != nil {
-		return "", ""
+		return "", "" // none answered in time, or no engine serves channels
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	m := &nats.Msg{Subject: channelSubject + id, Reply: inbox}
-	nonce := c.auth.sign(m, kindAskChan, "")
-	if c.nc.PublishMsg(m) != nil {
-		return "", ""
-	}
+	// The holder's offer may still be on its way (an engine that just joined): wait for it
+	// within the question's time.
 	for {
-		a, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
+		c.mu.Lock()
+		p, known := c.livePeersLocked()[engine]
+		heard := c.heardNew
+		c.mu.Unlock()
+		if known && p.channels != "" {
+			return engine, p.channels
+		}
+		select {
+		case <-heard:
+		case <-ctx.Done():
+			c.auth.drop(kindChanHere, a.Subject, "the holder "+engine+" announced no channel URL")
 			return "", ""
-		}
-		if len(a.Data) == 0 && a.Header.Get("Status") == "503" {
-			return "", "" // no engine serves channels
-		}
-		engine, _, ok := c.auth.verify(a, kindChanHere, nonce)
-		if !ok {
-			continue
-		}
-		// The holder's offer may still be on its way (an engine that just joined): wait for it
-		// within the question's time.
-		for {
-			c.mu.Lock()
-			p, known := c.livePeersLocked()[engine]
-			heard := c.heardNew
-			c.mu.Unlock()
-			if known && p.channels != "" {
-				return engine, p.channels
-			}
-			select {
-			case <-heard:
-			case <-ctx.Done():
-				c.auth.drop(kindChanHere, a.Subject, "the holder "+engine+" announced no channel URL")
-				return "", ""
-			}
 		}
 	}
 }

@@ -1,0 +1,93 @@
+package cluster
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+)
+
+// This engine awaits every answer to what it asks the other engines (a call, a channel
+// question) on one subscription, made when it joins: each question's reply subject is the
+// engine's inbox prefix and a token of its own, and the answer is handed to the question
+// waiting on that token. A subscription per question would cost a SUB and an UNSUB at the
+// server and a large receive buffer in the client on every call.
+
+// waiter is one question awaiting its answer.
+type waiter struct {
+	nonce  string // the question's, which a good answer is signed as answering
+	answer string // the kind a good answer is signed as
+	ch     chan answered
+}
+
+// answered is what a waiter receives: the answer and the engine that signed it, or, with a
+// nil msg, the server's word that nobody subscribes the question's subject.
+type answered struct {
+	msg    *nats.Msg
+	engine string
+}
+
+// subscribeReplies makes the engine's one reply subscription.
+func (c *Cluster) subscribeReplies() error {
+	c.inbox = nats.NewInbox() + "."
+	_, err := c.nc.Subscribe(c.inbox+"*", c.deliver)
+	return err
+}
+
+// deliver hands an answer to the question it answers. An answer signed by no engine, or not as
+// answering that question, is dropped (counted) and the question goes on waiting; so is one for
+// a question that is no longer waiting. The signature is checked here, before the answer takes
+// the question's one slot, so that forged answers cannot crowd out the good one.
+func (c *Cluster) deliver(m *nats.Msg) {
+	token := m.Subject[len(c.inbox):]
+	c.waitMu.Lock()
+	w := c.waiting[token]
+	c.waitMu.Unlock()
+	if w == nil {
+		return // late: the question gave up waiting
+	}
+	var got answered
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		got = answered{} // no responders
+	} else {
+		engine, _, ok := c.auth.verify(m, w.answer, w.nonce)
+		if !ok {
+			return
+		}
+		got = answered{msg: m, engine: engine}
+	}
+	select {
+	case w.ch <- got:
+	default: // already answered
+	}
+}
+
+// request sends body on subj, signed as kind, and waits for the first answer signed as answer
+// that answers it (returned with the engine that signed it); answers that are not are dropped
+// and the wait goes on. It fails nats.ErrNoResponders when the server says nobody subscribes
+// subj, and ctx's error when ctx ends first.
+func (c *Cluster) request(ctx context.Context, subj string, body []byte, kind, answer string) (*nats.Msg, string, error) {
+	token := strconv.FormatUint(c.tokens.Add(1), 36)
+	m := &nats.Msg{Subject: subj, Reply: c.inbox + token, Data: body}
+	w := &waiter{nonce: c.auth.sign(m, kind, ""), answer: answer, ch: make(chan answered, 1)}
+	c.waitMu.Lock()
+	c.waiting[token] = w
+	c.waitMu.Unlock()
+	defer func() {
+		c.waitMu.Lock()
+		delete(c.waiting, token)
+		c.waitMu.Unlock()
+	}()
+	if err := c.nc.PublishMsg(m); err != nil {
+		return nil, "", err
+	}
+	select {
+	case a := <-w.ch:
+		if a.msg == nil {
+			return nil, "", nats.ErrNoResponders
+		}
+		return a.msg, a.engine, nil
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+}
