@@ -8,6 +8,8 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"hash"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -30,7 +32,9 @@ const (
 	hdrEngine = "Iii-Engine" // the sending engine's cluster name
 	hdrTime   = "Iii-Time"   // when it was signed, Unix milliseconds
 	hdrNonce  = "Iii-Nonce"  // 16 random bytes, hex: each signed message is accepted once
-	hdrSig    = "Iii-Sig"    // HMAC-SHA256 of the above, the subject, reply subject and body
+	hdrSig    = "Iii-Sig"    // HMAC-SHA256 of the above, the subject, reply subject, Iii-Env and body
+	// hdrEnv is a call's fields but its data (JSON), or an answer's error; the body is the data.
+	hdrEnv = "Iii-Env"
 )
 
 // The kinds of signed message; the kind is part of what is signed, so that a message signed as
@@ -80,6 +84,8 @@ type signer struct {
 	name string
 	log  *slog.Logger
 
+	macs sync.Pool // of HMAC-SHA256 states keyed with key, reset after each use
+
 	mu   sync.Mutex
 	seen map[string]time.Time // nonces accepted, until when they are remembered
 	pru  time.Time            // last time seen was pruned
@@ -96,19 +102,33 @@ type dropLog struct {
 }
 
 func newSigner(key []byte, name string, log *slog.Logger) *signer {
-	return &signer{key: key, name: name, log: log, seen: map[string]time.Time{}, logs: map[string]*dropLog{}}
+	s := &signer{key: key, name: name, log: log, seen: map[string]time.Time{}, logs: map[string]*dropLog{}}
+	s.macs.New = func() any { return hmac.New(sha256.New, key) }
+	return s
 }
 
 // mac is the HMAC-SHA256, under the cluster key, of every field, each preceded by its length.
-func (s *signer) mac(kind, subject, reply, inReplyTo, engine, ts, nonce string, body []byte) []byte {
-	h := hmac.New(sha256.New, s.key)
+// env is the message's envelope header (hdrEnv): a call's fields but its data, an answer's
+// error; the body is the message's bytes as sent, signed once, never re-encoded.
+func (s *signer) mac(kind, subject, reply, inReplyTo, engine, ts, nonce, env string, body []byte) []byte {
+	h := s.macs.Get().(hash.Hash)
+	defer func() { h.Reset(); s.macs.Put(h) }()
 	var n [binary.MaxVarintLen64]byte
-	for _, f := range [][]byte{[]byte("iii-cluster/1"), []byte(kind), []byte(subject), []byte(reply), []byte(inReplyTo), []byte(engine), []byte(ts), []byte(nonce), body} {
+	field := func(f string) {
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
-		h.Write(f)
+		_, _ = io.WriteString(h, f)
 	}
+	for _, f := range [...]string{macVersion, kind, subject, reply, inReplyTo, engine, ts, nonce, env} {
+		field(f)
+	}
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(body)))])
+	h.Write(body)
 	return h.Sum(nil)
 }
+
+// macVersion starts what is signed; it changes with the layout of the messages, so that an
+// engine of another layout is refused (bad signature) rather than misread.
+const macVersion = "iii-cluster/2"
 
 // sign adds this engine's proof to m, as a message of kind answering the one of nonce
 // inReplyTo ("" for none), and returns m's own nonce.
@@ -121,7 +141,7 @@ func (s *signer) sign(m *nats.Msg, kind, inReplyTo string) string {
 	m.Header.Set(hdrEngine, s.name)
 	m.Header.Set(hdrTime, ts)
 	m.Header.Set(hdrNonce, nonce)
-	m.Header.Set(hdrSig, base64.RawStdEncoding.EncodeToString(s.mac(kind, m.Subject, m.Reply, inReplyTo, s.name, ts, nonce, m.Data)))
+	m.Header.Set(hdrSig, base64.RawStdEncoding.EncodeToString(s.mac(kind, m.Subject, m.Reply, inReplyTo, s.name, ts, nonce, m.Header.Get(hdrEnv), m.Data)))
 	return nonce
 }
 
@@ -150,7 +170,7 @@ func (s *signer) check(kind, subject, reply, inReplyTo string, h headers, body [
 	if err != nil || len(sig) == 0 || engine == "" || ts == "" || len(nonce) != 32 {
 		return "", "", "unsigned"
 	}
-	if !hmac.Equal(sig, s.mac(kind, subject, reply, inReplyTo, engine, ts, nonce, body)) {
+	if !hmac.Equal(sig, s.mac(kind, subject, reply, inReplyTo, engine, ts, nonce, h.Get(hdrEnv), body)) {
 		return "", "", "bad signature"
 	}
 	ms, err := strconv.ParseInt(ts, 10, 64)

@@ -98,9 +98,20 @@ type Caller struct {
 	Engine    string `json:"engine"` // the calling engine's cluster name
 }
 
-// Request is a call sent to the cluster.
+// Request is a call sent to the cluster. On the wire its Data is the message's body, as the
+// caller's engine holds it (never re-encoded), and the other fields are the envelope header
+// (callEnv).
 type Request struct {
-	Data        json.RawMessage `json:"data"`
+	Data        json.RawMessage
+	Metadata    json.RawMessage
+	TimeoutMS   int64
+	Traceparent string
+	Baggage     string
+	Caller      Caller
+}
+
+// callEnv is a call's envelope: every field of a Request but its data.
+type callEnv struct {
 	Metadata    json.RawMessage `json:"metadata,omitempty"`
 	TimeoutMS   int64           `json:"timeout_ms"`
 	Traceparent string          `json:"traceparent,omitempty"`
@@ -108,9 +119,57 @@ type Request struct {
 	Caller      Caller          `json:"caller"`
 }
 
-type reply struct {
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *protocol.Error `json:"error,omitempty"`
+// null stands for no data or no result in a message's body.
+var null = json.RawMessage("null")
+
+// encodeCall is the message of a call of k: r's data as the body, its other fields in the
+// envelope header.
+func encodeCall(k Key, r Request) (*nats.Msg, error) {
+	env, err := json.Marshal(callEnv{Metadata: r.Metadata, TimeoutMS: r.TimeoutMS, Traceparent: r.Traceparent, Baggage: r.Baggage, Caller: r.Caller})
+	if err != nil {
+		return nil, err
+	}
+	data := r.Data
+	if len(data) == 0 {
+		data = null
+	}
+	return &nats.Msg{Subject: subject(k), Data: data, Header: nats.Header{hdrEnv: {string(env)}}}, nil
+}
+
+// decodeCall reads a call's message back (encodeCall); its data is the message's body.
+func decodeCall(m *nats.Msg) (Request, error) {
+	var env callEnv
+	if err := json.Unmarshal([]byte(m.Header.Get(hdrEnv)), &env); err != nil {
+		return Request{}, err
+	}
+	return Request{Data: m.Data, Metadata: env.Metadata, TimeoutMS: env.TimeoutMS, Traceparent: env.Traceparent, Baggage: env.Baggage, Caller: env.Caller}, nil
+}
+
+// encodeReply is the answer to the call that asked on subj: the result as the body, or, for an
+// error, the error in the envelope header.
+func encodeReply(subj string, result json.RawMessage, perr *protocol.Error) *nats.Msg {
+	m := &nats.Msg{Subject: subj, Data: result, Header: nats.Header{}}
+	if perr != nil {
+		b, _ := json.Marshal(perr)
+		m.Header.Set(hdrEnv, string(b))
+		m.Data = nil
+	}
+	if len(m.Data) == 0 {
+		m.Data = null // never an empty body, which is the server's no-responders status
+	}
+	return m
+}
+
+// decodeReply reads an answer back (encodeReply).
+func decodeReply(m *nats.Msg) (json.RawMessage, *protocol.Error, error) {
+	if env := m.Header.Get(hdrEnv); env != "" {
+		var perr protocol.Error
+		if err := json.Unmarshal([]byte(env), &perr); err != nil {
+			return nil, nil, err
+		}
+		return nil, &perr, nil
+	}
+	return m.Data, nil, nil
 }
 
 // ServeFunc runs a call from another engine against this engine's own workers only (never the
@@ -387,27 +446,20 @@ func (c *Cluster) handle(k Key, m *nats.Msg) {
 	if !ok || m.Reply == "" {
 		return
 	}
-	var r Request
-	var out reply
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		out.Error = protocol.NewError(errcode.InvalidArguments, "cluster: a malformed call of %s: %v", k.FunctionID, err)
+	var result json.RawMessage
+	var perr *protocol.Error
+	if r, err := decodeCall(m); err != nil {
+		perr = protocol.NewError(errcode.InvalidArguments, "cluster: a malformed call of %s: %v", k.FunctionID, err)
 	} else if r.Caller.Engine != engine {
 		c.auth.drop(kindCall, m.Subject, "the caller names another engine than its signer")
 		return
 	} else {
 		timeout := time.Duration(r.TimeoutMS) * time.Millisecond
 		ctx, cancel := context.WithTimeout(c.ctx, timeout)
-		out.Result, out.Error = c.serve(ctx, k, r, timeout)
+		result, perr = c.serve(ctx, k, r, timeout)
 		cancel()
 	}
-	if out.Error == nil && len(out.Result) == 0 {
-		out.Result = json.RawMessage("null")
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		b, _ = json.Marshal(reply{Error: protocol.NewError(errcode.InvocationFailed, "cluster: %s answered what is not JSON", k.FunctionID)})
-	}
-	answer := &nats.Msg{Subject: m.Reply, Data: b}
+	answer := encodeReply(m.Reply, result, perr)
 	c.auth.sign(answer, kindReply, nonce)
 	if err := c.nc.PublishMsg(answer); err != nil {
 		c.log.Debug("cluster: the caller's engine left before the answer", "function_id", k.FunctionID, "err", err)
@@ -417,15 +469,19 @@ func (c *Cluster) handle(k Key, m *nats.Msg) {
 // Call runs k on another engine of the cluster and returns its answer. found is false when no
 // engine serves k (the caller answers function_not_found as for a local call).
 func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Duration) (res json.RawMessage, perr *protocol.Error, found bool) {
-	r.TimeoutMS = timeout.Milliseconds()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// The serving engine gets what is left of the caller's time, so that it stops when the
+	// caller stops waiting.
+	if d, ok := ctx.Deadline(); ok {
+		r.TimeoutMS = max(time.Until(d).Milliseconds(), 1)
+	}
 	r.Caller.Engine = c.name
-	b, err := json.Marshal(r)
+	m, err := encodeCall(k, r)
 	if err != nil {
 		return nil, protocol.NewError(errcode.InvalidArguments, "cluster: %v", err), true
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg, _, err := c.request(ctx, subject(k), b, kindCall, kindReply)
+	msg, _, err := c.request(ctx, m, kindCall, kindReply)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, nil, false
@@ -436,14 +492,11 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 	case err != nil:
 		return nil, protocol.NewError(errcode.InvocationStopped, "cluster: calling %s over NATS: %v", k.FunctionID, err), true
 	}
-	var out reply
-	if err := json.Unmarshal(msg.Data, &out); err != nil {
-		return nil, protocol.NewError(errcode.InvocationFailed, "cluster: the answer of %s is not JSON: %v", k.FunctionID, err), true
+	res, perr, err = decodeReply(msg)
+	if err != nil {
+		return nil, protocol.NewError(errcode.InvocationFailed, "cluster: the error answered by %s is not JSON: %v", k.FunctionID, err), true
 	}
-	if out.Error != nil {
-		return nil, out.Error, true
-	}
-	return out.Result, nil, true
+	return res, perr, true
 }
 
 // Dropped counts the messages this engine dropped since it joined: not signed by an engine of
@@ -490,7 +543,7 @@ func (c *Cluster) ChannelOwner(ctx context.Context, id string) (engine, base str
 	}
 	ctx, cancel := context.WithTimeout(ctx, channelAsk)
 	defer cancel()
-	a, engine, err := c.request(ctx, channelSubject+id, nil, kindAskChan, kindChanHere)
+	a, engine, err := c.request(ctx, &nats.Msg{Subject: channelSubject + id}, kindAskChan, kindChanHere)
 	if err != nil {
 		return "", "" // none answered in time, or no engine serves channels
 	}

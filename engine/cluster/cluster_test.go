@@ -351,7 +351,7 @@ func TestStaleMessageRefused(t *testing.T) {
 	old := strconv.FormatInt(time.Now().Add(-2*skew).UnixMilli(), 10)
 	m.Header.Set(hdrTime, old)
 	m.Header.Set(hdrNonce, strings.Repeat("0", 32))
-	m.Header.Set(hdrSig, base64.RawStdEncoding.EncodeToString(s.mac(kindCall, m.Subject, m.Reply, "", "a", old, m.Header.Get(hdrNonce), m.Data)))
+	m.Header.Set(hdrSig, base64.RawStdEncoding.EncodeToString(s.mac(kindCall, m.Subject, m.Reply, "", "a", old, m.Header.Get(hdrNonce), "", m.Data)))
 	if _, _, why := s.check(kindCall, m.Subject, m.Reply, "", m.Header, m.Data); !strings.HasPrefix(why, "stale") {
 		t.Fatalf("a stale message: %q", why)
 	}

@@ -62,13 +62,13 @@ func (c *Cluster) deliver(m *nats.Msg) {
 	}
 }
 
-// request sends body on subj, signed as kind, and waits for the first answer signed as answer
+// request sends m, signed as kind with a reply subject of its own, and waits for the first answer signed as answer
 // that answers it (returned with the engine that signed it); answers that are not are dropped
 // and the wait goes on. It fails nats.ErrNoResponders when the server says nobody subscribes
-// subj, and ctx's error when ctx ends first.
-func (c *Cluster) request(ctx context.Context, subj string, body []byte, kind, answer string) (*nats.Msg, string, error) {
+// m's subject, and ctx's error when ctx ends first.
+func (c *Cluster) request(ctx context.Context, m *nats.Msg, kind, answer string) (*nats.Msg, string, error) {
 	token := strconv.FormatUint(c.tokens.Add(1), 36)
-	m := &nats.Msg{Subject: subj, Reply: c.inbox + token, Data: body}
+	m.Reply = c.inbox + token
 	w := &waiter{nonce: c.auth.sign(m, kind, ""), answer: answer, ch: make(chan answered, 1)}
 	c.waitMu.Lock()
 	c.waiting[token] = w
