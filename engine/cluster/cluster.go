@@ -18,6 +18,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -98,9 +99,8 @@ type Caller struct {
 	Engine    string `json:"engine"` // the calling engine's cluster name
 }
 
-// Request is a call sent to the cluster. On the wire its Data is the message's body, as the
-// caller's engine holds it (never re-encoded), and the other fields are the envelope header
-// (callEnv).
+// Request is a call sent to the cluster. On the wire (encodeCall) its Data follows the other
+// fields as the caller's engine holds it, never re-encoded.
 type Request struct {
 	Data        json.RawMessage
 	Metadata    json.RawMessage
@@ -122,8 +122,8 @@ type callEnv struct {
 // null stands for no data or no result in a message's body.
 var null = json.RawMessage("null")
 
-// encodeCall is the message of a call of k: r's data as the body, its other fields in the
-// envelope header.
+// encodeCall is the message of a call of k: its envelope (callEnv, compact JSON, which holds no
+// raw newline), a newline, and its data as it is.
 func encodeCall(k Key, r Request) (*nats.Msg, error) {
 	env, err := json.Marshal(callEnv{Metadata: r.Metadata, TimeoutMS: r.TimeoutMS, Traceparent: r.Traceparent, Baggage: r.Baggage, Caller: r.Caller})
 	if err != nil {
@@ -133,16 +133,22 @@ func encodeCall(k Key, r Request) (*nats.Msg, error) {
 	if len(data) == 0 {
 		data = null
 	}
-	return &nats.Msg{Subject: subject(k), Data: data, Header: nats.Header{hdrEnv: {string(env)}}}, nil
+	body := make([]byte, 0, len(env)+1+len(data))
+	body = append(append(append(body, env...), '\n'), data...)
+	return &nats.Msg{Subject: subject(k), Data: body}, nil
 }
 
-// decodeCall reads a call's message back (encodeCall); its data is the message's body.
+// decodeCall reads a call's message back (encodeCall); its data is the rest of the body.
 func decodeCall(m *nats.Msg) (Request, error) {
+	head, data, ok := bytes.Cut(m.Data, []byte{'\n'})
+	if !ok {
+		return Request{}, errors.New("no envelope")
+	}
 	var env callEnv
-	if err := json.Unmarshal([]byte(m.Header.Get(hdrEnv)), &env); err != nil {
+	if err := json.Unmarshal(head, &env); err != nil {
 		return Request{}, err
 	}
-	return Request{Data: m.Data, Metadata: env.Metadata, TimeoutMS: env.TimeoutMS, Traceparent: env.Traceparent, Baggage: env.Baggage, Caller: env.Caller}, nil
+	return Request{Data: data, Metadata: env.Metadata, TimeoutMS: env.TimeoutMS, Traceparent: env.Traceparent, Baggage: env.Baggage, Caller: env.Caller}, nil
 }
 
 // encodeReply is the answer to the call that asked on subj: the result as the body, or, for an
@@ -173,8 +179,11 @@ func decodeReply(m *nats.Msg) (json.RawMessage, *protocol.Error, error) {
 }
 
 // ServeFunc runs a call from another engine against this engine's own workers only (never the
-// cluster again), with timeout.
-type ServeFunc func(ctx context.Context, k Key, r Request, timeout time.Duration) (json.RawMessage, *protocol.Error)
+// cluster again), within timeout, and gives its outcome to answer, once, from any goroutine.
+// It must not wait for the outcome: it is called on the goroutine that receives every call of
+// the function, so a call that waits goes on in a goroutine of its own. ctx ends when the engine
+// leaves the cluster; r.Data may be kept.
+type ServeFunc func(ctx context.Context, k Key, r Request, timeout time.Duration, answer func(json.RawMessage, *protocol.Error))
 
 // Cluster is one engine's link to the others.
 type Cluster struct {
@@ -430,7 +439,7 @@ func (c *Cluster) Sync(local []Function) {
 		if c.subs[k] != nil {
 			continue
 		}
-		s, err := c.nc.QueueSubscribe(subject(k), queueGroup, func(m *nats.Msg) { go c.handle(k, m) })
+		s, err := c.nc.QueueSubscribe(subject(k), queueGroup, func(m *nats.Msg) { c.handle(k, m) })
 		if err != nil {
 			c.log.Warn("cluster: cannot offer a function", "function_id", k.FunctionID, "namespace", k.Namespace, "err", err)
 			continue
@@ -440,29 +449,29 @@ func (c *Cluster) Sync(local []Function) {
 }
 
 // handle serves a call another engine sent; one no engine signed is dropped unanswered, and
-// so is one whose caller claims another engine than its signer.
+// so is one whose caller claims another engine than its signer. It runs on the subscription's
+// goroutine and does not wait for the outcome (ServeFunc): starting a goroutine per call costs
+// more than the rest of the hop when the engine is otherwise idle.
 func (c *Cluster) handle(k Key, m *nats.Msg) {
 	engine, nonce, ok := c.auth.verify(m, kindCall, "")
 	if !ok || m.Reply == "" {
 		return
 	}
-	var result json.RawMessage
-	var perr *protocol.Error
-	if r, err := decodeCall(m); err != nil {
-		perr = protocol.NewError(errcode.InvalidArguments, "cluster: a malformed call of %s: %v", k.FunctionID, err)
-	} else if r.Caller.Engine != engine {
-		c.auth.drop(kindCall, m.Subject, "the caller names another engine than its signer")
-		return
-	} else {
-		timeout := time.Duration(r.TimeoutMS) * time.Millisecond
-		ctx, cancel := context.WithTimeout(c.ctx, timeout)
-		result, perr = c.serve(ctx, k, r, timeout)
-		cancel()
+	answer := func(result json.RawMessage, perr *protocol.Error) {
+		a := encodeReply(m.Reply, result, perr)
+		c.auth.sign(a, kindReply, nonce)
+		if err := c.nc.PublishMsg(a); err != nil {
+			c.log.Debug("cluster: the caller's engine left before the answer", "function_id", k.FunctionID, "err", err)
+		}
 	}
-	answer := encodeReply(m.Reply, result, perr)
-	c.auth.sign(answer, kindReply, nonce)
-	if err := c.nc.PublishMsg(answer); err != nil {
-		c.log.Debug("cluster: the caller's engine left before the answer", "function_id", k.FunctionID, "err", err)
+	r, err := decodeCall(m)
+	switch {
+	case err != nil:
+		answer(nil, protocol.NewError(errcode.InvalidArguments, "cluster: a malformed call of %s: %v", k.FunctionID, err))
+	case r.Caller.Engine != engine:
+		c.auth.drop(kindCall, m.Subject, "the caller names another engine than its signer")
+	default:
+		c.serve(c.ctx, k, r, time.Duration(r.TimeoutMS)*time.Millisecond, answer)
 	}
 }
 

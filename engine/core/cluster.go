@@ -33,11 +33,51 @@ func (e *Engine) InCluster() bool { return e.cluster != nil }
 // at all, never sent to the cluster again.
 type localOnly struct{}
 
-// serveCluster runs a call of another engine of the cluster on this engine's workers.
-func (e *Engine) serveCluster(ctx context.Context, k cluster.Key, r cluster.Request, timeout time.Duration) (json.RawMessage, *protocol.Error) {
+// serveCluster runs a call of another engine of the cluster on this engine's workers. A call of
+// a function a worker of this engine serves is forwarded to it as forwardAsync does, and its
+// result answered from the goroutine that reads it, so no goroutine waits for it; any other
+// (a built-in, an HTTP function, one to refuse) goes through dispatch in a goroutine of its own.
+func (e *Engine) serveCluster(ctx context.Context, k cluster.Key, r cluster.Request, timeout time.Duration, answer func(json.RawMessage, *protocol.Error)) {
 	caller := Caller{WorkerID: r.Caller.WorkerID, Name: r.Caller.Name, Namespace: r.Caller.Namespace}
-	return e.dispatch(context.WithValue(ctx, localOnly{}, true), caller, k.Namespace, k.FunctionID, r.Data, r.Metadata,
-		traceCtx{r.Traceparent, r.Baggage}, timeout, false)
+	if e.forwardCluster(caller, k, r, timeout, answer) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		answer(e.dispatch(context.WithValue(ctx, localOnly{}, true), caller, k.Namespace, k.FunctionID, r.Data, r.Metadata,
+			traceCtx{r.Traceparent, r.Baggage}, timeout, false))
+	}()
+}
+
+// forwardCluster sends another engine's call to the worker of this engine that serves its
+// function, with answer as the pending call's outcome (the sweep answers timeout past its
+// deadline), and reports whether it did: false for a built-in, a function no worker here
+// serves, an HTTP function or a protected one, which dispatch serves or refuses.
+func (e *Engine) forwardCluster(caller Caller, k cluster.Key, r cluster.Request, timeout time.Duration, answer func(json.RawMessage, *protocol.Error)) bool {
+	e.mu.RLock()
+	_, isBuiltin := e.builtins[k.FunctionID]
+	head := e.funcs[fkey{k.Namespace, k.FunctionID}]
+	f, several := head.pick(), head != nil && len(head.more) > 0
+	e.mu.RUnlock()
+	if isBuiltin || f == nil || f.http != nil || f.frame.Protected {
+		return false
+	}
+	data := r.Data
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	tp, end := e.startCall(caller, k.Namespace, k.FunctionID, r.Traceparent, r.Baggage, f)
+	tc := traceCtx{tp, r.Baggage}
+	pc := &pendingCall{reply: answer, end: end, watch: e.watchCall(caller, k.Namespace, k.FunctionID, data, r.Metadata, tc), e: e}
+	if several {
+		pc.retry = newRetry(k.Namespace, data, r.Metadata, tc)
+	}
+	if _, perr := e.startForward(f.conn, k.FunctionID, data, r.Metadata, tc, timeout, pc); perr != nil {
+		pc.fn = k.FunctionID
+		pc.deliver(nil, perr)
+	}
+	return true
 }
 
 // callCluster sends a call of a function no local worker serves to the cluster; found is false

@@ -26,6 +26,10 @@ type pendingCall struct {
 	retry    *retryCall            // nil: the call goes to no other instance (reroute)
 	watch    *watch                // the call's observers (observers.go); nil: none
 	e        *Engine               // set with watch
+
+	// reply, for another engine's call (forwardCluster), answers it at once; res is borrowed
+	// from the read buffer, so reply must be done with it when it returns.
+	reply func(json.RawMessage, *protocol.Error)
 }
 
 // retryCall is what a call to a function with several instances keeps to be sent again: a
@@ -60,6 +64,10 @@ func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
 	}
 	if pc.ch != nil {
 		pc.ch <- outcome{res, perr}
+		return
+	}
+	if pc.reply != nil {
+		pc.reply(res, perr)
 		return
 	}
 	pc.caller.mu.Lock()
