@@ -491,6 +491,27 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 		return nil, protocol.NewError(errcode.InvalidArguments, "cluster: %v", err), true
 	}
 	msg, _, err := c.request(ctx, m, kindCall, kindReply)
+	return callOutcome(k, timeout, msg, err)
+}
+
+// CallAsync is Call without a goroutine waiting for the answer: done gets what Call would
+// return, once, from the goroutine that receives the answer or, past timeout, from a timer's.
+// r is encoded before CallAsync returns, so its fields may be reused then.
+func (c *Cluster) CallAsync(k Key, r Request, timeout time.Duration, done func(res json.RawMessage, perr *protocol.Error, found bool)) {
+	r.TimeoutMS = max(timeout.Milliseconds(), 1)
+	r.Caller.Engine = c.name
+	m, err := encodeCall(k, r)
+	if err != nil {
+		done(nil, protocol.NewError(errcode.InvalidArguments, "cluster: %v", err), true)
+		return
+	}
+	c.requestAsync(m, kindCall, kindReply, timeout, func(msg *nats.Msg, _ string, err error) {
+		done(callOutcome(k, timeout, msg, err))
+	})
+}
+
+// callOutcome is what a call of k answers, given the answer msg or the error of awaiting it.
+func callOutcome(k Key, timeout time.Duration, msg *nats.Msg, err error) (json.RawMessage, *protocol.Error, bool) {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, nil, false
@@ -501,7 +522,7 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 	case err != nil:
 		return nil, protocol.NewError(errcode.InvocationStopped, "cluster: calling %s over NATS: %v", k.FunctionID, err), true
 	}
-	res, perr, err = decodeReply(msg)
+	res, perr, err := decodeReply(msg)
 	if err != nil {
 		return nil, protocol.NewError(errcode.InvocationFailed, "cluster: the error answered by %s is not JSON: %v", k.FunctionID, err), true
 	}

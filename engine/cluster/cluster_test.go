@@ -302,6 +302,61 @@ func TestOutsiderAnswersAreDropped(t *testing.T) {
 	}
 }
 
+// A call with no goroutine waiting (CallAsync) answers once, as Call does: the serving engine's
+// answer; function not found when no engine serves the function; timeout when none answers in
+// time, a forged answer on the shared inbox counting for nothing.
+func TestCallAsync(t *testing.T) {
+	url := natsURL(t)
+	serve := func(_ context.Context, k Key, r Request, _ time.Duration, answer func(json.RawMessage, *protocol.Error)) {
+		if k.FunctionID == "calc::fail" {
+			answer(nil, protocol.NewError(errcode.InvocationFailed, "no"))
+			return
+		}
+		answer(r.Data, nil)
+	}
+	a := join(t, url, "a", testKey, nil, serve)
+	a.Sync([]Function{{Namespace: "default", FunctionID: "calc::echo"}, {Namespace: "default", FunctionID: "calc::fail"}})
+	b := join(t, url, "b", testKey, nil, nil)
+	nc := outsider(t, url)
+	ghost := Key{"default", "ghost::fn"}
+	if _, err := nc.QueueSubscribe(subject(ghost), queueGroup, func(m *nats.Msg) { _ = m.Respond([]byte(`{"forged":true}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		res   json.RawMessage
+		perr  *protocol.Error
+		found bool
+	}
+	call := func(k Key, data string, timeout time.Duration) outcome {
+		got := make(chan outcome, 2)
+		b.CallAsync(k, Request{Data: json.RawMessage(data)}, timeout, func(res json.RawMessage, perr *protocol.Error, found bool) {
+			got <- outcome{res, perr, found}
+		})
+		o := <-got
+		select {
+		case again := <-got:
+			t.Fatalf("%s answered twice: %+v then %+v", k.FunctionID, o, again)
+		case <-time.After(timeout + 100*time.Millisecond):
+		}
+		return o
+	}
+	if o := call(Key{"default", "calc::echo"}, `{"n":1}`, time.Second); !o.found || o.perr != nil || string(o.res) != `{"n":1}` {
+		t.Fatalf("an echo: %+v", o)
+	}
+	if o := call(Key{"default", "calc::fail"}, `{}`, time.Second); !o.found || o.perr == nil || o.perr.Code != errcode.InvocationFailed {
+		t.Fatalf("a failure: %+v", o)
+	}
+	if o := call(Key{"default", "calc::none"}, `{}`, time.Second); o.found {
+		t.Fatalf("a function no engine serves: %+v", o)
+	}
+	if o := call(ghost, `{}`, 300*time.Millisecond); !o.found || o.perr == nil || o.perr.Code != errcode.Timeout || o.res != nil {
+		t.Fatalf("a forged answer: %+v", o)
+	}
+}
+
 // A channel connection between engines is admitted once, for the channel and engine it was
 // signed for; and its proof of the access key differs with each connection.
 func TestHopSignature(t *testing.T) {

@@ -21,6 +21,10 @@ type waiter struct {
 	nonce  string // the question's, which a good answer is signed as answering
 	answer string // the kind a good answer is signed as
 	ch     chan answered
+	// done, instead of ch (requestAsync), takes the answer, or context.DeadlineExceeded past
+	// the deadline, once, from whichever of deliver and timer removes the waiter.
+	done  func(*nats.Msg, string, error)
+	timer *time.Timer
 }
 
 // answered is what a waiter receives: the answer and the engine that signed it, or, with a
@@ -59,9 +63,52 @@ func (c *Cluster) deliver(m *nats.Msg) {
 		}
 		got = answered{msg: m, engine: engine}
 	}
+	if w.done != nil {
+		if c.unwait(token, w) {
+			w.timer.Stop()
+			if got.msg == nil {
+				w.done(nil, "", nats.ErrNoResponders)
+			} else {
+				w.done(got.msg, got.engine, nil)
+			}
+		}
+		return
+	}
 	select {
 	case w.ch <- got:
 	default: // already answered
+	}
+}
+
+// unwait removes w, awaiting token, and reports whether it was there still.
+func (c *Cluster) unwait(token string, w *waiter) bool {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	if c.waiting[token] != w {
+		return false
+	}
+	delete(c.waiting, token)
+	return true
+}
+
+// requestAsync is request without a goroutine waiting: done gets what request would return,
+// once, from the goroutine that receives the answer, or context.DeadlineExceeded after
+// timeout, or the error of sending m before requestAsync returns.
+func (c *Cluster) requestAsync(m *nats.Msg, kind, answer string, timeout time.Duration, done func(*nats.Msg, string, error)) {
+	token := strconv.FormatUint(c.tokens.Add(1), 36)
+	m.Reply = c.inbox + token
+	w := &waiter{nonce: c.auth.sign(m, kind, ""), answer: answer, done: done}
+	c.waitMu.Lock()
+	c.waiting[token] = w
+	w.timer = time.AfterFunc(timeout, func() {
+		if c.unwait(token, w) {
+			done(nil, "", context.DeadlineExceeded)
+		}
+	})
+	c.waitMu.Unlock()
+	if err := c.nc.PublishMsg(m); err != nil && c.unwait(token, w) {
+		w.timer.Stop()
+		done(nil, "", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/iii-go/iii/engine/cluster"
@@ -99,6 +100,38 @@ func (e *Engine) callCluster(ctx context.Context, caller Caller, ns, id string, 
 		return nil, nil, true
 	}
 	return e.cluster.Call(ctx, k, r, timeout)
+}
+
+// forwardToCluster sends a worker's call of a function no worker of this engine serves to the
+// cluster with no goroutine waiting for it (Cluster.CallAsync): the goroutine that receives
+// the answer writes the result frame. It reports false, leaving the call to dispatch, when the
+// engine is in no cluster, the call is void or names a blank namespace, or c has MaxInflight engine-served calls in
+// flight already (dispatch's path refuses it).
+func (e *Engine) forwardToCluster(c *conn, m *protocol.Message, ns string) bool {
+	if _, perr := requestNamespace(m.Namespace); e.cluster == nil || m.IsVoid() || perr != nil {
+		return false
+	}
+	if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
+		c.inflight.Add(-1)
+		return false
+	}
+	caller := c.caller()
+	tp, end := e.startCall(caller, ns, m.FunctionID, m.Traceparent, m.Baggage, nil)
+	// m is borrowed from the read buffer: CallAsync encodes it before returning, and what the
+	// answer needs is copied.
+	k := cluster.Key{Namespace: strings.Clone(ns), FunctionID: strings.Clone(m.FunctionID)}
+	result := &protocol.Message{Type: protocol.TypeInvokeFunction, InvocationID: strings.Clone(m.InvocationID), FunctionID: k.FunctionID}
+	r := cluster.Request{Data: m.Data, Metadata: m.Metadata, Traceparent: tp, Baggage: m.Baggage,
+		Caller: cluster.Caller{WorkerID: caller.WorkerID, Name: caller.Name, Namespace: caller.Namespace}}
+	e.cluster.CallAsync(k, r, e.callTimeout(m.TimeoutMS), func(res json.RawMessage, perr *protocol.Error, found bool) {
+		defer c.inflight.Add(-1)
+		if !found {
+			perr = e.notFound(k.Namespace, k.FunctionID)
+		}
+		end(perr)
+		c.sendResult(result, res, perr)
+	})
+	return true
 }
 
 // syncCluster offers the cluster the functions this engine's workers serve now (protected

@@ -188,6 +188,9 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	head := e.funcs[fkey{ns, m.FunctionID}]
 	f, several := head.pick(), head != nil && len(head.more) > 0
 	e.mu.RUnlock()
+	if !isBuiltin && f == nil && e.forwardToCluster(c, m, ns) {
+		return true
+	}
 	if isBuiltin || f == nil {
 		return false
 	}
