@@ -90,9 +90,12 @@ type signer struct {
 	nonceBase [8]byte   // random, drawn once (newNonce)
 	nonces    atomic.Uint64
 
-	mu   sync.Mutex
-	seen map[string]time.Time // nonces accepted, until when they are remembered
-	pru  time.Time            // last time seen was pruned
+	mu sync.Mutex
+	// seen holds the nonces accepted, with until when (Unix ms) they are remembered: keys and
+	// values without pointers, so that the collector does not scan the many a busy cluster
+	// accepts within skew.
+	seen map[[16]byte]int64
+	pru  time.Time // last time seen was pruned
 
 	dropped atomic.Uint64 // messages dropped since the engine joined
 	logMu   sync.Mutex
@@ -106,7 +109,7 @@ type dropLog struct {
 }
 
 func newSigner(key []byte, name string, log *slog.Logger) *signer {
-	s := &signer{key: key, name: name, log: log, seen: map[string]time.Time{}, logs: map[string]*dropLog{}}
+	s := &signer{key: key, name: name, log: log, seen: map[[16]byte]int64{}, logs: map[string]*dropLog{}}
 	s.macs.New = func() any { return hmac.New(sha256.New, key) }
 	_, _ = rand.Read(s.nonceBase[:])
 	return s
@@ -196,24 +199,28 @@ func (s *signer) check(kind, subject, reply, inReplyTo string, h headers, body [
 		return "", "", "stale (signed " + signed.UTC().Format(time.RFC3339) + ")"
 	}
 	if inReplyTo != "" {
-		// An answer is bound to its question's nonce and awaited on an inbox of its own, which
-		// takes one answer: playing it again reaches nobody, so it need not be remembered.
+		// An answer is bound to its question's nonce, and its question takes one answer
+		// (replies.go): playing it again reaches nobody, so it need not be remembered.
 		return engine, nonce, ""
+	}
+	var key [16]byte
+	if _, err := hex.Decode(key[:], []byte(nonce)); err != nil {
+		return "", "", "unsigned"
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if now.Sub(s.pru) > skew {
 		for n, until := range s.seen {
-			if now.After(until) {
+			if now.UnixMilli() > until {
 				delete(s.seen, n)
 			}
 		}
 		s.pru = now
 	}
-	if _, dup := s.seen[nonce]; dup {
+	if _, dup := s.seen[key]; dup {
 		return "", "", "replayed"
 	}
-	s.seen[nonce] = signed.Add(skew) // past it, the time check refuses the message anyway
+	s.seen[key] = signed.Add(skew).UnixMilli() // past it, the time check refuses the message anyway
 	return engine, nonce, ""
 }
 
