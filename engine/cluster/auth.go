@@ -8,10 +8,12 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"hash"
 	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,12 +27,16 @@ import (
 // MinKeyBytes is the least a cluster key holds: 32 bytes, the size of the HMAC-SHA256 output.
 const MinKeyBytes = 32
 
-// The headers that carry a message's proof that an engine of the cluster sent it.
+// The headers of a signed message.
 const (
-	hdrEngine = "Iii-Engine" // the sending engine's cluster name
-	hdrTime   = "Iii-Time"   // when it was signed, Unix milliseconds
-	hdrNonce  = "Iii-Nonce"  // 16 random bytes, hex: each signed message is accepted once
-	hdrSig    = "Iii-Sig"    // HMAC-SHA256 of the above, the subject, reply subject and body
+	// hdrAuth is the proof that an engine of the cluster sent the message, one header (every
+	// header costs its encoding and parsing on each message): "<time> <nonce> <sig> <engine>",
+	// the time it was signed in Unix milliseconds, 16 bytes in hex that make it accepted once,
+	// the HMAC-SHA256 (base64, unpadded) of the fields, the subject, reply subject, hdrEnv and
+	// body (mac), and the sending engine's cluster name, last as it may hold spaces.
+	hdrAuth = "Iii-Auth"
+	// hdrEnv is an answer's error (JSON); absent from every other message.
+	hdrEnv = "Iii-Env"
 )
 
 // The kinds of signed message; the kind is part of what is signed, so that a message signed as
@@ -80,9 +86,16 @@ type signer struct {
 	name string
 	log  *slog.Logger
 
-	mu   sync.Mutex
-	seen map[string]time.Time // nonces accepted, until when they are remembered
-	pru  time.Time            // last time seen was pruned
+	macs      sync.Pool // of HMAC-SHA256 states keyed with key, reset after each use
+	nonceBase [8]byte   // random, drawn once (newNonce)
+	nonces    atomic.Uint64
+
+	mu sync.Mutex
+	// seen holds the nonces accepted, with until when (Unix ms) they are remembered: keys and
+	// values without pointers, so that the collector does not scan the many a busy cluster
+	// accepts within skew.
+	seen map[[16]byte]int64
+	pru  time.Time // last time seen was pruned
 
 	dropped atomic.Uint64 // messages dropped since the engine joined
 	logMu   sync.Mutex
@@ -96,33 +109,57 @@ type dropLog struct {
 }
 
 func newSigner(key []byte, name string, log *slog.Logger) *signer {
-	return &signer{key: key, name: name, log: log, seen: map[string]time.Time{}, logs: map[string]*dropLog{}}
+	s := &signer{key: key, name: name, log: log, seen: map[[16]byte]int64{}, logs: map[string]*dropLog{}}
+	s.macs.New = func() any { return hmac.New(sha256.New, key) }
+	_, _ = rand.Read(s.nonceBase[:])
+	return s
 }
 
 // mac is the HMAC-SHA256, under the cluster key, of every field, each preceded by its length.
-func (s *signer) mac(kind, subject, reply, inReplyTo, engine, ts, nonce string, body []byte) []byte {
-	h := hmac.New(sha256.New, s.key)
-	var n [binary.MaxVarintLen64]byte
-	for _, f := range [][]byte{[]byte("iii-cluster/1"), []byte(kind), []byte(subject), []byte(reply), []byte(inReplyTo), []byte(engine), []byte(ts), []byte(nonce), body} {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
-		h.Write(f)
+// env is the message's hdrEnv header; the body is the message's bytes as sent, signed once,
+// never re-encoded.
+func (s *signer) mac(kind, subject, reply, inReplyTo, engine, ts, nonce, env string, body []byte) []byte {
+	h := s.macs.Get().(hash.Hash)
+	defer func() { h.Reset(); s.macs.Put(h) }()
+	b := make([]byte, 0, 256)
+	for _, f := range [...]string{macVersion, kind, subject, reply, inReplyTo, engine, ts, nonce, env} {
+		b = binary.AppendUvarint(b, uint64(len(f)))
+		b = append(b, f...)
 	}
-	return h.Sum(nil)
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	h.Write(b)
+	h.Write(body)
+	return h.Sum(b[:0])
 }
+
+// macVersion starts what is signed; it changes with the layout of the messages, so that an
+// engine of another layout is refused (bad signature) rather than misread.
+const macVersion = "iii-cluster/2"
 
 // sign adds this engine's proof to m, as a message of kind answering the one of nonce
 // inReplyTo ("" for none), and returns m's own nonce.
 func (s *signer) sign(m *nats.Msg, kind, inReplyTo string) string {
-	nonce := newNonce()
+	nonce := s.newNonce()
 	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	m.Header.Set(hdrEngine, s.name)
-	m.Header.Set(hdrTime, ts)
-	m.Header.Set(hdrNonce, nonce)
-	m.Header.Set(hdrSig, base64.RawStdEncoding.EncodeToString(s.mac(kind, m.Subject, m.Reply, inReplyTo, s.name, ts, nonce, m.Data)))
+	sig := s.mac(kind, m.Subject, m.Reply, inReplyTo, s.name, ts, nonce, m.Header.Get(hdrEnv), m.Data)
+	m.Header.Set(hdrAuth, proof(ts, nonce, base64.RawStdEncoding.EncodeToString(sig), s.name))
 	return nonce
+}
+
+// proof is the hdrAuth header of the message engine signed at ts with nonce and sig.
+func proof(ts, nonce, sig, engine string) string {
+	return ts + " " + nonce + " " + sig + " " + engine
+}
+
+// readProof splits a hdrAuth header into its fields; ok is false when it has not all four.
+func readProof(v string) (ts, nonce, sig, engine string, ok bool) {
+	ts, rest, ok1 := strings.Cut(v, " ")
+	nonce, rest, ok2 := strings.Cut(rest, " ")
+	sig, engine, ok3 := strings.Cut(rest, " ")
+	return ts, nonce, sig, engine, ok1 && ok2 && ok3
 }
 
 // verify checks that m is a message of kind, answering inReplyTo, signed by an engine of the
@@ -145,12 +182,12 @@ func (s *signer) check(kind, subject, reply, inReplyTo string, h headers, body [
 	if h == nil {
 		return "", "", "unsigned"
 	}
-	engine, ts, nonce := h.Get(hdrEngine), h.Get(hdrTime), h.Get(hdrNonce)
-	sig, err := base64.RawStdEncoding.DecodeString(h.Get(hdrSig))
-	if err != nil || len(sig) == 0 || engine == "" || ts == "" || len(nonce) != 32 {
+	ts, nonce, sig64, engine, ok := readProof(h.Get(hdrAuth))
+	sig, err := base64.RawStdEncoding.DecodeString(sig64)
+	if !ok || err != nil || len(sig) == 0 || engine == "" || ts == "" || len(nonce) != 32 {
 		return "", "", "unsigned"
 	}
-	if !hmac.Equal(sig, s.mac(kind, subject, reply, inReplyTo, engine, ts, nonce, body)) {
+	if !hmac.Equal(sig, s.mac(kind, subject, reply, inReplyTo, engine, ts, nonce, h.Get(hdrEnv), body)) {
 		return "", "", "bad signature"
 	}
 	ms, err := strconv.ParseInt(ts, 10, 64)
@@ -162,24 +199,28 @@ func (s *signer) check(kind, subject, reply, inReplyTo string, h headers, body [
 		return "", "", "stale (signed " + signed.UTC().Format(time.RFC3339) + ")"
 	}
 	if inReplyTo != "" {
-		// An answer is bound to its question's nonce and awaited on an inbox of its own, which
-		// takes one answer: playing it again reaches nobody, so it need not be remembered.
+		// An answer is bound to its question's nonce, and its question takes one answer
+		// (replies.go): playing it again reaches nobody, so it need not be remembered.
 		return engine, nonce, ""
+	}
+	var key [16]byte
+	if _, err := hex.Decode(key[:], []byte(nonce)); err != nil {
+		return "", "", "unsigned"
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if now.Sub(s.pru) > skew {
 		for n, until := range s.seen {
-			if now.After(until) {
+			if now.UnixMilli() > until {
 				delete(s.seen, n)
 			}
 		}
 		s.pru = now
 	}
-	if _, dup := s.seen[nonce]; dup {
+	if _, dup := s.seen[key]; dup {
 		return "", "", "replayed"
 	}
-	s.seen[nonce] = signed.Add(skew) // past it, the time check refuses the message anyway
+	s.seen[key] = signed.Add(skew).UnixMilli() // past it, the time check refuses the message anyway
 	return engine, nonce, ""
 }
 
@@ -203,9 +244,12 @@ func (s *signer) drop(kind, subject, why string) {
 	l.at, l.told = time.Now(), l.n
 }
 
-func newNonce() string {
+// newNonce is a nonce no other message of this engine has: a random prefix drawn when the
+// engine joined and a count, so that signing draws no randomness per message.
+func (s *signer) newNonce() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	copy(b[:8], s.nonceBase[:])
+	binary.BigEndian.PutUint64(b[8:], s.nonces.Add(1))
 	return hex.EncodeToString(b[:])
 }
 

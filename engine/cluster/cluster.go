@@ -18,6 +18,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -26,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -97,9 +99,19 @@ type Caller struct {
 	Engine    string `json:"engine"` // the calling engine's cluster name
 }
 
-// Request is a call sent to the cluster.
+// Request is a call sent to the cluster. On the wire (encodeCall) its Data follows the other
+// fields as the caller's engine holds it, never re-encoded.
 type Request struct {
-	Data        json.RawMessage `json:"data"`
+	Data        json.RawMessage
+	Metadata    json.RawMessage
+	TimeoutMS   int64
+	Traceparent string
+	Baggage     string
+	Caller      Caller
+}
+
+// callEnv is a call's envelope: every field of a Request but its data.
+type callEnv struct {
 	Metadata    json.RawMessage `json:"metadata,omitempty"`
 	TimeoutMS   int64           `json:"timeout_ms"`
 	Traceparent string          `json:"traceparent,omitempty"`
@@ -107,14 +119,71 @@ type Request struct {
 	Caller      Caller          `json:"caller"`
 }
 
-type reply struct {
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *protocol.Error `json:"error,omitempty"`
+// null stands for no data or no result in a message's body.
+var null = json.RawMessage("null")
+
+// encodeCall is the message of a call of k: its envelope (callEnv, compact JSON, which holds no
+// raw newline), a newline, and its data as it is.
+func encodeCall(k Key, r Request) (*nats.Msg, error) {
+	env, err := json.Marshal(callEnv{Metadata: r.Metadata, TimeoutMS: r.TimeoutMS, Traceparent: r.Traceparent, Baggage: r.Baggage, Caller: r.Caller})
+	if err != nil {
+		return nil, err
+	}
+	data := r.Data
+	if len(data) == 0 {
+		data = null
+	}
+	body := make([]byte, 0, len(env)+1+len(data))
+	body = append(append(append(body, env...), '\n'), data...)
+	return &nats.Msg{Subject: subject(k), Data: body}, nil
+}
+
+// decodeCall reads a call's message back (encodeCall); its data is the rest of the body.
+func decodeCall(m *nats.Msg) (Request, error) {
+	head, data, ok := bytes.Cut(m.Data, []byte{'\n'})
+	if !ok {
+		return Request{}, errors.New("no envelope")
+	}
+	var env callEnv
+	if err := json.Unmarshal(head, &env); err != nil {
+		return Request{}, err
+	}
+	return Request{Data: data, Metadata: env.Metadata, TimeoutMS: env.TimeoutMS, Traceparent: env.Traceparent, Baggage: env.Baggage, Caller: env.Caller}, nil
+}
+
+// encodeReply is the answer to the call that asked on subj: the result as the body, or, for an
+// error, the error in the envelope header.
+func encodeReply(subj string, result json.RawMessage, perr *protocol.Error) *nats.Msg {
+	m := &nats.Msg{Subject: subj, Data: result, Header: nats.Header{}}
+	if perr != nil {
+		b, _ := json.Marshal(perr)
+		m.Header.Set(hdrEnv, string(b))
+		m.Data = nil
+	}
+	if len(m.Data) == 0 {
+		m.Data = null // never an empty body, which is the server's no-responders status
+	}
+	return m
+}
+
+// decodeReply reads an answer back (encodeReply).
+func decodeReply(m *nats.Msg) (json.RawMessage, *protocol.Error, error) {
+	if env := m.Header.Get(hdrEnv); env != "" {
+		var perr protocol.Error
+		if err := json.Unmarshal([]byte(env), &perr); err != nil {
+			return nil, nil, err
+		}
+		return nil, &perr, nil
+	}
+	return m.Data, nil, nil
 }
 
 // ServeFunc runs a call from another engine against this engine's own workers only (never the
-// cluster again), with timeout.
-type ServeFunc func(ctx context.Context, k Key, r Request, timeout time.Duration) (json.RawMessage, *protocol.Error)
+// cluster again), within timeout, and gives its outcome to answer, once, from any goroutine.
+// It must not wait for the outcome: it is called on the goroutine that receives every call of
+// the function, so a call that waits goes on in a goroutine of its own. ctx ends when the engine
+// leaves the cluster; r.Data may be kept.
+type ServeFunc func(ctx context.Context, k Key, r Request, timeout time.Duration, answer func(json.RawMessage, *protocol.Error))
 
 // Cluster is one engine's link to the others.
 type Cluster struct {
@@ -133,6 +202,11 @@ type Cluster struct {
 	offered   []Function      // what Sync was last given, announced again every announceEvery
 	peers     map[string]peer // the other engines' offers, by engine name
 	heardNew  chan struct{}   // closed, and replaced, whenever an offer is recorded
+
+	inbox   string // the prefix of the reply subjects of this engine's questions (replies.go)
+	tokens  atomic.Uint64
+	waitMu  sync.Mutex
+	waiting map[string]*waiter // the questions awaiting an answer, by reply token
 }
 
 // Options says how to reach the cluster.
@@ -218,7 +292,11 @@ func Connect(o Options, serve ServeFunc) (*Cluster, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	c := &Cluster{nc: nc, name: o.Name, serve: serve, log: log, ctx: ctx, stop: stop, rows: o.Workers, auth: newSigner(key, o.Name, log),
-		subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}, heardNew: make(chan struct{})}
+		subs: map[Key]*nats.Subscription{}, peers: map[string]peer{}, heardNew: make(chan struct{}), waiting: map[string]*waiter{}}
+	if err := c.subscribeReplies(); err != nil {
+		nc.Close()
+		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the answers of the other engines: %w", err)
+	}
 	if _, err := nc.Subscribe(announceSubject+"*", c.heard); err != nil {
 		nc.Close()
 		return nil, errcode.New(errcode.ListenFailed, "cluster: subscribing to the engines' offers: %w", err)
@@ -361,7 +439,7 @@ func (c *Cluster) Sync(local []Function) {
 		if c.subs[k] != nil {
 			continue
 		}
-		s, err := c.nc.QueueSubscribe(subject(k), queueGroup, func(m *nats.Msg) { go c.handle(k, m) })
+		s, err := c.nc.QueueSubscribe(subject(k), queueGroup, func(m *nats.Msg) { c.handle(k, m) })
 		if err != nil {
 			c.log.Warn("cluster: cannot offer a function", "function_id", k.FunctionID, "namespace", k.Namespace, "err", err)
 			continue
@@ -371,51 +449,69 @@ func (c *Cluster) Sync(local []Function) {
 }
 
 // handle serves a call another engine sent; one no engine signed is dropped unanswered, and
-// so is one whose caller claims another engine than its signer.
+// so is one whose caller claims another engine than its signer. It runs on the subscription's
+// goroutine and does not wait for the outcome (ServeFunc): starting a goroutine per call costs
+// more than the rest of the hop when the engine is otherwise idle.
 func (c *Cluster) handle(k Key, m *nats.Msg) {
 	engine, nonce, ok := c.auth.verify(m, kindCall, "")
 	if !ok || m.Reply == "" {
 		return
 	}
-	var r Request
-	var out reply
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		out.Error = protocol.NewError(errcode.InvalidArguments, "cluster: a malformed call of %s: %v", k.FunctionID, err)
-	} else if r.Caller.Engine != engine {
+	answer := func(result json.RawMessage, perr *protocol.Error) {
+		a := encodeReply(m.Reply, result, perr)
+		c.auth.sign(a, kindReply, nonce)
+		if err := c.nc.PublishMsg(a); err != nil {
+			c.log.Debug("cluster: the caller's engine left before the answer", "function_id", k.FunctionID, "err", err)
+		}
+	}
+	r, err := decodeCall(m)
+	switch {
+	case err != nil:
+		answer(nil, protocol.NewError(errcode.InvalidArguments, "cluster: a malformed call of %s: %v", k.FunctionID, err))
+	case r.Caller.Engine != engine:
 		c.auth.drop(kindCall, m.Subject, "the caller names another engine than its signer")
-		return
-	} else {
-		timeout := time.Duration(r.TimeoutMS) * time.Millisecond
-		ctx, cancel := context.WithTimeout(c.ctx, timeout)
-		out.Result, out.Error = c.serve(ctx, k, r, timeout)
-		cancel()
-	}
-	if out.Error == nil && len(out.Result) == 0 {
-		out.Result = json.RawMessage("null")
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		b, _ = json.Marshal(reply{Error: protocol.NewError(errcode.InvocationFailed, "cluster: %s answered what is not JSON", k.FunctionID)})
-	}
-	answer := &nats.Msg{Subject: m.Reply, Data: b}
-	c.auth.sign(answer, kindReply, nonce)
-	if err := c.nc.PublishMsg(answer); err != nil {
-		c.log.Debug("cluster: the caller's engine left before the answer", "function_id", k.FunctionID, "err", err)
+	default:
+		c.serve(c.ctx, k, r, time.Duration(r.TimeoutMS)*time.Millisecond, answer)
 	}
 }
 
 // Call runs k on another engine of the cluster and returns its answer. found is false when no
 // engine serves k (the caller answers function_not_found as for a local call).
 func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Duration) (res json.RawMessage, perr *protocol.Error, found bool) {
-	r.TimeoutMS = timeout.Milliseconds()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// The serving engine gets what is left of the caller's time, so that it stops when the
+	// caller stops waiting.
+	if d, ok := ctx.Deadline(); ok {
+		r.TimeoutMS = max(time.Until(d).Milliseconds(), 1)
+	}
 	r.Caller.Engine = c.name
-	b, err := json.Marshal(r)
+	m, err := encodeCall(k, r)
 	if err != nil {
 		return nil, protocol.NewError(errcode.InvalidArguments, "cluster: %v", err), true
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg, err := c.request(ctx, subject(k), b, kindCall, kindReply)
+	msg, _, err := c.request(ctx, m, kindCall, kindReply)
+	return callOutcome(k, timeout, msg, err)
+}
+
+// CallAsync is Call without a goroutine waiting for the answer: done gets what Call would
+// return, once, from the goroutine that receives the answer or, past timeout, from a timer's.
+// r is encoded before CallAsync returns, so its fields may be reused then.
+func (c *Cluster) CallAsync(k Key, r Request, timeout time.Duration, done func(res json.RawMessage, perr *protocol.Error, found bool)) {
+	r.TimeoutMS = max(timeout.Milliseconds(), 1)
+	r.Caller.Engine = c.name
+	m, err := encodeCall(k, r)
+	if err != nil {
+		done(nil, protocol.NewError(errcode.InvalidArguments, "cluster: %v", err), true)
+		return
+	}
+	c.requestAsync(m, kindCall, kindReply, timeout, func(msg *nats.Msg, _ string, err error) {
+		done(callOutcome(k, timeout, msg, err))
+	})
+}
+
+// callOutcome is what a call of k answers, given the answer msg or the error of awaiting it.
+func callOutcome(k Key, timeout time.Duration, msg *nats.Msg, err error) (json.RawMessage, *protocol.Error, bool) {
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, nil, false
@@ -426,43 +522,11 @@ func (c *Cluster) Call(ctx context.Context, k Key, r Request, timeout time.Durat
 	case err != nil:
 		return nil, protocol.NewError(errcode.InvocationStopped, "cluster: calling %s over NATS: %v", k.FunctionID, err), true
 	}
-	var out reply
-	if err := json.Unmarshal(msg.Data, &out); err != nil {
-		return nil, protocol.NewError(errcode.InvocationFailed, "cluster: the answer of %s is not JSON: %v", k.FunctionID, err), true
-	}
-	if out.Error != nil {
-		return nil, out.Error, true
-	}
-	return out.Result, nil, true
-}
-
-// request sends body on subj, signed as kind, and waits for the first answer signed as answer
-// that answers it; answers that are not are dropped and the wait goes on. It fails
-// nats.ErrNoResponders when the server says nobody subscribes subj.
-func (c *Cluster) request(ctx context.Context, subj string, body []byte, kind, answer string) (*nats.Msg, error) {
-	inbox := nats.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	res, perr, err := decodeReply(msg)
 	if err != nil {
-		return nil, err
+		return nil, protocol.NewError(errcode.InvocationFailed, "cluster: the error answered by %s is not JSON: %v", k.FunctionID, err), true
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	m := &nats.Msg{Subject: subj, Reply: inbox, Data: body}
-	nonce := c.auth.sign(m, kind, "")
-	if err := c.nc.PublishMsg(m); err != nil {
-		return nil, err
-	}
-	for {
-		a, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if len(a.Data) == 0 && a.Header.Get("Status") == "503" {
-			return nil, nats.ErrNoResponders
-		}
-		if _, _, ok := c.auth.verify(a, answer, nonce); ok {
-			return a, nil
-		}
-	}
+	return res, perr, true
 }
 
 // Dropped counts the messages this engine dropped since it joined: not signed by an engine of
@@ -509,45 +573,25 @@ func (c *Cluster) ChannelOwner(ctx context.Context, id string) (engine, base str
 	}
 	ctx, cancel := context.WithTimeout(ctx, channelAsk)
 	defer cancel()
-	inbox := nats.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	a, engine, err := c.request(ctx, &nats.Msg{Subject: channelSubject + id}, kindAskChan, kindChanHere)
 	if err != nil {
-		return "", ""
+		return "", "" // none answered in time, or no engine serves channels
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	m := &nats.Msg{Subject: channelSubject + id, Reply: inbox}
-	nonce := c.auth.sign(m, kindAskChan, "")
-	if c.nc.PublishMsg(m) != nil {
-		return "", ""
-	}
+	// The holder's offer may still be on its way (an engine that just joined): wait for it
+	// within the question's time.
 	for {
-		a, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
+		c.mu.Lock()
+		p, known := c.livePeersLocked()[engine]
+		heard := c.heardNew
+		c.mu.Unlock()
+		if known && p.channels != "" {
+			return engine, p.channels
+		}
+		select {
+		case <-heard:
+		case <-ctx.Done():
+			c.auth.drop(kindChanHere, a.Subject, "the holder "+engine+" announced no channel URL")
 			return "", ""
-		}
-		if len(a.Data) == 0 && a.Header.Get("Status") == "503" {
-			return "", "" // no engine serves channels
-		}
-		engine, _, ok := c.auth.verify(a, kindChanHere, nonce)
-		if !ok {
-			continue
-		}
-		// The holder's offer may still be on its way (an engine that just joined): wait for it
-		// within the question's time.
-		for {
-			c.mu.Lock()
-			p, known := c.livePeersLocked()[engine]
-			heard := c.heardNew
-			c.mu.Unlock()
-			if known && p.channels != "" {
-				return engine, p.channels
-			}
-			select {
-			case <-heard:
-			case <-ctx.Done():
-				c.auth.drop(kindChanHere, a.Subject, "the holder "+engine+" announced no channel URL")
-				return "", ""
-			}
 		}
 	}
 }

@@ -28,7 +28,7 @@ import (
 var testKey = []byte("0123456789abcdef0123456789abcdef")
 
 // natsURL runs an embedded NATS server on a free loopback port until the test ends.
-func natsURL(t *testing.T) string {
+func natsURL(t testing.TB) string {
 	t.Helper()
 	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	if err != nil {
@@ -61,7 +61,7 @@ func (s *syncBuf) String() string {
 }
 
 // join connects an engine named name to the cluster at url with key; serve counts its calls.
-func join(t *testing.T, url, name string, key []byte, log io.Writer, serve ServeFunc) *Cluster {
+func join(t testing.TB, url, name string, key []byte, log io.Writer, serve ServeFunc) *Cluster {
 	t.Helper()
 	if log == nil {
 		log = io.Discard
@@ -123,7 +123,9 @@ func TestLoadKey(t *testing.T) {
 // with insecure, and then the engine warns at start; a weak key is refused too.
 func TestConnectFailsClosedWithoutCredentials(t *testing.T) {
 	url := natsURL(t)
-	serve := func(context.Context, Key, Request, time.Duration) (json.RawMessage, *protocol.Error) { return nil, nil }
+	serve := func(_ context.Context, _ Key, _ Request, _ time.Duration, answer func(json.RawMessage, *protocol.Error)) {
+		answer(nil, nil)
+	}
 	_, err := Connect(Options{URL: url, Name: "a", Key: testKey}, serve)
 	if errcode.CodeOf(err) != errcode.ConfigInvalid || !strings.Contains(err.Error(), "cluster.nats: "+url+" is given without credentials") ||
 		!strings.Contains(err.Error(), "cluster.insecure: true") {
@@ -160,10 +162,10 @@ func TestOutsiderCallsAreDropped(t *testing.T) {
 	url := natsURL(t)
 	var served atomic.Int32
 	var callers sync.Map
-	serve := func(_ context.Context, _ Key, r Request, _ time.Duration) (json.RawMessage, *protocol.Error) {
+	serve := func(_ context.Context, _ Key, r Request, _ time.Duration, answer func(json.RawMessage, *protocol.Error)) {
 		served.Add(1)
 		callers.Store(r.Caller.Engine, true)
-		return json.RawMessage(`{"ok":true}`), nil
+		answer(json.RawMessage(`{"ok":true}`), nil)
 	}
 	var log syncBuf
 	a := join(t, url, "a", testKey, &log, serve)
@@ -300,6 +302,61 @@ func TestOutsiderAnswersAreDropped(t *testing.T) {
 	}
 }
 
+// A call with no goroutine waiting (CallAsync) answers once, as Call does: the serving engine's
+// answer; function not found when no engine serves the function; timeout when none answers in
+// time, a forged answer on the shared inbox counting for nothing.
+func TestCallAsync(t *testing.T) {
+	url := natsURL(t)
+	serve := func(_ context.Context, k Key, r Request, _ time.Duration, answer func(json.RawMessage, *protocol.Error)) {
+		if k.FunctionID == "calc::fail" {
+			answer(nil, protocol.NewError(errcode.InvocationFailed, "no"))
+			return
+		}
+		answer(r.Data, nil)
+	}
+	a := join(t, url, "a", testKey, nil, serve)
+	a.Sync([]Function{{Namespace: "default", FunctionID: "calc::echo"}, {Namespace: "default", FunctionID: "calc::fail"}})
+	b := join(t, url, "b", testKey, nil, nil)
+	nc := outsider(t, url)
+	ghost := Key{"default", "ghost::fn"}
+	if _, err := nc.QueueSubscribe(subject(ghost), queueGroup, func(m *nats.Msg) { _ = m.Respond([]byte(`{"forged":true}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		res   json.RawMessage
+		perr  *protocol.Error
+		found bool
+	}
+	call := func(k Key, data string, timeout time.Duration) outcome {
+		got := make(chan outcome, 2)
+		b.CallAsync(k, Request{Data: json.RawMessage(data)}, timeout, func(res json.RawMessage, perr *protocol.Error, found bool) {
+			got <- outcome{res, perr, found}
+		})
+		o := <-got
+		select {
+		case again := <-got:
+			t.Fatalf("%s answered twice: %+v then %+v", k.FunctionID, o, again)
+		case <-time.After(timeout + 100*time.Millisecond):
+		}
+		return o
+	}
+	if o := call(Key{"default", "calc::echo"}, `{"n":1}`, time.Second); !o.found || o.perr != nil || string(o.res) != `{"n":1}` {
+		t.Fatalf("an echo: %+v", o)
+	}
+	if o := call(Key{"default", "calc::fail"}, `{}`, time.Second); !o.found || o.perr == nil || o.perr.Code != errcode.InvocationFailed {
+		t.Fatalf("a failure: %+v", o)
+	}
+	if o := call(Key{"default", "calc::none"}, `{}`, time.Second); o.found {
+		t.Fatalf("a function no engine serves: %+v", o)
+	}
+	if o := call(ghost, `{}`, 300*time.Millisecond); !o.found || o.perr == nil || o.perr.Code != errcode.Timeout || o.res != nil {
+		t.Fatalf("a forged answer: %+v", o)
+	}
+}
+
 // A channel connection between engines is admitted once, for the channel and engine it was
 // signed for; and its proof of the access key differs with each connection.
 func TestHopSignature(t *testing.T) {
@@ -331,7 +388,7 @@ func TestHopSignature(t *testing.T) {
 	if _, ok := a.VerifyHop(h, "ch1"); ok {
 		t.Fatal("a hop signed with another key was admitted")
 	}
-	if _, ok := a.VerifyHop(http.Header{hdrEngine: {"b"}}, "ch1"); ok {
+	if _, ok := a.VerifyHop(http.Header{hdrAuth: {"1 n s b"}}, "ch1"); ok {
 		t.Fatal("an unsigned hop was admitted")
 	}
 	if HopProof("k", "ch1", "n1") == HopProof("k", "ch1", "n2") || HopProof("k", "ch1", "n1") == HopProof("k2", "ch1", "n1") {
@@ -349,13 +406,13 @@ func TestStaleMessageRefused(t *testing.T) {
 	}
 	// Signed with the key (a recorder without it could not change the time), 2*skew ago.
 	old := strconv.FormatInt(time.Now().Add(-2*skew).UnixMilli(), 10)
-	m.Header.Set(hdrTime, old)
-	m.Header.Set(hdrNonce, strings.Repeat("0", 32))
-	m.Header.Set(hdrSig, base64.RawStdEncoding.EncodeToString(s.mac(kindCall, m.Subject, m.Reply, "", "a", old, m.Header.Get(hdrNonce), m.Data)))
+	nonce := strings.Repeat("0", 32)
+	m.Header.Set(hdrAuth, proof(old, nonce, base64.RawStdEncoding.EncodeToString(s.mac(kindCall, m.Subject, m.Reply, "", "a", old, nonce, "", m.Data)), "a"))
 	if _, _, why := s.check(kindCall, m.Subject, m.Reply, "", m.Header, m.Data); !strings.HasPrefix(why, "stale") {
 		t.Fatalf("a stale message: %q", why)
 	}
-	m.Header.Set(hdrTime, strconv.FormatInt(time.Now().UnixMilli(), 10))
+	_, _, sig, _, _ := readProof(m.Header.Get(hdrAuth))
+	m.Header.Set(hdrAuth, proof(strconv.FormatInt(time.Now().UnixMilli(), 10), nonce, sig, "a"))
 	if _, _, why := s.check(kindCall, m.Subject, m.Reply, "", m.Header, m.Data); why != "bad signature" {
 		t.Fatalf("a changed time: %q", why)
 	}

@@ -63,8 +63,8 @@ func TestDocumentedPermissionsSuffice(t *testing.T) {
 	url := s.ClientURL()
 
 	var log syncBuf
-	serve := func(_ context.Context, k Key, r Request, _ time.Duration) (json.RawMessage, *protocol.Error) {
-		return json.RawMessage(`{"served":"` + k.FunctionID + `"}`), nil
+	serve := func(_ context.Context, k Key, _ Request, _ time.Duration, answer func(json.RawMessage, *protocol.Error)) {
+		answer(json.RawMessage(`{"served":"`+k.FunctionID+`"}`), nil)
 	}
 	connect := func(name string, w io.Writer) *Cluster {
 		c, err := Connect(Options{URL: url, NkeyFile: engineSeed, Name: name, Key: testKey, Logger: slog.New(slog.NewTextHandler(w, nil))}, serve)

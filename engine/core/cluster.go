@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/iii-go/iii/engine/cluster"
@@ -33,11 +34,51 @@ func (e *Engine) InCluster() bool { return e.cluster != nil }
 // at all, never sent to the cluster again.
 type localOnly struct{}
 
-// serveCluster runs a call of another engine of the cluster on this engine's workers.
-func (e *Engine) serveCluster(ctx context.Context, k cluster.Key, r cluster.Request, timeout time.Duration) (json.RawMessage, *protocol.Error) {
+// serveCluster runs a call of another engine of the cluster on this engine's workers. A call of
+// a function a worker of this engine serves is forwarded to it as forwardAsync does, and its
+// result answered from the goroutine that reads it, so no goroutine waits for it; any other
+// (a built-in, an HTTP function, one to refuse) goes through dispatch in a goroutine of its own.
+func (e *Engine) serveCluster(ctx context.Context, k cluster.Key, r cluster.Request, timeout time.Duration, answer func(json.RawMessage, *protocol.Error)) {
 	caller := Caller{WorkerID: r.Caller.WorkerID, Name: r.Caller.Name, Namespace: r.Caller.Namespace}
-	return e.dispatch(context.WithValue(ctx, localOnly{}, true), caller, k.Namespace, k.FunctionID, r.Data, r.Metadata,
-		traceCtx{r.Traceparent, r.Baggage}, timeout, false)
+	if e.forwardCluster(caller, k, r, timeout, answer) {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		answer(e.dispatch(context.WithValue(ctx, localOnly{}, true), caller, k.Namespace, k.FunctionID, r.Data, r.Metadata,
+			traceCtx{r.Traceparent, r.Baggage}, timeout, false))
+	}()
+}
+
+// forwardCluster sends another engine's call to the worker of this engine that serves its
+// function, with answer as the pending call's outcome (the sweep answers timeout past its
+// deadline), and reports whether it did: false for a built-in, a function no worker here
+// serves, an HTTP function or a protected one, which dispatch serves or refuses.
+func (e *Engine) forwardCluster(caller Caller, k cluster.Key, r cluster.Request, timeout time.Duration, answer func(json.RawMessage, *protocol.Error)) bool {
+	e.mu.RLock()
+	_, isBuiltin := e.builtins[k.FunctionID]
+	head := e.funcs[fkey{k.Namespace, k.FunctionID}]
+	f, several := head.pick(), head != nil && len(head.more) > 0
+	e.mu.RUnlock()
+	if isBuiltin || f == nil || f.http != nil || f.frame.Protected {
+		return false
+	}
+	data := r.Data
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	tp, end := e.startCall(caller, k.Namespace, k.FunctionID, r.Traceparent, r.Baggage, f)
+	tc := traceCtx{tp, r.Baggage}
+	pc := &pendingCall{reply: answer, end: end, watch: e.watchCall(caller, k.Namespace, k.FunctionID, data, r.Metadata, tc), e: e}
+	if several {
+		pc.retry = newRetry(k.Namespace, data, r.Metadata, tc)
+	}
+	if _, perr := e.startForward(f.conn, k.FunctionID, data, r.Metadata, tc, timeout, pc); perr != nil {
+		pc.fn = k.FunctionID
+		pc.deliver(nil, perr)
+	}
+	return true
 }
 
 // callCluster sends a call of a function no local worker serves to the cluster; found is false
@@ -59,6 +100,38 @@ func (e *Engine) callCluster(ctx context.Context, caller Caller, ns, id string, 
 		return nil, nil, true
 	}
 	return e.cluster.Call(ctx, k, r, timeout)
+}
+
+// forwardToCluster sends a worker's call of a function no worker of this engine serves to the
+// cluster with no goroutine waiting for it (Cluster.CallAsync): the goroutine that receives
+// the answer writes the result frame. It reports false, leaving the call to dispatch, when the
+// engine is in no cluster, the call is void or names a blank namespace, or c has MaxInflight engine-served calls in
+// flight already (dispatch's path refuses it).
+func (e *Engine) forwardToCluster(c *conn, m *protocol.Message, ns string) bool {
+	if _, perr := requestNamespace(m.Namespace); e.cluster == nil || m.IsVoid() || perr != nil {
+		return false
+	}
+	if n := c.inflight.Add(1); int(n) > e.opts.MaxInflight {
+		c.inflight.Add(-1)
+		return false
+	}
+	caller := c.caller()
+	tp, end := e.startCall(caller, ns, m.FunctionID, m.Traceparent, m.Baggage, nil)
+	// m is borrowed from the read buffer: CallAsync encodes it before returning, and what the
+	// answer needs is copied.
+	k := cluster.Key{Namespace: strings.Clone(ns), FunctionID: strings.Clone(m.FunctionID)}
+	result := &protocol.Message{Type: protocol.TypeInvokeFunction, InvocationID: strings.Clone(m.InvocationID), FunctionID: k.FunctionID}
+	r := cluster.Request{Data: m.Data, Metadata: m.Metadata, Traceparent: tp, Baggage: m.Baggage,
+		Caller: cluster.Caller{WorkerID: caller.WorkerID, Name: caller.Name, Namespace: caller.Namespace}}
+	e.cluster.CallAsync(k, r, e.callTimeout(m.TimeoutMS), func(res json.RawMessage, perr *protocol.Error, found bool) {
+		defer c.inflight.Add(-1)
+		if !found {
+			perr = e.notFound(k.Namespace, k.FunctionID)
+		}
+		end(perr)
+		c.sendResult(result, res, perr)
+	})
+	return true
 }
 
 // syncCluster offers the cluster the functions this engine's workers serve now (protected

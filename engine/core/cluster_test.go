@@ -8,12 +8,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/iii-go/iii/engine/cluster"
 	"github.com/iii-go/iii/engine/errcode"
@@ -219,7 +223,7 @@ func TestClusterChannelHopNeedsAnEngine(t *testing.T) {
 		h   http.Header
 	}{
 		"the right key with a hop header": {u, http.Header{hopHeader: {"evil"}}},
-		"a proof on an unsigned hop":      {forged, http.Header{hopHeader: {"evil"}, "Iii-Engine": {"evil"}, "Iii-Nonce": {nonce}, "Iii-Time": {"1"}, "Iii-Sig": {"AAAA"}}},
+		"a proof on an unsigned hop":      {forged, http.Header{hopHeader: {"evil"}, "Iii-Auth": {"1 " + nonce + " AAAA evil"}}},
 	} {
 		if _, resp, err := websocket.Dial(ctx, try.url, &websocket.DialOptions{HTTPHeader: try.h}); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("%s: %v", what, err)
@@ -232,33 +236,121 @@ func TestClusterChannelHopNeedsAnEngine(t *testing.T) {
 	rd.CloseNow()
 }
 
-// BenchmarkClusterCall times a call served by a worker of the same engine (the baseline, in
-// the same run) and one served by a worker of another engine over NATS, and reports the ratio.
+// BenchmarkClusterCall compares, in one run, a call served by a worker of the same engine (the
+// baseline) with one served by a worker of another engine over NATS, and a bare NATS
+// request/reply with the same payload: latency at c = 1 with where the time goes (caller to
+// handler, handler back to caller), and calls/s at c = 16 and c = 256. It logs the ratios
+// against their targets: a remote call at most 1.5x a local one at c = 1, remote calls/s at
+// c = 256 at least 60% of local.
 func BenchmarkClusterCall(b *testing.B) {
 	b.Setenv(protocol.EnvTokenFile, "")
 	b.Setenv(protocol.EnvToken, "")
 	url := natsURL(b)
 	a, c := clusterEngine(b, url, "a"), clusterEngine(b, url, "c")
-	echo := func(_ context.Context, in json.RawMessage) (any, error) { return in, nil }
+	var handled atomic.Int64 // when the handler last ran, for the phases at c = 1
+	echo := func(_ context.Context, in json.RawMessage) (any, error) {
+		handled.Store(time.Now().UnixNano())
+		return in, nil
+	}
 	worker(b, a, "default", map[string]protocol.Handler{"local::echo": echo})
 	worker(b, c, "default", map[string]protocol.Handler{"remote::echo": echo})
 	cl := worker(b, a, "default", nil)
 	waitRemote(b, cl, "remote::echo", nil)
 	payload := json.RawMessage(`{"sandbox_id":"0d6f8c1e","cmd":"echo","args":["hello"]}`)
-	run := func(fn string) time.Duration {
-		start := time.Now()
+	nreq := natsEcho(b, url)
+
+	// phases times n calls one after the other: mean caller-to-handler and handler-to-caller.
+	phases := func(call func() error) (total, out, back time.Duration) {
 		for range b.N {
-			if _, err := cl.Call(context.Background(), fn, payload); err != nil {
+			t0 := time.Now()
+			if err := call(); err != nil {
 				b.Fatal(err)
 			}
+			t3 := time.Now()
+			t1 := time.Unix(0, handled.Load())
+			total, out, back = total+t3.Sub(t0), out+t1.Sub(t0), back+t3.Sub(t1)
 		}
-		return time.Since(start)
+		n := time.Duration(b.N)
+		return total / n, out / n, back / n
+	}
+	// rate is calls/s of b.N calls made by conc callers at once.
+	rate := func(conc int, call func() error) float64 {
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		start := time.Now()
+		for range conc {
+			wg.Go(func() {
+				for next.Add(1) <= int64(b.N) {
+					if err := call(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return float64(b.N) / time.Since(start).Seconds()
+	}
+	engineCall := func(fn string) func() error {
+		return func() error { _, err := cl.Call(context.Background(), fn, payload); return err }
+	}
+	natsCall := func() error {
+		_, err := nreq.Request("bench.echo", payload, 10*time.Second)
+		return err
 	}
 	b.ResetTimer()
-	local := run("local::echo")
-	remote := run("remote::echo")
+	local, lout, lback := phases(engineCall("local::echo"))
+	remote, rout, rback := phases(engineCall("remote::echo"))
+	bare, _, _ := phases(natsCall)
+	rates := map[string][3]float64{}
+	for _, conc := range []int{16, 256} {
+		rates[strconv.Itoa(conc)] = [3]float64{rate(conc, engineCall("local::echo")), rate(conc, engineCall("remote::echo")), rate(conc, natsCall)}
+	}
 	b.StopTimer()
-	b.ReportMetric(float64(local.Nanoseconds())/float64(b.N), "local-ns/call")
-	b.ReportMetric(float64(remote.Nanoseconds())/float64(b.N), "remote-ns/call")
+	if b.N < 100 {
+		return // the harness's first, one-call round: too few calls for figures
+	}
+	callCost, replyCost := cluster.CodecCost(cluster.Key{Namespace: "default", FunctionID: "remote::echo"}, payload, 2000)
+	us := func(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) + "us" }
+	b.Logf("c=1 latency: local %s, remote %s, bare NATS request/reply %s; remote/local %.2fx (target <= 1.50x)",
+		us(local), us(remote), us(bare), float64(remote)/float64(local))
+	b.Logf("  caller -> handler: local %s, remote %s (+%s: NATS hop ~%s, cluster encode+sign+check+decode %s, the rest hand-offs between goroutines)",
+		us(lout), us(rout), us(rout-lout), us(bare/2), us(callCost))
+	b.Logf("  handler -> caller: local %s, remote %s (+%s: NATS hop ~%s, cluster encode+sign+check+decode %s, the rest hand-offs between goroutines)",
+		us(lback), us(rback), us(rback-lback), us(bare/2), us(replyCost))
+	for _, conc := range []int{16, 256} {
+		r := rates[strconv.Itoa(conc)]
+		target := ""
+		if conc == 256 {
+			target = " (target >= 60%)"
+		}
+		b.Logf("c=%d calls/s: local %.0f, remote %.0f, bare NATS %.0f; remote/local %.0f%%%s", conc, r[0], r[1], r[2], 100*r[1]/r[0], target)
+	}
+	b.ReportMetric(float64(local.Nanoseconds()), "local-ns/call")
+	b.ReportMetric(float64(remote.Nanoseconds()), "remote-ns/call")
 	b.ReportMetric(float64(remote)/float64(local), "remote/local")
+	b.ReportMetric(rates["256"][1]/rates["256"][0], "remote/local-c256")
+}
+
+// natsEcho connects a NATS client that answers every request on bench.echo with its payload
+// and one that asks: the bare NATS request/reply a remote call is compared with.
+func natsEcho(tb testing.TB, url string) *nats.Conn {
+	tb.Helper()
+	rep, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(rep.Close)
+	if _, err := rep.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		tb.Fatal(err)
+	}
+	if err := rep.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	req, err := nats.Connect(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(req.Close)
+	return req
 }

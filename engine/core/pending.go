@@ -27,6 +27,10 @@ type pendingCall struct {
 	watch    *watch                // the call's observers (observers.go); nil: none
 	e        *Engine               // set with watch and route
 	route    *routedCall           // a routed built-in's call (route.go); nil: none
+
+	// reply, for another engine's call (forwardCluster), answers it at once; res is borrowed
+	// from the read buffer, so reply must be done with it when it returns.
+	reply func(json.RawMessage, *protocol.Error)
 }
 
 // retryCall is what a call to a function with several instances keeps to be sent again: a
@@ -67,6 +71,10 @@ func (pc *pendingCall) deliver(res json.RawMessage, perr *protocol.Error) {
 	}
 	if pc.ch != nil {
 		pc.ch <- outcome{res, perr}
+		return
+	}
+	if pc.reply != nil {
+		pc.reply(res, perr)
 		return
 	}
 	pc.caller.mu.Lock()
@@ -199,7 +207,7 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 		return b.route != nil && e.routeAsync(c, m, b.route)
 	}
 	if f == nil {
-		return false
+		return e.forwardToCluster(c, m, ns)
 	}
 	if !e.mayCall(c, f) {
 		c.sendResult(m, nil, forbidden(c, ns, m.FunctionID, f))

@@ -241,7 +241,15 @@ func Bench(ctx context.Context) error {
 	if !ran {
 		return fmt.Errorf("no benchmark programs found (expected <module>/internal/bench)")
 	}
-	return nil
+	return benchCluster()
+}
+
+// benchCluster runs the engine cluster's benchmark: a call served by another engine over an
+// embedded nats-server against a local call and a bare NATS request/reply, three rounds, each
+// printing its phases, its ratios and their targets from one run.
+func benchCluster() error {
+	fmt.Println("== bench engine cluster (ClusterCall)")
+	return inDir("engine", "go", "test", "-run", "^$", "-bench", "^BenchmarkClusterCall$", "-benchtime", "3000x", "-count", "3", "./core")
 }
 
 // inDir runs a command in a module directory with its output shown.
