@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,10 +311,19 @@ func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("waitcall", flag.ContinueOnError)
 	d := fs.Duration("timeout", 30*time.Second, "")
 	body := fs.String("json", "{}", "")
-	if neg || fs.Parse(args) != nil || fs.NArg() != 3 {
-		ts.Fatalf("usage: waitcall [-timeout=D] [-json BODY] FN PATH VALUE")
+	match := fs.String("match", "", "")
+	if neg || fs.Parse(args) != nil || !(fs.NArg() == 3 || *match != "" && fs.NArg() == 1) {
+		ts.Fatalf("usage: waitcall [-timeout=D] [-json BODY] FN PATH VALUE | waitcall [-timeout=D] [-json BODY] -match REGEXP FN")
 	}
 	fn, path, want := fs.Arg(0), fs.Arg(1), fs.Arg(2)
+	var re *regexp.Regexp
+	if *match != "" {
+		var err error
+		if re, err = regexp.Compile(*match); err != nil {
+			ts.Fatalf("waitcall: -match %q: %v", *match, err)
+		}
+		path, want = "", "matching "+*match
+	}
 	if ts.Getenv("III_URL") == "" {
 		ts.Fatalf("waitcall: III_URL is not set")
 	}
@@ -331,6 +341,9 @@ func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 			compact.WriteString("null")
 		}
 		last = compact.String()
+		if re != nil {
+			return re.MatchString(last)
+		}
 		ts.Check(os.WriteFile(file, []byte(last), 0o644))
 		v, found := readJSONPath(ts, file, path)
 		return found && jsonText(v) == want
