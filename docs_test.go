@@ -2,6 +2,9 @@ package main
 
 import (
 	"bufio"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -76,4 +79,83 @@ func walkGo(fn func(path string) error) error {
 		}
 		return nil
 	})
+}
+
+// reference matches a `path/file.go:Func` of docs/architecture.md; Func is a function, a
+// method as (*T).M or T.M, or any other top-level name of the file.
+var reference = regexp.MustCompile("`([A-Za-z0-9_./-]+\\.go)(?::([A-Za-z0-9_.()*]+))?`")
+
+// TestArchitectureReferences fails when a file or function that docs/architecture.md names does
+// not exist, so a reader can follow each hop of the flows it describes.
+func TestArchitectureReferences(t *testing.T) {
+	doc, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]map[string]bool{} // file -> its top-level names
+	refs := 0
+	for _, m := range reference.FindAllStringSubmatch(string(doc), -1) {
+		refs++
+		file, name := m[1], m[2]
+		if _, ok := names[file]; !ok {
+			names[file], err = topLevelNames(file)
+			if err != nil {
+				t.Errorf("docs/architecture.md names %s: %v", file, err)
+				continue
+			}
+		}
+		if name != "" && names[file] != nil && !names[file][name] {
+			t.Errorf("docs/architecture.md names %s:%s, which %s does not declare", file, name, file)
+		}
+	}
+	if refs < 40 {
+		t.Fatalf("found only %d file references in docs/architecture.md; has its format changed?", refs)
+	}
+}
+
+// topLevelNames returns what file declares at top level: functions as Name, methods as
+// (*T).M or T.M after their receiver, types, variables and constants.
+func topLevelNames(file string) (map[string]bool, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if d.Recv == nil || len(d.Recv.List) == 0 {
+				out[d.Name.Name] = true
+				continue
+			}
+			typ := d.Recv.List[0].Type
+			if idx, ok := typ.(*ast.IndexExpr); ok { // a generic receiver, T[P]
+				typ = idx.X
+			}
+			switch r := typ.(type) {
+			case *ast.StarExpr:
+				x := r.X
+				if idx, ok := x.(*ast.IndexExpr); ok {
+					x = idx.X
+				}
+				if id, ok := x.(*ast.Ident); ok {
+					out["(*"+id.Name+")."+d.Name.Name] = true
+				}
+			case *ast.Ident:
+				out[r.Name+"."+d.Name.Name] = true
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					out[s.Name.Name] = true
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						out[n.Name] = true
+					}
+				}
+			}
+		}
+	}
+	return out, nil
 }
