@@ -159,3 +159,21 @@ func topLevelNames(file string) (map[string]bool, error) {
 	}
 	return out, nil
 }
+
+// TestCitationPatterns: the patterns catch each citation form the comments used to carry, and
+// leave requirement ids and ordinary numbers alone.
+func TestCitationPatterns(t *testing.T) {
+	for _, s := range []string{"(issue 27)", "issue 29, item 1", "(review #34)", "review row #5", "Issue #3", "finding 12"} {
+		if !citation.MatchString(s) {
+			t.Errorf("%q is not caught", s)
+		}
+	}
+	for _, s := range []string{"the issue of 2 calls", "review the 3 files", "reviewed 4 times", "req F2", "10 issues"} {
+		if citation.MatchString(s) {
+			t.Errorf("%q is caught", s)
+		}
+	}
+	if !findingID.MatchString("(F3)") || findingID.MatchString("F300") || findingID.MatchString("0xF3") {
+		t.Error("findingID does not match F and one or two digits alone")
+	}
+}
