@@ -33,6 +33,9 @@ func TestNoTrackerCitations(t *testing.T) {
 	files := 0
 	err = walkGo(func(path string) error {
 		files++
+		if path == "docs_test.go" {
+			return nil // its test of the patterns spells out what they catch
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			return err
