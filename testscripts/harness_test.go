@@ -1,3 +1,5 @@
+// Package testscripts is the end-to-end suite: one folder of testscript scenarios per area, run
+// against the real built binaries (see README.md here for the harness and its commands).
 package testscripts
 
 import (

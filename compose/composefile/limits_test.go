@@ -23,7 +23,7 @@ func manyKeys(n int, section string) []byte {
 }
 
 // TestManyKeysParse: 100 000 keys under config_override, environment and at the top level parse
-// (or are refused) without the quadratic duplicate-key check of yaml.v3's Decode (review #39).
+// (or are refused) without the quadratic duplicate-key check of yaml.v3's Decode.
 // No timing assertion: the time is logged for the record.
 func TestManyKeysParse(t *testing.T) {
 	const n = 100000
@@ -132,7 +132,7 @@ func TestConfigOverrideAliasBomb(t *testing.T) {
 }
 
 // TestComposeFileTooLarge: a file over MaxFileSize is refused with a coded error naming it, by
-// Load (before reading it all) and by Parse (review #38).
+// Load (before reading it all) and by Parse.
 func TestComposeFileTooLarge(t *testing.T) {
 	data := []byte("# " + strings.Repeat("x", MaxFileSize) + "\nengine: {}\n")
 	_, err := Parse("/proj/worker-compose.yaml", data, env(nil))

@@ -41,7 +41,7 @@ func Load(path string, lookup Lookup) (*File, error) {
 }
 
 // MaxFileSize is the largest compose file Compose reads: 8 MiB, hundreds of times a real
-// project's file, so a runaway or hostile file is refused before it costs memory (review #38).
+// project's file, so a runaway or hostile file is refused before it costs memory.
 const MaxFileSize = 8 << 20
 
 func tooLarge(path string) error {

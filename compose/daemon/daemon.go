@@ -202,7 +202,7 @@ func (d *Daemon) Register(w *protocol.Worker) error {
 			return out, nil
 		}
 		// Protected: the engine admits only callers holding the project token (or Compose's
-		// owner token), so no other local process or web page drives the project (issue 19).
+		// owner token), so no other local process or web page drives the project.
 		if err := w.Register(id, fn, protocol.WithDescription(h.desc), protocol.Protected()); err != nil {
 			return err
 		}

@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// Function ids added by issue 15.
+// Function ids of the logs, listing and operation requests.
 const (
 	FnLogs      = "compose::logs"
 	FnList      = "compose::list"

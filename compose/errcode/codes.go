@@ -230,7 +230,7 @@ const (
 	SandboxAdapterNotDeclared = "SANDBOX_ADAPTER_NOT_DECLARED"
 )
 
-// Requests, logs and operations (issue 15).
+// Requests, logs and operations.
 const (
 	// InvalidRequest: a compose::* payload field holds a value the function does not take.
 	InvalidRequest = "INVALID_REQUEST"

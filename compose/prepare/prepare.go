@@ -537,7 +537,7 @@ func (r *run) install(ctx context.Context) error {
 			}
 			p.Exec = filepath.Join(inst.Dir, exe)
 			// A binary package must ship its executable; finding out at start (SPAWN_FAILED) would
-			// come after the lock was written (review #27).
+			// come after the lock was written.
 			if st, err := os.Lstat(p.Exec); err != nil || !st.Mode().IsRegular() {
 				return errcode.New(errcode.PackageExecutableMissing, "container '%s': %s %s is a binary package, but its archive %s holds no executable named %s at its root; nothing was locked", key, p.Name, p.Version, a.URL, exe)
 			}

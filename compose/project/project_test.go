@@ -283,7 +283,7 @@ func TestAdapterConfigLayersAndRemovedKeyKeepsValue(t *testing.T) {
 }
 
 // A start cut short by Compose's context (a SIGINT or SIGTERM to Compose) fails
-// OPERATION_CANCELLED naming the cause, not a bare "context canceled" (issue 24).
+// OPERATION_CANCELLED naming the cause, not a bare "context canceled".
 func TestInterruptedStartNamesTheCause(t *testing.T) {
 	p, _, _ := setup(t, `containers:
   slow:

@@ -25,9 +25,10 @@ const markerFile = ".iii-package-sha256"
 // progressThreshold is the size above which downloads print progress lines.
 const progressThreshold = 1 << 20
 
-// Caps of one install (review #29, #33, #34): a download stops at the size its index gives and
-// at MaxArtifactSize; unpacking stops at MaxUnpackedSize bytes and MaxUnpackedFiles files. Each
-// is PACKAGE_TOO_LARGE (PACKAGE_SIZE_MISMATCH for a size that disagrees with the index).
+// Caps of one install, so a hostile index or archive cannot fill the disk: a download stops at the
+// size its index gives and at MaxArtifactSize; unpacking stops at MaxUnpackedSize bytes and
+// MaxUnpackedFiles files. Each is PACKAGE_TOO_LARGE (PACKAGE_SIZE_MISMATCH for a size that
+// disagrees with the index).
 const (
 	MaxArtifactSize  = 512 << 20
 	MaxUnpackedSize  = 2 << 30
@@ -261,7 +262,7 @@ func tempPattern(prefix, name string) string {
 
 // sweep removes the temporary downloads and unpack directories (and replaced installs) that an
 // interrupted run left in the cache: those whose owning process is gone, and those named the
-// way earlier versions named them, without a process id (review #35). Errors are ignored: a
+// way earlier versions named them, without a process id. Errors are ignored: a
 // leftover costs disk space, never correctness.
 func (k *Cache) sweep() {
 	entries, err := os.ReadDir(k.Dir)

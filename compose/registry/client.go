@@ -105,7 +105,7 @@ func (c *Client) open(ctx context.Context, u *url.URL) (io.ReadCloser, int64, er
 			return nil, 0, errNotFound
 		}
 		if !st.Mode().IsRegular() {
-			// A device such as /dev/zero never ends; a fifo may block forever (review #34).
+			// A device such as /dev/zero never ends; a fifo may block forever.
 			f.Close()
 			return nil, 0, errcode.New(errcode.ArtifactURLRefused, "%s is not a regular file", u)
 		}
@@ -216,7 +216,7 @@ func (c *Client) Fetch(ctx context.Context, rawURL string) (io.ReadCloser, int64
 
 // owns reports whether u is served by this registry: the same scheme and host (with port) as
 // its root and, for a file:// registry, a path inside its directory. An index cannot point
-// Compose at another server, a local file or a device (review #34).
+// Compose at another server, a local file or a device.
 func (c *Client) owns(u *url.URL) bool {
 	if !strings.EqualFold(u.Scheme, c.base.Scheme) || !strings.EqualFold(u.Host, c.base.Host) || u.Opaque != "" || u.User != nil {
 		return false

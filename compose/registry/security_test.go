@@ -106,7 +106,7 @@ func onlyInstalls(t *testing.T, dir string, want ...string) {
 }
 
 // TestArtifactURLOutsideRegistry: an index cannot send Compose to another scheme or host, to a
-// device, or outside a file:// registry's directory (review #34); a lock URL is checked too.
+// device, or outside a file:// registry's directory; a lock URL is checked too.
 func TestArtifactURLOutsideRegistry(t *testing.T) {
 	root := t.TempDir()
 	outside := filepath.Join(t.TempDir(), "x.tar.gz")
@@ -159,7 +159,7 @@ func TestArtifactURLOutsideRegistry(t *testing.T) {
 	onlyInstalls(t, k.Dir)
 }
 
-// TestDownloadStopsAtSize: the index's size bounds the download (review #33), and the global cap
+// TestDownloadStopsAtSize: the index's size bounds the download, and the global cap
 // bounds a download whose index gives no size.
 func TestDownloadStopsAtSize(t *testing.T) {
 	root := t.TempDir()
@@ -222,7 +222,7 @@ func TestStreamedDownloadStopsAtCap(t *testing.T) {
 }
 
 // TestUnpackCaps: an archive that unpacks past the byte or file cap is refused, and nothing is
-// left (review #29: a 204 KB archive held 200 MiB of zeros).
+// left (a 204 KB archive can hold 200 MiB of zeros).
 func TestUnpackCaps(t *testing.T) {
 	root := t.TempDir()
 	hostile(t, root, "bomb", tarGz(t, entry{"bomb", []byte("#!/bin/sh\n")}, entry{"zeros.bin", make([]byte, 8<<20)}), "", "", 0)
@@ -246,7 +246,7 @@ func TestUnpackCaps(t *testing.T) {
 }
 
 // TestSweepLeftovers: temporary entries of a process that is gone (or of an older iii that did
-// not name its process) are removed by the next install; a live process's are kept (review #35).
+// not name its process) are removed by the next install; a live process's are kept.
 func TestSweepLeftovers(t *testing.T) {
 	root := publishFixture(t)
 	c, _ := New(root)

@@ -274,7 +274,7 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 
 // attachedOwnerToken is the token Compose's own connection presents to an engine it attaches
 // to: the owner credential that engine wrote for this user, when there is one it can trust, so
-// configuration::publish needs no grant (issue 29, item 1); else Compose's own owner token,
+// configuration::publish needs no grant; else Compose's own owner token,
 // which that engine's config.yaml must grant (an engine that protects namespaces writes no
 // credential). An untrusted credential is a warning that says why.
 func (s *session) attachedOwnerToken() string {

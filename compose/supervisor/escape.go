@@ -10,7 +10,7 @@ import (
 // EnvProcess marks every process the supervisor starts, and so every descendant that keeps its
 // environment, with "<Compose pid>/<name>". A descendant that leaves its process group (setsid)
 // escapes the group kills; the marker lets the supervisor, and the reaper after Compose is
-// gone, find it anyway (review #58–#60).
+// gone, find it anyway, so no worker's descendant outlives Compose.
 const EnvProcess = "III_COMPOSE_PROCESS"
 
 func marker(composePID int, name string) string { return fmt.Sprintf("%d/%s", composePID, name) }

@@ -28,7 +28,7 @@ func ppid(t *testing.T, pid int) int {
 
 // TestStopEndsDescendantsThatLeftTheGroup: a worker starts two processes in new sessions, one
 // still below it and one whose parent exited at once (adopted by Compose, the subreaper); Stop
-// ends both, and so does the worker's own exit (review #58–#60).
+// ends both, and so does the worker's own exit.
 func TestStopEndsDescendantsThatLeftTheGroup(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {

@@ -234,7 +234,7 @@ func allocated(f func()) uint64 {
 
 // A hostile cursor (negative, or beyond what any log has) neither fails the read nor makes it
 // allocate by its distance to the log: the read restarts at the oldest entry with truncated
-// (issue 24, N2: offset -2^40 had Compose allocate 1 TiB and die). Validate refuses them.
+// (an offset of -2^40 once had Compose allocate 1 TiB and die). Validate refuses them.
 func TestHostileCursorsAllocateNothing(t *testing.T) {
 	path, l := openSmall(t)
 	writeLines(t, l, 0, 3)

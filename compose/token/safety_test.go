@@ -9,7 +9,7 @@ import (
 )
 
 // TestCheckReplacesAGroupOrOtherReadableToken: a token that was mode 0644 (committed to git,
-// say) is replaced, not tightened and kept, with a warning that says why (review #44).
+// say) is replaced, not tightened and kept, with a warning that says why.
 func TestCheckReplacesAGroupOrOtherReadableToken(t *testing.T) {
 	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620} {
 		dir := t.TempDir()
@@ -37,7 +37,7 @@ func TestCheckReplacesAGroupOrOtherReadableToken(t *testing.T) {
 }
 
 // TestCheckNeverFollowsASymlink: a token that is a symlink is replaced by a regular file; the
-// link's target is neither read as the token nor chmodded (review #45).
+// link's target is neither read as the token nor chmodded.
 func TestCheckNeverFollowsASymlink(t *testing.T) {
 	dir := t.TempDir()
 	victim := filepath.Join(t.TempDir(), "victim2")

@@ -69,9 +69,10 @@ func Ensure(dir string) (path string, created bool, err error) {
 
 // Check creates the token file when it does not exist, and replaces it (never follows, repairs or
 // reuses it) when it cannot be trusted: a symlink, anything but a regular file, a file that group
-// or others could read, or an empty one (review #44, #45). warning says why it replaced a file
-// that held something; it never includes the token. A regular, owner-only, non-empty file is
-// kept as it is.
+// or others could read, or an empty one: tightening a file others could read keeps a token they may
+// have copied, and following a link would let someone else choose the file. warning says why it
+// replaced a file that held something; it never includes the token. A regular, owner-only,
+// non-empty file is kept as it is.
 func Check(dir string) (path string, created bool, warning string, err error) {
 	return keep(Path(dir))
 }

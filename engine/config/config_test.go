@@ -104,7 +104,7 @@ func TestParseErrors(t *testing.T) {
 		{"cluster: {key_file: k, nats: {url: 'nats://a:4222', tls_cert_file: c}}\n", errcode.ConfigInvalid, "tls_cert_file and tls_key_file go together"},
 		{"cluster: {key_file: k, nats: {url: 'nats://a:4222', token: t}}\n", errcode.ConfigInvalid, `unknown key "token" in cluster.nats`},
 		// An rbac: block is parsed strictly: a key iii does not define, or a filter it cannot
-		// read, refuses the start instead of widening or narrowing the gate (review row #8).
+		// read, refuses the start instead of widening or narrowing the gate.
 		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {default: deny}}\n", errcode.ConfigInvalid,
 			`line 3: unknown key "default" in iii-worker-manager rbac; allowed: auth_function_id, expose_functions, on_function_registration_function_id`},
 		{"workers:\n  - name: iii-worker-manager\n    config: {rbac: {expose_functions: ['api::*']}}\n", errcode.ConfigInvalid, `expected match("pattern")`},

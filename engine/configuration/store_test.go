@@ -39,7 +39,7 @@ func rawGet(t *testing.T, w *Worker, id string) string {
 }
 
 // TestValuesReadBackExactly: what register stored comes back unchanged after a restart: no YAML
-// merge keys, no number rounding (review row #17).
+// merge keys, no number rounding.
 func TestValuesReadBackExactly(t *testing.T) {
 	dir := t.TempDir()
 	w := mustNew(t, dir, nil)
@@ -65,7 +65,7 @@ func TestValuesReadBackExactly(t *testing.T) {
 }
 
 // TestBadEntriesAreSkipped: an entry that cannot be read is logged and skipped; the others load
-// and the engine starts (review row #17).
+// and the engine starts.
 func TestBadEntriesAreSkipped(t *testing.T) {
 	dir := t.TempDir()
 	files := map[string]string{
@@ -143,7 +143,7 @@ func TestLegacyYAMLEntries(t *testing.T) {
 }
 
 // TestLoadManyKeys loads entries of 100 000 keys, stored as JSON and as legacy YAML, and logs
-// how long the load took (review row #18: 30.7 s before for the YAML form).
+// how long the load took (the YAML form once took 30.7 s).
 func TestLoadManyKeys(t *testing.T) {
 	dir := t.TempDir()
 	const n = 100000
@@ -212,7 +212,7 @@ func FuzzLegacyEntry(f *testing.F) {
 }
 
 // TestGetPublishedOnly: published_only reads only what the owner published, never an entry
-// anyone registered under the same id (review row #19).
+// anyone registered under the same id.
 func TestGetPublishedOnly(t *testing.T) {
 	w := mustNew(t, t.TempDir(), nil)
 	ctx := context.Background()

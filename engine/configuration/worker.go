@@ -346,7 +346,7 @@ func (w *Worker) set(_ context.Context, c core.Caller, payload json.RawMessage) 
 // An id with nothing behind it, such as iii-sandbox when there is nothing to move, is
 // NOT_FOUND (req C3). With published_only, only an entry the owning Compose published counts:
 // anyone may register an entry, so a reader that trusts its content (the sandbox adapter's
-// settings) asks for the published one and falls back to its own file (review row #19).
+// settings) asks for the published one and falls back to its own file.
 func (w *Worker) get(_ context.Context, c core.Caller, payload json.RawMessage) (any, error) {
 	var in struct {
 		ID            string `json:"id"`

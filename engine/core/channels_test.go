@@ -340,7 +340,7 @@ func writeFrames(raw *websocket.Conn, n, size int, closeAfter bool) {
 
 // TestChannelBytesBounded: a channel buffers at most Options.ChannelBytes for a reader that
 // never comes, and the channel of a writer that dropped is forgotten, its bytes freed, at the
-// attach deadline rather than after the 5-minute idle deadline (review row #23). A writer that
+// attach deadline rather than after the 5-minute idle deadline. A writer that
 // drops while its frames are held back (a full buffer: its socket is not read) is caught by the
 // same deadline.
 func TestChannelBytesBounded(t *testing.T) {
@@ -382,7 +382,7 @@ func TestChannelBudgetShared(t *testing.T) {
 	}
 }
 
-// TestChannelCountLimit: the engine holds at most Options.MaxChannels channels (review row #24).
+// TestChannelCountLimit: the engine holds at most Options.MaxChannels channels.
 func TestChannelCountLimit(t *testing.T) {
 	_, url := startEngine(t, Options{MaxChannels: 3, ChannelShare: 3})
 	w := worker(t, url, "default", nil)
@@ -396,7 +396,7 @@ func TestChannelCountLimit(t *testing.T) {
 }
 
 // TestChannelAttachDeadline: a channel whose ends do not both connect within
-// Options.ChannelAttach is aborted and forgotten, long before the idle deadline (review row #23).
+// Options.ChannelAttach is aborted and forgotten, long before the idle deadline.
 func TestChannelAttachDeadline(t *testing.T) {
 	e, url := startEngine(t, Options{ChannelAttach: 100 * time.Millisecond})
 	w := worker(t, url, "default", nil)

@@ -174,7 +174,7 @@ func TestTokenProtectedNamespace(t *testing.T) {
 	}
 }
 
-// TestEngineOwnerCredential (issue 29, item 1): an engine with no protected namespaces grants
+// TestEngineOwnerCredential: an engine with no protected namespaces grants
 // owner rights to the connection presenting its owner credential, and to no other (none, or
 // another token); everyone is still admitted.
 func TestEngineOwnerCredential(t *testing.T) {

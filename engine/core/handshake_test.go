@@ -48,7 +48,7 @@ func rawHandshake(t *testing.T, addr, path, host, origin string) (int, string) {
 
 // TestHandshakeOriginAndHost: a browser page of another origin, and a Host that is not a
 // loopback name on a loopback listener (DNS rebinding), are refused on the engine endpoint and
-// on the channel endpoint alike (review row #7); SDK-style handshakes without Origin pass.
+// on the channel endpoint alike; SDK-style handshakes without Origin pass.
 func TestHandshakeOriginAndHost(t *testing.T) {
 	_, url := startEngine(t, Options{AllowedOrigins: []string{"http://localhost:3000", "*.trusted.example"}})
 	addr := strings.TrimPrefix(url, "ws://")
@@ -105,7 +105,7 @@ func TestLoopbackNames(t *testing.T) {
 }
 
 // TestHandshakeTimeout: a socket that never finishes its upgrade request is closed after
-// Options.HandshakeTimeout (config.yaml handshake_timeout_ms), not a fixed 10 s (review row #8).
+// Options.HandshakeTimeout (config.yaml handshake_timeout_ms), not a fixed 10 s.
 func TestHandshakeTimeout(t *testing.T) {
 	_, url := startEngine(t, Options{HandshakeTimeout: 100 * time.Millisecond})
 	c, err := net.Dial("tcp", strings.TrimPrefix(url, "ws://"))

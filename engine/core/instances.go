@@ -8,7 +8,7 @@ import (
 	"github.com/iii-go/iii/engine/protocol"
 )
 
-// Several live workers may serve one function id in one namespace (issue 27): a rolling deploy
+// Several live workers may serve one function id in one namespace: a rolling deploy
 // starts the new worker before it stops the old one, and a pool of workers shares the calls.
 // e.funcs holds the function's first live instance, which is what engine::functions::list and
 // the trigger views show; the others wait in its more list and take its place when it leaves,

@@ -90,7 +90,7 @@ func heapInUse() uint64 {
 
 // TestSlowReaderIsDropped: a client that sends calls and never reads their replies is closed
 // as SLOW_CONSUMER once its outbound queue is full; the engine's goroutines and heap stay
-// bounded and other clients are served meanwhile (review row #14).
+// bounded and other clients are served meanwhile.
 func TestSlowReaderIsDropped(t *testing.T) {
 	e, url := startEngine(t, Options{QueueBytes: 1 << 20})
 	other := worker(t, url, "default", nil)
@@ -121,7 +121,7 @@ func TestSlowReaderIsDropped(t *testing.T) {
 // TestStuckWorkerDoesNotBlockCallers: a worker that stops reading does not block the read loop
 // of a client that calls it: the client's other calls are answered, and every call to the stuck
 // worker gets an answer (timeout; invocation_stopped once the engine drops the worker as
-// SLOW_CONSUMER; function_not_found after that) (review row #15).
+// SLOW_CONSUMER; function_not_found after that).
 func TestStuckWorkerDoesNotBlockCallers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: moves bulk frames, too slow for the race pass; the plain run covers it")
@@ -190,7 +190,7 @@ func TestStuckWorkerDoesNotBlockCallers(t *testing.T) {
 }
 
 // TestCallsForgottenWhenCallerLeaves: calls a worker never answers are dropped from the engine
-// once their caller disconnects (review row #16).
+// once their caller disconnects.
 func TestCallsForgottenWhenCallerLeaves(t *testing.T) {
 	e, url := startEngine(t, Options{})
 	block := make(chan struct{})
@@ -255,7 +255,7 @@ func TestDefaultMaxCallTimeout(t *testing.T) {
 }
 
 // TestRegistrationDeadline: a connection that never registers is closed with
-// REGISTRATION_TIMEOUT; a registered worker stays (review row #13).
+// REGISTRATION_TIMEOUT; a registered worker stays.
 func TestRegistrationDeadline(t *testing.T) {
 	e, url := startEngine(t, Options{RegisterTimeout: 100 * time.Millisecond})
 	w := worker(t, url, "default", nil)
@@ -278,7 +278,7 @@ func TestRegistrationDeadline(t *testing.T) {
 
 // TestFrameBudget: a frame that would take a connection past its share of the budget for
 // frames being read (a quarter) closes its connection with 1013 FRAME_BUDGET_EXCEEDED, and
-// gives the budget back (review row #10).
+// gives the budget back.
 func TestFrameBudget(t *testing.T) {
 	e, url := startEngine(t, Options{FrameBudget: 4 << 20})
 	c := rawDial(t, url)

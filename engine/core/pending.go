@@ -35,7 +35,7 @@ type pendingCall struct {
 
 // retryCall is what a call to a function with several instances keeps to be sent again: a
 // worker that unregistered the function while the call was on its way answers
-// function_not_found, and reroute gives the call to another instance instead (issue 27). A call
+// function_not_found, and reroute gives the call to another instance instead. A call
 // to a function with one instance keeps nothing, so pays nothing.
 type retryCall struct {
 	ns         string

@@ -204,10 +204,10 @@ func rawRegister(t *testing.T, url, token, ns string, frames ...string) map[stri
 func fn(id string) string { return `{"type":"registerfunction","id":"` + id + `"}` }
 
 // TestClaimedPrefixOneWorker: once the sandbox router claims sandbox-libkrun:: in default, every
-// function under it comes from one live worker: a second worker (the squatter of review row #5,
-// or a late real adapter) is refused FUNCTION_PREFIX_CONFLICT for every id under the prefix,
-// including ids the first did not register; other ids and other namespaces are unaffected. When
-// the first leaves, the prefix is free again.
+// function under it comes from one live worker: a second worker (a squatter that would receive
+// every sandbox payload, or a late real adapter) is refused FUNCTION_PREFIX_CONFLICT for every id
+// under the prefix, including ids the first did not register; other ids and other namespaces are
+// unaffected. When the first leaves, the prefix is free again.
 func TestClaimedPrefixOneWorker(t *testing.T) {
 	clearTokenEnv(t)
 	e, url := startEngine(t, Options{})

@@ -1,13 +1,12 @@
 // Package ownercred is the owner credential an engine the user runs writes for a Compose of the
-// same user (issue 29, item 1). An engine started with `iii --config` whose config.yaml has no
-// namespaces: list writes, once it listens, a fresh random token to
-// ~/.iii/engine/owners/<host>_<port> (file mode 0600, directory 0700, written atomically, see
-// privfile) and grants the connection presenting it the owner-only functions
-// (configuration::publish, engine::sandbox::bind); it removes the file when it stops cleanly,
-// and the next engine on that address replaces one a killed engine left. A Compose that
-// attaches to that address reads the file and presents it as its owner token, so the guide's
-// flow (a sandbox: section, an adapter-only compose file, `iii compose --up --engine URL`) needs
-// no grant.
+// same user, so Compose may publish to that engine without a grant in its config.yaml. An engine
+// started with `iii --config` whose config.yaml has no namespaces: list writes, once it listens, a
+// fresh random token to ~/.iii/engine/owners/<host>_<port> (file mode 0600, directory 0700, written
+// atomically, see privfile) and grants the connection presenting it the owner-only functions
+// (configuration::publish, engine::sandbox::bind); it removes the file when it stops cleanly, and
+// the next engine on that address replaces one a killed engine left. A Compose that attaches to
+// that address reads the file and presents it as its owner token, so the guide's flow (a sandbox:
+// section, an adapter-only compose file, `iii compose --up --engine URL`) needs no grant.
 //
 // Who cannot get it: another user (the modes), a VM (the file is under ~/.iii/engine, never the
 // compose directory or the package cache the adapter mounts), a web page (no HTTP path serves a

@@ -11,7 +11,7 @@
 // one span, "call sandbox::<op>"; once the adapter's adapter::info is known it goes on from the
 // caller's frame with only its function id changed (Router).
 //
-// Trust (issue 19, review row #5): the router forwards every sandbox payload (code to run, files
+// Trust: the router forwards every sandbox payload (code to run, files
 // to write) to whoever serves <adapter>::<op> in the bound namespace, so the binding claims the
 // prefix "<adapter>::" there (core.Engine.ClaimPrefix):
 //   - every function under the prefix comes from one live worker connection, the first that

@@ -115,7 +115,7 @@ func errCode(err error) string {
 	return ""
 }
 
-// TestRouterKeepsBoundPrefixToOneWorker (review row #5): in default, a worker that registers
+// TestRouterKeepsBoundPrefixToOneWorker: in default, a worker that registers
 // sandbox-libkrun::run and ::fs::write after the adapter is refused, so sandbox::run still
 // reaches the adapter and sandbox::fs::write (which the adapter lacks) is S301 instead of going
 // to the squatter.
@@ -175,7 +175,7 @@ func TestBindClaimsNewPrefix(t *testing.T) {
 	}
 }
 
-// TestS301NamesTheGrantOnlyWhereNeeded (issue 29, item 1): on an engine without token-protected
+// TestS301NamesTheGrantOnlyWhereNeeded: on an engine without token-protected
 // namespaces the S301 fix is the guide's (compose::add, or an adapter-only compose file), since
 // the engine's owner credential lets a Compose of its user publish the adapter's entry; on one
 // that protects namespaces the fix also names the grant of Compose's owner token.

@@ -1,11 +1,10 @@
-// Package usertoken is how `iii call` finds the token of the Compose project it talks to,
-// from any directory (issue 19, trust boundaries). While Compose serves a project it keeps one
-// file per engine address and namespace in ~/.iii/compose/tokens/ (the directory mode 0700,
-// each file mode 0600, both owned by the user), named <host>_<port>_<namespace>, holding JSON
-// {pid, engine, namespace, token_file}: the path of the project token file, never the token.
-// Compose writes it atomically before it registers compose::* and removes it when it stops; a
-// file left by a Compose that was killed names a dead pid, is ignored by Lookup and swept by
-// the next Publish.
+// Package usertoken is how `iii call` finds the token of the Compose project it talks to, from any
+// directory, without reading a token it does not own. While Compose serves a project it keeps one
+// file per engine address and namespace in ~/.iii/compose/tokens/ (the directory mode 0700, each
+// file mode 0600, both owned by the user), named <host>_<port>_<namespace>, holding JSON {pid,
+// engine, namespace, token_file}: the path of the project token file, never the token. Compose
+// writes it atomically before it registers compose::* and removes it when it stops; a file left by
+// a Compose that was killed names a dead pid, is ignored by Lookup and swept by the next Publish.
 //
 // Lookup trusts only what the user alone could have written: the directory and the file must
 // not be symlinks, must belong to the user and must not be readable by group or others, and so

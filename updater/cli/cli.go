@@ -218,9 +218,10 @@ func (u *updater) update(ctx context.Context, name, current string) error {
 	return nil
 }
 
-// check returns the test a new binary passes before it replaces the installed one: iii itself
-// must run `--version` and print the release's version (review #52). Nothing is run for the
-// other binaries, nor when the target is not this machine's OS and architecture.
+// check returns the test a new binary passes before it replaces the installed one: iii itself must
+// run `--version` and print the release's version, so an empty or foreign file is never installed.
+// Nothing is run for the other binaries, nor when the target is not this machine's OS and
+// architecture.
 func (u *updater) check(ctx context.Context, name, version string) func(string) error {
 	if name != Self || u.target.GOOS != runtime.GOOS || u.target.GOARCH != runtime.GOARCH {
 		return nil

@@ -11,7 +11,7 @@ import (
 	"github.com/iii-go/iii/updater/internal/treetest"
 )
 
-// TestUpdateRefusesABinaryThatDoesNotRun: a release whose iii is empty (review #52) or prints
+// TestUpdateRefusesABinaryThatDoesNotRun: a release whose iii is empty or prints
 // another version fails BINARY_CHECK_FAILED and leaves the installed iii as it was.
 func TestUpdateRefusesABinaryThatDoesNotRun(t *testing.T) {
 	for _, data := range []string{"", "#!/bin/sh\necho 0.25.9\n"} {
@@ -42,7 +42,7 @@ func TestUpdateRefusesABinaryThatDoesNotRun(t *testing.T) {
 }
 
 // TestUpdateRemovesLeftoverTemp: a .iii.new-* left by an interrupted update is removed at the
-// next start, also when iii is already up to date (review #56).
+// next start, also when iii is already up to date.
 func TestUpdateRemovesLeftoverTemp(t *testing.T) {
 	home := setup(t)
 	bin := filepath.Join(home, ".local", "bin")

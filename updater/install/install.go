@@ -182,7 +182,7 @@ const versionTimeout = 10 * time.Second
 
 // CheckVersion runs `path --version` for the binary called name and requires it to exit 0 and
 // print version (a field of its last line, v prefix allowed) within 10 s: a release whose
-// binary does not run (an empty or foreign file, review #52) or is another version is never
+// binary does not run (an empty or foreign file) or is another version is never
 // swapped in.
 func CheckVersion(ctx context.Context, path, name, version string) error {
 	ctx, cancel := context.WithTimeout(ctx, versionTimeout)

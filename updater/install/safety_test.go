@@ -13,7 +13,7 @@ import (
 )
 
 // TestSweepRemovesInterruptedWrites: .iii.new-* files of a dead process or of an older iii (no
-// process id) are removed; a live writer's and other programs' files stay (review #56).
+// process id) are removed; a live writer's and other programs' files stay.
 func TestSweepRemovesInterruptedWrites(t *testing.T) {
 	dir := t.TempDir()
 	dest := filepath.Join(dir, "iii")

@@ -194,7 +194,7 @@ type runMode struct {
 
 var runModes = []runMode{{"cold, snapshots off", 0, false}, {"warm", 1, false}, {"cold, from a snapshot", 0, true}, {"warm, pool restored from a snapshot", 1, true}}
 
-// warmSnapshotTargets are issue 28's targets for a warm pool that refills by restoring, by
+// warmSnapshotTargets are the targets for a warm pool that refills by restoring, by
 // runCases index (0: none).
 var warmSnapshotTargets = []time.Duration{0, 100 * time.Millisecond}
 
@@ -206,7 +206,7 @@ func runSection(ctx context.Context, d *qemu.Driver, n int, floor Stats, imageNa
 	for _, c := range runCases {
 		targets = append(targets, fmt.Sprintf("%s at most %.2fx the floor", c.Lang, c.Target))
 	}
-	fmt.Printf("targets (issue 18): %s; from a snapshot (issue 28): shell at most 0.25x, python at most 0.50x; a warm pool restored from a snapshot: python at most 100ms\n", strings.Join(targets, ", "))
+	fmt.Printf("targets: %s; from a snapshot: shell at most 0.25x, python at most 0.50x; a warm pool restored from a snapshot: python at most 100ms\n", strings.Join(targets, ", "))
 	for _, mode := range modes {
 		stats, phases, err := measureRuns(ctx, d, n, mode.pool, image.NewCache(""), mode.snaps)
 		if err != nil {

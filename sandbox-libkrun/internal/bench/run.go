@@ -25,7 +25,7 @@ import (
 )
 
 // runCase is one sandbox::run request of the bench, with the largest ratio of its median to the
-// floor's that meets issue 18's target for it.
+// floor's that meets the performance target for it.
 type runCase struct {
 	Label, Lang, Code, Stdout string
 	Target                    float64

@@ -16,7 +16,7 @@ import (
 )
 
 // snapshotCases are the commands timed in machines restored from a snapshot, with the targets
-// of issue 28 (ratio to the floor).
+// a snapshot restore must meet (ratio to the floor).
 var snapshotCases = []struct {
 	Label  string
 	Argv   []string
@@ -58,7 +58,7 @@ func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int,
 	fmt.Printf("snapshot: root disk %d MiB in %s; machine %d MiB in %s (boot %s, warm %s, save %s)\n",
 		st.Size()>>20, diskTime.Round(time.Millisecond), info.Size>>20, (info.Boot + info.Warm + info.Save).Round(time.Millisecond),
 		info.Boot.Round(time.Millisecond), info.Warm.Round(time.Millisecond), info.Save.Round(time.Millisecond))
-	fmt.Printf("targets (issue 28): restore + first exec of shell at most 0.25x the floor, python at most 0.50x\n")
+	fmt.Printf("targets (from a snapshot): restore + first exec of shell at most 0.25x the floor, python at most 0.50x\n")
 	for _, c := range snapshotCases {
 		var ds []time.Duration
 		var b Breakdown
@@ -92,7 +92,7 @@ func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int,
 
 // idleMemory prints the host memory of a machine restored from file and of one booted on rootfs
 // as a sandbox boots with snapshots off (over a file share), each idle after one python run:
-// the resident set of every host process behind it (qemu, virtiofsd), with issue 28's target.
+// the resident set of every host process behind it (qemu, virtiofsd), with its target.
 func idleMemory(ctx context.Context, d *qemu.Driver, spec vm.Spec, file vm.SnapshotFiles, release, rootfs, dir string) error {
 	if runtime.GOOS != "linux" {
 		fmt.Println("host memory, idle machine: not measured (it reads Linux's /proc)")

@@ -62,7 +62,7 @@ func TestLimits(t *testing.T) {
 }
 
 // A header that declares the largest payload, followed by a few bytes and the end: Read holds
-// what arrived, not the declared size (review row #64: the guest is untrusted).
+// what arrived, not the declared size (the guest is untrusted).
 func TestDeclaredLengthIsNotAllocated(t *testing.T) {
 	var hdr [headerLen]byte
 	binary.BigEndian.PutUint32(hdr[:4], MaxPayload+5)
