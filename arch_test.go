@@ -138,16 +138,18 @@ func executableKind(path string) (string, error) {
 	return "", nil
 }
 
-// TestCodedErrorsKeepTheirCause fails on a coded error that flattens its cause: an argument of
-// type error given to an errcode constructor (New, Usagef) under a verb other than %w, as in
-// errcode.New(code, "reading %s: %v", path, err). errors.Is and errors.As see through a coded
-// error only to a cause passed with %w.
-func TestCodedErrorsKeepTheirCause(t *testing.T) {
+// TestErrorsKeepTheirCause fails on an error that flattens its cause: an argument of type error
+// given to an error constructor (fmt.Errorf, errcode.New, any function taking (format string,
+// args ...any) and returning an error) under a verb other than %w, as in
+// fmt.Errorf("reading %s: %v", path, err). errors.Is and errors.As see through an error only to a
+// cause passed with %w. Wire bodies (causecheck.WireBodies) are exempt: their text crosses a
+// process boundary, where no Go cause follows.
+func TestErrorsKeepTheirCause(t *testing.T) {
 	found, err := causecheck.Find(".", "github.com/iii-go/iii/...")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range found {
-		t.Errorf("%s: use %%w, so the coded error keeps its cause", f)
+		t.Errorf("%s: use %%w, so the error keeps its cause", f)
 	}
 }

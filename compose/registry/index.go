@@ -149,7 +149,7 @@ func (ix *Index) Select(selector string) (v *Version, line *CompatLine, err erro
 	}
 	line, err = ix.lineFor(sel, c)
 	if err != nil {
-		return nil, nil, errcode.New(errcode.PackageNotResolved, "%s; %v", msg, err)
+		return nil, nil, errcode.New(errcode.PackageNotResolved, "%s; %w", msg, err)
 	}
 	if line == nil {
 		return nil, nil, errcode.New(errcode.PackageNotResolved, "%s, and it is on none of iii's version lines the registry's compatibility table serves (%s)", msg, ix.compatNames())
