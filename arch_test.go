@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/iii-go/iii/internal/causecheck"
+	"github.com/iii-go/iii/internal/codetables"
 )
 
 // adapterModule is the sandbox adapter's module path: VM code lives there alone (req A1).
@@ -151,5 +152,23 @@ func TestErrorsKeepTheirCause(t *testing.T) {
 	}
 	for _, f := range found {
 		t.Errorf("%s: use %%w, so the error keeps its cause", f)
+	}
+}
+
+// TestErrorCodesDeclaredOnce fails on a code string declared in two code tables (every codes.go
+// and the S-code table): each code has one owning table and one doc line, and another table that
+// needs it refers to the owner's constant, so the two cannot drift apart.
+func TestErrorCodesDeclaredOnce(t *testing.T) {
+	tables, decls, err := codetables.Read(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) < 5 || len(decls) < 150 {
+		t.Fatalf("read %d code tables and %d codes; is the test running from the repository root?", len(tables), len(decls))
+	}
+	for _, ds := range codetables.Duplicates(decls) {
+		for _, d := range ds[1:] {
+			t.Errorf("%s: %s = %q is declared again (first at %s): refer to the owning table's constant", d.Pos, d.Name, d.Code, ds[0].Pos)
+		}
 	}
 }

@@ -551,7 +551,7 @@ func fetchSettings(ctx context.Context, w *protocol.Worker, id string) (settings
 	raw, err := w.Call(cctx, "configuration::get", map[string]any{"id": id, "published_only": true})
 	if err != nil {
 		var pe *protocol.Error
-		if errors.As(err, &pe) && pe.Code == "NOT_FOUND" {
+		if errors.As(err, &pe) && pe.Code == errcode.NotFound {
 			// An engine Compose does not own cannot take a published entry; Compose still
 			// hands the layered value over as a file.
 			if file := os.Getenv(envConfigFile); file != "" {
