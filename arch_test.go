@@ -151,7 +151,9 @@ func TestErrorsKeepTheirCause(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range found {
-		t.Errorf("%s: use %%w, so the error keeps its cause", f)
+		if !f.Wire {
+			t.Errorf("%s: use %%w, so the error keeps its cause", f)
+		}
 	}
 }
 

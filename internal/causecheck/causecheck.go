@@ -42,6 +42,8 @@ type Finding struct {
 	Arg    string         // the argument's source
 	Format token.Position // where the format argument starts
 	Index  int            // which of the format's verbs it is, from 0
+	Callee string         // the constructor, named as WireBodies keys are ("" for a function value)
+	Wire   bool           // Callee is a wire body: its text is all that travels, so this is by design
 }
 
 func (f Finding) String() string {
@@ -55,7 +57,8 @@ type pkg struct {
 }
 
 // Find type-checks the non-test files of the packages patterns name (as `go list` in dir reads
-// them) and returns every flattened cause in them.
+// them) and returns every flattened cause in them; those given to a wire body have Wire set and
+// are not faults.
 func Find(dir string, patterns ...string) ([]Finding, error) {
 	cmd := exec.Command("go", append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Dir,Export,GoFiles,Standard"}, patterns...)...)
 	cmd.Dir, cmd.Stderr = dir, os.Stderr
@@ -138,6 +141,8 @@ func check(fset *token.FileSet, imp types.Importer, p pkg) ([]Finding, error) {
 				return true
 			}
 			at, ok := formatIndex(call, info, errType)
+			callee := calleeName(call, info)
+			_, wire := WireBodies[callee]
 			if !ok || at >= len(call.Args) {
 				return true
 			}
@@ -151,7 +156,7 @@ func check(fset *token.FileSet, imp types.Importer, p pkg) ([]Finding, error) {
 					continue
 				}
 				if t := info.Types[arg].Type; t != nil && types.Implements(t, errType) {
-					found = append(found, Finding{fset.Position(arg.Pos()), "%" + string(verbs[i]), types.ExprString(arg), fset.Position(call.Args[at].Pos()), i})
+					found = append(found, Finding{fset.Position(arg.Pos()), "%" + string(verbs[i]), types.ExprString(arg), fset.Position(call.Args[at].Pos()), i, callee, wire})
 				}
 			}
 			return true
@@ -160,9 +165,8 @@ func check(fset *token.FileSet, imp types.Importer, p pkg) ([]Finding, error) {
 	return found, nil
 }
 
-// formatIndex returns the index of the format argument when call calls an error constructor
-// that is not a wire body: a function whose last parameters are (string, ...any) and whose one
-// result implements error.
+// formatIndex returns the index of the format argument when call calls an error constructor: a
+// function whose last parameters are (string, ...any) and whose one result implements error.
 func formatIndex(call *ast.CallExpr, info *types.Info, errType *types.Interface) (int, bool) {
 	sig, ok := info.Types[call.Fun].Type.(*types.Signature)
 	if !ok || !sig.Variadic() || sig.Params().Len() < 2 || sig.Results().Len() != 1 {
@@ -180,9 +184,6 @@ func formatIndex(call *ast.CallExpr, info *types.Info, errType *types.Interface)
 		return 0, false
 	}
 	if !types.Implements(sig.Results().At(0).Type(), errType) {
-		return 0, false
-	}
-	if _, exempt := WireBodies[calleeName(call, info)]; exempt {
 		return 0, false
 	}
 	return n - 2, true

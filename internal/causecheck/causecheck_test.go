@@ -20,7 +20,8 @@ func TestVerbs(t *testing.T) {
 }
 
 // TestFind shows what counts as an error constructor: fmt.Errorf and a package's own
-// (format, args...) helper are checked, a wire body and a function that returns no error are not.
+// (format, args...) helper are checked, a wire body is reported as one (not a fault), and a
+// function that returns no error is not looked at.
 func TestFind(t *testing.T) {
 	dir := t.TempDir()
 	for name, text := range map[string]string{
@@ -57,9 +58,9 @@ func text(err error) string { return fmt.Sprintf("e: %v", err) }
 	}
 	var got []string
 	for _, f := range found {
-		got = append(got, fmt.Sprintf("%d %s %s %d", f.Pos.Line, f.Verb, f.Arg, f.Index))
+		got = append(got, fmt.Sprintf("%d %s %s %d %s %t", f.Pos.Line, f.Verb, f.Arg, f.Index, f.Callee, f.Wire))
 	}
-	want := []string{"9 %v err 0", "13 %s err 1"}
+	want := []string{"9 %v err 0 fmt.Errorf false", "13 %s err 1 example.com/m.helper false", "15 %v err 0 example.com/m.wire true"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("findings (-want +got):\n%s", d)
 	}
