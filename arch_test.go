@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/iii-go/iii/internal/causecheck"
+	"github.com/iii-go/iii/internal/codetables"
 )
 
 // adapterModule is the sandbox adapter's module path: VM code lives there alone (req A1).
@@ -138,16 +139,38 @@ func executableKind(path string) (string, error) {
 	return "", nil
 }
 
-// TestCodedErrorsKeepTheirCause fails on a coded error that flattens its cause: an argument of
-// type error given to an errcode constructor (New, Usagef) under a verb other than %w, as in
-// errcode.New(code, "reading %s: %v", path, err). errors.Is and errors.As see through a coded
-// error only to a cause passed with %w.
-func TestCodedErrorsKeepTheirCause(t *testing.T) {
+// TestErrorsKeepTheirCause fails on an error that flattens its cause: an argument of type error
+// given to an error constructor (fmt.Errorf, errcode.New, any function taking (format string,
+// args ...any) and returning an error) under a verb other than %w, as in
+// fmt.Errorf("reading %s: %v", path, err). errors.Is and errors.As see through an error only to a
+// cause passed with %w. Wire bodies (causecheck.WireBodies) are exempt: their text crosses a
+// process boundary, where no Go cause follows.
+func TestErrorsKeepTheirCause(t *testing.T) {
 	found, err := causecheck.Find(".", "github.com/iii-go/iii/...")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range found {
-		t.Errorf("%s: use %%w, so the coded error keeps its cause", f)
+		if !f.Wire {
+			t.Errorf("%s: use %%w, so the error keeps its cause", f)
+		}
+	}
+}
+
+// TestErrorCodesDeclaredOnce fails on a code string declared in two code tables (every codes.go
+// and the S-code table): each code has one owning table and one doc line, and another table that
+// needs it refers to the owner's constant, so the two cannot drift apart.
+func TestErrorCodesDeclaredOnce(t *testing.T) {
+	tables, decls, err := codetables.Read(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) < 5 || len(decls) < 150 {
+		t.Fatalf("read %d code tables and %d codes; is the test running from the repository root?", len(tables), len(decls))
+	}
+	for _, ds := range codetables.Duplicates(decls) {
+		for _, d := range ds[1:] {
+			t.Errorf("%s: %s = %q is declared again (first at %s): refer to the owning table's constant", d.Pos, d.Name, d.Code, ds[0].Pos)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package doctor
 
-import "github.com/iii-go/iii/engine/errcode"
+import (
+	composeerr "github.com/iii-go/iii/compose/errcode"
+	"github.com/iii-go/iii/engine/errcode"
+)
 
 // The codes `iii doctor` reports that no other command has. Findings that come from Compose, the
 // engine or the adapter's host checks carry those modules' own codes (SANDBOX_CONFIG_MOVED,
@@ -25,8 +28,8 @@ const (
 	PathShadow = "PATH_SHADOW"
 	// StoredSandboxEntry: the engine stores a configuration entry under iii-sandbox (req C3, C4).
 	StoredSandboxEntry = "STORED_SANDBOX_ENTRY"
-	// InvalidLock: worker-compose.lock does not parse.
-	InvalidLock = "INVALID_COMPOSE_LOCK"
+	// InvalidLock: worker-compose.lock does not parse; Compose's code, declared there.
+	InvalidLock = composeerr.InvalidComposeLock
 	// Usage: a bad command line (exit 2), the engine's code for it.
 	Usage = errcode.Usage
 )

@@ -551,7 +551,7 @@ func fetchSettings(ctx context.Context, w *protocol.Worker, id string) (settings
 	raw, err := w.Call(cctx, "configuration::get", map[string]any{"id": id, "published_only": true})
 	if err != nil {
 		var pe *protocol.Error
-		if errors.As(err, &pe) && pe.Code == "NOT_FOUND" {
+		if errors.As(err, &pe) && pe.Code == errcode.NotFound {
 			// An engine Compose does not own cannot take a published entry; Compose still
 			// hands the layered value over as a file.
 			if file := os.Getenv(envConfigFile); file != "" {
@@ -561,13 +561,13 @@ func fetchSettings(ctx context.Context, w *protocol.Worker, id string) (settings
 			logf("no configuration entry %q: using the package defaults", id)
 			return settings.Parse(nil)
 		}
-		return settings.Defaults(), nil, fmt.Errorf("reading configuration entry %q: %v", id, err)
+		return settings.Defaults(), nil, fmt.Errorf("reading configuration entry %q: %w", id, err)
 	}
 	var reply struct {
 		Value json.RawMessage `json:"value"`
 	}
 	if err := json.Unmarshal(raw, &reply); err != nil {
-		return settings.Defaults(), nil, fmt.Errorf("configuration entry %q: %v", id, err)
+		return settings.Defaults(), nil, fmt.Errorf("configuration entry %q: %w", id, err)
 	}
 	if len(reply.Value) == 0 || string(reply.Value) == "null" {
 		return settings.Parse(nil)

@@ -3,6 +3,8 @@
 // Callers match on the code; the message wording may change.
 package errcode
 
+import "github.com/iii-go/iii/engine/errcode"
+
 // Compose file and CLI.
 const (
 	// InvalidComposeFile: the YAML does not parse or does not match the schema.
@@ -39,8 +41,9 @@ const (
 	FrozenRequiresUp = "FROZEN_REQUIRES_UP"
 	// BuildConflictsWithServeOptions: build combined with --engine, --namespace or --up.
 	BuildConflictsWithServeOptions = "BUILD_CONFLICTS_WITH_SERVE_OPTIONS"
-	// InvalidNamespace: a namespace outside [a-z0-9_-], or empty.
-	InvalidNamespace = "INVALID_NAMESPACE"
+	// InvalidNamespace: a namespace outside [a-z0-9_-], or empty; the engine's code, declared
+	// there.
+	InvalidNamespace = errcode.InvalidNamespace
 	// UsageError: an unknown flag or argument on the command line.
 	UsageError = "USAGE_ERROR"
 )
@@ -89,8 +92,9 @@ const (
 	RegistryNameRefused = "REGISTRY_NAME_REFUSED"
 	// UnsupportedPackageKind: a package type Compose cannot install (engine, image, unknown).
 	UnsupportedPackageKind = "UNSUPPORTED_PACKAGE_KIND"
-	// UnsupportedPlatform: a binary package (or the sandbox adapter) has no build for the host.
-	UnsupportedPlatform = "UNSUPPORTED_PLATFORM"
+	// UnsupportedPlatform: a binary package (or the sandbox adapter) has no build for the host;
+	// the engine's code, declared there.
+	UnsupportedPlatform = errcode.UnsupportedPlatform
 	// BundleNeedsAVM: a bundle worker on a host without VMs (Windows), refused before download.
 	BundleNeedsAVM = "BUNDLE_NEEDS_A_VM"
 	// PackageNotInstalled: a package expected in the cache is missing.
@@ -184,8 +188,8 @@ const (
 	InvalidEngineWorkerConfig = "INVALID_ENGINE_WORKER_CONFIG"
 	// ConfigUnsupported: an engine.workers setting of iii's the engine does not implement
 	// (iii-stream's redis and bridge adapters), refused before anything starts; the engine's own
-	// code for the same refusal in config.yaml.
-	ConfigUnsupported = "CONFIG_UNSUPPORTED"
+	// code for the same refusal in config.yaml, declared there.
+	ConfigUnsupported = errcode.ConfigUnsupported
 	// InvalidManagedEngineURL: engine.url is blank or not a ws:// or wss:// URL.
 	InvalidManagedEngineURL = "INVALID_MANAGED_ENGINE_URL"
 	// ManagedEngineEndpointMismatch: engine.url and the worker-manager listener disagree.

@@ -233,7 +233,7 @@ func (p *Project) currentEntry(ctx context.Context, id string) (any, error) {
 	raw, err := p.opts.Engine.Call(ctx, FnConfigGet, map[string]any{"id": id, "raw": true})
 	if err != nil {
 		var pe *protocol.Error
-		if errors.As(err, &pe) && pe.Code == "NOT_FOUND" {
+		if errors.As(err, &pe) && pe.Code == engineerr.NotFound {
 			return nil, nil
 		}
 		return nil, err

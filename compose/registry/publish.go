@@ -50,7 +50,7 @@ func Publish(root string, p Package) error {
 		return err
 	}
 	if _, err := semver.StrictNewVersion(p.Version); err != nil {
-		return fmt.Errorf("publish %s: version %q is not semver: %v", p.Name, p.Version, err)
+		return fmt.Errorf("publish %s: version %q is not semver: %w", p.Name, p.Version, err)
 	}
 	switch p.Type {
 	case TypeBinary, TypeBundle, TypeEngine:
@@ -87,7 +87,7 @@ func Publish(root string, p Package) error {
 	indexPath := filepath.Join(pkgDir, "index.json")
 	if b, err := os.ReadFile(indexPath); err == nil {
 		if err := json.Unmarshal(b, &ix); err != nil {
-			return fmt.Errorf("%s: %v", indexPath, err)
+			return fmt.Errorf("%s: %w", indexPath, err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return err

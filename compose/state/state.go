@@ -152,7 +152,7 @@ func (d Dir) Load() (Record, error) {
 		return r, err
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
-		return r, fmt.Errorf("%w: %s: %v", ErrInvalidStateFile, d.Join(StateFile), err)
+		return r, fmt.Errorf("%w: %s: %w", ErrInvalidStateFile, d.Join(StateFile), err)
 	}
 	if r.Children == nil {
 		r.Children = map[string]Child{}

@@ -200,12 +200,13 @@ type Namespace struct {
 	OwnerTokenFile string // absolute; empty when no one holds owner rights through this namespace
 }
 
+// invalid is a CONFIG_INVALID error, prefixed with its line of config.yaml when known (line > 0);
+// %w keeps the cause.
 func invalid(line int, format string, args ...any) *errcode.Error {
-	msg := fmt.Sprintf(format, args...)
 	if line > 0 {
-		msg = fmt.Sprintf("line %d: %s", line, msg)
+		format, args = "line %d: "+format, append([]any{line}, args...)
 	}
-	return &errcode.Error{Code: errcode.ConfigInvalid, Message: msg}
+	return errcode.New(errcode.ConfigInvalid, format, args...)
 }
 
 // refuseKey refuses a key this engine parses but does not implement, so that nothing a user
@@ -525,11 +526,11 @@ func parseRBAC(v *yaml.Node, what string) (*rbac.Config, error) {
 			for _, e := range v.Content {
 				var raw any
 				if err := e.Decode(&raw); err != nil {
-					return invalid(e.Line, "%s: %v", key, err)
+					return invalid(e.Line, "%s: %w", key, err)
 				}
 				f, err := rbac.ParseFilter(raw)
 				if err != nil {
-					return invalid(e.Line, "%s: %v", key, err)
+					return invalid(e.Line, "%s: %w", key, err)
 				}
 				r.Expose = append(r.Expose, f)
 			}
@@ -907,7 +908,7 @@ func parseNamespaces(v *yaml.Node, baseDir string) ([]Namespace, error) {
 		}
 		for _, f := range []string{n.TokenFile, n.OwnerTokenFile} {
 			if err := checkTokenFile(n.Name, f); err != nil {
-				return nil, invalid(e.Line, "%s", err)
+				return nil, invalid(e.Line, "%w", err)
 			}
 		}
 		out = append(out, n)
@@ -923,7 +924,7 @@ func checkTokenFile(ns, file string) error {
 	}
 	st, err := os.Stat(file)
 	if err != nil {
-		return fmt.Errorf("token file %s of namespace %q: %v", file, ns, errors.Unwrap(err))
+		return fmt.Errorf("token file %s of namespace %q: %w", file, ns, errors.Unwrap(err))
 	}
 	if !st.Mode().IsRegular() {
 		return fmt.Errorf("token file %s of namespace %q is not a regular file", file, ns)
@@ -946,7 +947,7 @@ func originList(v *yaml.Node) ([]string, error) {
 			return nil, err
 		}
 		if err := validOrigin(p); err != nil {
-			return nil, invalid(e.Line, "allowed_origins: %v", err)
+			return nil, invalid(e.Line, "allowed_origins: %w", err)
 		}
 		out = append(out, p)
 	}
@@ -967,7 +968,7 @@ func streamOrigins(v *yaml.Node) ([]string, error) {
 		}
 		if p != "*" {
 			if err := validOrigin(p); err != nil {
-				return nil, invalid(e.Line, "iii-stream config: allowed_origins: %v", err)
+				return nil, invalid(e.Line, "iii-stream config: allowed_origins: %w", err)
 			}
 		}
 		out = append(out, p)
@@ -984,7 +985,7 @@ func validOrigin(p string) error {
 		return fmt.Errorf("%q would let every web page drive the engine; name the origins", p)
 	}
 	if _, err := path.Match(p, ""); err != nil {
-		return fmt.Errorf("%q is not a valid pattern: %v", p, err)
+		return fmt.Errorf("%q is not a valid pattern: %w", p, err)
 	}
 	return nil
 }

@@ -133,7 +133,7 @@ func legacyEntry(b []byte) (fileEntry, error) {
 			}
 		}
 		if err != nil {
-			return e, fmt.Errorf("%s: line %d: %v", k.Value, v.Line, err)
+			return e, fmt.Errorf("%s: line %d: %w", k.Value, v.Line, err)
 		}
 	}
 	return e, nil

@@ -166,7 +166,8 @@ const (
 	FirmwareMissing = "FIRMWARE_MISSING"
 	// MkfsMissing: mkfs.ext4 (e2fsprogs) is not installed, so VM workers would get no state disk.
 	MkfsMissing = "MKFS_MISSING"
-	// UnsupportedPlatform: the adapter ships no build for this host (musl Linux, Intel Mac, ...).
+	// UnsupportedPlatform: the adapter, or a binary package Compose installs, ships no build for
+	// this host (musl Linux, Intel Mac, ...).
 	UnsupportedPlatform = "UNSUPPORTED_PLATFORM"
 )
 

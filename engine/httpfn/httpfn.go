@@ -259,7 +259,7 @@ func (inv *Invoker) CheckURL(ctx context.Context, raw string) error {
 	} else {
 		addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		if err != nil {
-			return fmt.Errorf("host %q of %q does not resolve: %v", host, raw, err)
+			return fmt.Errorf("host %q of %q does not resolve: %w", host, raw, err)
 		}
 	}
 	for _, ip := range addrs {

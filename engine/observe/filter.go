@@ -45,7 +45,7 @@ func ParseFilter(raw json.RawMessage) (Filter, error) {
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		return Filter{}, fmt.Errorf("filters must be an object of path: condition: %v", err)
+		return Filter{}, fmt.Errorf("filters must be an object of path: condition: %w", err)
 	}
 	var f Filter
 	keys := make([]string, 0, len(doc))
@@ -102,7 +102,7 @@ func parseCond(path string, raw json.RawMessage) (cond, error) {
 	c := cond{path: parts}
 	v, err := decode(raw)
 	if err != nil {
-		return cond{}, fmt.Errorf("filter %q: %v", path, err)
+		return cond{}, fmt.Errorf("filter %q: %w", path, err)
 	}
 	obj, isObj := v.(map[string]any)
 	if !isObj || !hasOperator(obj) {

@@ -202,7 +202,7 @@ func New(r Request, id, ns, targetNS string, now time.Time) (*Observer, error) {
 	}
 	f, err := ParseFilter(s.Filters)
 	if err != nil {
-		return nil, fmt.Errorf("source.filters: %v", err)
+		return nil, fmt.Errorf("source.filters: %w", err)
 	}
 	o.filter = f
 	switch opt := r.Options; {

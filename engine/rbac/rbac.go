@@ -124,7 +124,7 @@ func ParseFilter(v any) (Filter, error) {
 				for mk, mv := range m {
 					mm, err := metaMatch(mv)
 					if err != nil {
-						return Filter{}, fmt.Errorf("metadata.%s: %v", mk, err)
+						return Filter{}, fmt.Errorf("metadata.%s: %w", mk, err)
 					}
 					f.Metadata[mk] = mm
 				}
@@ -148,7 +148,7 @@ func metaMatch(v any) (MetaMatch, error) {
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return MetaMatch{}, fmt.Errorf("not a JSON value: %v", err)
+		return MetaMatch{}, fmt.Errorf("not a JSON value: %w", err)
 	}
 	var exact any
 	_ = json.Unmarshal(b, &exact)
@@ -276,7 +276,7 @@ func ParseAuthResult(raw json.RawMessage) (*Session, error) {
 		if k, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			return nil, fmt.Errorf("the auth function's result has the unknown key %s; an AuthResult has %s", k, strings.Join(AuthResultKeys, ", "))
 		}
-		return nil, fmt.Errorf("the auth function's result is not an AuthResult: %v", err)
+		return nil, fmt.Errorf("the auth function's result is not an AuthResult: %w", err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("the auth function's result is not an AuthResult: data after the object")

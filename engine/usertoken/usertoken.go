@@ -164,7 +164,7 @@ func Lookup(engineURL, namespace string) (token, path string, err error) {
 	}
 	e, err := read(path)
 	if err != nil {
-		return "", path, fmt.Errorf("%s: %v", path, err)
+		return "", path, fmt.Errorf("%s: %w", path, err)
 	}
 	if e.PID <= 0 || !procgroup.Alive(e.PID) {
 		return "", path, ErrNone

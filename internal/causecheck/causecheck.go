@@ -1,7 +1,10 @@
-// Package causecheck finds coded errors that flatten their cause: calls of an errcode
-// constructor (New, Usagef, Errorf of a package named errcode) whose format passes an argument
-// of type error to a verb other than %w, so errors.Is and errors.As cannot see through it. It
-// type-checks the repository's packages against the export data `go list -export` gives.
+// Package causecheck finds errors that flatten their cause: calls of an error constructor (any
+// function or method whose last parameters are (format string, args ...any) and whose one result
+// is an error: fmt.Errorf, errcode.New, a package's own helpers) whose format passes an argument
+// of type error to a verb other than %w, so errors.Is and errors.As cannot see through it. Wire
+// bodies, whose text crosses a process or VM boundary where no Go cause can follow, are listed
+// in WireBodies and left alone. It type-checks the repository's packages against the export data
+// `go list -export` gives.
 package causecheck
 
 import (
@@ -20,9 +23,17 @@ import (
 	"strings"
 )
 
-// constructors are the errcode functions that build a message like fmt.Errorf, with the index
-// of their format argument.
-var constructors = map[string]int{"New": 1, "Usagef": 1, "Errorf": 1}
+// WireBodies are the constructors whose message is a wire body by design: the error text
+// travels to another process (a worker, an SDK caller) or out of the VM, which receives only
+// {code, message}, so a Go cause kept with %w would be dropped there anyway. Each is named as
+// "import/path.Func" or "import/path.Type.Method", with the reason it is exempt.
+var WireBodies = map[string]string{
+	"github.com/iii-go/iii/engine/protocol.NewError":            "the {code, message} body of a function error sent to a worker or caller",
+	"github.com/iii-go/iii/engine/internal/wire.NewError":       "the {code, message} body of a frame's error",
+	"github.com/iii-go/iii/engine/configuration.fail":           "a configuration::* function error body sent to the caller",
+	"github.com/iii-go/iii/engine/httpfn.perr":                  "the error body of an HTTP-invoked function's invocation result",
+	"github.com/iii-go/iii/sandbox-libkrun/guest/fsops.invalid": "an S210 body the guest agent sends to the host",
+}
 
 // Finding is one flattened cause.
 type Finding struct {
@@ -31,6 +42,8 @@ type Finding struct {
 	Arg    string         // the argument's source
 	Format token.Position // where the format argument starts
 	Index  int            // which of the format's verbs it is, from 0
+	Callee string         // the constructor, named as WireBodies keys are ("" for a function value)
+	Wire   bool           // Callee is a wire body: its text is all that travels, so this is by design
 }
 
 func (f Finding) String() string {
@@ -44,7 +57,8 @@ type pkg struct {
 }
 
 // Find type-checks the non-test files of the packages patterns name (as `go list` in dir reads
-// them) and returns every flattened cause in them.
+// them) and returns every flattened cause in them; those given to a wire body have Wire set and
+// are not faults.
 func Find(dir string, patterns ...string) ([]Finding, error) {
 	cmd := exec.Command("go", append([]string{"list", "-e", "-export", "-deps", "-json=ImportPath,Dir,Export,GoFiles,Standard"}, patterns...)...)
 	cmd.Dir, cmd.Stderr = dir, os.Stderr
@@ -126,7 +140,9 @@ func check(fset *token.FileSet, imp types.Importer, p pkg) ([]Finding, error) {
 			if !ok {
 				return true
 			}
-			at, ok := formatIndex(call, info)
+			at, ok := formatIndex(call, info, errType)
+			callee := calleeName(call, info)
+			_, wire := WireBodies[callee]
 			if !ok || at >= len(call.Args) {
 				return true
 			}
@@ -140,7 +156,7 @@ func check(fset *token.FileSet, imp types.Importer, p pkg) ([]Finding, error) {
 					continue
 				}
 				if t := info.Types[arg].Type; t != nil && types.Implements(t, errType) {
-					found = append(found, Finding{fset.Position(arg.Pos()), "%" + string(verbs[i]), types.ExprString(arg), fset.Position(call.Args[at].Pos()), i})
+					found = append(found, Finding{fset.Position(arg.Pos()), "%" + string(verbs[i]), types.ExprString(arg), fset.Position(call.Args[at].Pos()), i, callee, wire})
 				}
 			}
 			return true
@@ -149,23 +165,55 @@ func check(fset *token.FileSet, imp types.Importer, p pkg) ([]Finding, error) {
 	return found, nil
 }
 
-// formatIndex returns the index of the format argument when call calls an errcode constructor.
-func formatIndex(call *ast.CallExpr, info *types.Info) (int, bool) {
+// formatIndex returns the index of the format argument when call calls an error constructor: a
+// function whose last parameters are (string, ...any) and whose one result implements error.
+func formatIndex(call *ast.CallExpr, info *types.Info, errType *types.Interface) (int, bool) {
+	sig, ok := info.Types[call.Fun].Type.(*types.Signature)
+	if !ok || !sig.Variadic() || sig.Params().Len() < 2 || sig.Results().Len() != 1 {
+		return 0, false
+	}
+	n := sig.Params().Len()
+	args, ok := sig.Params().At(n - 1).Type().(*types.Slice)
+	if !ok {
+		return 0, false
+	}
+	if elem, ok := args.Elem().Underlying().(*types.Interface); !ok || !elem.Empty() {
+		return 0, false
+	}
+	if f, ok := sig.Params().At(n - 2).Type().(*types.Basic); !ok || f.Kind() != types.String {
+		return 0, false
+	}
+	if !types.Implements(sig.Results().At(0).Type(), errType) {
+		return 0, false
+	}
+	return n - 2, true
+}
+
+// calleeName names the function call calls as WireBodies keys do, or "" for a function value.
+func calleeName(call *ast.CallExpr, info *types.Info) string {
 	var id *ast.Ident
-	switch fn := call.Fun.(type) {
+	switch fn := ast.Unparen(call.Fun).(type) {
 	case *ast.SelectorExpr:
 		id = fn.Sel
 	case *ast.Ident:
 		id = fn
 	default:
-		return 0, false
+		return ""
 	}
 	obj, ok := info.Uses[id].(*types.Func)
-	if !ok || obj.Pkg() == nil || obj.Pkg().Name() != "errcode" {
-		return 0, false
+	if !ok || obj.Pkg() == nil {
+		return ""
 	}
-	at, ok := constructors[obj.Name()]
-	return at, ok
+	if recv := obj.Signature().Recv(); recv != nil {
+		t := recv.Type()
+		if p, ok := t.(*types.Pointer); ok {
+			t = p.Elem()
+		}
+		if named, ok := t.(*types.Named); ok {
+			return obj.Pkg().Path() + "." + named.Obj().Name() + "." + obj.Name()
+		}
+	}
+	return obj.Pkg().Path() + "." + obj.Name()
 }
 
 // Verbs returns the verb letter of each argument a format consumes, in order ('*' for a width

@@ -1,9 +1,11 @@
 // Command codestats prints the code-shape figures of the consistency issue, from the Go source
 // of every module under a directory (default "."), tests left out: the types that implement
 // error, the functions that print an error[CODE] line, each module's longest functions, the
-// coded errors that flatten their cause (an error passed to %v, not %w; see internal/causecheck),
-// the SDK's exported identifiers (engine/protocol) and the os.Getenv/LookupEnv calls outside
-// package main.
+// errors that flatten their cause (an error passed to %v, not %w, of any error constructor:
+// through errcode and elsewhere; see internal/causecheck) and the error texts wire bodies take by
+// design, the code strings declared in more than one code table (see internal/codetables), the
+// SDK's exported identifiers (engine/protocol) and the os.Getenv/LookupEnv calls outside package
+// main.
 //
 //	go run ./internal/codestats [-top N] [-v] [dir]
 package main
@@ -23,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/iii-go/iii/internal/causecheck"
+	"github.com/iii-go/iii/internal/codetables"
 )
 
 type fn struct {
@@ -38,6 +41,8 @@ type stats struct {
 	sdk                map[string]int
 	sdkNames           []string
 	causes             []causecheck.Finding
+	tables             []string
+	codes              []codetables.Decl
 }
 
 // sdkDir is the public Go SDK's package, whose exported identifiers are counted.
@@ -54,6 +59,9 @@ func main() {
 	st, err := collect(root)
 	if err == nil {
 		st.causes, err = causecheck.Find(root, "github.com/iii-go/iii/...")
+	}
+	if err == nil {
+		st.tables, st.codes, err = codetables.Read(root)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "codestats:", err)
@@ -151,7 +159,22 @@ func (st *stats) report(top int, verbose bool) {
 		fmt.Printf("  %-16s %4d %s %s\n", f.module, f.lines, f.name, f.pos)
 	}
 	fmt.Printf("non-test functions over 80 lines: %d\n", over)
-	fmt.Printf("coded errors flattening their cause (an error argument to a verb other than %%w): %d\n", len(st.causes))
+	var coded, elsewhere, wire int
+	for _, c := range st.causes {
+		switch {
+		case c.Wire:
+			wire++
+		case strings.Contains(c.Callee, "/errcode."):
+			coded++
+		default:
+			elsewhere++
+		}
+	}
+	fmt.Printf("coded errors flattening their cause (an error argument to a verb other than %%w of an errcode constructor): %d\n", coded)
+	fmt.Printf("flattened causes outside errcode (fmt.Errorf and other (format, args ...any) error constructors): %d\n", elsewhere)
+	fmt.Printf("error texts given to wire bodies (by design; causecheck.WireBodies): %d\n", wire)
+	dups := codetables.Duplicates(st.codes)
+	fmt.Printf("code strings declared in more than one code table (%d tables, %d declarations): %d\n", len(st.tables), len(st.codes), len(dups))
 	fmt.Printf("os.Getenv/LookupEnv calls outside package main: %d\n", len(st.getenv))
 	kinds := []string{"const", "var", "func", "type", "method", "field"}
 	var parts []string
@@ -165,7 +188,16 @@ func (st *stats) report(top int, verbose bool) {
 	fmt.Printf("exported identifiers of %s (fields apart): %d (%s)\n", sdkDir, total, strings.Join(parts, ", "))
 	if verbose {
 		for _, c := range st.causes {
-			fmt.Println("  cause " + c.String())
+			kind := "cause"
+			if c.Wire {
+				kind = "wire"
+			}
+			fmt.Printf("  %s %s (%s)\n", kind, c, c.Callee)
+		}
+		for _, ds := range dups {
+			for _, d := range ds {
+				fmt.Printf("  code %s %s %s\n", d.Code, d.Name, d.Pos)
+			}
 		}
 		for _, g := range st.getenv {
 			fmt.Println("  getenv " + g)

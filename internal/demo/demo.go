@@ -81,7 +81,7 @@ func BuildWorker(ctx context.Context, root string) error {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", WorkerBinary, err, stderr.String())
+		return fmt.Errorf("go build %s: %w\n%s", WorkerBinary, err, stderr.String())
 	}
 	return nil
 }
@@ -238,6 +238,15 @@ func (r *run) prepare() error {
 	return nil
 }
 
+// composeExit is how Compose ended, as a cause: its wait error, or "exit status 0" for a clean
+// exit, as exec spells the others.
+func (r *run) composeExit() error {
+	if r.composeErr == nil {
+		return errors.New("exit status 0")
+	}
+	return r.composeErr
+}
+
 func (r *run) engineURL() string { return "ws://127.0.0.1:" + strconv.Itoa(r.port) }
 
 // startCompose starts `iii compose --up` in the project; its output is shown with a prefix.
@@ -282,7 +291,7 @@ func (r *run) waitForJob(ctx context.Context) (*Result, error) {
 		select {
 		case <-r.composeDone:
 			r.exitReported = true
-			return nil, fmt.Errorf("iii compose --up exited before the project was ready (%v); its output is above", r.composeErr)
+			return nil, fmt.Errorf("iii compose --up exited before the project was ready (%w); its output is above", r.composeExit())
 		case <-ctx.Done():
 			r.interrupted = !errors.Is(ctx.Err(), context.DeadlineExceeded)
 			return nil, ctx.Err()
@@ -309,7 +318,7 @@ func (r *run) waitForJob(ctx context.Context) (*Result, error) {
 		select {
 		case <-r.composeDone:
 			r.exitReported = true
-			return nil, fmt.Errorf("iii compose --up exited while the demo ran (%v)", r.composeErr)
+			return nil, fmt.Errorf("iii compose --up exited while the demo ran (%w)", r.composeExit())
 		default:
 		}
 		r.step("sandbox::run still running (%v)", time.Since(jobStart).Round(time.Second))
@@ -356,10 +365,10 @@ func (r *run) call(ctx context.Context, timeout time.Duration, out any, fn strin
 			r.interrupted = true
 			return errors.New("interrupted (Ctrl-C)")
 		}
-		return fmt.Errorf("iii call %s: %v: %s", fn, err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("iii call %s: %w: %s", fn, err, strings.TrimSpace(stderr.String()))
 	}
 	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
-		return fmt.Errorf("iii call %s: not the expected reply: %v: %s", fn, err, stdout.String())
+		return fmt.Errorf("iii call %s: not the expected reply: %w: %s", fn, err, stdout.String())
 	}
 	return nil
 }
@@ -430,7 +439,7 @@ func (r *run) stopCompose() error {
 		if r.exitReported || r.interrupted && r.composeErr == nil {
 			return nil
 		}
-		return fmt.Errorf("iii compose --up exited on its own: %v", r.composeErr)
+		return fmt.Errorf("iii compose --up exited on its own: %w", r.composeExit())
 	default:
 	}
 	r.step("stopping Compose (SIGINT)")
@@ -448,7 +457,7 @@ func (r *run) stopCompose() error {
 		return fmt.Errorf("iii compose did not stop within %v of SIGINT; killed it", stopTimeout)
 	}
 	if r.composeErr != nil {
-		return fmt.Errorf("iii compose exited with %v after SIGINT", r.composeErr)
+		return fmt.Errorf("iii compose exited with %w after SIGINT", r.composeExit())
 	}
 	r.step("Compose stopped in %v", time.Since(start).Round(10*time.Millisecond))
 	return nil

@@ -137,7 +137,7 @@ func run(log io.Writer, name string, args ...string) error {
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
 	}
 	if len(out) > 0 && log != io.Discard {
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")

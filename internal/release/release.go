@@ -192,7 +192,7 @@ func BuildBinary(ctx context.Context, root string, p Product, t Target, version,
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build %s for %s: %v\n%s", p.Name, t.Triple, err, stderr.String())
+		return fmt.Errorf("go build %s for %s: %w\n%s", p.Name, t.Triple, err, stderr.String())
 	}
 	return nil
 }

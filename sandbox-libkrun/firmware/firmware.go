@@ -402,7 +402,7 @@ func BuildAgent(ctx context.Context, moduleDir, goarch, out string) error {
 	cmd.Dir = moduleDir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build guest agent: %v\n%s", err, b)
+		return fmt.Errorf("build guest agent: %w\n%s", err, b)
 	}
 	return nil
 }
@@ -438,7 +438,7 @@ func run(ctx context.Context, dir, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, b)
 	}
 	return nil
 }

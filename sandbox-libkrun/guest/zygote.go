@@ -180,7 +180,7 @@ func (a *agent) startZygote(argv0 string) (*zygote, error) {
 	line, err := z.readLine(30 * time.Second)
 	if err != nil || line != "ready" {
 		z.stop()
-		return nil, fmt.Errorf("the interpreter did not start (%q): %v", line, err)
+		return nil, fmt.Errorf("the interpreter did not start (%q): %w", line, err)
 	}
 	return z, nil
 }

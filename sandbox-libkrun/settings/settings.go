@@ -8,6 +8,7 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -207,6 +208,8 @@ func Keys() []string {
 type Error struct {
 	Key     string
 	Message string
+	// Err is the cause, when the message was built from one with %w (a parse error).
+	Err error
 }
 
 // Error names the key and what is wrong with it.
@@ -217,8 +220,12 @@ func (e *Error) Error() string {
 	return "invalid adapter setting `" + e.Key + "`: " + e.Message
 }
 
+// Unwrap returns the cause, so errors.Is and errors.As see through to a parse error.
+func (e *Error) Unwrap() error { return e.Err }
+
 func bad(key, format string, a ...any) *Error {
-	return &Error{Key: key, Message: fmt.Sprintf(format, a...)}
+	err := fmt.Errorf(format, a...)
+	return &Error{Key: key, Message: err.Error(), Err: errors.Unwrap(err)}
 }
 
 // fields maps each key to the function that applies its raw value to s.
@@ -525,7 +532,7 @@ func Parse(doc any) (Settings, []string, error) {
 func ParseJSON(data []byte) (Settings, []string, error) {
 	doc, err := decodeJSON(data)
 	if err != nil {
-		return Defaults(), nil, bad("", "not valid JSON: %v", err)
+		return Defaults(), nil, bad("", "not valid JSON: %w", err)
 	}
 	return Parse(doc)
 }
@@ -534,13 +541,13 @@ func ParseJSON(data []byte) (Settings, []string, error) {
 func ParseYAML(data []byte) (Settings, []string, error) {
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return Defaults(), nil, bad("", "not valid YAML: %v", err)
+		return Defaults(), nil, bad("", "not valid YAML: %w", err)
 	}
 	// Re-encode through JSON so that both sources share one value model (json.Number numbers,
 	// string-keyed maps).
 	raw, err := json.Marshal(doc)
 	if err != nil {
-		return Defaults(), nil, bad("", "unsupported YAML value: %v", err)
+		return Defaults(), nil, bad("", "unsupported YAML value: %w", err)
 	}
 	return ParseJSON(raw)
 }

@@ -47,7 +47,7 @@ func BuildRootDisk(ctx context.Context, root, dst string) error {
 		"-O", "^has_journal,^resize_inode", "-N", strconv.FormatInt(inodes+inodes/8+64, 10),
 		"-E", "root_owner=0:0", "-L", "iii-root", "-d", root, tmpPath, strconv.FormatInt(sizeKB, 10)+"k")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("root disk of %s: %s: %v\n%s", root, Mkfs, err, out)
+		return fmt.Errorf("root disk of %s: %s: %w\n%s", root, Mkfs, err, out)
 	}
 	if err := os.Chmod(tmpPath, 0o600); err != nil {
 		return err

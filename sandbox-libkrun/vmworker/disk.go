@@ -101,7 +101,7 @@ func format(ctx context.Context, mkfs, path string) error {
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", mkfs, filepath.Base(path), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s %s: %w: %s", mkfs, filepath.Base(path), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -2,9 +2,12 @@
 // prints them as error[CODE]: message on stderr.
 package errcode
 
+import "github.com/iii-go/iii/engine/errcode"
+
 const (
-	// InvalidArguments: a flag or argument of `iii update` is not understood.
-	InvalidArguments = "INVALID_ARGUMENTS"
+	// InvalidArguments: a flag or argument of `iii update` is not understood; the engine's code,
+	// declared there.
+	InvalidArguments = errcode.InvalidArguments
 	// UnknownTarget: `iii update TARGET` names a binary the running iii does not manage.
 	UnknownTarget = "UNKNOWN_UPDATE_TARGET"
 	// TargetRemoved: the target is a binary 0.26 no longer ships (iii-worker, iii-init).

@@ -206,7 +206,7 @@ func CheckVersion(ctx context.Context, path, name, version string) error {
 			err = pe.Err
 		}
 		if text != "" {
-			err = fmt.Errorf("%v: %s", err, text)
+			err = fmt.Errorf("%w: %s", err, text)
 		}
 		return errcode.New(errcode.BinaryCheckFailed, "the new %s (v%s) does not run here: `%s --version`: %w", name, version, name, err)
 	}

@@ -90,7 +90,7 @@ func Parse(expr string) (*Schedule, error) {
 	}
 	s, err := parser.Parse(spec)
 	if err != nil {
-		return nil, fmt.Errorf("%q: %v", expr, err)
+		return nil, fmt.Errorf("%q: %w", expr, err)
 	}
 	sch.s = s
 	return sch, nil

@@ -316,7 +316,7 @@ func tarDir(root string, w io.Writer) error {
 func run(ctx context.Context, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, b)
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, b)
 	}
 	return nil
 }

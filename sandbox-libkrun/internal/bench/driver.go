@@ -43,7 +43,7 @@ func measureDriver(ctx context.Context, d *qemu.Driver, rootfs string, n int) (D
 			if err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
 				_ = m.Stop(ctx)
 				os.RemoveAll(state)
-				return DriverStats{}, fmt.Errorf("exec true: %v", err)
+				return DriverStats{}, fmt.Errorf("exec true: %w", err)
 			}
 			ex = append(ex, time.Since(s))
 		}

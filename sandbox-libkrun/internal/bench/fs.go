@@ -275,7 +275,7 @@ func measureFSDriver(ctx context.Context, d *qemu.Driver, rootfs string, n int) 
 		k, err := io.Copy(h2, body)
 		body.Close()
 		if err != nil || k != fsFileSize || !bytes.Equal(h.Sum(nil), h2.Sum(nil)) {
-			return nil, nil, fmt.Errorf("FSRead: %d bytes, %v, or a different sha256", k, err)
+			return nil, nil, fmt.Errorf("FSRead: %d bytes, %w, or a different sha256", k, err)
 		}
 		rd = append(rd, float64(fsFileSize)/time.Since(t0).Seconds()/1e6)
 	}

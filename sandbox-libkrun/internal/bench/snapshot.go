@@ -76,7 +76,7 @@ func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int,
 			_ = m.Stop(ctx)
 			<-m.Done()
 			if err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
-				return fmt.Errorf("restored machine: %v: %v %s", c.Argv, err, res.Stderr)
+				return fmt.Errorf("restored machine: %v: %w %s", c.Argv, err, res.Stderr)
 			}
 			ds = append(ds, dur)
 			if rt, ok := m.(interface{ RestoreTimes() *qemu.RestoreTimes }); ok && rt.RestoreTimes() != nil {

@@ -59,7 +59,7 @@ func (m *machine) FSRead(ctx context.Context, req json.RawMessage) (json.RawMess
 	if err == nil {
 		err = m.send(f)
 		if err != nil {
-			err = fmt.Errorf("%w: %v", ErrStopped, err)
+			err = fmt.Errorf("%w: %w", ErrStopped, err)
 		}
 	}
 	if err == nil {
@@ -102,7 +102,7 @@ func (m *machine) newStreamReader(id uint32, st *proto.Stream) *streamReader {
 		},
 		Grant: func(n int) error {
 			if err := m.send(proto.CreditFrame(id, n)); err != nil {
-				return fmt.Errorf("%w: %v", ErrStopped, err)
+				return fmt.Errorf("%w: %w", ErrStopped, err)
 			}
 			return nil
 		},
@@ -134,7 +134,7 @@ func (m *machine) FSWrite(ctx context.Context, req json.RawMessage, body io.Read
 		return nil, err
 	}
 	if err := m.send(f); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStopped, err)
+		return nil, fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	abort := func(reason string) { _ = m.send(proto.EndFrame(id, reason)) }
 	buf := make([]byte, proto.StreamChunk)
@@ -149,7 +149,7 @@ func (m *machine) FSWrite(ctx context.Context, req json.RawMessage, body io.Read
 				return nil, err
 			}
 			if err := m.send(proto.Frame{Type: proto.TypeData, ID: id, Payload: buf[:n]}); err != nil {
-				return nil, fmt.Errorf("%w: %v", ErrStopped, err)
+				return nil, fmt.Errorf("%w: %w", ErrStopped, err)
 			}
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
@@ -161,7 +161,7 @@ func (m *machine) FSWrite(ctx context.Context, req json.RawMessage, body io.Read
 		}
 	}
 	if err := m.send(proto.EndFrame(id, "")); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStopped, err)
+		return nil, fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	for {
 		f, err := m.next(ctx, st)

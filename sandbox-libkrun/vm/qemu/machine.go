@@ -344,7 +344,7 @@ func waitPath(ctx context.Context, path string, p *proc) error {
 			return nil
 		}
 		if p.exited() {
-			return fmt.Errorf("exited before creating its socket (%v)", p.err)
+			return fmt.Errorf("exited before creating its socket (%w)", p.err)
 		}
 		if err := pollWait(ctx); err != nil {
 			return errors.New("socket did not appear in time")
@@ -359,10 +359,10 @@ func dialCtrl(ctx context.Context, path string, qemu *proc) (net.Conn, error) {
 			return c, nil
 		}
 		if qemu.exited() {
-			return nil, fmt.Errorf("qemu exited during start (%v)", qemu.err)
+			return nil, fmt.Errorf("qemu exited during start (%w)", qemu.err)
 		}
 		if err := pollWait(ctx); err != nil {
-			return nil, fmt.Errorf("control socket did not open: %v", err)
+			return nil, fmt.Errorf("control socket did not open: %w", err)
 		}
 	}
 }
@@ -500,7 +500,7 @@ func (m *machine) request(ctx context.Context, t proto.Type, v any) (json.RawMes
 		return nil, err
 	}
 	if err := m.send(f); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStopped, err)
+		return nil, fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	return m.await(ctx, c)
 }
@@ -557,7 +557,7 @@ func (m *machine) Exec(ctx context.Context, req vm.ExecRequest) (vm.ExecResult, 
 	}
 	start := time.Now()
 	if err := m.send(f); err != nil {
-		return vm.ExecResult{}, fmt.Errorf("%w: %v", ErrStopped, err)
+		return vm.ExecResult{}, fmt.Errorf("%w: %w", ErrStopped, err)
 	}
 	// The guest enforces the timeout; the host waits a grace period beyond it before giving up.
 	var guard <-chan time.Time

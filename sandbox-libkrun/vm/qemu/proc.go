@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"syscall"
@@ -19,7 +20,7 @@ type proc struct {
 	name string
 	cmd  *exec.Cmd
 	done chan struct{}
-	err  error
+	err  error // how it ended once done is closed, never nil: see startProc
 }
 
 // startProc starts argv with its output to log. small asks for a process whose memory is
@@ -55,7 +56,11 @@ func startProcWith(name string, argv []string, log *os.File, fd3 *os.File, start
 		return nil, err
 	}
 	go func() {
-		p.err = cmd.Wait()
+		// A clean exit is recorded as "exit status 0", as exec spells the others, so the
+		// errors that report an early exit always have a cause to wrap.
+		if p.err = cmd.Wait(); p.err == nil {
+			p.err = errors.New("exit status 0")
+		}
 		close(p.done)
 	}()
 	return p, nil

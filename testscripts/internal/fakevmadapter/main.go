@@ -225,7 +225,7 @@ func resolveToken(env map[string]string) error {
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("reading the project token: %v", err)
+		return fmt.Errorf("reading the project token: %w", err)
 	}
 	delete(env, "III_TOKEN_FILE")
 	env["III_TOKEN"] = strings.TrimSpace(string(b))
