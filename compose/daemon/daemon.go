@@ -24,19 +24,6 @@ import (
 	"github.com/iii-go/iii/engine/protocol"
 )
 
-// Function ids served by the daemon.
-const (
-	FnUp       = "compose::up"
-	FnDown     = "compose::down"
-	FnStatus   = "compose::status"
-	FnRestart  = "compose::restart"
-	FnUpdate   = "compose::update"
-	FnAdd      = "compose::add"
-	FnRemove   = "compose::remove"
-	FnStop     = "compose::stop"
-	FnValidate = "compose::validate"
-)
-
 // Deps are the compose-file and package operations the daemon delegates.
 type Deps struct {
 	// Load parses the compose file at path.
@@ -158,28 +145,9 @@ func decodeRequest(id string, raw json.RawMessage) (Request, error) {
 	return r, r.checkWorker(id)
 }
 
-// Register adds the compose::* handlers to w.
+// Register adds the compose::* functions (handlers.go) to w.
 func (d *Daemon) Register(w *protocol.Worker) error {
-	handlers := map[string]struct {
-		desc string
-		fn   func(ctx context.Context, r Request) (any, error)
-		mut  bool
-	}{
-		FnUp:       {"Start the project, or a container and what it depends on", d.up, true},
-		FnDown:     {"Stop the project, or a container and its dependents", d.down, true},
-		FnStatus:   {"The project's containers and their state", d.status, false},
-		FnRestart:  {"Restart a container, or re-read the compose file and restart the project", d.restart, true},
-		FnUpdate:   {"Update package workers (worker=NAME[@VERSION] or all)", d.update, true},
-		FnAdd:      {"Add workers to the compose file and start them", d.add, true},
-		FnRemove:   {"Remove workers from the compose file and stop them", d.remove, true},
-		FnStop:     {"Stop the daemon, its workers and its managed engine", d.stop, false},
-		FnValidate: {"Check the compose file without starting anything", d.validate, false},
-	}
-	for id, h := range d.moreHandlers() {
-		handlers[id] = h
-	}
-	for id, h := range handlers {
-		h := h
+	for id, h := range d.functions() {
 		fn := func(ctx context.Context, raw json.RawMessage) (any, error) {
 			r, err := decodeRequest(id, raw)
 			if err != nil {
@@ -195,7 +163,7 @@ func (d *Daemon) Register(w *protocol.Worker) error {
 				d.opMu.Lock()
 				defer d.opMu.Unlock()
 			}
-			out, err := h.fn(ctx, r)
+			out, err := h.handler(ctx, r)
 			if err != nil {
 				return out, coded(err)
 			}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/errcode"
-	"github.com/iii-go/iii/compose/project"
 )
 
 // ComposeFileSchemaID is the pseudo function id compose::schema answers with the JSON Schema of
@@ -56,37 +55,6 @@ var fieldSchemas = map[string]any{
 		"description": "true (default): answer with the operation's result once it is over; false: answer at once with {operation_id, status: accepted} and follow it with compose::operation"},
 }
 
-type fnInfo struct {
-	desc       string
-	fields     []string
-	response   any
-	timeout    time.Duration
-	idempotent bool
-}
-
-// functions documents every compose::* function: request fields, response type, default
-// timeout and idempotency, as iii's Compose documents them.
-func functions() map[string]fnInfo {
-	base := []string{"namespace", "file"}
-	with := func(extra ...string) []string { return append(append([]string(nil), base...), extra...) }
-	return map[string]fnInfo{
-		FnUp:        {"Start the project, or a container and what it depends on", with("container"), project.Result{}, 600 * time.Second, true},
-		FnDown:      {"Stop the project, or a container and its dependents", with("container"), project.Result{}, 60 * time.Second, true},
-		FnStatus:    {"The project's containers and their state", with(), Status{}, 10 * time.Second, true},
-		FnList:      {"The daemon and the projects it runs", []string{"namespace"}, ListReply{}, 10 * time.Second, true},
-		FnLogs:      {"The workers' logs: a snapshot, or what they wrote after a cursor", with("container", "worker", "cursors", "tail", "stream", "wait_ms"), LogsReply{}, 10 * time.Second, true},
-		FnValidate:  {"Check the compose file without starting anything", with(), validateReply{}, 10 * time.Second, true},
-		FnAdd:       {"Add workers to the compose file and start them", with("worker", "workers", "operation_id", "wait"), AddResult{}, 600 * time.Second, false},
-		FnRemove:    {"Remove workers from the compose file and stop them", with("worker", "workers", "operation_id", "wait"), RemoveResult{}, 600 * time.Second, true},
-		FnRestart:   {"Restart a container, or re-read the compose file and restart the project", with("container", "worker"), project.RestartResult{}, 600 * time.Second, false},
-		FnUpdate:    {"Update package workers (worker=NAME[@VERSION] or all)", with("worker", "operation_id", "wait"), UpdateResult{}, 600 * time.Second, false},
-		FnStop:      {"Stop the daemon, its workers and its managed engine", []string{"namespace"}, stopReply{}, 30 * time.Second, false},
-		FnSchema:    {"Request and response schemas of the compose::* functions; function_id=worker-compose.yaml gives the file's JSON Schema and an example", []string{"namespace", "function_id"}, SchemaReply{}, 10 * time.Second, true},
-		FnOperation: {"A snapshot of an add, remove or update operation", []string{"namespace", "operation_id", "progress_operation_id"}, Operation{}, 10 * time.Second, true},
-		FnCancel:    {"Cancel an operation and roll back what it changed", []string{"namespace", "operation_id", "progress_operation_id"}, cancelReply{}, 10 * time.Second, true},
-	}
-}
-
 // validateReply is the reply of compose::validate.
 type validateReply struct {
 	Namespace        string   `json:"namespace"`
@@ -114,7 +82,7 @@ func (d *Daemon) schema(_ context.Context, r Request) (any, error) {
 			Description: "The JSON Schema of worker-compose.yaml, and an example file", Idempotent: true,
 			Schema: composefile.Schema(), Example: composefile.Example}}}, nil
 	}
-	fns := functions()
+	fns := d.functions()
 	ids := slices.Sorted(maps.Keys(fns))
 	if r.FunctionID != "" {
 		if _, ok := fns[r.FunctionID]; !ok {
@@ -129,14 +97,14 @@ func (d *Daemon) schema(_ context.Context, r Request) (any, error) {
 	return out, nil
 }
 
-func describe(id string, f fnInfo) FunctionSchema {
+func describe(id string, f function) FunctionSchema {
 	props := map[string]any{}
 	for _, name := range f.fields {
 		props[name] = fieldSchemas[name]
 	}
 	req, _ := json.Marshal(map[string]any{"type": "object", "additionalProperties": false, "properties": props})
 	resp, _ := json.Marshal(typeSchema(reflect.TypeOf(f.response)))
-	return FunctionSchema{FunctionID: id, Description: f.desc, Request: req, Response: resp,
+	return FunctionSchema{FunctionID: id, Description: f.description(), Request: req, Response: resp,
 		DefaultTimeoutMS: f.timeout.Milliseconds(), Idempotent: f.idempotent}
 }
 
