@@ -57,7 +57,7 @@ type Options struct {
 	// workers inherit. nil is an empty one.
 	LookupEnv func(string) (string, bool)
 	Namespace string
-	// Deps are the compose-file and package operations (part 1's packages).
+	// Deps are the compose-file and package operations the daemon delegates (daemon.Deps).
 	Deps daemon.Deps
 	// PackageCache is the package cache directory (an adapter host root).
 	PackageCache string

@@ -7,11 +7,10 @@ import (
 
 // WriteText writes each payload as one final WebSocket text frame (RFC 6455 §5.2), all of them
 // with one socket write (or one per MaxHeld bytes). Clients pass mask true: their frames carry
-// a random masking key, as the RFC requires of them; servers send unmasked frames. It is for a
-// connection without negotiated extensions, whose WebSocket library writes only whole frames
-// with one Write each (control frames), so that frames never interleave. Control frames that
-// wait go out before each socket write; once a close frame is queued, WriteText sends no more
-// data and fails with ErrCloseSent.
+// a random masking key, as the RFC requires of them; servers send unmasked frames. The
+// connection has no negotiated extensions, and every frame goes out whole under c.mu, so frames
+// never interleave. Control frames that wait go out before each socket write; once a close frame
+// is queued, WriteText sends no more data and fails with ErrCloseSent.
 func (c *Conn) WriteText(payloads [][]byte, mask bool) error {
 	var keys []byte
 	if mask {
