@@ -20,7 +20,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"maps"
 	"regexp"
@@ -503,6 +502,3 @@ func (w *Worker) expansion(trusted bool) interpolate.Lookup {
 	}
 	return nil
 }
-
-// String describes the store for logs.
-func (w *Worker) String() string { return fmt.Sprintf("configuration (fs: %s)", w.store.dir) }

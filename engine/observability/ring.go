@@ -55,8 +55,6 @@ func (r *ring[T]) add(v T, size int, now time.Time) {
 	r.bytes += size
 }
 
-func (r *ring[T]) len() int { return r.n }
-
 func (r *ring[T]) popOldest() {
 	r.bytes -= r.buf[r.start].size
 	r.buf[r.start] = nil

@@ -133,12 +133,6 @@ func At(dir string) Paths {
 	return Paths{Dir: dir, Kernel: filepath.Join(dir, KernelFile), Initrd: filepath.Join(dir, InitrdFile), Manifest: filepath.Join(dir, ManifestFile)}
 }
 
-// Locate returns the installed firmware, or the host check's error naming the missing file and
-// the fix.
-func Locate() (Paths, error) {
-	return LocateFor(guestarch.Host())
-}
-
 // LocateFor returns the installed firmware of guest architecture a, or the host check's error.
 func LocateFor(a guestarch.Arch) (Paths, error) {
 	p := At(DirFor(a))

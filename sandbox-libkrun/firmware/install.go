@@ -17,10 +17,6 @@ import (
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 
-// Bundled returns the firmware the running adapter carries: the firmware/ directory beside its
-// executable (symbolic links resolved), and whether it holds a manifest.
-func Bundled() (Paths, bool) { return BundledFor(guestarch.Host()) }
-
 // BundledFor returns the firmware of guest architecture a that the running adapter carries
 // (BundleDirFor beside its executable), and whether it holds a manifest.
 func BundledFor(a guestarch.Arch) (Paths, bool) {

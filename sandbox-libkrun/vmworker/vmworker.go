@@ -140,9 +140,6 @@ func (m *Manager) Handlers() map[string]Handler {
 	}
 }
 
-// Roots returns the host roots.
-func (m *Manager) Roots() []string { return m.opt.Roots.List() }
-
 // MountSpec is an extra host directory for a VM worker.
 type MountSpec struct {
 	Host     string `json:"host"`

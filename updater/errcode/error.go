@@ -18,9 +18,6 @@ func Usagef(code, format string, args ...any) *Error { return errcode.Usagef(cod
 // CodeOf returns the code of the first *Error in err's chain, or "" when there is none.
 func CodeOf(err error) string { return errcode.CodeOf(err) }
 
-// As returns the first *Error in err's chain, or err under the fallback code.
-func As(err error, fallback string) *Error { return errcode.As(err, fallback) }
-
 // Exit prints err as error[CODE]: message (INVALID_ARGUMENTS when it has no code) and returns
 // the exit status of `iii update`: 0 for nil, 2 for a usage error, 1 otherwise.
 func Exit(w io.Writer, err error) int { return errcode.Exit(w, err, InvalidArguments) }

@@ -133,9 +133,6 @@ func QemuInstall(goos string, a guestarch.Arch) string {
 	return "apt-get install " + a.QemuPackage
 }
 
-// QemuPath is the qemu binary for guests of the host's architecture (QemuPathFor).
-func QemuPath() string { return QemuPathFor(guestarch.Host()) }
-
 // QemuPathFor is the qemu binary the driver uses by default for guests of a: a.Qemu on PATH; on
 // macOS, where an adapter started by Compose may lack Homebrew's directory in PATH, Homebrew's
 // copy when PATH has none.
