@@ -357,7 +357,7 @@ func (d *Daemon) validate(_ context.Context, r Request) (any, error) {
 	return map[string]any{"namespace": f.Namespace, "start_order": f.StartOrder(), "deferred_packages": nonNil(deferred)}, nil
 }
 
-// ErrNotAvailable is returned when a Deps operation is missing.
+// notAvailable is the error of a Deps operation this build lacks.
 func notAvailable(what string) error {
 	return errcode.New(errcode.DaemonNotAvailable, "%s is not available in this build", what)
 }
