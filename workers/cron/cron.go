@@ -36,6 +36,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/condition"
 	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
@@ -52,12 +53,6 @@ type Tick struct {
 
 // Fire delivers a tick.
 type Fire func(t protocol.Trigger, tick Tick)
-
-// Caller calls function fn in namespace ns ("" is the worker's) and returns its answer.
-type Caller func(ctx context.Context, fn, ns string, payload any) (json.RawMessage, error)
-
-// ConditionTimeout bounds a call of a trigger's condition function.
-const ConditionTimeout = 10 * time.Second
 
 // Schedule is a parsed expression.
 type Schedule struct {
@@ -156,7 +151,7 @@ type Service struct {
 	ctx  context.Context
 	// Call answers triggers' condition functions; without it a trigger naming one is refused.
 	// Set it before the service is used.
-	Call Caller
+	Call condition.Caller
 
 	mu   sync.Mutex
 	jobs map[string]context.CancelFunc
@@ -232,7 +227,7 @@ func (s *Service) UnregisterTrigger(_ context.Context, t protocol.Trigger) error
 	return nil
 }
 
-func (s *Service) run(ctx context.Context, t protocol.Trigger, sch *Schedule, job, condition string) {
+func (s *Service) run(ctx context.Context, t protocol.Trigger, sch *Schedule, job, condFn string) {
 	for {
 		next := sch.Next(time.Now())
 		if next.IsZero() {
@@ -250,7 +245,7 @@ func (s *Service) run(ctx context.Context, t protocol.Trigger, sch *Schedule, jo
 		}
 		tick := Tick{Trigger: "cron", JobID: t.ID, ScheduledTime: next.UTC().Format(time.RFC3339Nano),
 			ActualTime: time.Now().UTC().Format(time.RFC3339Nano)}
-		if condition != "" && !s.passes(ctx, t, condition, tick) {
+		if condFn != "" && !s.passes(ctx, t, condFn, tick) {
 			continue
 		}
 		s.fire(t, tick)
@@ -259,15 +254,12 @@ func (s *Service) run(ctx context.Context, t protocol.Trigger, sch *Schedule, jo
 
 // passes calls the trigger's condition function with tick: true unless it answers false or
 // fails.
-func (s *Service) passes(ctx context.Context, t protocol.Trigger, condition string, tick Tick) bool {
-	ctx, cancel := context.WithTimeout(ctx, ConditionTimeout)
-	defer cancel()
-	res, err := s.Call(ctx, condition, t.Namespace, tick)
+func (s *Service) passes(ctx context.Context, t protocol.Trigger, condFn string, tick Tick) bool {
+	ok, err := condition.Ask(ctx, s.Call, condFn, t.Namespace, tick)
 	if err != nil {
-		s.log.Warn("cron trigger condition failed; handler skipped", "trigger_id", t.ID, "condition_function_id", condition, "err", err)
-		return false
+		s.log.Warn("cron trigger condition failed; handler skipped", "trigger_id", t.ID, "condition_function_id", condFn, "err", err)
 	}
-	return strings.TrimSpace(string(res)) != "false"
+	return ok
 }
 
 // claim reports whether this worker fires the tick at: the first to create its key.

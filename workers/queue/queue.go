@@ -42,7 +42,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +53,7 @@ import (
 	"github.com/iii-go/iii/engine/backoff"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/condition"
 	"github.com/iii-go/iii/workers/triggerkeys"
 )
 
@@ -558,7 +558,7 @@ func (s *Service) passes(tg target, ns string, data json.RawMessage, timeout tim
 	if err != nil {
 		return false, fmt.Errorf("condition function %s: %w", tg.condition, err)
 	}
-	return strings.TrimSpace(string(res)) != "false", nil
+	return condition.Allows(res), nil
 }
 
 // sleep waits d; false when the worker stops.

@@ -53,12 +53,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/condition"
 	"github.com/iii-go/iii/workers/jsstore"
 	"github.com/iii-go/iii/workers/triggerkeys"
 )
@@ -91,12 +91,6 @@ const (
 // Fire delivers an event to a trigger's function.
 type Fire func(t protocol.Trigger, ev Event)
 
-// Caller calls function fn in namespace ns ("" is the worker's) and returns its answer.
-type Caller func(ctx context.Context, fn, ns string, payload any) (json.RawMessage, error)
-
-// ConditionTimeout bounds a call of a trigger's condition function.
-const ConditionTimeout = 10 * time.Second
-
 // Service is the state worker's logic over one bucket.
 type Service struct {
 	kv   jetstream.KeyValue
@@ -107,7 +101,7 @@ type Service struct {
 	MaxValueBytes int
 	// Call answers triggers' condition functions; without it a trigger naming one is refused.
 	// Log, when set, reports conditions that failed. Set both before the service is used.
-	Call Caller
+	Call condition.Caller
 	Log  *slog.Logger
 
 	mu       sync.Mutex
@@ -508,14 +502,9 @@ func (s *Service) changed(scope, key string, old, nw json.RawMessage) {
 
 // passes calls the trigger's condition function with ev: true unless it answers false or fails.
 func (s *Service) passes(st stateTrigger, ev Event) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), ConditionTimeout)
-	defer cancel()
-	res, err := s.Call(ctx, st.condition, st.t.Namespace, ev)
-	if err != nil {
-		if s.Log != nil {
-			s.Log.Warn("state trigger condition failed; handler skipped", "trigger_id", st.t.ID, "condition_function_id", st.condition, "err", err)
-		}
-		return false
+	ok, err := condition.Ask(context.Background(), s.Call, st.condition, st.t.Namespace, ev)
+	if err != nil && s.Log != nil {
+		s.Log.Warn("state trigger condition failed; handler skipped", "trigger_id", st.t.ID, "condition_function_id", st.condition, "err", err)
 	}
-	return strings.TrimSpace(string(res)) != "false"
+	return ok
 }

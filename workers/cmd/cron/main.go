@@ -10,12 +10,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/condition"
 	"github.com/iii-go/iii/workers/cron"
 	"github.com/iii-go/iii/workers/jsstore"
 	"github.com/iii-go/iii/workers/wmain"
@@ -59,13 +59,7 @@ func main() {
 			st.Close()
 			return nil, err
 		}
-		svc.Call = func(ctx context.Context, fn, ns string, payload any) (json.RawMessage, error) {
-			var opts []protocol.CallOption
-			if ns != "" {
-				opts = append(opts, protocol.InNamespace(ns))
-			}
-			return w.Call(ctx, fn, payload, opts...)
-		}
+		svc.Call = condition.Through(w)
 		if err := w.RegisterTriggerType("cron", "Calls the function on a schedule: {expression, condition_function_id?}, the expression with seconds (6 or 7 fields)", svc); err != nil {
 			st.Close()
 			return nil, err

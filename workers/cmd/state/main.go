@@ -21,6 +21,7 @@ import (
 
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/workers/condition"
 	"github.com/iii-go/iii/workers/jsstore"
 	"github.com/iii-go/iii/workers/state"
 	"github.com/iii-go/iii/workers/wmain"
@@ -80,7 +81,7 @@ func main() {
 			return nil, err
 		}
 		svc.MaxValueBytes = cfg.MaxValueBytes
-		svc.Call, svc.Log = condCaller(w), log
+		svc.Call, svc.Log = condition.Through(w), log
 		for id, h := range map[string]func(context.Context, json.RawMessage) (any, error){
 			"state::set": svc.Set, "state::get": svc.Get, "state::delete": svc.Delete, "state::update": svc.Update,
 			"state::list": svc.List, "state::list_groups": svc.ListGroups, "state::list_keys": svc.ListKeys,
@@ -97,15 +98,4 @@ func main() {
 		}
 		return st.Close, nil
 	}}.Run(os.LookupEnv)
-}
-
-// condCaller calls a trigger's condition function in the trigger's namespace.
-func condCaller(w *protocol.Worker) state.Caller {
-	return func(ctx context.Context, fn, ns string, payload any) (json.RawMessage, error) {
-		var opts []protocol.CallOption
-		if ns != "" {
-			opts = append(opts, protocol.InNamespace(ns))
-		}
-		return w.Call(ctx, fn, payload, opts...)
-	}
 }
