@@ -2,6 +2,7 @@ package vm
 
 import (
 	"context"
+	"errors"
 	"io"
 	"syscall"
 	"time"
@@ -117,3 +118,6 @@ type ProcessError struct {
 }
 
 func (e *ProcessError) Error() string { return e.Message }
+
+// ErrProcessesUnsupported is a machine whose guest agent predates processes (revision 9).
+var ErrProcessesUnsupported = errors.New("the guest agent does not run processes (agent revision < 9)")
