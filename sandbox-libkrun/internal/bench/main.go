@@ -1,7 +1,8 @@
 // Command bench measures the sandbox adapter's costs on this host: the floor is a bare qemu boot
 // of the firmware's kernel and initramfs running nothing but `true`; sandbox::run is timed end to
 // end through an in-process engine, its sandbox router and the adapter, cold and with a warm pool.
-// The fs section times fs::write and fs::read of a 32 MiB file through stream channels.
+// The fs section times fs::write and fs::read of a 32 MiB file through stream channels; the
+// process section streamed exec, a large stdout and re-attached background processes.
 // A last section does the same cold for the other guest architecture (aarch64 on an x86_64 host,
 // under TCG emulation), over virtiofs and over 9p (the share of macOS).
 package main
@@ -33,6 +34,7 @@ func main() {
 	guestArch := flag.String("guest-arch", other.Name, "architecture of the last section's guests (empty: no such section)")
 	guestFW := flag.String("guest-firmware", "", "VM firmware directory of -guest-arch (default dist/firmware/<its linux target>, else the installed one)")
 	fsOnly := flag.Bool("fs", false, "run only the fs::read / fs::write section")
+	procOnly := flag.Bool("processes", false, "run only the streamed exec and background process section")
 	snapOnly := flag.Bool("snapshots", false, "run only the floor, the snapshot section and sandbox::run cold with snapshots off and from a snapshot")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -46,6 +48,10 @@ func main() {
 	fmt.Printf("accelerator %s (asked: %s); firmware %s; the floor and every sandbox::run below run under it\n", d.Accel(), *accel, *fw)
 	if *fsOnly {
 		fsSection(ctx, d, *n)
+		return
+	}
+	if *procOnly {
+		processSection(ctx, d, *n)
 		return
 	}
 	floor, floorPhases, err := measureFloor(ctx, d, *n)
@@ -84,6 +90,7 @@ func main() {
 
 	runSection(ctx, d, *n, floor, preset.Name, runModes)
 	fsSection(ctx, d, *n)
+	processSection(ctx, d, *n)
 	if *guestArch != "" {
 		if err := guestSection(ctx, *guestArch, *guestFW, *accel, *n); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: guest arch:", err)
