@@ -180,3 +180,46 @@ func TestCitationPatterns(t *testing.T) {
 		t.Error("findingID does not match F and one or two digits alone")
 	}
 }
+
+// envName matches an III_* variable name.
+var envName = regexp.MustCompile(`\bIII_[A-Z0-9_]*[A-Z0-9]\b`)
+
+// TestEnvironmentTable fails when a .go file of any module names an III_* variable that
+// docs/environment.md does not list, or the page lists one no .go file names: the page is the
+// one table of them.
+func TestEnvironmentTable(t *testing.T) {
+	doc, err := os.ReadFile("docs/environment.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, n := range envName.FindAllString(string(doc), -1) {
+		documented[n] = true
+	}
+	used := map[string]string{}
+	err = walkGo(func(path string) error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, n := range envName.FindAllString(string(b), -1) {
+			if _, ok := used[n]; !ok {
+				used[n] = path
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n, path := range used {
+		if !documented[n] {
+			t.Errorf("%s names %s, which docs/environment.md does not list; add a row saying who reads it and what it means", path, n)
+		}
+	}
+	for n := range documented {
+		if _, ok := used[n]; !ok {
+			t.Errorf("docs/environment.md lists %s, which no .go file names any more; drop its row", n)
+		}
+	}
+}
