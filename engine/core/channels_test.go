@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -57,8 +58,9 @@ func abortDetail(t *testing.T, err error) string {
 }
 
 func TestChannelRoundTrip(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, map[string]any{})
 	if p.Reader.Direction != "read" || p.Writer.Direction != "write" || p.Reader.ChannelID != p.ChannelID ||
 		p.Reader.AccessKey == p.Writer.AccessKey || len(p.Reader.AccessKey) != 64 {
@@ -98,8 +100,8 @@ func TestChannelRoundTrip(t *testing.T) {
 }
 
 func TestChannelAccess(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
 	bad := p.Reader
@@ -131,8 +133,9 @@ func TestChannelAccess(t *testing.T) {
 }
 
 func TestChannelWriterAbort(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
 	wr, err := protocol.DialWriter(ctx, url, p.Writer)
@@ -176,8 +179,8 @@ func rawWriter(t *testing.T, url string, ref protocol.ChannelRef) *websocket.Con
 }
 
 func TestChannelWriterDrops(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
 	raw := rawWriter(t, url, p.Writer)
@@ -200,8 +203,8 @@ func TestChannelWriterDrops(t *testing.T) {
 }
 
 func TestChannelFrameLimit(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
 	raw := rawWriter(t, url, p.Writer)
@@ -219,8 +222,9 @@ func TestChannelFrameLimit(t *testing.T) {
 }
 
 func TestChannelReaderLeaves(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, map[string]int{"buffer_size": 1})
 	ctx := context.Background()
 	wr, err := protocol.DialWriter(ctx, url, p.Writer)
@@ -249,8 +253,9 @@ func TestChannelReaderLeaves(t *testing.T) {
 }
 
 func TestChannelIdleDeadline(t *testing.T) {
-	e, url := startEngine(t, Options{ChannelIdle: 100 * time.Millisecond})
-	w := worker(t, url, "default", nil)
+	e := New(Options{ChannelIdle: 100 * time.Millisecond})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	waitChannels(t, e, 0) // nobody connected: forgotten
 	if _, err := protocol.DialReader(context.Background(), url, p.Reader); err == nil || !strings.Contains(err.Error(), "404") {
@@ -270,7 +275,8 @@ func TestChannelIdleDeadline(t *testing.T) {
 }
 
 func TestChannelShutdownAborts(t *testing.T) {
-	_, url, stop := serveEngine(t, Options{})
+	srv := enginetest.Start(t, New(Options{}))
+	url, stop := srv.URL, srv.Stop
 	w := protocol.NewWorker(protocol.Config{URL: url, Name: "t", NoReconnect: true})
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -291,7 +297,7 @@ func TestChannelShutdownAborts(t *testing.T) {
 
 // BenchmarkChannel10MiB moves 10 MiB through a channel per iteration.
 func BenchmarkChannel10MiB(b *testing.B) {
-	_, url, _ := serveEngine(b, Options{})
+	url := enginetest.Start(b, New(Options{})).URL
 	w := protocol.NewWorker(protocol.Config{URL: url, Name: "bench", NoReconnect: true})
 	if err := w.Start(context.Background()); err != nil {
 		b.Fatal(err)
@@ -347,14 +353,15 @@ func TestChannelBytesBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: moves bulk frames, too slow for the race pass; the plain run covers it")
 	}
-	e, url := startEngine(t, Options{ChannelBytes: 2 << 20, ChannelAttach: 300 * time.Millisecond})
-	w := worker(t, url, "default", nil)
+	e := New(Options{ChannelBytes: 2 << 20, ChannelAttach: 300 * time.Millisecond})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, map[string]any{"buffer_size": 1024})
 	raw := rawWriter(t, url, p.Writer)
 	writeFrames(raw, 64, 1<<20, false)
-	waitFor(t, "2 MiB buffered", func() bool { return e.ChannelBytes() == 2<<20 })
+	enginetest.Eventually(t, "2 MiB buffered", 20*time.Second, func() bool { return e.ChannelBytes() == 2<<20 })
 	raw.CloseNow()
-	waitFor(t, "the channel of the dropped writer to be forgotten", func() bool { return e.ChannelBytes() == 0 && e.ChannelCount() == 0 })
+	enginetest.Eventually(t, "the channel of the dropped writer to be forgotten", 20*time.Second, func() bool { return e.ChannelBytes() == 0 && e.ChannelCount() == 0 })
 	if _, err := protocol.DialReader(context.Background(), url, p.Reader); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("reader of a forgotten channel: %v", err)
 	}
@@ -363,14 +370,15 @@ func TestChannelBytesBounded(t *testing.T) {
 // TestChannelBudgetShared: all channels together buffer at most Options.ChannelBudget; a writer
 // past it waits and goes on once a reader frees some.
 func TestChannelBudgetShared(t *testing.T) {
-	e, url := startEngine(t, Options{ChannelBytes: 2 << 20, ChannelBudget: 3 << 20})
-	w := worker(t, url, "default", nil)
+	e := New(Options{ChannelBytes: 2 << 20, ChannelBudget: 3 << 20})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p1 := channelPair(t, w, nil)
 	p2 := channelPair(t, w, nil)
 	writeFrames(rawWriter(t, url, p1.Writer), 8, 1<<20, false)
-	waitFor(t, "channel 1 full", func() bool { return e.ChannelBytes() == 2<<20 })
+	enginetest.Eventually(t, "channel 1 full", 20*time.Second, func() bool { return e.ChannelBytes() == 2<<20 })
 	writeFrames(rawWriter(t, url, p2.Writer), 4, 1<<20, true)
-	waitFor(t, "the engine budget full", func() bool { return e.ChannelBytes() == 3<<20 })
+	enginetest.Eventually(t, "the engine budget full", 20*time.Second, func() bool { return e.ChannelBytes() == 3<<20 })
 	rd, err := protocol.DialReader(context.Background(), url, p2.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -384,8 +392,8 @@ func TestChannelBudgetShared(t *testing.T) {
 
 // TestChannelCountLimit: the engine holds at most Options.MaxChannels channels.
 func TestChannelCountLimit(t *testing.T) {
-	_, url := startEngine(t, Options{MaxChannels: 3, ChannelShare: 3})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{MaxChannels: 3, ChannelShare: 3})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	for range 3 {
 		channelPair(t, w, nil)
 	}
@@ -398,8 +406,9 @@ func TestChannelCountLimit(t *testing.T) {
 // TestChannelAttachDeadline: a channel whose ends do not both connect within
 // Options.ChannelAttach is aborted and forgotten, long before the idle deadline.
 func TestChannelAttachDeadline(t *testing.T) {
-	e, url := startEngine(t, Options{ChannelAttach: 100 * time.Millisecond})
-	w := worker(t, url, "default", nil)
+	e := New(Options{ChannelAttach: 100 * time.Millisecond})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	channelPair(t, w, nil)
 	waitChannels(t, e, 0)
 	p := channelPair(t, w, nil)
@@ -418,8 +427,9 @@ func TestChannelAttachDeadline(t *testing.T) {
 // TestChannelsAllocateLazily: a created channel costs no buffer until frames come (review row
 // #24: 27.9 KiB each before).
 func TestChannelsAllocateLazily(t *testing.T) {
-	e, url := startEngine(t, Options{MaxChannels: 5000, ChannelShare: 5000})
-	w := worker(t, url, "default", nil)
+	e := New(Options{MaxChannels: 5000, ChannelShare: 5000})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	h0 := heapInUse()
 	const n = 5000
 	for range n {
@@ -438,8 +448,9 @@ func TestChannelsAllocateLazily(t *testing.T) {
 // one never connected is forgotten without waiting for the attach deadline, and a connected
 // reader gets the abort. A wrong key is FORBIDDEN; an unknown channel is no error.
 func TestChannelRemove(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	idle := channelPair(t, w, map[string]any{})
 	live := channelPair(t, w, map[string]any{})
@@ -467,8 +478,9 @@ func TestChannelRemove(t *testing.T) {
 // MaxChannels; engine::channels::remove_many removes several in one call, a wrong key failing
 // the call (FORBIDDEN) without keeping the others.
 func TestChannelsManyAtOnce(t *testing.T) {
-	e, url := startEngine(t, Options{MaxChannels: 5, ChannelShare: 5})
-	w := worker(t, url, "default", nil)
+	e := New(Options{MaxChannels: 5, ChannelShare: 5})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	for _, bad := range []map[string]any{{}, {"count": 0}, {"count": protocol.MaxChannelsPerCall + 1}, {"count": 2, "buffer_size": 0}} {
 		if _, err := w.Call(ctx, protocol.FnCreateChannels, bad); protocol.AsError(err).Code != errcode.InvalidArguments {
@@ -523,8 +535,8 @@ func TestChannelsManyAtOnce(t *testing.T) {
 // engine::channels::await_peer answers once the end opposite the given one connects, or once a
 // listed channel is gone; a wrong key is FORBIDDEN.
 func TestChannelAwaitPeer(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	pairs, err := w.CreateChannels(ctx, 2)
 	if err != nil {
@@ -591,12 +603,13 @@ func createFails(t *testing.T, w *protocol.Worker, want string) {
 // One connection holds at most a quarter of the engine's channels; the channels a trusted
 // worker created stay after it leaves, for the ends it handed the keys to.
 func TestChannelShareOfOneConnection(t *testing.T) {
-	e, url := startEngine(t, Options{MaxChannels: 8})
-	greedy := worker(t, url, "default", nil)
+	e := New(Options{MaxChannels: 8})
+	url := enginetest.Start(t, e).URL
+	greedy := enginetest.Worker(t, url, "default", nil)
 	channelPair(t, greedy, nil)
 	used := channelPair(t, greedy, nil)
 	createFails(t, greedy, "the 2 a connection may hold")
-	other := worker(t, url, "default", nil)
+	other := enginetest.Worker(t, url, "default", nil)
 	channelPair(t, other, nil)
 	rd, err := protocol.DialReader(context.Background(), url, used.Reader)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/iii-go/iii/engine/cluster"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -112,7 +113,7 @@ func TestClusterCallsReachAnotherEngine(t *testing.T) {
 	a, c := clusterEngine(t, url, "a"), clusterEngine(t, url, "c")
 	release := make(chan struct{})
 	defer close(release)
-	worker(t, c, "default", map[string]protocol.Handler{
+	enginetest.Worker(t, c, "default", map[string]protocol.Handler{
 		"calc::add": func(_ context.Context, in json.RawMessage) (any, error) {
 			var p struct{ A, B int }
 			_ = json.Unmarshal(in, &p)
@@ -128,7 +129,7 @@ func TestClusterCallsReachAnotherEngine(t *testing.T) {
 		},
 		"calc::nothing": func(context.Context, json.RawMessage) (any, error) { return nil, nil },
 	})
-	cl := worker(t, a, "default", nil)
+	cl := enginetest.Worker(t, a, "default", nil)
 	if out := waitRemote(t, cl, "calc::add", map[string]int{"a": 2, "b": 40}); string(out) != `{"sum":42}` {
 		t.Fatalf("remote result %s", out)
 	}
@@ -160,7 +161,7 @@ func TestClusterChannelEndOnAnotherEngine(t *testing.T) {
 	t.Setenv(protocol.EnvToken, "")
 	url := natsURL(t)
 	a, c := clusterEngine(t, url, "a"), clusterEngine(t, url, "c")
-	w := worker(t, a, "default", nil)
+	w := enginetest.Worker(t, a, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -212,7 +213,7 @@ func TestClusterChannelHopNeedsAnEngine(t *testing.T) {
 	t.Setenv(protocol.EnvTokenFile, "")
 	t.Setenv(protocol.EnvToken, "")
 	a := clusterEngine(t, natsURL(t), "a")
-	p := channelPair(t, worker(t, a, "default", nil), nil)
+	p := channelPair(t, enginetest.Worker(t, a, "default", nil), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	u, _ := protocol.ChannelURL(a, p.Reader)
@@ -252,9 +253,9 @@ func BenchmarkClusterCall(b *testing.B) {
 		handled.Store(time.Now().UnixNano())
 		return in, nil
 	}
-	worker(b, a, "default", map[string]protocol.Handler{"local::echo": echo})
-	worker(b, c, "default", map[string]protocol.Handler{"remote::echo": echo})
-	cl := worker(b, a, "default", nil)
+	enginetest.Worker(b, a, "default", map[string]protocol.Handler{"local::echo": echo})
+	enginetest.Worker(b, c, "default", map[string]protocol.Handler{"remote::echo": echo})
+	cl := enginetest.Worker(b, a, "default", nil)
 	waitRemote(b, cl, "remote::echo", nil)
 	payload := json.RawMessage(`{"sandbox_id":"0d6f8c1e","cmd":"echo","args":["hello"]}`)
 	nreq := natsEcho(b, url)

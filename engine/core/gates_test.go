@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -162,8 +163,8 @@ func TestEngineIDsServedInDefaultByTrustedConnections(t *testing.T) {
 	if _, ok := e.Lookup("default", "fine::fn"); !ok {
 		t.Fatal("the session may not register at all; the test shows nothing")
 	}
-	other := worker(t, urls[0], "shop", map[string]protocol.Handler{"engine::console::shop": status})
-	console := worker(t, urls[0], "default", map[string]protocol.Handler{"engine::console::status": status})
+	other := enginetest.Worker(t, urls[0], "shop", map[string]protocol.Handler{"engine::console::shop": status})
+	console := enginetest.Worker(t, urls[0], "default", map[string]protocol.Handler{"engine::console::status": status})
 	res, err := console.Call(context.Background(), "engine::console::status", nil)
 	if err != nil || string(res) != `{"ok":true}` {
 		t.Fatalf("engine::console::status from the trusted listener: %s, %v", res, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/protocol"
@@ -32,7 +33,8 @@ func TestHTTPInvokedFunctionServedAndOwned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, url := startEngine(t, Options{HTTP: inv})
+	e := New(Options{HTTP: inv})
+	url := enginetest.Start(t, e).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, nil)
@@ -58,7 +60,7 @@ func TestHTTPInvokedFunctionServedAndOwned(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	cl := worker(t, url, "default", nil)
+	cl := enginetest.Worker(t, url, "default", nil)
 	out, err := cl.Call(ctx, "x::h", map[string]int{"a": 1})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -20,10 +21,11 @@ func answers(name string) map[string]protocol.Handler {
 // Two workers that register one function both serve it; when one leaves the other takes every
 // call, and the function goes with the last.
 func TestSeveralWorkersServeOneFunction(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w1 := worker(t, url, "default", answers("one"))
-	w2 := worker(t, url, "default", answers("two"))
-	cl := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w1 := enginetest.Worker(t, url, "default", answers("one"))
+	w2 := enginetest.Worker(t, url, "default", answers("two"))
+	cl := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	seen := map[string]int{}
 	for range 40 {
@@ -68,15 +70,15 @@ func TestSeveralWorkersServeOneFunction(t *testing.T) {
 // invocation_stopped; the calls the other instance serves succeed. Calls go to the instance
 // with fewer calls in flight, so the blocked one gets no more than its share.
 func TestInstanceLeavingFailsOnlyItsCalls(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	held := make(chan struct{}, 16)
-	stuck := worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(ctx context.Context, _ json.RawMessage) (any, error) {
+	stuck := enginetest.Worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(ctx context.Context, _ json.RawMessage) (any, error) {
 		held <- struct{}{}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}})
-	worker(t, url, "default", answers("two"))
-	cl := worker(t, url, "default", nil)
+	enginetest.Worker(t, url, "default", answers("two"))
+	cl := enginetest.Worker(t, url, "default", nil)
 	const n = 12
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -136,18 +138,18 @@ func TestSameRights(t *testing.T) {
 // instance; a worker that still serves the function and answers function_not_found is
 // answered as it said.
 func TestRaceWithUnregistrationIsRerouted(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	var old *protocol.Worker
 	var oldCalls atomic.Int32
-	old = worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(context.Context, json.RawMessage) (any, error) {
+	old = enginetest.Worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(context.Context, json.RawMessage) (any, error) {
 		oldCalls.Add(1)
 		if err := old.Unregister("pool::who"); err != nil {
 			return nil, err
 		}
 		return nil, protocol.NewError(errcode.FunctionNotFound, "Function not found")
 	}})
-	worker(t, url, "default", answers("two"))
-	cl := worker(t, url, "default", nil)
+	enginetest.Worker(t, url, "default", answers("two"))
+	cl := enginetest.Worker(t, url, "default", nil)
 	for i := range 20 {
 		out, err := cl.Call(context.Background(), "pool::who", nil, protocol.WithTimeout(10*time.Second))
 		if err != nil || string(out) != `"two"` {
@@ -162,8 +164,8 @@ func TestRaceWithUnregistrationIsRerouted(t *testing.T) {
 	liar := func(context.Context, json.RawMessage) (any, error) {
 		return nil, protocol.NewError(errcode.FunctionNotFound, "Function not found")
 	}
-	worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
-	worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
 	if _, err := cl.Call(context.Background(), "pool::liar", nil); code(err) != errcode.FunctionNotFound {
 		t.Fatalf("a worker that still serves the function: %v", err)
 	}

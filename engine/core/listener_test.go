@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
@@ -352,7 +353,7 @@ func TestRBACNamespaces(t *testing.T) {
 			return map[string]any{"namespaces": map[string][]string{"orders": {`match("svc::*")`}}}, nil
 		},
 	})
-	worker(t, urls[0], "orders", map[string]protocol.Handler{"svc::get": echo("svc::get"), "other::get": echo("other::get")})
+	enginetest.Worker(t, urls[0], "orders", map[string]protocol.Handler{"svc::get": echo("svc::get"), "other::get": echo("other::get")})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	outside := protocol.NewWorker(protocol.Config{URL: urls[1], Namespace: "billing", NoReconnect: true})
@@ -360,7 +361,7 @@ func TestRBACNamespaces(t *testing.T) {
 	if err := outside.Start(ctx); code(err) != errcode.Forbidden {
 		t.Errorf("a session scoped to orders registered in billing: %v", err)
 	}
-	inside := worker(t, urls[1], "orders", nil)
+	inside := enginetest.Worker(t, urls[1], "orders", nil)
 	if out, err := inside.Call(ctx, "svc::get", nil); err != nil || !strings.Contains(string(out), "svc::get") {
 		t.Errorf("svc::get in orders: %s, %v", out, err)
 	}
