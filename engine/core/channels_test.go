@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -36,17 +35,10 @@ func channelPair(t *testing.T, w *protocol.Worker, payload any) protocol.Channel
 // waitChannels polls until the engine holds n channels.
 func waitChannels(t *testing.T, e *Engine, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for e.ChannelCount() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("engine holds %d channels, want %d", e.ChannelCount(), n)
-		}
-		pollPause()
+	if !enginetest.Poll(5*time.Second, func() bool { return e.ChannelCount() == n }) {
+		t.Fatalf("engine holds %d channels, want %d", e.ChannelCount(), n)
 	}
 }
-
-// pollPause is the interval between two polls of a condition with a deadline.
-func pollPause() { <-time.After(5 * time.Millisecond) }
 
 func abortDetail(t *testing.T, err error) string {
 	t.Helper()
@@ -628,23 +620,20 @@ func TestChannelShareOfOneConnection(t *testing.T) {
 // waitGone polls until the engine has forgotten the connections of the worker ids given.
 func waitGone(t *testing.T, e *Engine, ids ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	left := 0
+	gone := func() bool {
 		e.mu.RLock()
-		left := 0
+		defer e.mu.RUnlock()
+		left = 0
 		for _, id := range ids {
 			if e.conns[id] != nil {
 				left++
 			}
 		}
-		e.mu.RUnlock()
-		if left == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the connections are still there", left)
-		}
-		pollPause()
+		return left == 0
+	}
+	if !enginetest.Poll(5*time.Second, gone) {
+		t.Fatalf("%d of the connections are still there", left)
 	}
 }
 
@@ -657,16 +646,9 @@ func TestChannelShareOfGatedSessions(t *testing.T) {
 	bound := []Bound{{Listener: e.mainListener()}, {Listener: open}}
 	urls := make([]string, len(bound))
 	for i := range bound {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bound[i].Net, urls[i] = ln, "ws://"+ln.Addr().String()
+		bound[i].Net, urls[i] = enginetest.Listen(t)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	enginetest.Go(t, func(ctx context.Context) error { return e.ServeAll(ctx, bound) })
 
 	first := client(t, urls[1], "", nil)
 	channelPair(t, first, nil)

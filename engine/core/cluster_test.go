@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -46,10 +45,7 @@ var testClusterKey = []byte("0123456789abcdef0123456789abcdef")
 // clusterEngine serves an engine that joined the NATS cluster at url.
 func clusterEngine(tb testing.TB, url, name string) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	ln, wsURL := enginetest.Listen(tb)
 	e := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := e.JoinCluster(cluster.Options{URL: url, Name: name, Insecure: true, Key: testClusterKey}); err != nil {
 		tb.Fatal(err)
@@ -57,49 +53,45 @@ func clusterEngine(tb testing.TB, url, name string) string {
 	if err := e.ServeClusterChannels(AdvertiseURL(ln.Addr().String())); err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	tb.Cleanup(func() { cancel(); <-done })
-	return "ws://" + ln.Addr().String()
+	enginetest.Go(tb, func(ctx context.Context) error { return e.Serve(ctx, ln) })
+	return wsURL
 }
 
 // waitRemote calls fn through w until another engine serves it.
 func waitRemote(tb testing.TB, w *protocol.Worker, fn string, payload any) json.RawMessage {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := w.Call(context.Background(), fn, payload)
-		if err == nil {
-			return out
-		}
-		if code(err) != errcode.FunctionNotFound || time.Now().After(deadline) {
-			tb.Fatalf("%s: %v", fn, err)
-		}
-		time.Sleep(10 * time.Millisecond) // the serving engine's subscription is on its way
+	var out json.RawMessage
+	var err error
+	// Until the serving engine's subscription arrives the call is not found; any other error ends the wait.
+	enginetest.Poll(10*time.Second, func() bool {
+		out, err = w.Call(context.Background(), fn, payload)
+		return err == nil || code(err) != errcode.FunctionNotFound
+	})
+	if err != nil {
+		tb.Fatalf("%s: %v", fn, err)
 	}
+	return out
 }
 
 // waitClusterListed calls fn through w until its answer holds every one of want.
 func waitClusterListed(t *testing.T, w *protocol.Worker, fn string, payload any, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := w.Call(context.Background(), fn, payload)
-		if err != nil {
+	var out json.RawMessage
+	// The other engine's announcement is on its way.
+	listsAll := func() bool {
+		var err error
+		if out, err = w.Call(context.Background(), fn, payload); err != nil {
 			t.Fatal(err)
 		}
-		missing := false
 		for _, s := range want {
-			missing = missing || !strings.Contains(string(out), s)
+			if !strings.Contains(string(out), s) {
+				return false
+			}
 		}
-		if !missing {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not list %q: %s", fn, want, out)
-		}
-		time.Sleep(10 * time.Millisecond) // the other engine's announcement is on its way
+		return true
+	}
+	if !enginetest.Poll(10*time.Second, listsAll) {
+		t.Fatalf("%s does not list %q: %s", fn, want, out)
 	}
 }
 

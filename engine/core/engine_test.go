@@ -320,18 +320,15 @@ func TestQueuedFramesLeaveBeforeClose(t *testing.T) {
 		}
 	}
 	caller.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	k := 0
+	all := func() bool {
 		mu.Lock()
-		k := len(got)
-		mu.Unlock()
-		if k == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d void calls sent before Close arrived", k, n)
-		}
-		pollPause()
+		defer mu.Unlock()
+		k = len(got)
+		return k == n
+	}
+	if !enginetest.Poll(20*time.Second, all) {
+		t.Fatalf("%d of %d void calls sent before Close arrived", k, n)
 	}
 }
 

@@ -41,13 +41,9 @@ func TestRBACTriggerBindsOnlyCallableFunctions(t *testing.T) {
 	if got[ok] != "pub::handler" || got[exposed] != "api::cond" {
 		t.Errorf("the provider got %v, want %s and %s", got, ok, exposed)
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	for _, id := range []string{hidden, cond, mw} {
-		e := pub.TriggerError(id)
-		for e == nil && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			e = pub.TriggerError(id)
-		}
+		var e *protocol.Error
+		enginetest.Poll(5*time.Second, func() bool { e = pub.TriggerError(id); return e != nil })
 		if e == nil || e.Code != errcode.Forbidden || !strings.Contains(e.Message, "secret::page") {
 			t.Errorf("trigger %s: error %v, want FORBIDDEN naming secret::page", id, e)
 		}
@@ -130,12 +126,8 @@ func TestRBACTriggerRevokedWhenItsFunctionChangesHands(t *testing.T) {
 		t.Fatalf("revoked while no one serves x::fn: %v", e)
 	}
 	client(t, urls[0], "", map[string]protocol.Handler{"x::fn": echo("trusted x::fn")})
-	deadline := time.Now().Add(5 * time.Second)
-	e := pub.TriggerError(id)
-	for e == nil && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		e = pub.TriggerError(id)
-	}
+	var e *protocol.Error
+	enginetest.Poll(5*time.Second, func() bool { e = pub.TriggerError(id); return e != nil })
 	if e == nil || e.Code != errcode.Forbidden || !strings.Contains(e.Message, "x::fn") {
 		t.Fatalf("trigger %s: error %v, want FORBIDDEN naming x::fn", id, e)
 	}

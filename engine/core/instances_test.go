@@ -39,31 +39,20 @@ func TestSeveralWorkersServeOneFunction(t *testing.T) {
 		t.Fatalf("calls were not spread: %v", seen)
 	}
 	w1.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if id, ok := e.Lookup("default", "pool::who"); ok && id == w2.WorkerID() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the survivor did not take the function over")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the survivor to take the function over", 5*time.Second, func() bool {
+		id, ok := e.Lookup("default", "pool::who")
+		return ok && id == w2.WorkerID()
+	})
 	for range 10 {
 		if out, err := cl.Call(ctx, "pool::who", nil); err != nil || string(out) != `"two"` {
 			t.Fatalf("after one left: %s, %v", out, err)
 		}
 	}
 	w2.Close()
-	for {
-		if _, ok := e.Lookup("default", "pool::who"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the function outlived its last worker")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the function to go with its last worker", 5*time.Second, func() bool {
+		_, ok := e.Lookup("default", "pool::who")
+		return !ok
+	})
 }
 
 // A worker that disconnects mid-call fails only the calls it was serving, with

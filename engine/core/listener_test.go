@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,17 +33,9 @@ func serveListenersWith(t *testing.T, opts Options, gated ...Listener) (*Engine,
 	}
 	urls := make([]string, len(bound))
 	for i := range bound {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bound[i].Net = ln
-		urls[i] = "ws://" + ln.Addr().String()
+		bound[i].Net, urls[i] = enginetest.Listen(t)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	enginetest.Go(t, func(ctx context.Context) error { return e.ServeAll(ctx, bound) })
 	return e, urls
 }
 
@@ -119,14 +110,13 @@ func listed(t *testing.T, w *protocol.Worker) map[string]string {
 // waitListed polls until id is (want) or is not listed to w, within 5 s.
 func waitListed(t *testing.T, w *protocol.Worker, id string, want bool) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ids := listed(t, w)
-		if _, ok := ids[id]; ok == want || time.Now().After(deadline) {
-			return ids
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var ids map[string]string
+	enginetest.Poll(5*time.Second, func() bool {
+		ids = listed(t, w)
+		_, ok := ids[id]
+		return ok == want
+	})
+	return ids
 }
 
 func TestRBACListener(t *testing.T) {
@@ -310,13 +300,9 @@ func TestRBACTriggers(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the admitted trigger never reached its provider")
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	for _, id := range []string{other, denied} {
-		e := pub.TriggerError(id)
-		for e == nil && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			e = pub.TriggerError(id)
-		}
+		var e *protocol.Error
+		enginetest.Poll(5*time.Second, func() bool { e = pub.TriggerError(id); return e != nil })
 		if e == nil || e.Code != errcode.Forbidden {
 			t.Errorf("trigger %s: error %v, want FORBIDDEN", id, e)
 		}
@@ -382,16 +368,10 @@ func BenchmarkGatedCall(b *testing.B) {
 	bound := []Bound{{Listener: e.mainListener()}, {Listener: gated}}
 	urls := make([]string, 2)
 	for i := range bound {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		bound[i].Net, urls[i] = ln, "ws://"+ln.Addr().String()
+		bound[i].Net, urls[i] = enginetest.Listen(b)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
-	defer func() { cancel(); <-done }()
+	enginetest.Go(b, func(ctx context.Context) error { return e.ServeAll(ctx, bound) })
+	ctx := context.Background()
 	start := func(url string, fns map[string]protocol.Handler) *protocol.Worker {
 		w := protocol.NewWorker(protocol.Config{URL: url, Name: "bench", NoReconnect: true})
 		for id, h := range fns {

@@ -114,13 +114,9 @@ func TestObserverRunsTargetAfterEachCall(t *testing.T) {
 	ok.none(t, 100*time.Millisecond)
 
 	watcher.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(e.observers.List()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the observers outlived their owner's connection")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the observers to go with their owner's connection", 5*time.Second, func() bool {
+		return len(e.observers.List()) == 0
+	})
 }
 
 // An observer may watch only what its owner may call: a protected function of a namespace

@@ -255,16 +255,10 @@ func TestClaimedPrefixReleasedOnDisconnect(t *testing.T) {
 	e.ClaimPrefix("default", "box::")
 	w := tokenWorker(t, url, "default", "", nil, []string{"box::run"})
 	w.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := e.Lookup("default", "box::run"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the closed worker's function stayed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the closed worker's function to go", 5*time.Second, func() bool {
+		_, ok := e.Lookup("default", "box::run")
+		return !ok
+	})
 	if got := rawRegister(t, url, "", "default", fn("box::run")); len(got) != 0 {
 		t.Fatalf("after the first left: %v", got)
 	}
