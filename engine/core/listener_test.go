@@ -39,21 +39,11 @@ func serveListenersWith(t *testing.T, opts Options, gated ...Listener) (*Engine,
 	return e, urls
 }
 
+// client connects a worker named t that presents token (none when empty), does not reconnect,
+// and serves fns registered with opts.
 func client(t *testing.T, url, token string, fns map[string]protocol.Handler, opts ...protocol.FuncOption) *protocol.Worker {
 	t.Helper()
-	w := protocol.NewWorker(protocol.Config{URL: url, Token: token, Name: "t", NoReconnect: true})
-	for id, h := range fns {
-		if err := w.Register(id, h, opts...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	return w
+	return enginetest.Connect(t, protocol.Config{URL: url, Token: token, Name: "t", NoReconnect: true}, fns, opts...)
 }
 
 func echo(id string) protocol.Handler {

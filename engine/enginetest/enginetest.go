@@ -80,13 +80,14 @@ func Worker(tb testing.TB, url, ns string, fns map[string]protocol.Handler) *pro
 	return Connect(tb, protocol.Config{URL: url, Namespace: ns, Name: "t-" + ns}, fns)
 }
 
-// Connect is Worker with the whole configuration given: a name, a token, options. It fails
-// the test if the worker cannot register fns or connect within StartTimeout.
-func Connect(tb testing.TB, cfg protocol.Config, fns map[string]protocol.Handler) *protocol.Worker {
+// Connect is Worker with the whole configuration given (a name, a token, no reconnection),
+// registering each of fns with opts. It fails the test if the worker cannot register fns or
+// connect within StartTimeout.
+func Connect(tb testing.TB, cfg protocol.Config, fns map[string]protocol.Handler, opts ...protocol.FuncOption) *protocol.Worker {
 	tb.Helper()
 	w := protocol.NewWorker(cfg)
 	for id, h := range fns {
-		if err := w.Register(id, h); err != nil {
+		if err := w.Register(id, h, opts...); err != nil {
 			tb.Fatal(err)
 		}
 	}
