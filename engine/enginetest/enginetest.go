@@ -5,7 +5,7 @@
 // Start takes the engine rather than its options so that engine/core's own tests, which may not
 // import a package that imports core, use the same kit: enginetest.Start(t, core.New(opts)).
 //
-// Only tests use it: it binds 127.0.0.1 and adds no listener, credential or function of its own.
+// Only tests use it: it listens on 127.0.0.1 alone and adds no credential or function of its own.
 package enginetest
 
 import (
