@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/platform"
 	"github.com/iii-go/iii/internal/hostsetup"
 	"github.com/iii-go/iii/internal/release"
@@ -271,7 +272,7 @@ func cmdVMPids(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: vmpids [-timeout=D] FILE SUBSTRING")
 	}
 	var pids []string
-	ok := poll(d, func() bool {
+	ok := enginetest.Poll(d, func() bool {
 		pids = processesWith(rest[1])
 		return (len(pids) > 0) != neg
 	})
@@ -329,7 +330,7 @@ func cmdWaitCall(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	file := ts.MkAbs(".waitcall.json")
 	last := ""
-	ok := poll(*d, func() bool {
+	ok := enginetest.Poll(*d, func() bool {
 		if err := ts.Exec("iii", "call", fn, "--json", *body, "--timeout-ms", "5000"); err != nil {
 			last = strings.TrimSpace(ts.ReadFile("stderr"))
 			return false

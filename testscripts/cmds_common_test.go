@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/iii-go/iii/engine/enginetest"
 )
 
 func init() {
@@ -59,27 +61,13 @@ func timeoutFlag(ts *testscript.TestScript, name string, args []string, def time
 	return *d, fs.Args()
 }
 
-// poll calls fn every 20ms until it returns true or the deadline passes.
-func poll(d time.Duration, fn func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if fn() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitfile [-timeout=30s] FILE...: wait until every FILE exists (! waitfile: until none does).
 func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 	d, files := timeoutFlag(ts, "waitfile", args, 30*time.Second)
 	if len(files) == 0 {
 		ts.Fatalf("usage: waitfile [-timeout=D] FILE...")
 	}
-	ok := poll(d, func() bool {
+	ok := enginetest.Poll(d, func() bool {
 		for _, f := range files {
 			_, err := os.Stat(ts.MkAbs(f))
 			if (err == nil) == neg {
@@ -100,7 +88,7 @@ func cmdWaitPort(ts *testscript.TestScript, neg bool, args []string) {
 	if len(rest) != 1 {
 		ts.Fatalf("usage: waitport [-timeout=D] HOST:PORT")
 	}
-	ok := poll(d, func() bool {
+	ok := enginetest.Poll(d, func() bool {
 		c, err := net.DialTimeout("tcp", rest[0], 200*time.Millisecond)
 		if err == nil {
 			c.Close()
@@ -272,7 +260,7 @@ func cmdWaitGone(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return
 	}
-	if !poll(d, func() bool {
+	if !enginetest.Poll(d, func() bool {
 		for _, p := range pids {
 			if alive(p) {
 				return false

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -32,7 +33,7 @@ func cmdWaitWorker(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	name := fs.Arg(0)
 	var last string
-	ok := poll(*d, func() bool {
+	ok := enginetest.Poll(*d, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "waitworker", Namespace: protocol.DefaultNamespace, NoReconnect: true, TokenFile: os.DevNull})

@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -53,7 +54,7 @@ func cmdWaitFn(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("waitfn: III_URL is not set")
 	}
 	var last string
-	ok := poll(*d, func() bool {
+	ok := enginetest.Poll(*d, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "waitfn", Namespace: protocol.DefaultNamespace, NoReconnect: true, TokenFile: os.DevNull})

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/iii-go/iii/engine/enginetest"
 )
 
 // The product workers (workers/cmd/*) are release products, built by the harness; the events/
@@ -33,7 +35,7 @@ func cmdWaitGrep(ts *testscript.TestScript, neg bool, args []string) {
 	re, err := regexp.Compile("(?m)" + rest[1])
 	ts.Check(err)
 	var b []byte
-	if !poll(d, func() bool {
+	if !enginetest.Poll(d, func() bool {
 		b, _ = os.ReadFile(ts.MkAbs(rest[0]))
 		return re.Match(b)
 	}) {
@@ -54,7 +56,7 @@ func cmdSeenCheck(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: seencheck [-timeout=D] (-exact N | -min N) [-each] FILE...")
 	}
 	state := ""
-	ok := poll(*d, func() bool {
+	ok := enginetest.Poll(*d, func() bool {
 		seen := map[string]string{}
 		empty := false
 		for _, f := range fs.Args() {

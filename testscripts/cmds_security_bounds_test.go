@@ -12,6 +12,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -103,10 +104,10 @@ func cmdBoundsObserve(ts *testscript.TestScript, neg bool, args []string) {
 	if _, err := session.Call(ctx, fn, map[string]string{"who": "session"}); err != nil {
 		ts.Fatalf("the session's call of %s: %v", fn, err)
 	}
-	if !poll(15*time.Second, func() bool { return own.Load() >= int64(added) }) {
+	if !enginetest.Poll(15*time.Second, func() bool { return own.Load() >= int64(added) }) {
 		ts.Fatalf("the session's own call reached %d of its %d observers within 15 s", own.Load(), added)
 	}
-	if !poll(15*time.Second, func() bool { return audited.Load() >= 2 }) {
+	if !enginetest.Poll(15*time.Second, func() bool { return audited.Load() >= 2 }) {
 		ts.Fatalf("the trusted observer saw %d of the 2 calls within 15 s", audited.Load())
 	}
 	fmt.Fprintf(ts.Stdout(), "own call seen %d times\nanother caller's call seen %d times\ntrusted observer saw %d calls\n", own.Load(), other.Load(), audited.Load())
@@ -191,7 +192,7 @@ func cmdBoundsChannels(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	sessions = nil
 	var last string
-	ok := poll(5*time.Second, func() bool {
+	ok := enginetest.Poll(5*time.Second, func() bool {
 		s := boundsConnect(ts, sessionURL, "bounds-after", nil)
 		defer s.Close()
 		if _, err := s.CreateChannels(ctx, 1); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
+	"github.com/iii-go/iii/engine/enginetest"
 	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
@@ -201,12 +202,8 @@ func TestKilledWorkerTakesDependentsDown(t *testing.T) {
 	if err := api.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.state("web") != StateStopped {
-		if time.Now().After(deadline) {
-			t.Fatalf("web still %s\n%s", p.state("web"), out)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !enginetest.Poll(5*time.Second, func() bool { return p.state("web") == StateStopped }) {
+		t.Fatalf("web still %s\n%s", p.state("web"), out)
 	}
 	if procgroup.Alive(web) {
 		<-p.opts.Sup.Get("web").Done()

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/iii-go/iii/engine/enginetest"
 )
 
 func ppid(t *testing.T, pid int) int {
@@ -50,12 +52,8 @@ func TestStopEndsDescendantsThatLeftTheGroup(t *testing.T) {
 		}
 		a, _ := strconv.Atoi(waitFileText(t, adopted, 5*time.Second))
 		c, _ := strconv.Atoi(waitFileText(t, chained, 5*time.Second))
-		deadline := time.Now().Add(5 * time.Second)
-		for ppid(t, a) != os.Getpid() {
-			if time.Now().After(deadline) {
-				t.Fatalf("the orphan %d was re-parented to %d, not to this subreaper %d", a, ppid(t, a), os.Getpid())
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !enginetest.Poll(5*time.Second, func() bool { return ppid(t, a) == os.Getpid() }) {
+			t.Fatalf("the orphan %d was re-parented to %d, not to this subreaper %d", a, ppid(t, a), os.Getpid())
 		}
 		if !alive(a) || !alive(c) {
 			t.Fatal("the escaped processes are not running")

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/iii-go/iii/engine/enginetest"
 )
 
 func TestMain(m *testing.M) {
@@ -35,28 +37,23 @@ func alive(pid int) bool {
 
 func waitGone(t *testing.T, pid int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d still alive after %v", pid, d)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !enginetest.Poll(d, func() bool { return !alive(pid) }) {
+		t.Fatalf("pid %d still alive after %v", pid, d)
 	}
 }
 
 func waitFileText(t *testing.T, path string, d time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	var text string
+	written := func() bool {
 		b, err := os.ReadFile(path)
-		if err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
-			return strings.TrimSpace(string(b))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never written", path)
-		}
-		time.Sleep(10 * time.Millisecond)
+		text = strings.TrimSpace(string(b))
+		return err == nil && len(b) > 0 && b[len(b)-1] == '\n'
 	}
+	if !enginetest.Poll(d, written) {
+		t.Fatalf("%s never written", path)
+	}
+	return text
 }
 
 func TestPoliteStopAndLog(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/iii-go/iii/engine/config"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/usertoken"
 )
@@ -117,22 +118,18 @@ func TestSIGTERMStopsTheEngine(t *testing.T) {
 	_ = os.WriteFile(cfg, []byte(fmt.Sprintf("workers:\n  - name: iii-worker-manager\n    config: {host: 127.0.0.1, port: %d}\n  - name: configuration\n    config: {adapter: {name: fs, config: {directory: %s}}}\n", port, filepath.Dir(cfg))), 0o644)
 	code := make(chan int, 1)
 	go func() { code <- RunEngine("test", []string{"--config", cfg}, nil, os.LookupEnv) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("engine did not listen")
-		}
+	enginetest.Eventually(t, "the engine to listen", 10*time.Second, func() bool {
 		select {
 		case rc := <-code:
 			t.Fatalf("engine exited early with %d", rc)
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-	}
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
 	self, err := os.FindProcess(os.Getpid())
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -72,18 +73,6 @@ func join(t testing.TB, url, name string, key []byte, log io.Writer, serve Serve
 	}
 	t.Cleanup(c.Close)
 	return c
-}
-
-// eventually polls cond until it holds, failing the test after 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestLoadKey(t *testing.T) {
@@ -183,7 +172,7 @@ func TestOutsiderCallsAreDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res json.RawMessage
-	eventually(t, "b calls a's function", func() bool {
+	enginetest.Eventually(t, "b calls a's function", 10*time.Second, func() bool {
 		r, perr, found := b.Call(context.Background(), k, Request{Data: json.RawMessage(`{}`)}, time.Second)
 		res = r
 		return found && perr == nil
@@ -212,7 +201,7 @@ func TestOutsiderCallsAreDropped(t *testing.T) {
 		if err := nc.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, what+" dropped", func() bool { return a.Dropped() > dropped })
+		enginetest.Eventually(t, what+" dropped", 10*time.Second, func() bool { return a.Dropped() > dropped })
 		if got, err := sub.NextMsg(200 * time.Millisecond); err == nil {
 			t.Fatalf("%s was answered: %q %v", what, got.Data, got.Header)
 		}
@@ -235,7 +224,7 @@ func TestOutsiderCallsAreDropped(t *testing.T) {
 	if err := nc.PublishMsg(&nats.Msg{Subject: recorded.Subject, Reply: inbox, Header: recorded.Header, Data: recorded.Data}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the same call played again dropped", func() bool { return a.Dropped() > dropped })
+	enginetest.Eventually(t, "the same call played again dropped", 10*time.Second, func() bool { return a.Dropped() > dropped })
 
 	if n := served.Load(); n != before {
 		t.Fatalf("outsiders' calls were served: %d", n-before)
@@ -281,7 +270,7 @@ func TestOutsiderAnswersAreDropped(t *testing.T) {
 	if err := a.ServeChannels("ws://127.0.0.1:1234", func(id string) bool { return id == "held" }); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b knows a's channel URL", func() bool {
+	enginetest.Eventually(t, "b knows a's channel URL", 10*time.Second, func() bool {
 		e, base := b.ChannelOwner(context.Background(), "held")
 		return e == "a" && base == "ws://127.0.0.1:1234"
 	})
@@ -294,7 +283,7 @@ func TestOutsiderAnswersAreDropped(t *testing.T) {
 	if err := nc.Publish(announceSubject+hex.EncodeToString([]byte("evil")), ann); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the forged announcement dropped", func() bool { return b.Dropped() > dropped })
+	enginetest.Eventually(t, "the forged announcement dropped", 10*time.Second, func() bool { return b.Dropped() > dropped })
 	for _, f := range b.Remote() {
 		if f.Engine == "evil" {
 			t.Fatalf("a forged engine is listed: %+v", b.Remote())

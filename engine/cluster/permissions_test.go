@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -91,7 +92,7 @@ func TestDocumentedPermissionsSuffice(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res json.RawMessage
-	eventually(t, "b calls a's function", func() bool {
+	enginetest.Eventually(t, "b calls a's function", 10*time.Second, func() bool {
 		r, perr, found := b.Call(context.Background(), k, Request{}, time.Second)
 		res = r
 		return found && perr == nil
@@ -99,8 +100,8 @@ func TestDocumentedPermissionsSuffice(t *testing.T) {
 	if string(res) != `{"served":"calc::add"}` {
 		t.Fatalf("%s", res)
 	}
-	eventually(t, "b lists a's function", func() bool { r := b.Remote(); return len(r) == 1 && r[0].Engine == "a" })
-	eventually(t, "b finds a's channel", func() bool {
+	enginetest.Eventually(t, "b lists a's function", 10*time.Second, func() bool { r := b.Remote(); return len(r) == 1 && r[0].Engine == "a" })
+	enginetest.Eventually(t, "b finds a's channel", 10*time.Second, func() bool {
 		e, u := b.ChannelOwner(context.Background(), "held")
 		return e == "a" && u == "ws://127.0.0.1:1234"
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -16,7 +17,8 @@ func TestHoldsNamespaceToken(t *testing.T) {
 	clearTokenEnv(t)
 	proj := writeToken(t, "token", "project-secret")
 	owner := writeToken(t, "owner", "owner-secret")
-	e, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"shop": {TokenFile: proj, OwnerTokenFile: owner}}})
+	e := New(Options{Namespaces: map[string]NamespacePolicy{"shop": {TokenFile: proj, OwnerTokenFile: owner}}})
+	url := enginetest.Start(t, e).URL
 	e.Handle("engine::test::holds", "", func(_ context.Context, c Caller, _ json.RawMessage) (any, error) {
 		return map[string]bool{"holds": e.HoldsNamespaceToken(c)}, nil
 	})

@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -35,17 +35,10 @@ func channelPair(t *testing.T, w *protocol.Worker, payload any) protocol.Channel
 // waitChannels polls until the engine holds n channels.
 func waitChannels(t *testing.T, e *Engine, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for e.ChannelCount() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("engine holds %d channels, want %d", e.ChannelCount(), n)
-		}
-		pollPause()
+	if !enginetest.Poll(5*time.Second, func() bool { return e.ChannelCount() == n }) {
+		t.Fatalf("engine holds %d channels, want %d", e.ChannelCount(), n)
 	}
 }
-
-// pollPause is the interval between two polls of a condition with a deadline.
-func pollPause() { <-time.After(5 * time.Millisecond) }
 
 func abortDetail(t *testing.T, err error) string {
 	t.Helper()
@@ -57,8 +50,9 @@ func abortDetail(t *testing.T, err error) string {
 }
 
 func TestChannelRoundTrip(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, map[string]any{})
 	if p.Reader.Direction != "read" || p.Writer.Direction != "write" || p.Reader.ChannelID != p.ChannelID ||
 		p.Reader.AccessKey == p.Writer.AccessKey || len(p.Reader.AccessKey) != 64 {
@@ -98,8 +92,8 @@ func TestChannelRoundTrip(t *testing.T) {
 }
 
 func TestChannelAccess(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
 	bad := p.Reader
@@ -131,8 +125,9 @@ func TestChannelAccess(t *testing.T) {
 }
 
 func TestChannelWriterAbort(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
 	wr, err := protocol.DialWriter(ctx, url, p.Writer)
@@ -176,8 +171,8 @@ func rawWriter(t *testing.T, url string, ref protocol.ChannelRef) *websocket.Con
 }
 
 func TestChannelWriterDrops(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
 	raw := rawWriter(t, url, p.Writer)
@@ -200,8 +195,8 @@ func TestChannelWriterDrops(t *testing.T) {
 }
 
 func TestChannelFrameLimit(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx := context.Background()
 	raw := rawWriter(t, url, p.Writer)
@@ -219,8 +214,9 @@ func TestChannelFrameLimit(t *testing.T) {
 }
 
 func TestChannelReaderLeaves(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, map[string]int{"buffer_size": 1})
 	ctx := context.Background()
 	wr, err := protocol.DialWriter(ctx, url, p.Writer)
@@ -249,8 +245,9 @@ func TestChannelReaderLeaves(t *testing.T) {
 }
 
 func TestChannelIdleDeadline(t *testing.T) {
-	e, url := startEngine(t, Options{ChannelIdle: 100 * time.Millisecond})
-	w := worker(t, url, "default", nil)
+	e := New(Options{ChannelIdle: 100 * time.Millisecond})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	waitChannels(t, e, 0) // nobody connected: forgotten
 	if _, err := protocol.DialReader(context.Background(), url, p.Reader); err == nil || !strings.Contains(err.Error(), "404") {
@@ -270,7 +267,8 @@ func TestChannelIdleDeadline(t *testing.T) {
 }
 
 func TestChannelShutdownAborts(t *testing.T) {
-	_, url, stop := serveEngine(t, Options{})
+	srv := enginetest.Start(t, New(Options{}))
+	url, stop := srv.URL, srv.Stop
 	w := protocol.NewWorker(protocol.Config{URL: url, Name: "t", NoReconnect: true})
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -291,7 +289,7 @@ func TestChannelShutdownAborts(t *testing.T) {
 
 // BenchmarkChannel10MiB moves 10 MiB through a channel per iteration.
 func BenchmarkChannel10MiB(b *testing.B) {
-	_, url, _ := serveEngine(b, Options{})
+	url := enginetest.Start(b, New(Options{})).URL
 	w := protocol.NewWorker(protocol.Config{URL: url, Name: "bench", NoReconnect: true})
 	if err := w.Start(context.Background()); err != nil {
 		b.Fatal(err)
@@ -347,14 +345,15 @@ func TestChannelBytesBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: moves bulk frames, too slow for the race pass; the plain run covers it")
 	}
-	e, url := startEngine(t, Options{ChannelBytes: 2 << 20, ChannelAttach: 300 * time.Millisecond})
-	w := worker(t, url, "default", nil)
+	e := New(Options{ChannelBytes: 2 << 20, ChannelAttach: 300 * time.Millisecond})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, map[string]any{"buffer_size": 1024})
 	raw := rawWriter(t, url, p.Writer)
 	writeFrames(raw, 64, 1<<20, false)
-	waitFor(t, "2 MiB buffered", func() bool { return e.ChannelBytes() == 2<<20 })
+	enginetest.Eventually(t, "2 MiB buffered", 20*time.Second, func() bool { return e.ChannelBytes() == 2<<20 })
 	raw.CloseNow()
-	waitFor(t, "the channel of the dropped writer to be forgotten", func() bool { return e.ChannelBytes() == 0 && e.ChannelCount() == 0 })
+	enginetest.Eventually(t, "the channel of the dropped writer to be forgotten", 20*time.Second, func() bool { return e.ChannelBytes() == 0 && e.ChannelCount() == 0 })
 	if _, err := protocol.DialReader(context.Background(), url, p.Reader); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("reader of a forgotten channel: %v", err)
 	}
@@ -363,14 +362,15 @@ func TestChannelBytesBounded(t *testing.T) {
 // TestChannelBudgetShared: all channels together buffer at most Options.ChannelBudget; a writer
 // past it waits and goes on once a reader frees some.
 func TestChannelBudgetShared(t *testing.T) {
-	e, url := startEngine(t, Options{ChannelBytes: 2 << 20, ChannelBudget: 3 << 20})
-	w := worker(t, url, "default", nil)
+	e := New(Options{ChannelBytes: 2 << 20, ChannelBudget: 3 << 20})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	p1 := channelPair(t, w, nil)
 	p2 := channelPair(t, w, nil)
 	writeFrames(rawWriter(t, url, p1.Writer), 8, 1<<20, false)
-	waitFor(t, "channel 1 full", func() bool { return e.ChannelBytes() == 2<<20 })
+	enginetest.Eventually(t, "channel 1 full", 20*time.Second, func() bool { return e.ChannelBytes() == 2<<20 })
 	writeFrames(rawWriter(t, url, p2.Writer), 4, 1<<20, true)
-	waitFor(t, "the engine budget full", func() bool { return e.ChannelBytes() == 3<<20 })
+	enginetest.Eventually(t, "the engine budget full", 20*time.Second, func() bool { return e.ChannelBytes() == 3<<20 })
 	rd, err := protocol.DialReader(context.Background(), url, p2.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -384,8 +384,8 @@ func TestChannelBudgetShared(t *testing.T) {
 
 // TestChannelCountLimit: the engine holds at most Options.MaxChannels channels.
 func TestChannelCountLimit(t *testing.T) {
-	_, url := startEngine(t, Options{MaxChannels: 3, ChannelShare: 3})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{MaxChannels: 3, ChannelShare: 3})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	for range 3 {
 		channelPair(t, w, nil)
 	}
@@ -398,8 +398,9 @@ func TestChannelCountLimit(t *testing.T) {
 // TestChannelAttachDeadline: a channel whose ends do not both connect within
 // Options.ChannelAttach is aborted and forgotten, long before the idle deadline.
 func TestChannelAttachDeadline(t *testing.T) {
-	e, url := startEngine(t, Options{ChannelAttach: 100 * time.Millisecond})
-	w := worker(t, url, "default", nil)
+	e := New(Options{ChannelAttach: 100 * time.Millisecond})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	channelPair(t, w, nil)
 	waitChannels(t, e, 0)
 	p := channelPair(t, w, nil)
@@ -418,8 +419,9 @@ func TestChannelAttachDeadline(t *testing.T) {
 // TestChannelsAllocateLazily: a created channel costs no buffer until frames come (review row
 // #24: 27.9 KiB each before).
 func TestChannelsAllocateLazily(t *testing.T) {
-	e, url := startEngine(t, Options{MaxChannels: 5000, ChannelShare: 5000})
-	w := worker(t, url, "default", nil)
+	e := New(Options{MaxChannels: 5000, ChannelShare: 5000})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	h0 := heapInUse()
 	const n = 5000
 	for range n {
@@ -438,8 +440,9 @@ func TestChannelsAllocateLazily(t *testing.T) {
 // one never connected is forgotten without waiting for the attach deadline, and a connected
 // reader gets the abort. A wrong key is FORBIDDEN; an unknown channel is no error.
 func TestChannelRemove(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	idle := channelPair(t, w, map[string]any{})
 	live := channelPair(t, w, map[string]any{})
@@ -467,8 +470,9 @@ func TestChannelRemove(t *testing.T) {
 // MaxChannels; engine::channels::remove_many removes several in one call, a wrong key failing
 // the call (FORBIDDEN) without keeping the others.
 func TestChannelsManyAtOnce(t *testing.T) {
-	e, url := startEngine(t, Options{MaxChannels: 5, ChannelShare: 5})
-	w := worker(t, url, "default", nil)
+	e := New(Options{MaxChannels: 5, ChannelShare: 5})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	for _, bad := range []map[string]any{{}, {"count": 0}, {"count": protocol.MaxChannelsPerCall + 1}, {"count": 2, "buffer_size": 0}} {
 		if _, err := w.Call(ctx, protocol.FnCreateChannels, bad); protocol.AsError(err).Code != errcode.InvalidArguments {
@@ -523,8 +527,8 @@ func TestChannelsManyAtOnce(t *testing.T) {
 // engine::channels::await_peer answers once the end opposite the given one connects, or once a
 // listed channel is gone; a wrong key is FORBIDDEN.
 func TestChannelAwaitPeer(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	pairs, err := w.CreateChannels(ctx, 2)
 	if err != nil {
@@ -591,12 +595,13 @@ func createFails(t *testing.T, w *protocol.Worker, want string) {
 // One connection holds at most a quarter of the engine's channels; the channels a trusted
 // worker created stay after it leaves, for the ends it handed the keys to.
 func TestChannelShareOfOneConnection(t *testing.T) {
-	e, url := startEngine(t, Options{MaxChannels: 8})
-	greedy := worker(t, url, "default", nil)
+	e := New(Options{MaxChannels: 8})
+	url := enginetest.Start(t, e).URL
+	greedy := enginetest.Worker(t, url, "default", nil)
 	channelPair(t, greedy, nil)
 	used := channelPair(t, greedy, nil)
 	createFails(t, greedy, "the 2 a connection may hold")
-	other := worker(t, url, "default", nil)
+	other := enginetest.Worker(t, url, "default", nil)
 	channelPair(t, other, nil)
 	rd, err := protocol.DialReader(context.Background(), url, used.Reader)
 	if err != nil {
@@ -615,23 +620,20 @@ func TestChannelShareOfOneConnection(t *testing.T) {
 // waitGone polls until the engine has forgotten the connections of the worker ids given.
 func waitGone(t *testing.T, e *Engine, ids ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	left := 0
+	gone := func() bool {
 		e.mu.RLock()
-		left := 0
+		defer e.mu.RUnlock()
+		left = 0
 		for _, id := range ids {
 			if e.conns[id] != nil {
 				left++
 			}
 		}
-		e.mu.RUnlock()
-		if left == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the connections are still there", left)
-		}
-		pollPause()
+		return left == 0
+	}
+	if !enginetest.Poll(5*time.Second, gone) {
+		t.Fatalf("%d of the connections are still there", left)
 	}
 }
 
@@ -644,16 +646,9 @@ func TestChannelShareOfGatedSessions(t *testing.T) {
 	bound := []Bound{{Listener: e.mainListener()}, {Listener: open}}
 	urls := make([]string, len(bound))
 	for i := range bound {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bound[i].Net, urls[i] = ln, "ws://"+ln.Addr().String()
+		bound[i].Net, urls[i] = enginetest.Listen(t)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	enginetest.Go(t, func(ctx context.Context) error { return e.ServeAll(ctx, bound) })
 
 	first := client(t, urls[1], "", nil)
 	channelPair(t, first, nil)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/iii-go/iii/engine/cluster"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -45,10 +45,7 @@ var testClusterKey = []byte("0123456789abcdef0123456789abcdef")
 // clusterEngine serves an engine that joined the NATS cluster at url.
 func clusterEngine(tb testing.TB, url, name string) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	ln, wsURL := enginetest.Listen(tb)
 	e := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err := e.JoinCluster(cluster.Options{URL: url, Name: name, Insecure: true, Key: testClusterKey}); err != nil {
 		tb.Fatal(err)
@@ -56,49 +53,45 @@ func clusterEngine(tb testing.TB, url, name string) string {
 	if err := e.ServeClusterChannels(AdvertiseURL(ln.Addr().String())); err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	tb.Cleanup(func() { cancel(); <-done })
-	return "ws://" + ln.Addr().String()
+	enginetest.Go(tb, func(ctx context.Context) error { return e.Serve(ctx, ln) })
+	return wsURL
 }
 
 // waitRemote calls fn through w until another engine serves it.
 func waitRemote(tb testing.TB, w *protocol.Worker, fn string, payload any) json.RawMessage {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := w.Call(context.Background(), fn, payload)
-		if err == nil {
-			return out
-		}
-		if code(err) != errcode.FunctionNotFound || time.Now().After(deadline) {
-			tb.Fatalf("%s: %v", fn, err)
-		}
-		time.Sleep(10 * time.Millisecond) // the serving engine's subscription is on its way
+	var out json.RawMessage
+	var err error
+	// Until the serving engine's subscription arrives the call is not found; any other error ends the wait.
+	enginetest.Poll(10*time.Second, func() bool {
+		out, err = w.Call(context.Background(), fn, payload)
+		return err == nil || code(err) != errcode.FunctionNotFound
+	})
+	if err != nil {
+		tb.Fatalf("%s: %v", fn, err)
 	}
+	return out
 }
 
 // waitClusterListed calls fn through w until its answer holds every one of want.
 func waitClusterListed(t *testing.T, w *protocol.Worker, fn string, payload any, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := w.Call(context.Background(), fn, payload)
-		if err != nil {
+	var out json.RawMessage
+	// The other engine's announcement is on its way.
+	listsAll := func() bool {
+		var err error
+		if out, err = w.Call(context.Background(), fn, payload); err != nil {
 			t.Fatal(err)
 		}
-		missing := false
 		for _, s := range want {
-			missing = missing || !strings.Contains(string(out), s)
+			if !strings.Contains(string(out), s) {
+				return false
+			}
 		}
-		if !missing {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not list %q: %s", fn, want, out)
-		}
-		time.Sleep(10 * time.Millisecond) // the other engine's announcement is on its way
+		return true
+	}
+	if !enginetest.Poll(10*time.Second, listsAll) {
+		t.Fatalf("%s does not list %q: %s", fn, want, out)
 	}
 }
 
@@ -112,7 +105,7 @@ func TestClusterCallsReachAnotherEngine(t *testing.T) {
 	a, c := clusterEngine(t, url, "a"), clusterEngine(t, url, "c")
 	release := make(chan struct{})
 	defer close(release)
-	worker(t, c, "default", map[string]protocol.Handler{
+	enginetest.Worker(t, c, "default", map[string]protocol.Handler{
 		"calc::add": func(_ context.Context, in json.RawMessage) (any, error) {
 			var p struct{ A, B int }
 			_ = json.Unmarshal(in, &p)
@@ -128,7 +121,7 @@ func TestClusterCallsReachAnotherEngine(t *testing.T) {
 		},
 		"calc::nothing": func(context.Context, json.RawMessage) (any, error) { return nil, nil },
 	})
-	cl := worker(t, a, "default", nil)
+	cl := enginetest.Worker(t, a, "default", nil)
 	if out := waitRemote(t, cl, "calc::add", map[string]int{"a": 2, "b": 40}); string(out) != `{"sum":42}` {
 		t.Fatalf("remote result %s", out)
 	}
@@ -160,7 +153,7 @@ func TestClusterChannelEndOnAnotherEngine(t *testing.T) {
 	t.Setenv(protocol.EnvToken, "")
 	url := natsURL(t)
 	a, c := clusterEngine(t, url, "a"), clusterEngine(t, url, "c")
-	w := worker(t, a, "default", nil)
+	w := enginetest.Worker(t, a, "default", nil)
 	p := channelPair(t, w, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -212,7 +205,7 @@ func TestClusterChannelHopNeedsAnEngine(t *testing.T) {
 	t.Setenv(protocol.EnvTokenFile, "")
 	t.Setenv(protocol.EnvToken, "")
 	a := clusterEngine(t, natsURL(t), "a")
-	p := channelPair(t, worker(t, a, "default", nil), nil)
+	p := channelPair(t, enginetest.Worker(t, a, "default", nil), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	u, _ := protocol.ChannelURL(a, p.Reader)
@@ -252,9 +245,9 @@ func BenchmarkClusterCall(b *testing.B) {
 		handled.Store(time.Now().UnixNano())
 		return in, nil
 	}
-	worker(b, a, "default", map[string]protocol.Handler{"local::echo": echo})
-	worker(b, c, "default", map[string]protocol.Handler{"remote::echo": echo})
-	cl := worker(b, a, "default", nil)
+	enginetest.Worker(b, a, "default", map[string]protocol.Handler{"local::echo": echo})
+	enginetest.Worker(b, c, "default", map[string]protocol.Handler{"remote::echo": echo})
+	cl := enginetest.Worker(b, a, "default", nil)
 	waitRemote(b, cl, "remote::echo", nil)
 	payload := json.RawMessage(`{"sandbox_id":"0d6f8c1e","cmd":"echo","args":["hello"]}`)
 	nreq := natsEcho(b, url)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,52 +14,10 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
-
-// serveEngine serves an engine on a free loopback port. stop shuts it down and waits for Serve
-// to return; it also runs at cleanup, and a second call does nothing.
-func serveEngine(tb testing.TB, opts Options) (e *Engine, url string, stop func()) {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e = New(opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	tb.Cleanup(stop)
-	return e, "ws://" + ln.Addr().String(), stop
-}
-
-func startEngine(t *testing.T, opts Options) (*Engine, string) {
-	t.Helper()
-	e, url, _ := serveEngine(t, opts)
-	return e, url
-}
-
-// worker starts a worker named t-<ns> on the engine at url, serving fns, and closes it at the
-// end of the test or benchmark.
-func worker(t testing.TB, url, ns string, fns map[string]protocol.Handler) *protocol.Worker {
-	t.Helper()
-	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: ns, Name: "t-" + ns})
-	for id, h := range fns {
-		if err := w.Register(id, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	return w
-}
 
 func code(err error) string {
 	var e *protocol.Error
@@ -71,8 +28,8 @@ func code(err error) string {
 }
 
 func TestCallRoutesByNamespace(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	worker(t, url, "math", map[string]protocol.Handler{
+	url := enginetest.Start(t, New(Options{})).URL
+	enginetest.Worker(t, url, "math", map[string]protocol.Handler{
 		"math::add": func(_ context.Context, in json.RawMessage) (any, error) {
 			var p struct{ A, B int }
 			_ = json.Unmarshal(in, &p)
@@ -80,7 +37,7 @@ func TestCallRoutesByNamespace(t *testing.T) {
 		},
 		"math::fail": func(context.Context, json.RawMessage) (any, error) { return nil, errors.New("boom") },
 	})
-	cl := worker(t, url, "default", nil)
+	cl := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	out, err := cl.Call(ctx, "math::add", map[string]int{"a": 2, "b": 3}, protocol.InNamespace("math"))
 	if err != nil || string(out) != `{"c":5}` {
@@ -97,11 +54,11 @@ func TestCallRoutesByNamespace(t *testing.T) {
 }
 
 func TestTimeoutAndStopped(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	release := make(chan struct{})
 	defer close(release)
 	started := make(chan struct{}, 4)
-	slow := worker(t, url, "default", map[string]protocol.Handler{
+	slow := enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"slow::wait": func(ctx context.Context, _ json.RawMessage) (any, error) {
 			started <- struct{}{}
 			select {
@@ -111,7 +68,7 @@ func TestTimeoutAndStopped(t *testing.T) {
 			return nil, nil
 		},
 	})
-	cl := worker(t, url, "default", nil)
+	cl := enginetest.Worker(t, url, "default", nil)
 	_, err := cl.Call(context.Background(), "slow::wait", nil, protocol.WithTimeout(100*time.Millisecond))
 	if code(err) != errcode.Timeout {
 		t.Fatalf("timeout: %v", err)
@@ -144,7 +101,8 @@ func TestTokenProtectedNamespace(t *testing.T) {
 	if err := os.WriteFile(owner, []byte("owner-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok, OwnerTokenFile: owner}}})
+	e := New(Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok, OwnerTokenFile: owner}}})
+	url := enginetest.Start(t, e).URL
 	e.Handle("test::owner", "reports whether the caller holds owner rights", func(_ context.Context, c Caller, _ json.RawMessage) (any, error) {
 		return c.Owner, nil
 	})
@@ -185,7 +143,8 @@ func TestEngineOwnerCredential(t *testing.T) {
 	_ = os.WriteFile(other, []byte("someone-else\n"), 0o600)
 	t.Setenv(protocol.EnvTokenFile, "")
 	t.Setenv(protocol.EnvToken, "")
-	e, url := startEngine(t, Options{OwnerTokenFile: cred})
+	e := New(Options{OwnerTokenFile: cred})
+	url := enginetest.Start(t, e).URL
 	e.Handle("test::owner", "reports whether the caller holds owner rights", func(_ context.Context, c Caller, _ json.RawMessage) (any, error) {
 		return c.Owner, nil
 	})
@@ -212,7 +171,7 @@ func TestTokenFromEnvironment(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("env-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok}}})
+	url := enginetest.Start(t, New(Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok}}})).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	t.Setenv(protocol.EnvTokenFile, "")
@@ -234,15 +193,15 @@ func TestTokenFromEnvironment(t *testing.T) {
 }
 
 func TestVoidCall(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	got := make(chan string, 1)
-	worker(t, url, "default", map[string]protocol.Handler{
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"sink::put": func(_ context.Context, in json.RawMessage) (any, error) {
 			got <- string(in)
 			return nil, nil
 		},
 	})
-	cl := worker(t, url, "default", nil)
+	cl := enginetest.Worker(t, url, "default", nil)
 	if err := cl.CallVoid(context.Background(), "sink::put", map[string]int{"n": 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +218,8 @@ func TestVoidCall(t *testing.T) {
 // TestParkedRegistrationsFallBackToDefault: functions registered by a client that never calls
 // engine::workers::register become live in default once the grace period ends.
 func TestParkedRegistrationsFallBackToDefault(t *testing.T) {
-	e, url := startEngine(t, Options{Grace: 50 * time.Millisecond})
+	e := New(Options{Grace: 50 * time.Millisecond})
+	url := enginetest.Start(t, e).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, nil)
@@ -290,16 +250,17 @@ func TestParkedRegistrationsFallBackToDefault(t *testing.T) {
 }
 
 func TestReservedAndConflictingRegistrations(t *testing.T) {
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	e.Handle("engine::builtin", "", func(context.Context, Caller, json.RawMessage) (any, error) { return "engine", nil })
-	worker(t, url, "default", map[string]protocol.Handler{
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"a::b":             func(context.Context, json.RawMessage) (any, error) { return 1, nil },
 		"engine::builtin":  func(context.Context, json.RawMessage) (any, error) { return 1, nil },
 		"sandbox::create":  func(context.Context, json.RawMessage) (any, error) { return 1, nil },
 		"configuration::x": func(context.Context, json.RawMessage) (any, error) { return 1, nil },
 	})
 	first, _ := e.Lookup("default", "a::b")
-	worker(t, url, "default", map[string]protocol.Handler{
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"a::b": func(context.Context, json.RawMessage) (any, error) { return 2, nil },
 	})
 	if owner, _ := e.Lookup("default", "a::b"); owner != first {
@@ -335,10 +296,10 @@ func TestComposeNotFoundExplains(t *testing.T) {
 // TestQueuedFramesLeaveBeforeClose: the SDK writes frames from a queue; frames sent before
 // Close (here void calls, which wait for nothing) still reach the engine.
 func TestQueuedFramesLeaveBeforeClose(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	var mu sync.Mutex
 	var got []int
-	worker(t, url, "default", map[string]protocol.Handler{"count::hit": func(_ context.Context, in json.RawMessage) (any, error) {
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{"count::hit": func(_ context.Context, in json.RawMessage) (any, error) {
 		var n int
 		_ = json.Unmarshal(in, &n)
 		mu.Lock()
@@ -359,18 +320,15 @@ func TestQueuedFramesLeaveBeforeClose(t *testing.T) {
 		}
 	}
 	caller.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	k := 0
+	all := func() bool {
 		mu.Lock()
-		k := len(got)
-		mu.Unlock()
-		if k == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d void calls sent before Close arrived", k, n)
-		}
-		pollPause()
+		defer mu.Unlock()
+		k = len(got)
+		return k == n
+	}
+	if !enginetest.Poll(20*time.Second, all) {
+		t.Fatalf("%d of %d void calls sent before Close arrived", k, n)
 	}
 }
 
@@ -378,8 +336,9 @@ func TestQueuedFramesLeaveBeforeClose(t *testing.T) {
 // reuses for the next frame, forwarding them without a copy; a result the engine itself awaits
 // (Invoke) must still be its own bytes once later results have been read.
 func TestInvokeResultsOutliveReadBuffer(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	worker(t, url, "default", map[string]protocol.Handler{
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"echo::back": func(_ context.Context, in json.RawMessage) (any, error) { return in, nil },
 	})
 	const n = 64
@@ -412,7 +371,8 @@ func TestInvokeResultsOutliveReadBuffer(t *testing.T) {
 // fields iii-sdk 0.22 sends (description, request_format, response_format, metadata) and a null
 // invocation register as before.
 func TestHTTPInvokedFunctionIsRefused(t *testing.T) {
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, nil)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -135,11 +136,12 @@ func (r *rawWS) register(t *testing.T, name string) {
 // served, and the attackers hold a few KiB each.
 func TestFrameBudgetNotStarvedByDeclaredLengths(t *testing.T) {
 	const k, clients, calls = 4, 40, 200
-	e, url := startEngine(t, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	worker(t, url, "default", map[string]protocol.Handler{
+	e := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	url := enginetest.Start(t, e).URL
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"t::echo": func(_ context.Context, p json.RawMessage) (any, error) { return p, nil },
 	})
-	caller := worker(t, url, "default", nil)
+	caller := enginetest.Worker(t, url, "default", nil)
 
 	attackers := make([]*rawWS, k)
 	for i := range attackers {
@@ -152,7 +154,7 @@ func TestFrameBudgetNotStarvedByDeclaredLengths(t *testing.T) {
 	}
 	// Before, each header reserved 64 MiB; now each attacker holds its read buffer. Either
 	// way the budget holds at least a buffer per attacker once all four are in.
-	waitFor(t, "the attackers' frames to be read", func() bool { return framesHeld(e) >= k*4096 })
+	enginetest.Eventually(t, "the attackers' frames to be read", 20*time.Second, func() bool { return framesHeld(e) >= k*4096 })
 	heldDuring := framesHeld(e)
 
 	served, refused := 0, []string{}
@@ -216,7 +218,8 @@ func TestFrameBudgetNotStarvedByDeclaredLengths(t *testing.T) {
 // asking; a connection past its share (a quarter) is closed itself.
 func TestFrameBudgetEvictsLargest(t *testing.T) {
 	const budget = 4 << 20
-	e, url := startEngine(t, Options{FrameBudget: budget, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e := New(Options{FrameBudget: budget, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	url := enginetest.Start(t, e).URL
 	attackers := make([]*rawWS, 4)
 	for i := range attackers {
 		a := dialRaw(t, url)
@@ -229,8 +232,8 @@ func TestFrameBudgetEvictsLargest(t *testing.T) {
 		}
 		attackers[i] = a
 	}
-	waitFor(t, "the attackers' frames to arrive", func() bool { return framesHeld(e) >= 3550<<10 })
-	w := worker(t, url, "default", nil)
+	enginetest.Eventually(t, "the attackers' frames to arrive", 20*time.Second, func() bool { return framesHeld(e) >= 3550<<10 })
+	w := enginetest.Worker(t, url, "default", nil)
 	if _, err := w.Call(context.Background(), protocol.FnListWorkers, map[string]string{"pad": strings.Repeat("y", 700<<10)}); err != nil {
 		t.Fatalf("the small connection asking for budget: %v", err)
 	}
@@ -260,7 +263,8 @@ func TestFrameBudgetEvictsLargest(t *testing.T) {
 // with 1008 FRAME_TIMEOUT once the frame deadline passes; idle time between messages is not
 // bounded.
 func TestFrameTimeout(t *testing.T) {
-	e, url := startEngine(t, Options{FrameTimeout: 200 * time.Millisecond, FrameMinRate: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	e := New(Options{FrameTimeout: 200 * time.Millisecond, FrameMinRate: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	url := enginetest.Start(t, e).URL
 	idle := dialRaw(t, url)
 	idle.register(t, "idle")
 	a := dialRaw(t, url)
@@ -279,13 +283,13 @@ func TestFrameTimeout(t *testing.T) {
 	if _, err := idle.until(isResult("l")); err != nil {
 		t.Fatalf("the idle connection: %v", err)
 	}
-	waitFor(t, "the budget to be given back", func() bool { return framesHeld(e) <= 4096 })
+	enginetest.Eventually(t, "the budget to be given back", 20*time.Second, func() bool { return framesHeld(e) <= 4096 })
 }
 
 // TestBinaryFrameNotUTF8Ignored: a binary frame of JSON with bytes that are not UTF-8 is
 // ignored, not forwarded in a text frame that its receiver would have to fail with 1007.
 func TestBinaryFrameNotUTF8Ignored(t *testing.T) {
-	_, url := startEngine(t, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	url := enginetest.Start(t, New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})).URL
 	a := dialRaw(t, url)
 	a.register(t, "bin")
 	bad := []byte(`{"type":"invokefunction","invocation_id":"b","function_id":"engine::workers::list","data":{"x":"` + "\xff" + `"}}`)

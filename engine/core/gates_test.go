@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -40,13 +41,9 @@ func TestRBACTriggerBindsOnlyCallableFunctions(t *testing.T) {
 	if got[ok] != "pub::handler" || got[exposed] != "api::cond" {
 		t.Errorf("the provider got %v, want %s and %s", got, ok, exposed)
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	for _, id := range []string{hidden, cond, mw} {
-		e := pub.TriggerError(id)
-		for e == nil && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			e = pub.TriggerError(id)
-		}
+		var e *protocol.Error
+		enginetest.Poll(5*time.Second, func() bool { e = pub.TriggerError(id); return e != nil })
 		if e == nil || e.Code != errcode.Forbidden || !strings.Contains(e.Message, "secret::page") {
 			t.Errorf("trigger %s: error %v, want FORBIDDEN naming secret::page", id, e)
 		}
@@ -129,12 +126,8 @@ func TestRBACTriggerRevokedWhenItsFunctionChangesHands(t *testing.T) {
 		t.Fatalf("revoked while no one serves x::fn: %v", e)
 	}
 	client(t, urls[0], "", map[string]protocol.Handler{"x::fn": echo("trusted x::fn")})
-	deadline := time.Now().Add(5 * time.Second)
-	e := pub.TriggerError(id)
-	for e == nil && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		e = pub.TriggerError(id)
-	}
+	var e *protocol.Error
+	enginetest.Poll(5*time.Second, func() bool { e = pub.TriggerError(id); return e != nil })
 	if e == nil || e.Code != errcode.Forbidden || !strings.Contains(e.Message, "x::fn") {
 		t.Fatalf("trigger %s: error %v, want FORBIDDEN naming x::fn", id, e)
 	}
@@ -162,8 +155,8 @@ func TestEngineIDsServedInDefaultByTrustedConnections(t *testing.T) {
 	if _, ok := e.Lookup("default", "fine::fn"); !ok {
 		t.Fatal("the session may not register at all; the test shows nothing")
 	}
-	other := worker(t, urls[0], "shop", map[string]protocol.Handler{"engine::console::shop": status})
-	console := worker(t, urls[0], "default", map[string]protocol.Handler{"engine::console::status": status})
+	other := enginetest.Worker(t, urls[0], "shop", map[string]protocol.Handler{"engine::console::shop": status})
+	console := enginetest.Worker(t, urls[0], "default", map[string]protocol.Handler{"engine::console::status": status})
 	res, err := console.Call(context.Background(), "engine::console::status", nil)
 	if err != nil || string(res) != `{"ok":true}` {
 		t.Fatalf("engine::console::status from the trusted listener: %s, %v", res, err)

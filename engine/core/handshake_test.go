@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -50,9 +51,9 @@ func rawHandshake(t *testing.T, addr, path, host, origin string) (int, string) {
 // loopback name on a loopback listener (DNS rebinding), are refused on the engine endpoint and
 // on the channel endpoint alike; SDK-style handshakes without Origin pass.
 func TestHandshakeOriginAndHost(t *testing.T) {
-	_, url := startEngine(t, Options{AllowedOrigins: []string{"http://localhost:3000", "*.trusted.example"}})
+	url := enginetest.Start(t, New(Options{AllowedOrigins: []string{"http://localhost:3000", "*.trusted.example"}})).URL
 	addr := strings.TrimPrefix(url, "ws://")
-	w := worker(t, url, "default", nil)
+	w := enginetest.Worker(t, url, "default", nil)
 	p := channelPair(t, w, nil)
 	chPath := protocol.ChannelPathPrefix + p.ChannelID + "?key=" + p.Writer.AccessKey
 	_, port, _ := net.SplitHostPort(addr)
@@ -107,7 +108,7 @@ func TestLoopbackNames(t *testing.T) {
 // TestHandshakeTimeout: a socket that never finishes its upgrade request is closed after
 // Options.HandshakeTimeout (config.yaml handshake_timeout_ms), not a fixed 10 s.
 func TestHandshakeTimeout(t *testing.T) {
-	_, url := startEngine(t, Options{HandshakeTimeout: 100 * time.Millisecond})
+	url := enginetest.Start(t, New(Options{HandshakeTimeout: 100 * time.Millisecond})).URL
 	c, err := net.Dial("tcp", strings.TrimPrefix(url, "ws://"))
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestHandshakeTimeout(t *testing.T) {
 
 // TestSDKDialHasNoOrigin: the Go SDK's handshake carries no Origin, so it always passes.
 func TestSDKDialHasNoOrigin(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	ws, _, err := websocket.Dial(context.Background(), url, nil)
 	if err != nil {
 		t.Fatal(err)

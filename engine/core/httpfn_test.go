@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/protocol"
@@ -32,7 +33,8 @@ func TestHTTPInvokedFunctionServedAndOwned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, url := startEngine(t, Options{HTTP: inv})
+	e := New(Options{HTTP: inv})
+	url := enginetest.Start(t, e).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, _, err := websocket.Dial(ctx, url, nil)
@@ -48,17 +50,10 @@ func TestHTTPInvokedFunctionServedAndOwned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := e.Lookup("default", "x::h"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("x::h never registered")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !enginetest.Poll(5*time.Second, func() bool { _, ok := e.Lookup("default", "x::h"); return ok }) {
+		t.Fatal("x::h never registered")
 	}
-	cl := worker(t, url, "default", nil)
+	cl := enginetest.Worker(t, url, "default", nil)
 	out, err := cl.Call(ctx, "x::h", map[string]int{"a": 1})
 	if err != nil {
 		t.Fatal(err)
@@ -76,14 +71,8 @@ func TestHTTPInvokedFunctionServedAndOwned(t *testing.T) {
 		t.Errorf("engine::functions::list: %s %v", list, perr)
 	}
 	c.Close(websocket.StatusNormalClosure, "")
-	for {
-		if _, ok := e.Lookup("default", "x::h"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("x::h stayed after its worker left")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !enginetest.Poll(5*time.Second, func() bool { _, ok := e.Lookup("default", "x::h"); return !ok }) {
+		t.Fatal("x::h stayed after its worker left")
 	}
 	if _, err := cl.Call(ctx, "x::h", nil); code(err) != errcode.FunctionNotFound {
 		t.Errorf("call after disconnect: %v", err)
@@ -136,17 +125,14 @@ func TestGatedSessionRegistersNoAuthenticatedHTTPFunction(t *testing.T) {
 	}
 	register(urls[1], "api::plain", "")
 	register(urls[0], "x::hook", bearer)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, plain := e.Lookup("default", "api::plain")
-		_, trusted := e.Lookup("default", "x::hook")
-		if plain && trusted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("registered: session's plain function %v, main listener's authenticated one %v; want both", plain, trusted)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var plain, trusted bool
+	both := func() bool {
+		_, plain = e.Lookup("default", "api::plain")
+		_, trusted = e.Lookup("default", "x::hook")
+		return plain && trusted
+	}
+	if !enginetest.Poll(5*time.Second, both) {
+		t.Fatalf("registered: session's plain function %v, main listener's authenticated one %v; want both", plain, trusted)
 	}
 	if _, ok := e.Lookup("default", "api::hook"); ok {
 		t.Error("the session's authenticated function was registered")

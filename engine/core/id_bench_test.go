@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -22,7 +23,7 @@ func BenchmarkNewID(b *testing.B) {
 // BenchmarkForwardedCall: calls from one worker to another through the engine, in parallel;
 // each gets an engine-assigned invocation id.
 func BenchmarkForwardedCall(b *testing.B) {
-	_, url, _ := serveEngine(b, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	url := enginetest.Start(b, New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})).URL
 	ctx := context.Background()
 	start := func(fns map[string]protocol.Handler) *protocol.Worker {
 		w := protocol.NewWorker(protocol.Config{URL: url, Name: "bench"})

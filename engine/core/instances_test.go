@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -20,10 +21,11 @@ func answers(name string) map[string]protocol.Handler {
 // Two workers that register one function both serve it; when one leaves the other takes every
 // call, and the function goes with the last.
 func TestSeveralWorkersServeOneFunction(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	w1 := worker(t, url, "default", answers("one"))
-	w2 := worker(t, url, "default", answers("two"))
-	cl := worker(t, url, "default", nil)
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	w1 := enginetest.Worker(t, url, "default", answers("one"))
+	w2 := enginetest.Worker(t, url, "default", answers("two"))
+	cl := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	seen := map[string]int{}
 	for range 40 {
@@ -37,46 +39,35 @@ func TestSeveralWorkersServeOneFunction(t *testing.T) {
 		t.Fatalf("calls were not spread: %v", seen)
 	}
 	w1.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if id, ok := e.Lookup("default", "pool::who"); ok && id == w2.WorkerID() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the survivor did not take the function over")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the survivor to take the function over", 5*time.Second, func() bool {
+		id, ok := e.Lookup("default", "pool::who")
+		return ok && id == w2.WorkerID()
+	})
 	for range 10 {
 		if out, err := cl.Call(ctx, "pool::who", nil); err != nil || string(out) != `"two"` {
 			t.Fatalf("after one left: %s, %v", out, err)
 		}
 	}
 	w2.Close()
-	for {
-		if _, ok := e.Lookup("default", "pool::who"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the function outlived its last worker")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the function to go with its last worker", 5*time.Second, func() bool {
+		_, ok := e.Lookup("default", "pool::who")
+		return !ok
+	})
 }
 
 // A worker that disconnects mid-call fails only the calls it was serving, with
 // invocation_stopped; the calls the other instance serves succeed. Calls go to the instance
 // with fewer calls in flight, so the blocked one gets no more than its share.
 func TestInstanceLeavingFailsOnlyItsCalls(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	held := make(chan struct{}, 16)
-	stuck := worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(ctx context.Context, _ json.RawMessage) (any, error) {
+	stuck := enginetest.Worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(ctx context.Context, _ json.RawMessage) (any, error) {
 		held <- struct{}{}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}})
-	worker(t, url, "default", answers("two"))
-	cl := worker(t, url, "default", nil)
+	enginetest.Worker(t, url, "default", answers("two"))
+	cl := enginetest.Worker(t, url, "default", nil)
 	const n = 12
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -136,18 +127,18 @@ func TestSameRights(t *testing.T) {
 // instance; a worker that still serves the function and answers function_not_found is
 // answered as it said.
 func TestRaceWithUnregistrationIsRerouted(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	var old *protocol.Worker
 	var oldCalls atomic.Int32
-	old = worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(context.Context, json.RawMessage) (any, error) {
+	old = enginetest.Worker(t, url, "default", map[string]protocol.Handler{"pool::who": func(context.Context, json.RawMessage) (any, error) {
 		oldCalls.Add(1)
 		if err := old.Unregister("pool::who"); err != nil {
 			return nil, err
 		}
 		return nil, protocol.NewError(errcode.FunctionNotFound, "Function not found")
 	}})
-	worker(t, url, "default", answers("two"))
-	cl := worker(t, url, "default", nil)
+	enginetest.Worker(t, url, "default", answers("two"))
+	cl := enginetest.Worker(t, url, "default", nil)
 	for i := range 20 {
 		out, err := cl.Call(context.Background(), "pool::who", nil, protocol.WithTimeout(10*time.Second))
 		if err != nil || string(out) != `"two"` {
@@ -162,8 +153,8 @@ func TestRaceWithUnregistrationIsRerouted(t *testing.T) {
 	liar := func(context.Context, json.RawMessage) (any, error) {
 		return nil, protocol.NewError(errcode.FunctionNotFound, "Function not found")
 	}
-	worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
-	worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{"pool::liar": liar})
 	if _, err := cl.Call(context.Background(), "pool::liar", nil); code(err) != errcode.FunctionNotFound {
 		t.Fatalf("a worker that still serves the function: %v", err)
 	}

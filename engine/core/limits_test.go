@@ -16,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -62,18 +63,6 @@ func nextResult(t *testing.T, ctx context.Context, c *websocket.Conn) (protocol.
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after a generous deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		pollPause()
-	}
-}
-
 func connCount(e *Engine) int {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -92,8 +81,9 @@ func heapInUse() uint64 {
 // as SLOW_CONSUMER once its outbound queue is full; the engine's goroutines and heap stay
 // bounded and other clients are served meanwhile.
 func TestSlowReaderIsDropped(t *testing.T) {
-	e, url := startEngine(t, Options{QueueBytes: 1 << 20})
-	other := worker(t, url, "default", nil)
+	e := New(Options{QueueBytes: 1 << 20})
+	url := enginetest.Start(t, e).URL
+	other := enginetest.Worker(t, url, "default", nil)
 	g0, h0 := runtime.NumGoroutine(), heapInUse()
 	c := rawDial(t, url)
 	sent := 0
@@ -102,7 +92,7 @@ func TestSlowReaderIsDropped(t *testing.T) {
 			break // the engine closed the connection
 		}
 	}
-	waitFor(t, "the engine to drop the never-reading client", func() bool { return connCount(e) == 1 })
+	enginetest.Eventually(t, "the engine to drop the never-reading client", 20*time.Second, func() bool { return connCount(e) == 1 })
 	if _, err := other.Call(context.Background(), protocol.FnListWorkers, nil); err != nil {
 		t.Fatalf("another client's call: %v", err)
 	}
@@ -112,7 +102,7 @@ func TestSlowReaderIsDropped(t *testing.T) {
 	// The engine-served calls already running for the dropped client (at most MaxInflight) end
 	// on their own once their replies have nowhere to go; wait for that instead of sampling
 	// the count at once, which raced with them.
-	waitFor(t, "the dropped client's calls to end", func() bool { return runtime.NumGoroutine() <= g0+20 })
+	enginetest.Eventually(t, "the dropped client's calls to end", 20*time.Second, func() bool { return runtime.NumGoroutine() <= g0+20 })
 	g1, h1 := runtime.NumGoroutine(), heapInUse()
 	t.Logf("slow reader: %d invocations sent before the engine closed it; goroutines %d -> %d, heap in use %.1f -> %.1f MiB",
 		sent, g0, g1, float64(h0)/(1<<20), float64(h1)/(1<<20))
@@ -126,7 +116,7 @@ func TestStuckWorkerDoesNotBlockCallers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: moves bulk frames, too slow for the race pass; the plain run covers it")
 	}
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	ctx := context.Background()
 	w := rawDial(t, url)
 	if err := rawSend(t, w, map[string]any{"type": "registerfunction", "id": "hol::fn"}); err != nil {
@@ -192,10 +182,11 @@ func TestStuckWorkerDoesNotBlockCallers(t *testing.T) {
 // TestCallsForgottenWhenCallerLeaves: calls a worker never answers are dropped from the engine
 // once their caller disconnects.
 func TestCallsForgottenWhenCallerLeaves(t *testing.T) {
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	block := make(chan struct{})
 	defer close(block)
-	worker(t, url, "default", map[string]protocol.Handler{"flood::never": func(ctx context.Context, _ json.RawMessage) (any, error) {
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{"flood::never": func(ctx context.Context, _ json.RawMessage) (any, error) {
 		select {
 		case <-block:
 		case <-ctx.Done():
@@ -216,15 +207,15 @@ func TestCallsForgottenWhenCallerLeaves(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, fmt.Sprintf("%d pending calls", n), func() bool { return e.PendingCount() == n })
+	enginetest.Eventually(t, fmt.Sprintf("%d pending calls", n), 20*time.Second, func() bool { return e.PendingCount() == n })
 	c.Close(websocket.StatusNormalClosure, "")
-	waitFor(t, "the pending calls of the departed caller to be dropped", func() bool { return e.PendingCount() == 0 })
+	enginetest.Eventually(t, "the pending calls of the departed caller to be dropped", 20*time.Second, func() bool { return e.PendingCount() == 0 })
 }
 
 // TestDefaultMaxCallTimeout: a call that names no timeout gets one, Options.MaxCallTimeout; a
 // longer timeout_ms is cut to it.
 func TestDefaultMaxCallTimeout(t *testing.T) {
-	_, url := startEngine(t, Options{MaxCallTimeout: 100 * time.Millisecond})
+	url := enginetest.Start(t, New(Options{MaxCallTimeout: 100 * time.Millisecond})).URL
 	block := make(chan struct{})
 	defer close(block)
 	never := func(ctx context.Context, _ json.RawMessage) (any, error) {
@@ -234,7 +225,7 @@ func TestDefaultMaxCallTimeout(t *testing.T) {
 		}
 		return nil, nil
 	}
-	worker(t, url, "default", map[string]protocol.Handler{"slow::never": never})
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{"slow::never": never})
 	c := rawDial(t, url)
 	for i, m := range []map[string]any{invoke("a", "slow::never", nil), invoke("b", "slow::never", nil)} {
 		if i == 1 {
@@ -257,8 +248,9 @@ func TestDefaultMaxCallTimeout(t *testing.T) {
 // TestRegistrationDeadline: a connection that never registers is closed with
 // REGISTRATION_TIMEOUT; a registered worker stays.
 func TestRegistrationDeadline(t *testing.T) {
-	e, url := startEngine(t, Options{RegisterTimeout: 100 * time.Millisecond})
-	w := worker(t, url, "default", nil)
+	e := New(Options{RegisterTimeout: 100 * time.Millisecond})
+	url := enginetest.Start(t, e).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	c := rawDial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
 	defer cancel()
@@ -273,14 +265,15 @@ func TestRegistrationDeadline(t *testing.T) {
 	if _, err := w.Call(context.Background(), protocol.FnListWorkers, nil); err != nil {
 		t.Fatalf("the registered worker: %v", err)
 	}
-	waitFor(t, "one connection left", func() bool { return connCount(e) == 1 })
+	enginetest.Eventually(t, "one connection left", 20*time.Second, func() bool { return connCount(e) == 1 })
 }
 
 // TestFrameBudget: a frame that would take a connection past its share of the budget for
 // frames being read (a quarter) closes its connection with 1013 FRAME_BUDGET_EXCEEDED, and
 // gives the budget back.
 func TestFrameBudget(t *testing.T) {
-	e, url := startEngine(t, Options{FrameBudget: 4 << 20})
+	e := New(Options{FrameBudget: 4 << 20})
+	url := enginetest.Start(t, e).URL
 	c := rawDial(t, url)
 	big := invoke("big", protocol.FnListWorkers, strings.Repeat("x", 8<<20))
 	_ = rawSend(t, c, big)                                                   // the engine may close before the whole frame is written
@@ -294,8 +287,8 @@ func TestFrameBudget(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != websocket.StatusTryAgainLater || !strings.HasPrefix(ce.Reason, errcode.FrameBudgetExceeded) {
 		t.Fatalf("got %v, want a 1013 close with %s", err, errcode.FrameBudgetExceeded)
 	}
-	waitFor(t, "the budget to be given back", func() bool { return e.frames.inUse() == 0 })
-	w := worker(t, url, "default", nil)
+	enginetest.Eventually(t, "the budget to be given back", 20*time.Second, func() bool { return e.frames.inUse() == 0 })
+	w := enginetest.Worker(t, url, "default", nil)
 	if _, err := w.Call(context.Background(), protocol.FnListWorkers, map[string]string{"pad": strings.Repeat("y", 900<<10)}); err != nil {
 		t.Fatalf("a frame within the budget: %v", err)
 	}
@@ -304,7 +297,8 @@ func TestFrameBudget(t *testing.T) {
 // TestInflightCap: one connection may run at most Options.MaxInflight engine-served calls; the
 // built-ins served inline do not count.
 func TestInflightCap(t *testing.T) {
-	e, url := startEngine(t, Options{MaxInflight: 2})
+	e := New(Options{MaxInflight: 2})
+	url := enginetest.Start(t, e).URL
 	release := make(chan struct{})
 	defer close(release)
 	e.Handle("test::block", "blocks", func(ctx context.Context, _ Caller, _ json.RawMessage) (any, error) {
@@ -338,9 +332,9 @@ func TestInflightCap(t *testing.T) {
 // TestEnqueueWithoutQueue: action enqueue is answered enqueue_error while no queue serves it; the
 // function does not run as a plain call.
 func TestEnqueueWithoutQueue(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	ran := make(chan struct{}, 1)
-	worker(t, url, "default", map[string]protocol.Handler{"payments::charge": func(context.Context, json.RawMessage) (any, error) {
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{"payments::charge": func(context.Context, json.RawMessage) (any, error) {
 		ran <- struct{}{}
 		return "charged", nil
 	}})
@@ -385,8 +379,9 @@ func (s *syncBuffer) String() string {
 // write deadline.
 func TestWriteDeadlineDropsStuckWorker(t *testing.T) {
 	var log syncBuffer
-	e, url := startEngine(t, Options{WriteTimeout: 200 * time.Millisecond, QueueBytes: 1 << 30, QueueFrames: 1 << 20,
+	e := New(Options{WriteTimeout: 200 * time.Millisecond, QueueBytes: 1 << 30, QueueFrames: 1 << 20,
 		Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	url := enginetest.Start(t, e).URL
 	ctx := context.Background()
 	w := rawDial(t, url)
 	if err := rawSend(t, w, map[string]any{"type": "registerfunction", "id": "hol::fn"}); err != nil {
@@ -412,7 +407,7 @@ func TestWriteDeadlineDropsStuckWorker(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "the caller's connection", func() bool { return connCount(e) == 2 })
+	enginetest.Eventually(t, "the caller's connection", 20*time.Second, func() bool { return connCount(e) == 2 })
 	pad := strings.Repeat("a", 64<<10)
 	go func() {
 		for i := range 2000 {
@@ -421,8 +416,8 @@ func TestWriteDeadlineDropsStuckWorker(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "the engine to drop the worker that does not read", func() bool { return connCount(e) == 1 })
-	waitFor(t, "the SLOW_CONSUMER log line", func() bool {
+	enginetest.Eventually(t, "the engine to drop the worker that does not read", 20*time.Second, func() bool { return connCount(e) == 1 })
+	enginetest.Eventually(t, "the SLOW_CONSUMER log line", 20*time.Second, func() bool {
 		s := log.String()
 		return strings.Contains(s, errcode.SlowConsumer) && strings.Contains(s, "write deadline")
 	})
@@ -435,7 +430,7 @@ func TestFragmentedFramesAndPing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: moves bulk frames, too slow for the race pass; the plain run covers it")
 	}
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	c := rawDial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
 	defer cancel()

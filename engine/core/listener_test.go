@@ -3,13 +3,13 @@ package core
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
@@ -33,35 +33,17 @@ func serveListenersWith(t *testing.T, opts Options, gated ...Listener) (*Engine,
 	}
 	urls := make([]string, len(bound))
 	for i := range bound {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bound[i].Net = ln
-		urls[i] = "ws://" + ln.Addr().String()
+		bound[i].Net, urls[i] = enginetest.Listen(t)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	enginetest.Go(t, func(ctx context.Context) error { return e.ServeAll(ctx, bound) })
 	return e, urls
 }
 
+// client connects a worker named t that presents token (none when empty), does not reconnect,
+// and serves fns registered with opts.
 func client(t *testing.T, url, token string, fns map[string]protocol.Handler, opts ...protocol.FuncOption) *protocol.Worker {
 	t.Helper()
-	w := protocol.NewWorker(protocol.Config{URL: url, Token: token, Name: "t", NoReconnect: true})
-	for id, h := range fns {
-		if err := w.Register(id, h, opts...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	return w
+	return enginetest.Connect(t, protocol.Config{URL: url, Token: token, Name: "t", NoReconnect: true}, fns, opts...)
 }
 
 func echo(id string) protocol.Handler {
@@ -118,14 +100,13 @@ func listed(t *testing.T, w *protocol.Worker) map[string]string {
 // waitListed polls until id is (want) or is not listed to w, within 5 s.
 func waitListed(t *testing.T, w *protocol.Worker, id string, want bool) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ids := listed(t, w)
-		if _, ok := ids[id]; ok == want || time.Now().After(deadline) {
-			return ids
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var ids map[string]string
+	enginetest.Poll(5*time.Second, func() bool {
+		ids = listed(t, w)
+		_, ok := ids[id]
+		return ok == want
+	})
+	return ids
 }
 
 func TestRBACListener(t *testing.T) {
@@ -309,13 +290,9 @@ func TestRBACTriggers(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the admitted trigger never reached its provider")
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	for _, id := range []string{other, denied} {
-		e := pub.TriggerError(id)
-		for e == nil && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			e = pub.TriggerError(id)
-		}
+		var e *protocol.Error
+		enginetest.Poll(5*time.Second, func() bool { e = pub.TriggerError(id); return e != nil })
 		if e == nil || e.Code != errcode.Forbidden {
 			t.Errorf("trigger %s: error %v, want FORBIDDEN", id, e)
 		}
@@ -352,7 +329,7 @@ func TestRBACNamespaces(t *testing.T) {
 			return map[string]any{"namespaces": map[string][]string{"orders": {`match("svc::*")`}}}, nil
 		},
 	})
-	worker(t, urls[0], "orders", map[string]protocol.Handler{"svc::get": echo("svc::get"), "other::get": echo("other::get")})
+	enginetest.Worker(t, urls[0], "orders", map[string]protocol.Handler{"svc::get": echo("svc::get"), "other::get": echo("other::get")})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	outside := protocol.NewWorker(protocol.Config{URL: urls[1], Namespace: "billing", NoReconnect: true})
@@ -360,7 +337,7 @@ func TestRBACNamespaces(t *testing.T) {
 	if err := outside.Start(ctx); code(err) != errcode.Forbidden {
 		t.Errorf("a session scoped to orders registered in billing: %v", err)
 	}
-	inside := worker(t, urls[1], "orders", nil)
+	inside := enginetest.Worker(t, urls[1], "orders", nil)
 	if out, err := inside.Call(ctx, "svc::get", nil); err != nil || !strings.Contains(string(out), "svc::get") {
 		t.Errorf("svc::get in orders: %s, %v", out, err)
 	}
@@ -381,16 +358,10 @@ func BenchmarkGatedCall(b *testing.B) {
 	bound := []Bound{{Listener: e.mainListener()}, {Listener: gated}}
 	urls := make([]string, 2)
 	for i := range bound {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		bound[i].Net, urls[i] = ln, "ws://"+ln.Addr().String()
+		bound[i].Net, urls[i] = enginetest.Listen(b)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
-	defer func() { cancel(); <-done }()
+	enginetest.Go(b, func(ctx context.Context) error { return e.ServeAll(ctx, bound) })
+	ctx := context.Background()
 	start := func(url string, fns map[string]protocol.Handler) *protocol.Worker {
 		w := protocol.NewWorker(protocol.Config{URL: url, Name: "bench", NoReconnect: true})
 		for id, h := range fns {

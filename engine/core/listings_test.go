@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
 )
@@ -44,12 +45,10 @@ func TestGatedTriggerListings(t *testing.T) {
 		}
 		return string(out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(list(main, FnListTriggers), "hidden::fn") || !strings.Contains(list(main, FnListTriggers), "api::fn") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the main listener's triggers: %s", list(main, FnListTriggers))
-		}
-		pollPause()
+	if !enginetest.Poll(5*time.Second, func() bool {
+		return strings.Contains(list(main, FnListTriggers), "hidden::fn") && strings.Contains(list(main, FnListTriggers), "api::fn")
+	}) {
+		t.Fatalf("the main listener's triggers: %s", list(main, FnListTriggers))
 	}
 	if !strings.Contains(list(main, FnListTriggerTypes), "other-type") {
 		t.Errorf("the main listener's trigger types: %s", list(main, FnListTriggerTypes))

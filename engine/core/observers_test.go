@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/observe"
 	"github.com/iii-go/iii/engine/protocol"
@@ -57,8 +58,9 @@ func addObserver(t *testing.T, w *protocol.Worker, req string) map[string]any {
 // call's input, output and caller; a failing call fires only an on: error observer; a void call
 // fires none; the observer goes with its owner's connection.
 func TestObserverRunsTargetAfterEachCall(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	worker(t, url, "default", map[string]protocol.Handler{
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"orders::create": func(_ context.Context, in json.RawMessage) (any, error) {
 			var p struct{ Total int }
 			_ = json.Unmarshal(in, &p)
@@ -69,14 +71,14 @@ func TestObserverRunsTargetAfterEachCall(t *testing.T) {
 		},
 	})
 	ok, failed := seen(make(chan json.RawMessage, 8)), seen(make(chan json.RawMessage, 8))
-	watcher := worker(t, url, "default", map[string]protocol.Handler{"alerts::big": ok.handler, "alerts::failed": failed.handler})
+	watcher := enginetest.Worker(t, url, "default", map[string]protocol.Handler{"alerts::big": ok.handler, "alerts::failed": failed.handler})
 	res := addObserver(t, watcher, `{"source": {"function_id": "orders::create", "filters": {"input.total": {"$gte": 100}}}, "target": "alerts::big"}`)
 	if res["status"] != "active" {
 		t.Fatalf("add: %v", res)
 	}
 	addObserver(t, watcher, `{"source": {"function_id": "orders::create", "on": "error", "capture": ["input"]}, "target": "alerts::failed"}`)
 
-	caller := worker(t, url, "default", nil)
+	caller := enginetest.Worker(t, url, "default", nil)
 	ctx := context.Background()
 	if _, err := caller.Call(ctx, "orders::create", map[string]int{"total": 5}); err != nil {
 		t.Fatal(err)
@@ -112,20 +114,16 @@ func TestObserverRunsTargetAfterEachCall(t *testing.T) {
 	ok.none(t, 100*time.Millisecond)
 
 	watcher.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(e.observers.List()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the observers outlived their owner's connection")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the observers to go with their owner's connection", 5*time.Second, func() bool {
+		return len(e.observers.List()) == 0
+	})
 }
 
 // An observer may watch only what its owner may call: a protected function of a namespace
 // whose token the owner lacks is FORBIDDEN; a malformed request names its field.
 func TestObserverRights(t *testing.T) {
 	tokFile := writeToken(t, "token", "s3cret")
-	_, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"shop": {TokenFile: tokFile}}})
+	url := enginetest.Start(t, New(Options{Namespaces: map[string]NamespacePolicy{"shop": {TokenFile: tokFile}}})).URL
 	owner := protocol.NewWorker(protocol.Config{URL: url, Namespace: "shop", Name: "shop-owner", Token: "s3cret"})
 	if err := owner.Register("shop::secret", func(context.Context, json.RawMessage) (any, error) { return "x", nil }, protocol.Protected()); err != nil {
 		t.Fatal(err)
@@ -136,7 +134,7 @@ func TestObserverRights(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer owner.Close()
-	stranger := worker(t, url, "default", map[string]protocol.Handler{"spy::seen": seen(make(chan json.RawMessage, 1)).handler})
+	stranger := enginetest.Worker(t, url, "default", map[string]protocol.Handler{"spy::seen": seen(make(chan json.RawMessage, 1)).handler})
 	_, err := stranger.Call(ctx, FnObserversAdd, json.RawMessage(`{"source": {"function_id": "shop::secret", "namespace": "shop"}, "target": "spy::seen"}`))
 	if code(err) != errcode.Forbidden {
 		t.Fatalf("observing a protected function: %v", err)
@@ -166,8 +164,8 @@ func TestObserverRights(t *testing.T) {
 // One connection holds at most observe.DefaultPerOwner observers: one more is OBSERVER_LIMIT,
 // and another connection still adds its own.
 func TestObserversBoundedPerConnection(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", map[string]protocol.Handler{"spy::seen": seen(make(chan json.RawMessage, 1)).handler})
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", map[string]protocol.Handler{"spy::seen": seen(make(chan json.RawMessage, 1)).handler})
 	for range observe.DefaultPerOwner {
 		addObserver(t, w, `{"source": {"function_id": "a::b"}, "target": "spy::seen"}`)
 	}
@@ -175,7 +173,7 @@ func TestObserversBoundedPerConnection(t *testing.T) {
 	if code(err) != errcode.ObserverLimit || !strings.Contains(err.Error(), "64 observers") {
 		t.Fatalf("observer %d of one connection: %v", observe.DefaultPerOwner+1, err)
 	}
-	other := worker(t, url, "default", nil)
+	other := enginetest.Worker(t, url, "default", nil)
 	addObserver(t, other, `{"source": {"function_id": "a::b"}, "target": "spy::seen"}`)
 }
 

@@ -2,9 +2,11 @@ package core
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -13,7 +15,8 @@ import (
 // frames after it are read, so the registration that follows is the only one; a wrong or
 // missing token retires nothing.
 func TestReattachRetiresThePreviousConnection(t *testing.T) {
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	old := dialRawWorker(t, url)
 	reg := old.next(t, protocol.TypeWorkerRegistered)
 	oldID, token := str(reg["worker_id"]), str(reg["reattach_token"])
@@ -23,7 +26,7 @@ func TestReattachRetiresThePreviousConnection(t *testing.T) {
 	if err := rawSend(t, old.c, map[string]any{"type": protocol.TypeRegisterFunction, "id": "raw::fn"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "raw::fn registered", func() bool { _, ok := e.Lookup("default", "raw::fn"); return ok })
+	enginetest.Eventually(t, "raw::fn registered", 20*time.Second, func() bool { _, ok := e.Lookup("default", "raw::fn"); return ok })
 
 	// Another connection that knows the id (it is public) but not the token retires nothing.
 	other := dialRawWorker(t, url)
@@ -51,7 +54,7 @@ func TestReattachRetiresThePreviousConnection(t *testing.T) {
 	if err := rawSend(t, next.c, map[string]any{"type": protocol.TypeRegisterFunction, "id": "raw::fn"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "raw::fn served by the new connection", func() bool { w, _ := e.Lookup("default", "raw::fn"); return w == newID })
+	enginetest.Eventually(t, "raw::fn served by the new connection", 20*time.Second, func() bool { w, _ := e.Lookup("default", "raw::fn"); return w == newID })
 	select {
 	case <-e.WorkerGone(oldID):
 	default:

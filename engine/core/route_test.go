@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -89,8 +90,9 @@ func TestRoutedBuiltin(t *testing.T) {
 // with the caller's view (the outcome the caller got) and those of the target function with
 // the target's own outcome, as the built-in's call and its call of the target did.
 func TestRoutedBuiltinFiresBothObservers(t *testing.T) {
-	e, url := startEngine(t, Options{})
-	worker(t, url, "boxes", map[string]protocol.Handler{
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
+	enginetest.Worker(t, url, "boxes", map[string]protocol.Handler{
 		"target::fn": func(_ context.Context, in json.RawMessage) (any, error) { return in, nil },
 	})
 	id, ok := e.Lookup("boxes", "target::fn")
@@ -103,12 +105,12 @@ func TestRoutedBuiltinFiresBothObservers(t *testing.T) {
 				Result: func(res json.RawMessage) json.RawMessage { return append(append(json.RawMessage("["), res...), ']') }}, true
 		})
 	outer, inner := seen(make(chan json.RawMessage, 4)), seen(make(chan json.RawMessage, 4))
-	addObserver(t, worker(t, url, "default", map[string]protocol.Handler{"alerts::outer": outer.handler}),
+	addObserver(t, enginetest.Worker(t, url, "default", map[string]protocol.Handler{"alerts::outer": outer.handler}),
 		`{"source": {"function_id": "routed::fn"}, "target": "alerts::outer"}`)
-	addObserver(t, worker(t, url, "boxes", map[string]protocol.Handler{"alerts::inner": inner.handler}),
+	addObserver(t, enginetest.Worker(t, url, "boxes", map[string]protocol.Handler{"alerts::inner": inner.handler}),
 		`{"source": {"function_id": "target::fn"}, "target": "alerts::inner"}`)
 
-	out, err := worker(t, url, "default", nil).Call(context.Background(), "routed::fn", json.RawMessage(`{"n":1}`))
+	out, err := enginetest.Worker(t, url, "default", nil).Call(context.Background(), "routed::fn", json.RawMessage(`{"n":1}`))
 	if err != nil || string(out) != `[{"n":1}]` {
 		t.Fatalf("routed call: %s, %v", out, err)
 	}

@@ -8,11 +8,13 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
 func TestShutdownIsPrompt(t *testing.T) {
-	_, url, stop := serveEngine(t, Options{})
+	srv := enginetest.Start(t, New(Options{}))
+	url, stop := srv.URL, srv.Stop
 	w, err := protocol.Connect(context.Background(), protocol.Config{URL: url})
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +28,7 @@ func TestShutdownIsPrompt(t *testing.T) {
 }
 
 func TestWorkerCloseIsPrompt(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	w, err := protocol.Connect(context.Background(), protocol.Config{URL: url})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +43,8 @@ func TestWorkerCloseIsPrompt(t *testing.T) {
 // TestShutdownCloseFrame: a worker connection is closed with 1001 "engine shutting down" when
 // the engine stops.
 func TestShutdownCloseFrame(t *testing.T) {
-	_, url, stop := serveEngine(t, Options{})
+	srv := enginetest.Start(t, New(Options{}))
+	url, stop := srv.URL, srv.Stop
 	c := rawDial(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // failure guard only
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/triggers"
@@ -51,18 +52,6 @@ func (p *tickProvider) snapshot() (map[string]protocol.Trigger, []string) {
 	return m, append([]string(nil), p.gone...)
 }
 
-// eventually polls cond every 10 ms until it holds or 5 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func startProvider(t *testing.T, url string) (*protocol.Worker, *tickProvider) {
 	t.Helper()
 	p := &tickProvider{active: map[string]protocol.Trigger{}}
@@ -83,9 +72,10 @@ func startProvider(t *testing.T, url string) (*protocol.Worker, *tickProvider) {
 // back to parked when the provider leaves and is sent to the next one, and goes when its
 // owner disconnects.
 func TestTriggersThroughEngine(t *testing.T) {
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	got := make(chan json.RawMessage, 4)
-	consumer := worker(t, url, "default", map[string]protocol.Handler{
+	consumer := enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"jobs::on-tick": func(_ context.Context, in json.RawMessage) (any, error) { got <- in; return "ok", nil },
 	})
 	good, err := consumer.RegisterTrigger("tick", "jobs::on-tick", map[string]any{"every": "1s"}, protocol.TriggerMetadata(json.RawMessage(`{"team":"a"}`)))
@@ -93,14 +83,14 @@ func TestTriggersThroughEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad, _ := consumer.RegisterTrigger("tick", "jobs::on-tick", map[string]any{"bad": true})
-	eventually(t, "two parked triggers", func() bool {
+	enginetest.Eventually(t, "two parked triggers", 5*time.Second, func() bool {
 		rows := e.triggers.Triggers(filterAll)
 		return len(rows) == 2 && rows[0].Status == "parked" && rows[1].Status == "parked"
 	})
 
 	prov, p := startProvider(t, url)
-	eventually(t, "the good trigger at the provider", func() bool { a, _ := p.snapshot(); return len(a) == 1 })
-	eventually(t, "the refusal at the consumer", func() bool { return consumer.TriggerError(bad) != nil })
+	enginetest.Eventually(t, "the good trigger at the provider", 5*time.Second, func() bool { a, _ := p.snapshot(); return len(a) == 1 })
+	enginetest.Eventually(t, "the refusal at the consumer", 5*time.Second, func() bool { return consumer.TriggerError(bad) != nil })
 	if c := consumer.TriggerError(bad).Code; c != "INVALID_TICK" {
 		t.Errorf("refusal code %s", c)
 	}
@@ -123,7 +113,7 @@ func TestTriggersThroughEngine(t *testing.T) {
 	}
 
 	// Listings.
-	cl := worker(t, url, "default", nil)
+	cl := enginetest.Worker(t, url, "default", nil)
 	out, err := cl.Call(context.Background(), FnListTriggerTypes, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -149,25 +139,25 @@ func TestTriggersThroughEngine(t *testing.T) {
 
 	// The provider leaves: both wait for the next one, which gets them again.
 	prov.Close()
-	eventually(t, "triggers parked again", func() bool {
+	enginetest.Eventually(t, "triggers parked again", 5*time.Second, func() bool {
 		rows := e.triggers.Triggers(filterAll)
 		return len(rows) == 2 && rows[0].ProviderID == "" && rows[1].ProviderID == ""
 	})
 	_, p2 := startProvider(t, url)
-	eventually(t, "the good trigger at the second provider", func() bool { a, _ := p2.snapshot(); _, ok := a[good]; return ok })
+	enginetest.Eventually(t, "the good trigger at the second provider", 5*time.Second, func() bool { a, _ := p2.snapshot(); _, ok := a[good]; return ok })
 
 	// The consumer unregisters one trigger, then leaves: the provider drops both.
 	if err := consumer.UnregisterTrigger(bad); err != nil {
 		t.Fatal(err)
 	}
 	consumer.Close()
-	eventually(t, "the good trigger dropped", func() bool { a, g := p2.snapshot(); return len(a) == 0 && len(g) >= 1 })
-	eventually(t, "no triggers left", func() bool { return len(e.triggers.Triggers(filterAll)) == 0 })
+	enginetest.Eventually(t, "the good trigger dropped", 5*time.Second, func() bool { a, g := p2.snapshot(); return len(a) == 0 && len(g) >= 1 })
+	enginetest.Eventually(t, "no triggers left", 5*time.Second, func() bool { return len(e.triggers.Triggers(filterAll)) == 0 })
 }
 
 // A 0.26 observe frame gets an observeresult with UNSUPPORTED, never silence.
 func TestObserveUnsupported(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ws, _, err := websocket.Dial(ctx, url, nil)
@@ -200,17 +190,17 @@ var filterAll = triggers.Filter{IncludeRefused: true}
 // action enqueue goes to the queue worker's queue::enqueue, whose answer is the caller's result;
 // the target function does not run now.
 func TestEnqueueRoutesToQueueWorker(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	got := make(chan json.RawMessage, 1)
 	ran := make(chan struct{}, 1)
-	worker(t, url, "default", map[string]protocol.Handler{
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		FnQueueEnqueue: func(_ context.Context, in json.RawMessage) (any, error) {
 			got <- in
 			return map[string]string{"messageReceiptId": "r-1"}, nil
 		},
 		"pay::charge": func(context.Context, json.RawMessage) (any, error) { ran <- struct{}{}; return nil, nil },
 	})
-	cl := worker(t, url, "default", nil)
+	cl := enginetest.Worker(t, url, "default", nil)
 	out, err := cl.Call(context.Background(), "pay::charge", map[string]int{"cents": 5}, protocol.Enqueue("payment"))
 	if err != nil || string(out) != `{"messageReceiptId":"r-1"}` {
 		t.Fatalf("enqueue: %s, %v", out, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -77,10 +78,10 @@ func TestProtectedFunctionInProtectedNamespace(t *testing.T) {
 	proj := writeToken(t, "token", "project-secret")
 	owner := writeToken(t, "owner", "owner-secret")
 	other := writeToken(t, "other", "other-secret")
-	_, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{
+	url := enginetest.Start(t, New(Options{Namespaces: map[string]NamespacePolicy{
 		"shop":  {TokenFile: proj, OwnerTokenFile: owner},
 		"other": {TokenFile: other},
-	}})
+	}})).URL
 	tokenWorker(t, url, "shop", "owner-secret", []string{"compose::status", "compose::stop"}, []string{"shop::open"})
 
 	for _, tc := range []struct{ name, token, want string }{
@@ -122,7 +123,7 @@ func TestProtectedFunctionInProtectedNamespace(t *testing.T) {
 // path) as well as from a one-shot caller.
 func TestProtectedFunctionInDefault(t *testing.T) {
 	clearTokenEnv(t)
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	tokenWorker(t, url, "default", "attached-secret", []string{"compose::up"}, nil)
 	if _, err := callAs(t, url, "", "default", "compose::up"); code(err) != errcode.Forbidden {
 		t.Fatalf("anonymous: %v", err)
@@ -147,7 +148,8 @@ func TestProtectedFunctionInDefault(t *testing.T) {
 // one could ever call it, and it would squat the id).
 func TestProtectedNeedsToken(t *testing.T) {
 	clearTokenEnv(t)
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	got := rawRegister(t, url, "", "default", `{"type":"registerfunction","id":"compose::stop","protected":true}`)
 	if got["compose::stop"] != errcode.TokenRequired {
 		t.Fatalf("rejections %v, want compose::stop %s", got, errcode.TokenRequired)
@@ -210,7 +212,8 @@ func fn(id string) string { return `{"type":"registerfunction","id":"` + id + `"
 // unaffected. When the first leaves, the prefix is free again.
 func TestClaimedPrefixOneWorker(t *testing.T) {
 	clearTokenEnv(t)
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	e.ClaimPrefix("default", "sandbox-libkrun::")
 	first := rawRegister(t, url, "", "default", fn("sandbox-libkrun::adapter::info"), fn("sandbox-libkrun::run"))
 	if len(first) != 0 {
@@ -233,7 +236,8 @@ func TestClaimedPrefixOneWorker(t *testing.T) {
 	}
 
 	// Without the claim (before this change) the same registration went through.
-	e2, url2 := startEngine(t, Options{})
+	e2 := New(Options{})
+	url2 := enginetest.Start(t, e2).URL
 	rawRegister(t, url2, "", "default", fn("sandbox-libkrun::adapter::info"))
 	rawRegister(t, url2, "", "default", fn("sandbox-libkrun::run"))
 	a, _ := e2.Lookup("default", "sandbox-libkrun::adapter::info")
@@ -246,20 +250,15 @@ func TestClaimedPrefixOneWorker(t *testing.T) {
 // TestClaimedPrefixReleasedOnDisconnect: the claim holds only while the first worker is live.
 func TestClaimedPrefixReleasedOnDisconnect(t *testing.T) {
 	clearTokenEnv(t)
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	e.ClaimPrefix("default", "box::")
 	w := tokenWorker(t, url, "default", "", nil, []string{"box::run"})
 	w.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, ok := e.Lookup("default", "box::run"); !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the closed worker's function stayed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the closed worker's function to go", 5*time.Second, func() bool {
+		_, ok := e.Lookup("default", "box::run")
+		return !ok
+	})
 	if got := rawRegister(t, url, "", "default", fn("box::run")); len(got) != 0 {
 		t.Fatalf("after the first left: %v", got)
 	}
@@ -272,7 +271,8 @@ func TestClaimedPrefixNeedsTokenWhenEngineHasTokens(t *testing.T) {
 	clearTokenEnv(t)
 	proj := writeToken(t, "token", "project-secret")
 	owner := writeToken(t, "owner", "owner-secret")
-	e, url := startEngine(t, Options{Namespaces: map[string]NamespacePolicy{"iii-compose-owner": {TokenFile: proj, OwnerTokenFile: owner}}})
+	e := New(Options{Namespaces: map[string]NamespacePolicy{"iii-compose-owner": {TokenFile: proj, OwnerTokenFile: owner}}})
+	url := enginetest.Start(t, e).URL
 	e.ClaimPrefix("default", "sandbox-libkrun::")
 	if got := rawRegister(t, url, "", "default", fn("sandbox-libkrun::run")); got["sandbox-libkrun::run"] != errcode.TokenRequired {
 		t.Fatalf("anonymous: %v", got)

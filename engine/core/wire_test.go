@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -77,8 +78,8 @@ func (rw *rawWorker) all() []map[string]any {
 // caller as an invocationresult without a result key, as iii sends it, on the forwarded path
 // and for a worker's call alike.
 func TestFunctionWithoutResultOmitsResult(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	worker(t, url, "default", map[string]protocol.Handler{
+	url := enginetest.Start(t, New(Options{})).URL
+	enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"t::nothing": func(context.Context, json.RawMessage) (any, error) { return nil, nil },
 		"t::null":    func(context.Context, json.RawMessage) (any, error) { return json.RawMessage("null"), nil },
 		"t::zero":    func(context.Context, json.RawMessage) (any, error) { return 0, nil },
@@ -117,7 +118,8 @@ func TestFunctionWithoutResultOmitsResult(t *testing.T) {
 // worker, from a raw client and from the engine itself), and the channel ids of
 // engine::channels::create. iii's SDKs decode them as UUIDs and drop a frame whose id is not.
 func TestEngineIDsAreUUIDs(t *testing.T) {
-	e, url := startEngine(t, Options{})
+	e := New(Options{})
+	url := enginetest.Start(t, e).URL
 	rw := dialRawWorker(t, url)
 	reg := rw.next(t, protocol.TypeWorkerRegistered)
 	if err := rawSend(t, rw.c, invoke(uuid.NewString(), protocol.FnRegisterWorker, map[string]any{"name": "raw"})); err != nil {
@@ -127,7 +129,7 @@ func TestEngineIDsAreUUIDs(t *testing.T) {
 	if err := rawSend(t, rw.c, map[string]any{"type": protocol.TypeRegisterFunction, "id": "raw::fn"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "raw::fn registered", func() bool { _, ok := e.Lookup("default", "raw::fn"); return ok })
+	enginetest.Eventually(t, "raw::fn registered", 20*time.Second, func() bool { _, ok := e.Lookup("default", "raw::fn"); return ok })
 
 	// Answer every invocation the raw worker gets, so the callers below return.
 	invoked := make(chan map[string]any, 16)
@@ -142,7 +144,7 @@ func TestEngineIDsAreUUIDs(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	gw := worker(t, url, "default", nil)
+	gw := enginetest.Worker(t, url, "default", nil)
 	if _, err := gw.Call(ctx, "raw::fn", map[string]any{}); err != nil {
 		t.Fatal(err)
 	}
@@ -196,8 +198,8 @@ func str(v any) string {
 // ChannelWriter.SendMessage and ChannelReader.OnMessage, and without a callback keeps the text
 // in the stream.
 func TestChannelKeepsOpcodes(t *testing.T) {
-	_, url := startEngine(t, Options{})
-	w := worker(t, url, "default", nil)
+	url := enginetest.Start(t, New(Options{})).URL
+	w := enginetest.Worker(t, url, "default", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	type fr struct {
@@ -296,7 +298,7 @@ func listTriggersCall(t *testing.T, w *protocol.Worker, payload any) []map[strin
 // serving its function (not the one that registered it); include_pending adds the triggers not
 // accepted yet and include_refused also the refused ones, with their status and error.
 func TestRegisteredTriggersListLikeIII(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	server := protocol.NewWorker(protocol.Config{URL: url, Name: "jobs-worker"})
 	_ = server.Register("jobs::on-tick", func(context.Context, json.RawMessage) (any, error) { return nil, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -305,7 +307,7 @@ func TestRegisteredTriggersListLikeIII(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer server.Close()
-	registrant := worker(t, url, "default", nil) // named t-default
+	registrant := enginetest.Worker(t, url, "default", nil) // named t-default
 	long := strings.Repeat("x", 100)
 	for _, cfg := range []map[string]any{{"every": long}, {"bad": true}} {
 		if _, err := registrant.RegisterTrigger("tick", "jobs::on-tick", cfg); err != nil {
@@ -320,7 +322,7 @@ func TestRegisteredTriggersListLikeIII(t *testing.T) {
 	}
 	prov, _ := startProvider(t, url)
 	defer prov.Close()
-	eventually(t, "one active and one failed trigger", func() bool {
+	enginetest.Eventually(t, "one active and one failed trigger", 5*time.Second, func() bool {
 		n := map[any]int{}
 		for _, r := range listTriggersCall(t, registrant, map[string]any{"include_refused": true, "trigger_type": "tick"}) {
 			n[r["status"]]++
@@ -369,7 +371,7 @@ func TestRegisteredTriggersListLikeIII(t *testing.T) {
 	if _, err := registrant.RegisterTrigger("nobody-provides", "engine::functions::list", nil); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the internal trigger listed with include_internal", func() bool {
+	enginetest.Eventually(t, "the internal trigger listed with include_internal", 5*time.Second, func() bool {
 		return len(listTriggersCall(t, registrant, map[string]any{"include_refused": true, "include_internal": true})) == 4
 	})
 	if rows := listTriggersCall(t, registrant, map[string]any{"include_refused": true}); len(rows) != 3 {
@@ -385,11 +387,11 @@ func TestRegisteredTriggersListLikeIII(t *testing.T) {
 // optional strings null when unknown) beside this engine's own (registered, pid, functions),
 // and take iii's filters search, runtime and status.
 func TestWorkersListLikeIII(t *testing.T) {
-	_, url := startEngine(t, Options{})
+	url := enginetest.Start(t, New(Options{})).URL
 	release := make(chan struct{})
 	defer close(release)
 	started := make(chan struct{}, 1)
-	serving := worker(t, url, "default", map[string]protocol.Handler{
+	serving := enginetest.Worker(t, url, "default", map[string]protocol.Handler{
 		"w::a": func(context.Context, json.RawMessage) (any, error) { return nil, nil },
 		"w::hold": func(ctx context.Context, _ json.RawMessage) (any, error) {
 			started <- struct{}{}
@@ -403,7 +405,7 @@ func TestWorkersListLikeIII(t *testing.T) {
 		t.Fatal(err)
 	}
 	rw.next(t, protocol.TypeInvocationResult)
-	caller := worker(t, url, "default", nil)
+	caller := enginetest.Worker(t, url, "default", nil)
 	go func() { _, _ = caller.Call(context.Background(), "w::hold", nil) }()
 	<-started
 

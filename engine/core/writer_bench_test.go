@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -14,7 +15,8 @@ import (
 // (batchconn.Queue) to a peer that reads them with batchconn.ReadMessage into one buffer, as
 // the SDK does, per frame.
 func BenchmarkConnWriter(b *testing.B) {
-	e, url, _ := serveEngine(b, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), QueueFrames: 1 << 30, QueueBytes: 1 << 30})
+	e := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), QueueFrames: 1 << 30, QueueBytes: 1 << 30})
+	url := enginetest.Start(b, e).URL
 	ctx := context.Background()
 	peer, err := batchconn.Dial(ctx, url, nil)
 	if err != nil {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
@@ -25,36 +25,12 @@ type observer struct{ *Discovery }
 func (observer) StartCall(core.Call) (string, func(*protocol.Error)) { return "", nil }
 func (observer) Telemetry(string, string, []byte)                    {}
 
+// start serves an engine with discovery installed, reading worker metrics from m.
 func start(t *testing.T, m MetricsSource) (*core.Engine, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := core.New(core.Options{})
 	e.SetObserver(observer{Install(e, m, nil)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return e, "ws://" + ln.Addr().String()
-}
-
-func worker(t *testing.T, url, name, ns string, fns map[string]protocol.Handler) *protocol.Worker {
-	t.Helper()
-	w := protocol.NewWorker(protocol.Config{URL: url, Namespace: ns, Name: name})
-	for id, h := range fns {
-		if err := w.Register(id, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	return w
+	return e, enginetest.Start(t, e).URL
 }
 
 func call(t *testing.T, w *protocol.Worker, fn string, in any) (map[string]any, error) {
@@ -84,10 +60,10 @@ func nop(context.Context, json.RawMessage) (any, error) { return nil, nil }
 
 func TestFunctionInfo(t *testing.T) {
 	_, url := start(t, nil)
-	w := worker(t, url, "svc", "default", map[string]protocol.Handler{"svc::a": nop})
-	worker(t, url, "other", "x", map[string]protocol.Handler{"only::x": nop})
-	worker(t, url, "amb1", "p", map[string]protocol.Handler{"amb::f": nop})
-	worker(t, url, "amb2", "q", map[string]protocol.Handler{"amb::f": nop})
+	w := enginetest.Connect(t, protocol.Config{URL: url, Name: "svc", Namespace: "default"}, map[string]protocol.Handler{"svc::a": nop})
+	enginetest.Connect(t, protocol.Config{URL: url, Name: "other", Namespace: "x"}, map[string]protocol.Handler{"only::x": nop})
+	enginetest.Connect(t, protocol.Config{URL: url, Name: "amb1", Namespace: "p"}, map[string]protocol.Handler{"amb::f": nop})
+	enginetest.Connect(t, protocol.Config{URL: url, Name: "amb2", Namespace: "q"}, map[string]protocol.Handler{"amb::f": nop})
 
 	got, err := call(t, w, FnFunctionInfo, map[string]any{"function_id": "svc::a"})
 	if err != nil {
@@ -123,7 +99,7 @@ func TestFunctionInfo(t *testing.T) {
 func TestWorkerInfoHasMetrics(t *testing.T) {
 	m := fakeMetrics{}
 	e, url := start(t, m)
-	w := worker(t, url, "svc", "default", map[string]protocol.Handler{"svc::a": nop, "svc::b": nop})
+	w := enginetest.Connect(t, protocol.Config{URL: url, Name: "svc", Namespace: "default"}, map[string]protocol.Handler{"svc::a": nop, "svc::b": nop})
 	m[w.WorkerID()] = map[string]any{"cpu_percent": 12.5}
 	_ = e
 	got, err := call(t, w, FnWorkerInfo, map[string]any{"name": "svc"})
@@ -164,25 +140,23 @@ func TestAvailabilityTriggers(t *testing.T) {
 			return nil, nil
 		}
 	}
-	w := worker(t, url, "watcher", "default", map[string]protocol.Handler{"w::fn": on(fnEvents), "w::wk": on(wkEvents)})
+	w := enginetest.Connect(t, protocol.Config{URL: url, Name: "watcher", Namespace: "default"}, map[string]protocol.Handler{"w::fn": on(fnEvents), "w::wk": on(wkEvents)})
 	for typ, fn := range map[string]string{TriggerFunctionsAvailable: "w::fn", TriggerWorkersAvailable: "w::wk"} {
 		if _, err := w.RegisterTrigger(typ, fn, map[string]any{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Wait for the provider to accept both (the registration round trip).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, err := call(t, w, core.FnListTriggers, map[string]any{})
-		if err == nil && len(got["registered_triggers"].([]any)) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("triggers never active: %v %v", got, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var got map[string]any
+	var err error
+	active := func() bool {
+		got, err = call(t, w, core.FnListTriggers, map[string]any{})
+		return err == nil && len(got["registered_triggers"].([]any)) == 2
 	}
-	n := worker(t, url, "newcomer", "default", map[string]protocol.Handler{"new::a": nop, "new::b": nop})
+	if !enginetest.Poll(5*time.Second, active) {
+		t.Fatalf("triggers never active: %v %v", got, err)
+	}
+	n := enginetest.Connect(t, protocol.Config{URL: url, Name: "newcomer", Namespace: "default"}, map[string]protocol.Handler{"new::a": nop, "new::b": nop})
 	select {
 	case ev := <-wkEvents:
 		if ev["event"] != "worker_metadata_updated" || ev["worker_id"] != n.WorkerID() {
@@ -220,10 +194,10 @@ func TestAvailabilityTriggers(t *testing.T) {
 func TestGatedSessionSeesOnlyWhatItMayCall(t *testing.T) {
 	urls := startGated(t, "api::*", "engine::*")
 	noop := func(context.Context, json.RawMessage) (any, error) { return nil, nil }
-	worker(t, urls[0], "api", "", map[string]protocol.Handler{"api::hello": noop})
-	worker(t, urls[0], "vault", "", map[string]protocol.Handler{"secret::fn": noop})
-	session := worker(t, urls[1], "visitor", "", nil)
-	trusted := worker(t, urls[0], "ops", "", nil)
+	enginetest.Connect(t, protocol.Config{URL: urls[0], Name: "api", Namespace: ""}, map[string]protocol.Handler{"api::hello": noop})
+	enginetest.Connect(t, protocol.Config{URL: urls[0], Name: "vault", Namespace: ""}, map[string]protocol.Handler{"secret::fn": noop})
+	session := enginetest.Connect(t, protocol.Config{URL: urls[1], Name: "visitor", Namespace: ""}, nil)
+	trusted := enginetest.Connect(t, protocol.Config{URL: urls[0], Name: "ops", Namespace: ""}, nil)
 
 	if _, err := call(t, session, FnFunctionInfo, map[string]any{"function_id": "secret::fn"}); code(err) != errcode.NotFound {
 		t.Errorf("functions::info of a hidden function: %v", err)
@@ -276,17 +250,11 @@ func startGated(t *testing.T, expose ...string) []string {
 	var bound []core.Bound
 	var urls []string
 	for _, l := range []core.Listener{{Name: "main"}, gate} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln, url := enginetest.Listen(t)
 		bound = append(bound, core.Bound{Listener: l, Net: ln})
-		urls = append(urls, "ws://"+ln.Addr().String())
+		urls = append(urls, url)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	enginetest.Go(t, func(ctx context.Context) error { return e.ServeAll(ctx, bound) })
 	return urls
 }
 
@@ -311,27 +279,25 @@ func TestGatedSessionFunctionsAvailable(t *testing.T) {
 		}
 	}
 	mine, theirs := make(chan []string, 16), make(chan []string, 16)
-	session := worker(t, urls[1], "visitor", "", map[string]protocol.Handler{"spy::fn": events(mine)})
-	trusted := worker(t, urls[0], "ops", "", map[string]protocol.Handler{"ops::fn": events(theirs)})
+	session := enginetest.Connect(t, protocol.Config{URL: urls[1], Name: "visitor", Namespace: ""}, map[string]protocol.Handler{"spy::fn": events(mine)})
+	trusted := enginetest.Connect(t, protocol.Config{URL: urls[0], Name: "ops", Namespace: ""}, map[string]protocol.Handler{"ops::fn": events(theirs)})
 	if _, err := session.RegisterTrigger(TriggerFunctionsAvailable, "spy::fn", map[string]any{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := trusted.RegisterTrigger(TriggerFunctionsAvailable, "ops::fn", map[string]any{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, err := call(t, trusted, core.FnListTriggers, map[string]any{})
-		if err == nil && len(got["registered_triggers"].([]any)) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("triggers never active: %v %v", got, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var got map[string]any
+	var err error
+	active := func() bool {
+		got, err = call(t, trusted, core.FnListTriggers, map[string]any{})
+		return err == nil && len(got["registered_triggers"].([]any)) == 2
+	}
+	if !enginetest.Poll(5*time.Second, active) {
+		t.Fatalf("triggers never active: %v %v", got, err)
 	}
 	noop := func(context.Context, json.RawMessage) (any, error) { return nil, nil }
-	worker(t, urls[0], "newcomer", "", map[string]protocol.Handler{"api::new": noop, "secret::new": noop})
+	enginetest.Connect(t, protocol.Config{URL: urls[0], Name: "newcomer", Namespace: ""}, map[string]protocol.Handler{"api::new": noop, "secret::new": noop})
 	wait := func(ch chan []string, want string) []string {
 		t.Helper()
 		timeout := time.After(5 * time.Second)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,49 +12,10 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
-
-// engine serves an in-process engine; stop ends it (also at cleanup).
-func engine(t *testing.T, o core.Options) (url string, stop func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := core.New(o)
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(served) }()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-served
-		}
-	}
-	t.Cleanup(stop)
-	return "ws://" + ln.Addr().String(), stop
-}
-
-func connect(t *testing.T, cfg protocol.Config, fns map[string]protocol.Handler) *protocol.Worker {
-	t.Helper()
-	w := protocol.NewWorker(cfg)
-	for id, h := range fns {
-		if err := w.Register(id, h); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Close() })
-	return w
-}
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -65,10 +25,11 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 func TestBridgeJoinsTwoEngines(t *testing.T) {
 	t.Setenv(protocol.EnvTokenFile, "")
 	t.Setenv(protocol.EnvToken, "")
-	localURL, _ := engine(t, core.Options{})
-	remoteURL, stopRemote := engine(t, core.Options{})
+	localURL := enginetest.Start(t, core.New(core.Options{})).URL
+	remoteEngine := enginetest.Start(t, core.New(core.Options{}))
+	remoteURL, stopRemote := remoteEngine.URL, remoteEngine.Stop
 	store := map[string]json.RawMessage{}
-	connect(t, protocol.Config{URL: remoteURL, Name: "state"}, map[string]protocol.Handler{
+	enginetest.Connect(t, protocol.Config{URL: remoteURL, Name: "state"}, map[string]protocol.Handler{
 		"state::set": func(_ context.Context, in json.RawMessage) (any, error) {
 			var p struct {
 				Key   string          `json:"key"`
@@ -84,7 +45,7 @@ func TestBridgeJoinsTwoEngines(t *testing.T) {
 			return store[p.Key], nil
 		},
 	})
-	connect(t, protocol.Config{URL: localURL, Name: "orders"}, map[string]protocol.Handler{
+	enginetest.Connect(t, protocol.Config{URL: localURL, Name: "orders"}, map[string]protocol.Handler{
 		"orders::count": func(context.Context, json.RawMessage) (any, error) { return 7, nil },
 	})
 
@@ -110,7 +71,7 @@ func TestBridgeJoinsTwoEngines(t *testing.T) {
 	b.Start(context.Background())
 	defer b.Close()
 
-	client := connect(t, protocol.Config{URL: localURL, Name: "client"}, nil)
+	client := enginetest.Connect(t, protocol.Config{URL: localURL, Name: "client"}, nil)
 	if _, err := client.Call(ctx, "remote::state::set", map[string]any{"scope": "s", "key": "k", "value": "v1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -122,15 +83,12 @@ func TestBridgeJoinsTwoEngines(t *testing.T) {
 	if err != nil || string(out) != `"v1"` {
 		t.Fatalf("bridge.invoke: %s %v", out, err)
 	}
-	remoteClient := connect(t, protocol.Config{URL: remoteURL, Name: "remote-client"}, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	remoteClient := enginetest.Connect(t, protocol.Config{URL: remoteURL, Name: "remote-client"}, nil)
+	// The exposed function registers once the remote link is up.
+	enginetest.Poll(10*time.Second, func() bool {
 		out, err = remoteClient.Call(ctx, "site-a::orders::count", nil)
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // the exposed function registers once the remote link is up
-	}
+		return err == nil
+	})
 	if err != nil || string(out) != "7" {
 		t.Fatalf("exposed call from the remote engine: %s %v", out, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -50,18 +51,13 @@ func TestTickCondition(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	done := func() bool {
 		mu.Lock()
-		done := len(asked["no"]) >= 2 && len(asked["broken"]) >= 2 && fired["yes"] >= 2
-		mu.Unlock()
-		if done {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("asked %v, fired %v", asked, fired)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer mu.Unlock()
+		return len(asked["no"]) >= 2 && len(asked["broken"]) >= 2 && fired["yes"] >= 2
+	}
+	if !enginetest.Poll(10*time.Second, done) {
+		t.Fatalf("asked %v, fired %v", asked, fired)
 	}
 	mu.Lock()
 	defer mu.Unlock()

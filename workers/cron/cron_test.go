@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
 )
@@ -87,19 +88,11 @@ func TestOneFirePerTickAcrossWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	enginetest.Eventually(t, "3 ticks", 10*time.Second, func() bool {
 		mu.Lock()
-		n := len(fired)
-		mu.Unlock()
-		if n >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("fewer than 3 ticks in 10s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(fired) >= 3
+	})
 	cancel()
 	mu.Lock()
 	defer mu.Unlock()

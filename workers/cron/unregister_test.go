@@ -3,12 +3,14 @@ package cron
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
 )
@@ -43,13 +45,10 @@ func TestUnregisterAndReplace(t *testing.T) {
 	}
 	waitTicks := func(fn string, n int) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for ticks, _ := count(fn); ticks < n; ticks, _ = count(fn) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: fewer than %d ticks in 15s", fn, n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		enginetest.Eventually(t, fmt.Sprintf("%d ticks of %s", n, fn), 15*time.Second, func() bool {
+			ticks, _ := count(fn)
+			return ticks >= n
+		})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

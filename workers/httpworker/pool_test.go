@@ -4,13 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -20,21 +20,15 @@ func poolEngine(t *testing.T, o core.Options) (*core.Engine, *protocol.Worker) {
 	t.Helper()
 	t.Setenv(protocol.EnvTokenFile, "")
 	t.Setenv(protocol.EnvToken, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := core.New(o)
-	ectx, stop := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { _ = e.Serve(ectx, ln); close(served) }()
+	url := enginetest.Start(t, e).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w, err := protocol.Connect(ctx, protocol.Config{URL: "ws://" + ln.Addr().String(), Name: "http", NoReconnect: true})
+	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "http", NoReconnect: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = w.Close(); stop(); <-served })
+	t.Cleanup(func() { _ = w.Close() })
 	return e, w
 }
 
@@ -73,7 +67,7 @@ func TestChannelPool(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitFor(t, "the pool to refill", func() bool { return p.Held() > 8/2 })
+	enginetest.Eventually(t, "the pool to refill", 10*time.Second, func() bool { return p.Held() > 8/2 })
 	if n, want := e.ChannelCount(), len(refs)+p.Held(); n != want {
 		t.Errorf("engine holds %d channels, want %d handed out + %d pooled", n, len(refs), p.Held())
 	}
@@ -82,7 +76,7 @@ func TestChannelPool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the removed channels to go", func() bool { return e.ChannelCount() == p.Held() })
+	enginetest.Eventually(t, "the removed channels to go", 10*time.Second, func() bool { return e.ChannelCount() == p.Held() })
 
 	// Past the age limit a pooled channel is removed, not handed out.
 	p.mu.Lock()
@@ -108,7 +102,7 @@ func TestChannelPool(t *testing.T) {
 	if err := p.Close(cctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the engine to forget every channel", func() bool { return e.ChannelCount() == 0 })
+	enginetest.Eventually(t, "the engine to forget every channel", 10*time.Second, func() bool { return e.ChannelCount() == 0 })
 	if p.Held() != 0 {
 		t.Errorf("a closed pool holds %d channels", p.Held())
 	}
@@ -120,7 +114,7 @@ func TestChannelPool(t *testing.T) {
 	if err := p.Remove(ctx, rd); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the engine to forget the last channel", func() bool { return e.ChannelCount() == 0 })
+	enginetest.Eventually(t, "the engine to forget the last channel", 10*time.Second, func() bool { return e.ChannelCount() == 0 })
 }
 
 // A pool larger than the room under the engine's CHANNEL_LIMIT takes none of it: its refill

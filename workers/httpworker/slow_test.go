@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -65,17 +66,6 @@ func slowServer(t *testing.T, cfg Config) (ts *httptest.Server, active, running 
 		}
 	})
 	return ts, active, running, release
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // fromAddr is an HTTP client whose connections leave from the loopback address ip.
@@ -140,7 +130,7 @@ func TestSlowBodiesDoNotTakeTheSlots(t *testing.T) {
 		slowBody(t, addr, fmt.Sprintf("127.0.0.%d", 1+i%2), 200*time.Millisecond, stop, &wg)
 	}
 	defer func() { close(stop); wg.Wait() }()
-	waitFor(t, "the slow requests to be read", func() bool { return active.Load() >= slow })
+	enginetest.Eventually(t, "the slow requests to be read", 10*time.Second, func() bool { return active.Load() >= slow })
 	const normal = 10
 	for _, ip := range []string{"127.0.0.1", "127.0.0.3"} {
 		ok, other := getMany(fromAddr(ip), ts.URL+"/text", normal)
@@ -227,7 +217,7 @@ func TestPerClientLimit(t *testing.T) {
 	for range 12 { // the 12 beyond the client's limit answer at once
 		got[<-statuses]++
 	}
-	waitFor(t, "4 calls of the one client running", func() bool { return running.Load() == 4 })
+	enginetest.Eventually(t, "4 calls of the one client running", 10*time.Second, func() bool { return running.Load() == 4 })
 	ok, other := getMany(fromAddr("127.0.0.4"), ts.URL+"/text", 10)
 	close(release)
 	for range 4 {

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -56,15 +56,8 @@ func startStreamServer(t testing.TB, cfg Config, hs map[string]handler) *streamE
 	t.Helper()
 	t.Setenv(protocol.EnvTokenFile, "")
 	t.Setenv(protocol.EnvToken, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := core.New(core.Options{})
-	ectx, stop := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { _ = e.Serve(ectx, ln); close(served) }()
-	url := "ws://" + ln.Addr().String()
+	url := enginetest.Start(t, e).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "http", NoReconnect: true})
@@ -107,8 +100,6 @@ func startStreamServer(t testing.TB, cfg Config, hs map[string]handler) *streamE
 			t.Errorf("closing the channel pool: %v", err)
 		}
 		_ = w.Close()
-		stop()
-		<-served
 	})
 	return &streamEnv{ts: ts, url: url, e: e, s: s, w: w, pool: pool}
 }
@@ -337,7 +328,7 @@ func TestStreamFailuresLeakNothing(t *testing.T) {
 
 	http.DefaultClient.CloseIdleConnections()
 	// The requests' own channels are gone; what is left is the pool's, which its Close removes.
-	waitFor(t, "the engine to forget the requests' channels", func() bool { return env.e.ChannelCount() == env.pool.Held() })
+	enginetest.Eventually(t, "the engine to forget the requests' channels", 10*time.Second, func() bool { return env.e.ChannelCount() == env.pool.Held() })
 	if held := env.pool.Held(); held == 0 || held > PoolChannels {
 		t.Errorf("the pool holds %d channels, want 1 to %d", held, PoolChannels)
 	}
@@ -346,14 +337,10 @@ func TestStreamFailuresLeakNothing(t *testing.T) {
 	if err := env.pool.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the engine to forget every channel", func() bool { return env.e.ChannelCount() == 0 })
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before the requests:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(20 * time.Millisecond)
+	enginetest.Eventually(t, "the engine to forget every channel", 10*time.Second, func() bool { return env.e.ChannelCount() == 0 })
+	if !enginetest.Poll(10*time.Second, func() bool { return runtime.NumGoroutine() <= base }) {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines, %d before the requests:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 	}
 	t.Logf("goroutines: %d before, %d after; channels: %d", base, runtime.NumGoroutine(), env.e.ChannelCount())
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
 )
@@ -25,17 +26,15 @@ func (g *got) fire(t protocol.Trigger, data json.RawMessage) {
 
 func (g *got) wait(t *testing.T, fn string, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var out []string
+	enginetest.Poll(10*time.Second, func() bool {
 		g.mu.Lock()
-		out := append([]string(nil), g.by[fn]...)
-		g.mu.Unlock()
-		if len(out) >= n || time.Now().After(deadline) {
-			sort.Strings(out)
-			return out
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer g.mu.Unlock()
+		out = append([]string(nil), g.by[fn]...)
+		return len(out) >= n
+	})
+	sort.Strings(out)
+	return out
 }
 
 // Every subscriber of a topic gets each message published to it, as the raw data; other topics'

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
@@ -112,7 +113,7 @@ func TestDeadLetterAdministration(t *testing.T) {
 		}
 		return -1
 	}
-	eventually(t, "three dead letters of orders and one of jobs", func() bool { return count("orders") == 3 && count("jobs") == 1 })
+	enginetest.Eventually(t, "three dead letters of orders and one of jobs", 10*time.Second, func() bool { return count("orders") == 3 && count("jobs") == 1 })
 
 	var topics []topicRow
 	call(t, svc.ListTopics, `null`, &topics)
@@ -160,7 +161,7 @@ func TestDeadLetterAdministration(t *testing.T) {
 	if one["queue"] != "orders" || one["message_id"] != "m2" || one["redriven"] != float64(1) {
 		t.Errorf("redrive_message %v", one)
 	}
-	eventually(t, "m2 delivered again", func() bool { return len(f.got("sub::a")) == 1 })
+	enginetest.Eventually(t, "m2 delivered again", 10*time.Second, func() bool { return len(f.got("sub::a")) == 1 })
 	if got := f.got("sub::a"); got[0] != "m2" {
 		t.Errorf("redriven delivery carried message_id %v", got)
 	}
@@ -177,9 +178,9 @@ func TestDeadLetterAdministration(t *testing.T) {
 	if all["queue"] != "jobs" || all["redriven"] != float64(1) {
 		t.Errorf("redrive %v", all)
 	}
-	eventually(t, "the job delivered again", func() bool { return len(f.got("job::fn")) == 1 })
+	enginetest.Eventually(t, "the job delivered again", 10*time.Second, func() bool { return len(f.got("job::fn")) == 1 })
 	call(t, svc.RedriveAll, `{"topic":"orders"}`, &all)
-	eventually(t, "m3 delivered again", func() bool { return len(f.got("sub::a")) == 2 })
+	enginetest.Eventually(t, "m3 delivered again", 10*time.Second, func() bool { return len(f.got("sub::a")) == 2 })
 	if got := f.got("sub::a"); got[1] != "m3" || count("orders") != 0 || count("jobs") != 0 {
 		t.Errorf("after redrive: deliveries %v, orders %d, jobs %d", got, count("orders"), count("jobs"))
 	}
@@ -277,7 +278,7 @@ func TestSubscriberCondition(t *testing.T) {
 		ID    string `json:"id"`
 		Error string `json:"error"`
 	}
-	eventually(t, "the failed condition's dead letter", func() bool {
+	enginetest.Eventually(t, "the failed condition's dead letter", 10*time.Second, func() bool {
 		call(t, svc.DLQMessages, `{"topic":"t"}`, &msgs)
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -307,7 +308,7 @@ func TestEarlierSubscriberConsumerUpgrades(t *testing.T) {
 	if _, err := svc.Publish(ctx, json.RawMessage(`{"topic":"orders","data":1,"message_id":"p1"}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the delivery", func() bool { return len(f.got("sub::a")) == 1 })
+	enginetest.Eventually(t, "the delivery", 10*time.Second, func() bool { return len(f.got("sub::a")) == 1 })
 	var topics []topicRow
 	call(t, svc.ListTopics, `{}`, &topics)
 	if len(topics) != 1 || topics[0] != (topicRow{"orders", brokerTopic, 1}) {

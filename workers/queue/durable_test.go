@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -63,18 +65,18 @@ func TestDurableSubscriber(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the fifo subscriber's three messages", func() bool { return len(c.get("sub::d")) == 3 })
+	enginetest.Eventually(t, "the fifo subscriber's three messages", 10*time.Second, func() bool { return len(c.get("sub::d")) == 3 })
 	if got := strings.Join(c.get("sub::d"), " "); got != `{"n":1} {"n":2} {"n":3}` {
 		t.Errorf("fifo order: %s", got)
 	}
 	// flaky::fn fails its first delivery: that message comes again, so 4 calls for 3 messages.
-	eventually(t, "the retried subscriber", func() bool { return len(c.get("flaky::fn")) == 4 })
+	enginetest.Eventually(t, "the retried subscriber", 10*time.Second, func() bool { return len(c.get("flaky::fn")) == 4 })
 
 	if err := d.UnregisterTrigger(ctx, sub); err != nil {
 		t.Fatal(err)
 	}
 	_, _ = svc.Publish(ctx, json.RawMessage(`{"topic":"orders","data":{"n":4}}`))
-	eventually(t, "the remaining subscriber", func() bool { return len(c.get("flaky::fn")) == 5 })
+	enginetest.Eventually(t, "the remaining subscriber", 10*time.Second, func() bool { return len(c.get("flaky::fn")) == 5 })
 	if n := len(c.get("sub::d")); n != 3 {
 		t.Errorf("the unregistered durable subscriber got %d messages, want 3", n)
 	}

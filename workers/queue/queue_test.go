@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
 )
@@ -57,17 +58,6 @@ func (c *calls) get(fn string) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]string(nil), c.seen[fn]...)
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func openService(t *testing.T, cfg Config) (*Service, *calls) {
@@ -116,14 +106,14 @@ func TestJobsGroupsAndDeadLetters(t *testing.T) {
 	if _, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"bad::fn","data":{"x":1}}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "20 jobs", func() bool { return len(c.get("ok::fn")) == 20 })
+	enginetest.Eventually(t, "20 jobs", 10*time.Second, func() bool { return len(c.get("ok::fn")) == 20 })
 	for i, got := range c.get("ok::fn") {
 		if got != fmt.Sprint(i) {
 			t.Fatalf("group order broken at %d: %v", i, c.get("ok::fn"))
 		}
 	}
 	var dl map[string]any
-	eventually(t, "the dead letter", func() bool {
+	enginetest.Eventually(t, "the dead letter", 10*time.Second, func() bool {
 		out, err := svc.DLQ(ctx, json.RawMessage(`{"queue":"q"}`))
 		if err != nil {
 			t.Fatal(err)
@@ -158,10 +148,10 @@ func TestTopicSubscribers(t *testing.T) {
 	if _, err := svc.Publish(ctx, json.RawMessage(`{"topic":"orders","data":{"id":1}}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "both subscribers", func() bool { return len(c.get("sub::a")) == 1 && len(c.get("sub::b")) == 1 })
+	enginetest.Eventually(t, "both subscribers", 10*time.Second, func() bool { return len(c.get("sub::a")) == 1 && len(c.get("sub::b")) == 1 })
 	_ = svc.UnregisterTrigger(ctx, b)
 	_, _ = svc.Publish(ctx, json.RawMessage(`{"topic":"orders","data":{"id":2}}`))
-	eventually(t, "subscriber a", func() bool { return len(c.get("sub::a")) == 2 })
+	enginetest.Eventually(t, "subscriber a", 10*time.Second, func() bool { return len(c.get("sub::a")) == 2 })
 	if n := len(c.get("sub::b")); n != 1 {
 		t.Errorf("unregistered subscriber got %d messages", n)
 	}
@@ -194,7 +184,7 @@ func TestMessageIDs(t *testing.T) {
 	if _, err := uuid.Parse(id); err != nil || r["messageReceiptId"] != id || r["duplicate"] != nil {
 		t.Fatalf("reply %v: want a UUID message_id equal to messageReceiptId", r)
 	}
-	eventually(t, "the retry", func() bool { return len(c.metas("flaky::fn")) == 2 })
+	enginetest.Eventually(t, "the retry", 10*time.Second, func() bool { return len(c.metas("flaky::fn")) == 2 })
 	for _, m := range c.metas("flaky::fn") {
 		if got := messageIDOf(t, m); got != id || !strings.Contains(m, `"from":"caller"`) {
 			t.Errorf("delivery metadata %s, want message_id %s and the caller's metadata", m, id)
@@ -222,12 +212,12 @@ func TestMessageIDs(t *testing.T) {
 	if _, err := svc.Publish(ctx, json.RawMessage(`{"topic":"t","data":2}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the ok job and both topic messages", func() bool { return len(c.get("ok::fn")) >= 1 && len(c.get("sub::fn")) >= 2 })
+	enginetest.Eventually(t, "the ok job and both topic messages", 10*time.Second, func() bool { return len(c.get("ok::fn")) >= 1 && len(c.get("sub::fn")) >= 2 })
 	// The queue and the topic are drained when a later message arrived after the duplicates.
 	if _, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"ok::fn","data":"y"}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the second ok job", func() bool { return len(c.get("ok::fn")) >= 2 })
+	enginetest.Eventually(t, "the second ok job", 10*time.Second, func() bool { return len(c.get("ok::fn")) >= 2 })
 	// Deliveries run concurrently, so their order is not the publish order: count the ids.
 	if got := c.get("ok::fn"); len(got) != 2 || idCount(t, c.metas("ok::fn"), "order-7") != 1 {
 		t.Errorf("ok::fn got %v %v, want the order-7 job once", got, c.metas("ok::fn"))
@@ -270,17 +260,11 @@ func TestRedeliveryKeepsTheMessageID(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := out.(map[string]any)["message_id"].(string)
-	eventually(t, "the first delivery", func() bool { return len(first.metas("block::fn")) == 1 })
+	enginetest.Eventually(t, "the first delivery", 10*time.Second, func() bool { return len(first.metas("block::fn")) == 1 })
 	stop()
 	second := &calls{seen: map[string][]string{}}
 	openOn(t, st, Config{}, second)
-	deadline := time.Now().Add(3 * AckWait)
-	for len(second.metas("block::fn")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("not delivered again within %v", 3*AckWait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the delivery again", 3*AckWait, func() bool { return len(second.metas("block::fn")) > 0 })
 	if got := messageIDOf(t, first.metas("block::fn")[0]); got != id {
 		t.Errorf("first delivery message_id %q, want %q", got, id)
 	}
@@ -297,11 +281,11 @@ func TestRetryWaitsInJetStream(t *testing.T) {
 	if _, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"bad::fn","data":1}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the failing call", func() bool { return len(c.get("bad::fn")) == 1 })
+	enginetest.Eventually(t, "the failing call", 10*time.Second, func() bool { return len(c.get("bad::fn")) == 1 })
 	if _, err := svc.Enqueue(ctx, json.RawMessage(`{"queue":"q","function_id":"ok::fn","data":2}`)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the next job", func() bool { return len(c.get("ok::fn")) == 1 })
+	enginetest.Eventually(t, "the next job", 10*time.Second, func() bool { return len(c.get("ok::fn")) == 1 })
 	if n := len(c.get("bad::fn")); n != 1 {
 		t.Errorf("the failed job was called %d times within its 60s backoff", n)
 	}

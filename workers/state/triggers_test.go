@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 )
 
@@ -91,21 +92,18 @@ func TestTriggerCondition(t *testing.T) {
 		}
 	}
 	call(t, svc.Set, `{"scope":"s","key":"k","value":1}`)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	fired := 0
+	settled := func() bool {
 		mu.Lock()
 		n := len(asked)
 		mu.Unlock()
 		rec.mu.Lock()
-		fired := len(rec.evs)
+		fired = len(rec.evs)
 		rec.mu.Unlock()
-		if n == 4 && fired == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("conditions asked %v, handlers fired %d (want 4 and 2)", asked, fired)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return n == 4 && fired == 2
+	}
+	if !enginetest.Poll(10*time.Second, settled) {
+		t.Fatalf("conditions asked %v, handlers fired %d (want 4 and 2)", asked, fired)
 	}
 	for c, got := range asked {
 		if len(got) != 1 || got[0] != "k@team" {

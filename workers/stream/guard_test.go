@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 	"gopkg.in/yaml.v3"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
@@ -196,19 +197,11 @@ func TestHubSocketCaps(t *testing.T) {
 		t.Fatalf("third socket: %d %q, want 503 STREAM_CONNECTION_LIMIT", status, body)
 	}
 	held[0].Close(websocket.StatusNormalClosure, "")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	enginetest.Eventually(t, "a closed socket to free its place", 10*time.Second, func() bool {
 		h.slots.mu.Lock()
-		n := h.slots.total
-		h.slots.mu.Unlock()
-		if n < 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a closed socket did not free its place")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer h.slots.mu.Unlock()
+		return h.slots.total < 2
+	})
 	ws, _, err := websocket.Dial(ctx, "ws://"+addr, nil)
 	if err != nil {
 		t.Fatalf("after one closed: %v", err)
@@ -288,17 +281,9 @@ func TestHubDropsUnansweredPings(t *testing.T) {
 	defer ws.CloseNow()
 	_ = ws.Write(ctx, websocket.MessageText, []byte(`{"type":"join","data":{"subscriptionId":"s","streamName":"a","groupId":"g"}}`))
 	read(t, ws) // the sync; from now on nothing reads, so no pong goes back
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	enginetest.Eventually(t, "a socket that answers no ping to be dropped", 10*time.Second, func() bool {
 		h.mu.Lock()
-		n := len(h.conns)
-		h.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a socket that answers no ping is still served after 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer h.mu.Unlock()
+		return len(h.conns) == 0
+	})
 }

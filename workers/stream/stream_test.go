@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
@@ -406,10 +407,7 @@ func TestHubJoinLeaveAuth(t *testing.T) {
 	}
 	ws.Close(websocket.StatusNormalClosure, "")
 	// Closing the connection leaves s3.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(a.seen()) < 5 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	enginetest.Poll(10*time.Second, func() bool { return len(a.seen()) >= 5 })
 	want := []string{
 		`on-join {"subscription_id":"s1","stream_name":"secret","group_id":"g","id":null,"context":{"user":"ann"}}`,
 		`on-join {"subscription_id":"s2","stream_name":"open","group_id":"g","id":"i","context":{"user":"ann"}}`,
