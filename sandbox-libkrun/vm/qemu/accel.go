@@ -72,10 +72,9 @@ func (c AccelChoice) String() string {
 		notes = append(notes, c.Why)
 	}
 	for _, a := range c.Attempts {
+		// The attempt that booted is the choice itself; only the failed ones need a note.
 		if a.Err != nil {
 			notes = append(notes, fmt.Sprintf("-cpu %s: failed in %s: %s", a.CPU, a.Took.Round(time.Millisecond), firstLines(a.Err)))
-		} else if a.CPU != c.CPU {
-			notes = append(notes, fmt.Sprintf("-cpu %s: booted in %s", a.CPU, a.Took.Round(time.Millisecond)))
 		}
 	}
 	if len(notes) > 0 {
