@@ -276,7 +276,7 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 	case accel == settings.AccelTCG:
 		logf("warning: accelerator tcg: every VM runs under software emulation (no KVM), several times slower than under kvm")
 	case accel == settings.AccelAuto:
-		logf("accelerator auto: using %s", inUse)
+		logf("accelerator auto: using %s", drv.AccelChoice())
 	}
 	return vmHost{drv, arch, inUse}, nil
 }

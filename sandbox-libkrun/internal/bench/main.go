@@ -45,7 +45,7 @@ func main() {
 		fmt.Println("bench (sandbox-libkrun): skipped:", err)
 		return
 	}
-	fmt.Printf("accelerator %s (asked: %s); firmware %s; the floor and every sandbox::run below run under it\n", d.Accel(), *accel, *fw)
+	fmt.Printf("accelerator %s (asked: %s); firmware %s; the floor and every sandbox::run below run under it\n", d.AccelChoice(), *accel, *fw)
 	if *fsOnly {
 		fsSection(ctx, d, *n)
 		return

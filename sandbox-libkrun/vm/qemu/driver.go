@@ -6,6 +6,7 @@
 package qemu
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -65,6 +66,9 @@ type Driver struct {
 	opt       Options
 	accelOnce sync.Once
 	accel     string
+	kvmCPU    string      // qemu's -cpu under kvm, set by auto's probe; empty: host
+	choice    AccelChoice // how auto chose (zero under an explicit accelerator)
+	nestedPVM func() bool // NestedPVM, unless a test stands in for it
 }
 
 // DefaultShare is the file share of goos: 9p on macOS, virtiofs elsewhere.
@@ -197,6 +201,7 @@ func (d *Driver) Boot(ctx context.Context, spec vm.Spec) (vm.Machine, error) {
 type qemuConfig struct {
 	spec         vm.Spec
 	accel        string   // "kvm", "hvf" or "tcg"
+	kvmCPU       string   // qemu's -cpu under kvm for this boot (auto's probe); empty: the driver's
 	consoleOnly  bool     // boot the kernel with nothing attached (the floor)
 	vfsSocks     []string // virtiofsd sockets of the image root and the mounts (virtiofs)
 	ctrlSock     string   // the socket of the agent's port
@@ -214,7 +219,7 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 	mem := strconv.Itoa(c.spec.MemoryMB) + "M"
 	aarch64 := d.opt.Arch.Machine == "virt"
 	a := []string{"-nodefaults", "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot"}
-	a = append(a, accelArgs(c.accel, c.spec.CPUs, aarch64)...)
+	a = append(a, accelArgs(c.accel, cmp.Or(c.kvmCPU, d.kvmCPU), c.spec.CPUs, aarch64)...)
 	a = append(a, "-smp", strconv.Itoa(c.spec.CPUs), "-m", mem,
 		"-kernel", d.opt.Kernel, "-initrd", d.opt.Initrd, "-append", kernelCmdline(aarch64, c.extraCmdline))
 	machine := machineType(aarch64, c.accel)
@@ -243,11 +248,13 @@ func (d *Driver) qemuArgs(c qemuConfig) []string {
 	return a
 }
 
-// accelArgs are qemu's acceleration and CPU flags: the host's CPU under kvm or hvf, else TCG
-// (multi-threaded for more than one CPU).
-func accelArgs(accel string, cpus int, aarch64 bool) []string {
+// accelArgs are qemu's acceleration and CPU flags: under kvm -cpu kvmCPU (default host, the
+// host's CPU), under hvf the host's CPU, else TCG (multi-threaded for more than one CPU).
+func accelArgs(accel, kvmCPU string, cpus int, aarch64 bool) []string {
 	switch accel {
-	case "kvm", "hvf":
+	case "kvm":
+		return []string{"-accel", accel, "-cpu", cmp.Or(kvmCPU, "host")}
+	case "hvf":
 		return []string{"-accel", accel, "-cpu", "host"}
 	}
 	var a []string
