@@ -221,6 +221,11 @@ func open(ctx context.Context, u *url.URL) (io.ReadCloser, int64, error) {
 			return nil, 0, err
 		}
 		resp, err := client.Do(req)
+		var ue *url.Error
+		if errors.Is(err, ErrDowngrade) && errors.As(err, &ue) {
+			// net/http names the refused target only; name the URL asked for as well.
+			return nil, 0, fmt.Errorf("GET %s: %w", u.Redacted(), ue.Err)
+		}
 		if err != nil {
 			return nil, 0, err
 		}

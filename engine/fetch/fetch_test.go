@@ -160,8 +160,9 @@ func TestRedirects(t *testing.T) {
 		}
 	}
 	for name, u := range map[string]string{"https down to http": down.URL, "http, https, then down to http": laterDown.URL} {
-		if got, err := ReadAll(context.Background(), u); got != nil || !errors.Is(err, ErrDowngrade) || !strings.Contains(err.Error(), plain.URL) {
-			t.Errorf("%s: %q, %v; want ErrDowngrade naming %s", name, got, err, plain.URL)
+		want := "GET " + u + ": refused a redirect from https to plain http: " + plain.URL + "/f"
+		if got, err := ReadAll(context.Background(), u); got != nil || !errors.Is(err, ErrDowngrade) || err.Error() != want {
+			t.Errorf("%s: %q, %v; want ErrDowngrade: %s", name, got, err, want)
 		}
 	}
 	if _, err := ReadAll(context.Background(), loop.URL); err == nil || !strings.Contains(err.Error(), "stopped after 10 redirects") {
