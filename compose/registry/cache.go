@@ -3,8 +3,6 @@ package registry
 import (
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/state"
+	"github.com/iii-go/iii/engine/fetch"
 	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/untar"
 )
@@ -174,22 +173,22 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 	if art.Size > limit {
 		return "", tooLarge(name, version, art.URL, limit)
 	}
-	rc, size, err := c.Fetch(ctx, art.URL)
+	if art.Size > 0 {
+		limit = art.Size
+	}
+	src, err := c.Fetch(ctx, art.URL, fetch.MaxSize(limit), fetch.SHA256(art.SHA256))
 	if err != nil {
+		if refused := k.refusal(name, version, art, 0, err); refused != nil {
+			return "", refused
+		}
 		if e := errcode.As(err, ""); e.Code != "" {
 			return "", errcode.New(e.Code, "%s %s: %s", name, version, e.Message)
 		}
 		return "", errcode.New(errcode.PackageDownloadFailed, "%s %s: cannot download %s: %w", name, version, art.URL, err)
 	}
-	defer rc.Close()
-	if size > limit {
-		return "", tooLarge(name, version, art.URL, limit)
-	}
-	if art.Size > 0 {
-		if size > 0 && size != art.Size {
-			return "", sizeMismatch(name, version, art.URL, size, art.Size)
-		}
-		limit = art.Size
+	defer src.Close()
+	if art.Size > 0 && src.Size > 0 && src.Size != art.Size {
+		return "", sizeMismatch(name, version, art.URL, src.Size, art.Size)
 	}
 	f, err := os.CreateTemp(k.Dir, tempPattern(downloadPrefix, name))
 	if err != nil {
@@ -202,28 +201,22 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 			os.Remove(f.Name())
 		}
 	}()
-	h := sha256.New()
-	var r io.Reader = &ctxReader{ctx: ctx, r: io.LimitReader(rc, limit+1)}
-	if k.Progress != nil && (size > progressThreshold || size <= 0) {
-		r = &progressReader{r: r, total: size, label: name + " " + version, out: k.Progress}
+	var r io.Reader = src
+	if k.Progress != nil && (src.Size > progressThreshold || src.Size <= 0) {
+		r = &progressReader{r: r, total: src.Size, label: name + " " + version, out: k.Progress}
 	}
-	n, err := io.Copy(io.MultiWriter(f, h), r)
+	n, err := io.Copy(f, r)
 	if err != nil {
+		if refused := k.refusal(name, version, art, n, err); refused != nil {
+			return "", refused
+		}
 		return "", errcode.New(errcode.PackageDownloadFailed, "%s %s: download of %s failed: %w", name, version, art.URL, err)
 	}
 	switch {
-	case n > limit && art.Size > 0:
-		return "", errcode.New(errcode.PackageSizeMismatch, "%s %s: %s is larger than the %d bytes its index gives; the download was stopped and nothing was installed", name, version, art.URL, art.Size)
-	case n > limit:
-		return "", tooLarge(name, version, art.URL, limit)
 	case art.Size > 0 && n != art.Size:
 		return "", sizeMismatch(name, version, art.URL, n, art.Size)
-	}
-	if n == 0 {
+	case n == 0:
 		return "", errcode.New(errcode.PackageArtifactEmpty, "%s %s: %s is empty", name, version, art.URL)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); !strings.EqualFold(got, art.SHA256) {
-		return "", errcode.New(errcode.PackageDigestMismatch, "%s %s: %s has SHA-256 %s, but the registry and lock expect %s; nothing was installed", name, version, art.URL, got, art.SHA256)
 	}
 	if err := f.Close(); err != nil {
 		return "", errcode.New(errcode.IOError, "cannot write the package cache %s: %w", k.Dir, err)
@@ -232,26 +225,44 @@ func (k *Cache) download(ctx context.Context, c *Client, name, version string, a
 	return f.Name(), nil
 }
 
+// refusal gives the code of an artifact that broke a promise, once n bytes were read: more bytes
+// than its index gives (PACKAGE_SIZE_MISMATCH) or than the cache takes (PACKAGE_TOO_LARGE), or
+// another digest than the index and lock give. A digest is only known at the end, so a shorter
+// or empty artifact is reported as such (PACKAGE_SIZE_MISMATCH, PACKAGE_ARTIFACT_EMPTY) rather
+// than by its digest. It returns nil for any other failure.
+func (k *Cache) refusal(name, version string, art Artifact, n int64, err error) error {
+	var big *fetch.TooLargeError
+	var bad *fetch.DigestError
+	switch {
+	case errors.As(err, &big):
+		switch most := k.caps().download; {
+		case big.Size > most:
+			return tooLarge(name, version, art.URL, most)
+		case art.Size > 0 && big.Size > 0:
+			return sizeMismatch(name, version, art.URL, big.Size, art.Size)
+		case art.Size > 0:
+			return errcode.New(errcode.PackageSizeMismatch, "%s %s: %s is larger than the %d bytes its index gives; the download was stopped and nothing was installed", name, version, art.URL, art.Size)
+		default:
+			return tooLarge(name, version, art.URL, most)
+		}
+	case errors.As(err, &bad):
+		switch {
+		case art.Size > 0 && n != art.Size:
+			return sizeMismatch(name, version, art.URL, n, art.Size)
+		case n == 0:
+			return errcode.New(errcode.PackageArtifactEmpty, "%s %s: %s is empty", name, version, art.URL)
+		}
+		return errcode.New(errcode.PackageDigestMismatch, "%s %s: %s has SHA-256 %s, but the registry and lock expect %s; nothing was installed", name, version, art.URL, bad.Got, art.SHA256)
+	}
+	return nil
+}
+
 func tooLarge(name, version, url string, limit int64) error {
 	return errcode.New(errcode.PackageTooLarge, "%s %s: %s is larger than %d MiB, the most Compose downloads for one package; nothing was installed", name, version, url, limit>>20)
 }
 
 func sizeMismatch(name, version, url string, n, want int64) error {
 	return errcode.New(errcode.PackageSizeMismatch, "%s %s: %s is %d bytes, but its index gives size %d; nothing was installed", name, version, url, n, want)
-}
-
-// ctxReader stops reading once ctx ends, so a cancelled run stops a download from a local file
-// as it does an HTTP one.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c *ctxReader) Read(b []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(b)
 }
 
 // tempPattern names a temporary entry of the cache after the process that owns it, so that

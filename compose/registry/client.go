@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"path"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/compose/errcode"
+	"github.com/iii-go/iii/engine/fetch"
 )
 
 const (
@@ -24,10 +23,16 @@ const (
 	DefaultHost = "api.workers.iii.dev"
 )
 
-// Client reads one registry.
+// fetchTimeout bounds one fetch from a registry, the artifact's download included.
+const fetchTimeout = 5 * time.Minute
+
+// maxIndexSize bounds a package's index.json.
+const maxIndexSize = 16 << 20
+
+// Client reads one registry. Every file is read through engine/fetch: regular files only over
+// file://, no redirect from https to plain http.
 type Client struct {
 	base *url.URL
-	http *http.Client
 }
 
 // New returns a client for the registry rooted at raw: a file:// or http(s):// URL, or a
@@ -37,18 +42,7 @@ func New(raw string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{base: u, http: &http.Client{Timeout: 5 * time.Minute, CheckRedirect: noDowngrade}}, nil
-}
-
-// noDowngrade follows at most 10 redirects, never from https to plain http.
-func noDowngrade(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
-		return fmt.Errorf("refused a redirect from https to %s", req.URL.Redacted())
-	}
-	return nil
+	return &Client{base: u}, nil
 }
 
 func parseRoot(raw string) (*url.URL, error) {
@@ -85,56 +79,15 @@ func ForHost(host, defaultURL string) (*Client, error) {
 // URL is the registry's root.
 func (c *Client) URL() string { return c.base.String() }
 
-// errNotFound marks a missing file or an HTTP 404.
-var errNotFound = errors.New("not found")
-
-// open fetches u (relative to the registry root when not absolute).
-func (c *Client) open(ctx context.Context, u *url.URL) (io.ReadCloser, int64, error) {
-	switch u.Scheme {
-	case "file":
-		f, err := os.Open(filepath.FromSlash(u.Path))
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, 0, errNotFound
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		st, err := f.Stat()
-		if err != nil || st.IsDir() {
-			f.Close()
-			return nil, 0, errNotFound
-		}
-		if !st.Mode().IsRegular() {
-			// A device such as /dev/zero never ends; a fifo may block forever.
-			f.Close()
-			return nil, 0, errcode.New(errcode.ArtifactURLRefused, "%s is not a regular file", u)
-		}
-		return f, st.Size(), nil
-	case "http", "https":
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			return nil, 0, err
-		}
-		resp, err := c.http.Do(req)
-		if err != nil {
-			return nil, 0, err
-		}
-		if resp.StatusCode == http.StatusNotFound {
-			resp.Body.Close()
-			return nil, 0, errNotFound
-		}
-		if resp.StatusCode/100 != 2 {
-			resp.Body.Close()
-			return nil, 0, &statusError{resp.Status}
-		}
-		return resp.Body, resp.ContentLength, nil
+// open fetches u under opts and fetchTimeout; a file:// path that is not a regular file is
+// ARTIFACT_URL_REFUSED.
+func (c *Client) open(ctx context.Context, u *url.URL, opts ...fetch.Option) (*fetch.File, error) {
+	f, err := fetch.Open(ctx, u.String(), append([]fetch.Option{fetch.Timeout(fetchTimeout)}, opts...)...)
+	if errors.Is(err, fetch.ErrNotRegular) {
+		return nil, errcode.New(errcode.ArtifactURLRefused, "%s is not a regular file", u)
 	}
-	return nil, 0, fmt.Errorf("unsupported URL scheme %q", u.Scheme)
+	return f, err
 }
-
-type statusError struct{ status string }
-
-func (e *statusError) Error() string { return "HTTP " + e.status }
 
 // Index fetches workers/<name>/index.json.
 func (c *Client) Index(ctx context.Context, name string) (*Index, error) {
@@ -142,8 +95,8 @@ func (c *Client) Index(ctx context.Context, name string) (*Index, error) {
 		return nil, err
 	}
 	u := c.base.ResolveReference(&url.URL{Path: "workers/" + name + "/index.json"})
-	rc, _, err := c.open(ctx, u)
-	if errors.Is(err, errNotFound) {
+	f, err := c.open(ctx, u, fetch.MaxSize(maxIndexSize))
+	if errors.Is(err, fetch.ErrNotFound) {
 		if c.base.Scheme == "file" {
 			if _, serr := os.Stat(filepath.FromSlash(c.base.Path)); serr != nil {
 				return nil, errcode.New(errcode.RegistryUnreachable, "registry %s is unreachable: %w", c.URL(), serr)
@@ -151,16 +104,16 @@ func (c *Client) Index(ctx context.Context, name string) (*Index, error) {
 		}
 		return nil, errcode.New(errcode.PackageNotResolved, "the registry %s has no package '%s'", c.URL(), name)
 	}
-	var se *statusError
+	var se *fetch.StatusError
 	if errors.As(err, &se) {
 		return nil, errcode.New(errcode.PackageNotResolved, "the registry %s refused '%s': %w", c.URL(), name, err)
 	}
 	if err != nil {
 		return nil, errcode.New(errcode.RegistryUnreachable, "registry %s is unreachable: %w", c.URL(), err)
 	}
-	defer rc.Close()
+	defer f.Close()
 	var ix Index
-	if err := json.NewDecoder(io.LimitReader(rc, 16<<20)).Decode(&ix); err != nil {
+	if err := json.NewDecoder(f).Decode(&ix); err != nil {
 		return nil, errcode.New(errcode.PackageNotResolved, "%s is not a valid registry index: %w", u, err)
 	}
 	if ix.Name == "" {
@@ -201,17 +154,18 @@ func (c *Client) Resolve(ctx context.Context, name, selector string) (v *Version
 	return v, line, nil
 }
 
-// Fetch opens an absolute artifact URL of this registry; a URL the registry does not own (see
-// owns) is ARTIFACT_URL_REFUSED, whether it came from an index or from a lock.
-func (c *Client) Fetch(ctx context.Context, rawURL string) (io.ReadCloser, int64, error) {
+// Fetch opens an absolute artifact URL of this registry under opts (a size limit, a digest); a
+// URL the registry does not own (see owns) is ARTIFACT_URL_REFUSED, whether it came from an
+// index or from a lock.
+func (c *Client) Fetch(ctx context.Context, rawURL string, opts ...fetch.Option) (*fetch.File, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if !c.owns(u) {
-		return nil, 0, c.refuse("artifact", u)
+		return nil, c.refuse("artifact", u)
 	}
-	return c.open(ctx, u)
+	return c.open(ctx, u, opts...)
 }
 
 // owns reports whether u is served by this registry: the same scheme and host (with port) as

@@ -303,3 +303,31 @@ func TestCancelledDownloadLeavesNothing(t *testing.T) {
 	}
 	onlyInstalls(t, k.Dir)
 }
+
+// TestShortAndEmptyArtifacts: an artifact that is empty, or shorter than its index says while its
+// server announces no length, is reported as such and not by its digest, which is only known once
+// everything was read.
+func TestShortAndEmptyArtifacts(t *testing.T) {
+	root := t.TempDir()
+	hostile(t, root, "empty", []byte{}, "", strings.Repeat("0", 64), 0)
+	hostile(t, root, "emptyok", []byte{}, "", "", 0)
+	c, _ := New(root)
+	k := &Cache{Dir: t.TempDir()}
+	for _, name := range []string{"empty", "emptyok"} {
+		if err := install(t, k, c, name); errcode.CodeOf(err) != errcode.PackageArtifactEmpty {
+			t.Errorf("%s: %v; want %s", name, err, errcode.PackageArtifactEmpty)
+		}
+	}
+	short := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush() // no Content-Length: the size is known only at the end
+		w.Write([]byte("ten bytes."))
+	}))
+	defer short.Close()
+	sc, _ := New(short.URL)
+	_, err := k.Install(context.Background(), sc, "short", "1.0.0", triple, Artifact{URL: short.URL + "/short.tar.gz", SHA256: strings.Repeat("0", 64), Size: 100})
+	if errcode.CodeOf(err) != errcode.PackageSizeMismatch || !strings.Contains(err.Error(), "is 10 bytes, but its index gives size 100") {
+		t.Errorf("short artifact: %v; want %s", err, errcode.PackageSizeMismatch)
+	}
+	onlyInstalls(t, k.Dir)
+}

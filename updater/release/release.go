@@ -1,24 +1,21 @@
 // Package release reads an iii release tree: the channel pointer <base>/iii/latest, and per
 // version <base>/iii/v<version>/ with manifest.json, the asset archives and their <asset>.sha256
-// sidecars. The base is a file:// or http(s):// URL. Every asset is checked against its digest
-// before it is returned.
+// sidecars. The base is a file:// or http(s):// URL, read through engine/fetch (regular files
+// only, no redirect from https to http). Every asset is checked against its digest before it is
+// returned.
 package release
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/iii-go/iii/engine/fetch"
 	"github.com/iii-go/iii/updater/errcode"
 )
 
@@ -30,6 +27,9 @@ const DefaultURL = "https://github.com/iii-go/iii/releases/download"
 
 // maxDownload bounds any one file read from the tree.
 const maxDownload = 1 << 30
+
+// fetchTimeout bounds the fetch of any one file of the tree, its body included.
+const fetchTimeout = 60 * time.Second
 
 // Asset is one entry of a release's manifest.json.
 type Asset struct {
@@ -66,13 +66,9 @@ func (e *AssetNotFoundError) Error() string {
 	return fmt.Sprintf("Release asset not found for platform %s: %s", e.Target, e.Binary)
 }
 
-// errNotExist is returned by get when the tree has no such file.
-var errNotExist = errors.New("no such file in the release tree")
-
 // Source is a release tree.
 type Source struct {
-	Base   string       // file:// or http(s):// URL of the tree, without the trailing /
-	Client *http.Client // for http(s); nil means a client with a 60s timeout
+	Base string // file:// or http(s):// URL of the tree, without the trailing /
 }
 
 // From returns the tree at base ($III_RELEASE_URL), or DefaultURL when base is "".
@@ -150,14 +146,14 @@ func (s *Source) Fetch(ctx context.Context, version string, a Asset) ([]byte, er
 		return nil, errcode.New(errcode.ChecksumMismatch,
 			"%s: manifest.json says sha256 %s but %s.sha256 says %s", a.Name, a.SHA256, a.Name, want)
 	}
-	data, err := s.get(ctx, dir+"/"+a.Name)
+	data, err := s.get(ctx, dir+"/"+a.Name, fetch.SHA256(want))
+	var bad *fetch.DigestError
+	if errors.As(err, &bad) {
+		return nil, errcode.New(errcode.ChecksumMismatch,
+			"%s: sha256 is %s but the release publishes %s; the download is corrupt or was tampered with", a.Name, bad.Got, want)
+	}
 	if err != nil {
 		return nil, s.wrap(err, errcode.DownloadFailed, "cannot download "+a.Name)
-	}
-	sum := sha256.Sum256(data)
-	if got := hex.EncodeToString(sum[:]); got != want {
-		return nil, errcode.New(errcode.ChecksumMismatch,
-			"%s: sha256 is %s but the release publishes %s; the download is corrupt or was tampered with", a.Name, got, want)
 	}
 	return data, nil
 }
@@ -180,58 +176,14 @@ func ParseChecksum(text, name string) (string, error) {
 
 // wrap gives err a code and a context, keeping "not found" distinct from other failures.
 func (s *Source) wrap(err error, code, what string) error {
-	if errors.Is(err, errNotExist) {
+	if errors.Is(err, fetch.ErrNotFound) {
 		return errcode.New(code, "%s: not found in the release tree %s", what, s.Base)
 	}
 	return errcode.New(code, "%s: %w", what, err)
 }
 
-// get reads one file of the tree.
-func (s *Source) get(ctx context.Context, raw string) ([]byte, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	switch u.Scheme {
-	case "file":
-		f, err := os.Open(u.Path)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, errNotExist
-		}
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		return readLimited(f)
-	case "http", "https":
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
-		if err != nil {
-			return nil, err
-		}
-		c := s.Client
-		if c == nil {
-			c = &http.Client{Timeout: 60 * time.Second}
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		switch {
-		case resp.StatusCode == http.StatusNotFound:
-			return nil, errNotExist
-		case resp.StatusCode != http.StatusOK:
-			return nil, fmt.Errorf("GET %s: %s", raw, resp.Status)
-		}
-		return readLimited(resp.Body)
-	}
-	return nil, fmt.Errorf("unsupported release URL %q (want file://, http:// or https://)", raw)
-}
-
-func readLimited(r io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxDownload+1))
-	if err == nil && len(b) > maxDownload {
-		err = fmt.Errorf("file larger than %d bytes", maxDownload)
-	}
-	return b, err
+// get reads one file of the tree, at most maxDownload bytes within fetchTimeout, under the
+// further options opts.
+func (s *Source) get(ctx context.Context, raw string, opts ...fetch.Option) ([]byte, error) {
+	return fetch.ReadAll(ctx, raw, append([]fetch.Option{fetch.MaxSize(maxDownload), fetch.Timeout(fetchTimeout)}, opts...)...)
 }
