@@ -266,3 +266,41 @@ func TestRoutedCallOfDepartingAdapter(t *testing.T) {
 		t.Errorf("fast path:\n%s\nforwarder:\n%s", routed, forwarded)
 	}
 }
+
+// TestProcessOpsNeedContract12: the process operations reach an adapter of contract 1.2, on
+// the first call and the fast path alike; a contract 1.1 adapter, which has no process
+// functions, or one that says 1.1 but registered one anyway, gets the caller S304 naming its
+// contract, never a raw function_not_found nor S301; its other operations still work.
+func TestProcessOpsNeedContract12(t *testing.T) {
+	b := &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}
+	ok := func(context.Context, json.RawMessage) (any, error) { return map[string]any{"processes": []any{}}, nil }
+
+	url, _ := observed(t, b)
+	fakeAdapter(t, url, Contract{Major: 1, Minor: 2}, map[string]op{"process::list": ok})
+	c := caller(t, url)
+	for range 2 {
+		res, err := c.Call(context.Background(), "sandbox::process::list", map[string]any{"sandbox_id": "x"})
+		if got := outcomeOf(res, err); got != `result {"processes":[]}` {
+			t.Fatalf("1.2 adapter: %s", got)
+		}
+	}
+
+	for name, ops := range map[string]map[string]op{
+		"without the functions":        {"exec": ok},
+		"with a function it disclaims": {"exec": ok, "process::list": ok},
+	} {
+		url, _ := observed(t, b)
+		fakeAdapter(t, url, Contract{Major: 1, Minor: 1}, ops)
+		c := caller(t, url)
+		for _, fn := range []string{"sandbox::process::list", "sandbox::process::start", "sandbox::process::list"} {
+			_, err := c.Call(context.Background(), fn, map[string]any{"sandbox_id": "x"})
+			if errCode(err) != scode.S304 || !strings.Contains(err.Error(), fn+" needs sandbox contract 1.2") ||
+				!strings.Contains(err.Error(), "implements sandbox contract 1.1") {
+				t.Fatalf("%s: %s: %v, want S304", name, fn, err)
+			}
+		}
+		if _, err := c.Call(context.Background(), "sandbox::exec", map[string]any{}); err != nil {
+			t.Fatalf("%s: sandbox::exec: %v", name, err)
+		}
+	}
+}
