@@ -120,6 +120,9 @@ type sandbox struct {
 	stopped         bool
 	stoppedAt       time.Time
 	stopDone        chan struct{}
+	procMu          sync.Mutex             // serialises process starts, so that max_processes holds
+	atts            map[string]*procAttach // the live attachment of each attached process, by process id
+	pending         map[string]pending     // output a departed reader did not take, by process id
 }
 
 // New builds a Service.
@@ -165,6 +168,7 @@ func (s *Service) Handlers() map[string]Handler {
 	for _, op := range FSOps {
 		h["fs::"+op] = s.fsHandler(op)
 	}
+	s.processHandlers(h)
 	return h
 }
 
@@ -671,6 +675,7 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 	box.stopped = true
 	box.stoppedAt = s.opt.Now()
 	box.stopDone = make(chan struct{})
+	endProcesses(box)
 	s.stops.Add(1)
 	go func() {
 		defer s.stops.Done()
@@ -685,7 +690,8 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 	return box.stopDone
 }
 
-// Reap stops every sandbox idle for longer than its idle timeout, reclaims a busy one once
+// Reap stops every sandbox idle for longer than its idle timeout (one with an attached process
+// stream is busy, not idle; a detached process alone does not keep it), reclaims a busy one once
 // idle timeout + max_exec_timeout_ms + 60 s have passed, and forgets sandboxes stopped long ago.
 func (s *Service) Reap() {
 	if s.pool != nil {
@@ -706,7 +712,7 @@ func (s *Service) Reap() {
 		switch {
 		case machineDone(b.machine):
 			s.opt.Logf("sandbox %s: its VM exited", id)
-		case b.inflight == 0 && idleFor >= b.idle:
+		case b.inflight == 0 && len(b.atts) == 0 && idleFor >= b.idle:
 			s.opt.Logf("sandbox %s: reaped after %s idle", id, idleFor.Round(time.Second))
 		case b.inflight > 0 && idleFor >= b.idle+maxExec+busyGrace:
 			s.opt.Logf("sandbox %s: reclaimed while busy after %s", id, idleFor.Round(time.Second))
