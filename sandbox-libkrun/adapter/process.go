@@ -254,7 +254,7 @@ func (s *Service) ProcessStart(ctx context.Context, raw json.RawMessage) (any, e
 		}
 	}
 	box.procMu.Lock()
-	info, att, err := s.startLocked(box, pm, preq, ends)
+	info, att, err := s.startLocked(ctx, box, pm, preq, ends)
 	box.procMu.Unlock()
 	if err != nil {
 		if ends != nil {
@@ -272,8 +272,8 @@ func (s *Service) ProcessStart(ctx context.Context, raw json.RawMessage) (any, e
 
 // startLocked checks max_processes against the guest's running processes and starts preq; the
 // caller holds box.procMu, so two starts cannot both take the last place.
-func (s *Service) startLocked(box *sandbox, pm vm.Processes, preq vm.ProcessRequest, ends *procChannels) (vm.ProcessInfo, vm.Attachment, error) {
-	list, err := pm.ListProcesses(s.streamCtx)
+func (s *Service) startLocked(ctx context.Context, box *sandbox, pm vm.Processes, preq vm.ProcessRequest, ends *procChannels) (vm.ProcessInfo, vm.Attachment, error) {
+	list, err := pm.ListProcesses(ctx)
 	if err != nil {
 		return vm.ProcessInfo{}, nil, procFailure(box, "", err)
 	}
@@ -290,8 +290,8 @@ func (s *Service) startLocked(box *sandbox, pm vm.Processes, preq vm.ProcessRequ
 	if ends != nil {
 		opt = &vm.AttachOptions{Stdin: ends.in != nil}
 	}
-	// The machine's context, not the request's: the attachment outlives this call.
-	info, att, err := pm.StartProcess(s.streamCtx, preq, opt)
+	// ctx bounds the request to the guest; the attachment outlives it (it ends by Detach).
+	info, att, err := pm.StartProcess(ctx, preq, opt)
 	if err != nil {
 		return vm.ProcessInfo{}, nil, procFailure(box, "", err)
 	}
@@ -334,7 +334,7 @@ func (s *Service) ProcessAttach(ctx context.Context, raw json.RawMessage) (any, 
 	if err != nil {
 		return nil, err
 	}
-	att, err := pm.AttachProcess(s.streamCtx, req.ProcessID, vm.AttachOptions{Stdin: ends.in != nil})
+	att, err := pm.AttachProcess(ctx, req.ProcessID, vm.AttachOptions{Stdin: ends.in != nil})
 	if err != nil {
 		ends.abort("the attach failed")
 		return nil, procFailure(box, req.ProcessID, err)
