@@ -2,7 +2,8 @@
 // handler that takes the JSON request and returns the JSON-ready reply or an S-code error, with
 // the fields and codes of the 0.25 daemon (req A4). VMs come from a vm.Driver and root
 // filesystems from an Images resolver, so the package runs against fakes. The stream channels of
-// fs::read and fs::write come from Options.Channels, the engine connection (see fs.go).
+// fs::read and fs::write, and of the process operations of contract 1.2 (process::*, see
+// process.go), come from Options.Channels, the engine connection (see fs.go).
 package adapter
 
 import (
