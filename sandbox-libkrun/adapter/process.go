@@ -599,6 +599,10 @@ func (s *Service) attach(box *sandbox, pm vm.Processes, id string, att vm.Attach
 // per stream, handed to the next attachment first.
 type pending [2][]byte
 
+// maxPending bounds the processes of one sandbox that hold a pending chunk, so that processes
+// whose readers left and which nobody attaches to again cannot pile chunks up.
+const maxPending = 64
+
 // pump copies one attachment's streams until the process ends (then the exit message) or the
 // attachment is detached.
 func (s *Service) pump(a *procAttach, pm vm.Processes, c *procChannels, pend pending) {
@@ -697,7 +701,12 @@ func (s *Service) pump(a *procAttach, pm vm.Processes, c *procChannels, pend pen
 			if a.box.pending == nil {
 				a.box.pending = map[string]pending{}
 			}
-			a.box.pending[a.id] = lost
+			if len(a.box.pending) < maxPending {
+				a.box.pending[a.id] = lost
+			} else {
+				s.opt.Logf("sandbox %s: process %s: %d bytes its departed reader did not take are not kept (%d processes hold some already)",
+					a.box.id, a.id, len(lost[0])+len(lost[1]), maxPending)
+			}
 		}
 	}
 	a.box.lastActive = s.opt.Now()
