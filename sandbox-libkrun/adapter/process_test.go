@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -497,5 +498,55 @@ func TestSignalNames(t *testing.T) {
 	var e *scode.Error
 	if _, err := ParseSignal(json.RawMessage(`0`)); !errors.As(err, &e) || e.Code != scode.S001 {
 		t.Errorf("0: %v", err)
+	}
+}
+
+// failingChannels opens writers whose writes fail while fail is set, as when the reader left
+// the moment the adapter had read a chunk from the guest.
+type failingChannels struct {
+	Channels
+	fail *atomic.Bool
+}
+
+func (f failingChannels) OpenWriter(ctx context.Context, ref protocol.ChannelRef) (io.WriteCloser, error) {
+	w, err := f.Channels.OpenWriter(ctx, ref)
+	return failingWriter{w, f.fail}, err
+}
+
+type failingWriter struct {
+	io.WriteCloser
+	fail *atomic.Bool
+}
+
+func (w failingWriter) SendMessage(m string) error {
+	return w.WriteCloser.(interface{ SendMessage(string) error }).SendMessage(m)
+}
+
+func (w failingWriter) Write(p []byte) (int, error) {
+	if w.fail.Load() {
+		return 0, errors.New("the reader left")
+	}
+	return w.WriteCloser.Write(p)
+}
+
+// TestProcessUnsentChunkGoesToNextAttach: a chunk the adapter took from the guest but could not
+// hand to a departed reader is not lost: the next attach gets it first.
+func TestProcessUnsentChunkGoesToNextAttach(t *testing.T) {
+	h, w, procs, id := procHarness(t, core.Options{}, nil)
+	var fail atomic.Bool
+	fail.Store(true)
+	h.svc.opt.Channels = failingChannels{w, &fail}
+	h.mustCall(t, "process::start", pre(id)+`,"cmd":"server"}`)
+	procs.write("p1", 0, []byte("taken but unsent\n"))
+	eventually(t, "the process is detached", func() bool { return procs.attachedGen("p1") == 0 })
+	procs.write("p1", 0, []byte("in the ring\n"))
+	fail.Store(false)
+	a := h.mustCall(t, "process::attach", pre(id)+`,"process_id":"p1"}`)
+	out := readStream(t, w, a["stdout"])
+	readStream(t, w, a["stderr"])
+	procs.exit("p1", 0)
+	out.wait(t)
+	if string(out.data) != "taken but unsent\nin the ring\n" || len(out.msgs) != 1 {
+		t.Fatalf("%q %q", out.data, out.msgs)
 	}
 }
