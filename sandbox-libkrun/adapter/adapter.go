@@ -139,11 +139,12 @@ func New(opt Options) *Service {
 	}
 	s := &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
 	s.streamCtx, s.stopStream = context.WithCancel(context.Background())
-	if len(opt.Settings.WarmPool) > 0 {
-		s.pool = newPool(s, opt.Settings.WarmPool)
-	}
+	// The snapshot store first: the pool's refills, which newPool starts, restore from it.
 	if opt.Settings.Snapshots == settings.SnapshotsOn {
 		s.snaps = newSnapshots(opt)
+	}
+	if len(opt.Settings.WarmPool) > 0 {
+		s.pool = newPool(s, opt.Settings.WarmPool)
 	}
 	return s
 }
