@@ -1,6 +1,7 @@
 package testscripts
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -28,14 +30,21 @@ func init() {
 // chanTimeout bounds one chanread, and a chanwrite stream nobody reads.
 const chanTimeout = 60 * time.Second
 
-// chanwrite [-abort=REASON] FILE VAR: create a channel at $III_URL, write FILE into its write end
-// in the background (then close it, or abort it with REASON), and set VAR to the read end's ref
-// as compact JSON. The writer ends with the script at the latest.
+// chanwrite [-abort=REASON] [-ref=REF] [-msg=TEXT] [-keep] FILE VAR: create a channel at
+// $III_URL, write FILE into its write end in the background (then close it, or abort it with
+// REASON), and set VAR to the read end's ref as compact JSON. -ref writes into the write ref REF
+// (a JSON object, such as process::start's stdin) instead of a new channel, and sets VAR to it;
+// -msg sends TEXT as a text message before the bytes (a process's {"type":"resize"}); -keep
+// leaves the channel open after the bytes (no end-of-file). The writer ends with the script at
+// the latest.
 func cmdChanWrite(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("chanwrite", flag.ContinueOnError)
 	abort := fs.String("abort", "", "")
+	refJSON := fs.String("ref", "", "")
+	msg := fs.String("msg", "", "")
+	keep := fs.Bool("keep", false, "")
 	if neg || fs.Parse(args) != nil || fs.NArg() != 2 {
-		ts.Fatalf("usage: chanwrite [-abort=REASON] FILE VAR")
+		ts.Fatalf("usage: chanwrite [-abort=REASON] [-ref=REF] [-msg=TEXT] [-keep] FILE VAR")
 	}
 	data, err := os.ReadFile(ts.MkAbs(fs.Arg(0)))
 	ts.Check(err)
@@ -44,16 +53,25 @@ func cmdChanWrite(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("chanwrite: III_URL is not set")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), chanTimeout)
-	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "chanwrite", Namespace: protocol.DefaultNamespace, NoReconnect: true, TokenFile: os.DevNull})
-	if err != nil {
-		cancel()
-		ts.Fatalf("chanwrite: %v", err)
-	}
-	rref, wref, err := w.CreateChannel(ctx)
-	w.Close()
-	if err != nil {
-		cancel()
-		ts.Fatalf("chanwrite: %v", err)
+	var out, wref protocol.ChannelRef
+	if *refJSON != "" {
+		if err := json.Unmarshal([]byte(*refJSON), &wref); err != nil {
+			cancel()
+			ts.Fatalf("chanwrite: -ref is not a channel ref: %v", err)
+		}
+		out = wref
+	} else {
+		w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: "chanwrite", Namespace: protocol.DefaultNamespace, NoReconnect: true, TokenFile: os.DevNull})
+		if err != nil {
+			cancel()
+			ts.Fatalf("chanwrite: %v", err)
+		}
+		out, wref, err = w.CreateChannel(ctx)
+		w.Close()
+		if err != nil {
+			cancel()
+			ts.Fatalf("chanwrite: %v", err)
+		}
 	}
 	wr, err := protocol.DialWriter(ctx, url, wref)
 	if err != nil {
@@ -63,29 +81,48 @@ func cmdChanWrite(ts *testscript.TestScript, neg bool, args []string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if *msg != "" {
+			if err := wr.SendMessage(*msg); err != nil {
+				return
+			}
+		}
 		if _, err := wr.Write(data); err != nil {
 			return
 		}
-		if *abort != "" {
+		switch {
+		case *abort != "":
 			wr.Abort(*abort)
-			return
+		case !*keep:
+			wr.Close()
 		}
-		wr.Close()
 	}()
 	ts.Defer(func() { cancel(); <-done })
-	b, _ := json.Marshal(rref)
+	b, _ := json.Marshal(out)
 	ts.Setenv(fs.Arg(1), string(b))
 }
 
-// chanread [-key=KEY] REF OUTFILE: read the channel whose read ref is REF (a JSON object, or a
-// file such as stdout holding one) from $III_URL into OUTFILE until the writer closes it; -key
-// presents KEY instead of the ref's access_key. A failure (refused ref, aborted channel) goes to
-// stderr; ! chanread expects one.
+// readOptions shape one chanread.
+type readOptions struct {
+	bytes int64          // > 0: stop after this many bytes
+	until *regexp.Regexp // stop once the bytes read match it
+	msgs  string         // write each text message as a line "OFFSET TEXT" (bytes read before it) here
+}
+
+// chanread [-key=KEY] [-bytes=N] [-until=REGEXP] [-msgs=FILE] REF OUTFILE: read the channel
+// whose read ref is REF (a JSON object, or a file such as stdout holding one) from $III_URL into
+// OUTFILE until the writer closes it; -key presents KEY instead of the ref's access_key. -bytes
+// stops after N bytes and -until once the bytes read match REGEXP, then the reader leaves (the
+// channel aborts); -msgs takes the channel's text messages apart into FILE, one line each,
+// "OFFSET TEXT" with OFFSET the bytes read before it. A failure (refused ref, aborted channel)
+// goes to stderr; ! chanread expects one.
 func cmdChanRead(ts *testscript.TestScript, neg bool, args []string) {
 	fs := flag.NewFlagSet("chanread", flag.ContinueOnError)
 	key := fs.String("key", "", "")
+	n := fs.Int64("bytes", 0, "")
+	until := fs.String("until", "", "")
+	msgs := fs.String("msgs", "", "")
 	if fs.Parse(args) != nil || fs.NArg() != 2 {
-		ts.Fatalf("usage: chanread [-key=KEY] REF OUTFILE")
+		ts.Fatalf("usage: chanread [-key=KEY] [-bytes=N] [-until=REGEXP] [-msgs=FILE] REF OUTFILE")
 	}
 	src := fs.Arg(0)
 	if !strings.HasPrefix(strings.TrimSpace(src), "{") {
@@ -98,7 +135,18 @@ func cmdChanRead(ts *testscript.TestScript, neg bool, args []string) {
 	if *key != "" {
 		ref.AccessKey = *key
 	}
-	err := readChannel(ts.Getenv("III_URL"), ref, ts.MkAbs(fs.Arg(1)))
+	opt := readOptions{bytes: *n}
+	if *until != "" {
+		re, err := regexp.Compile(*until)
+		if err != nil {
+			ts.Fatalf("chanread: -until: %v", err)
+		}
+		opt.until = re
+	}
+	if *msgs != "" {
+		opt.msgs = ts.MkAbs(*msgs)
+	}
+	err := readChannel(ts.Getenv("III_URL"), ref, ts.MkAbs(fs.Arg(1)), opt)
 	if err != nil {
 		fmt.Fprintf(ts.Stderr(), "chanread: %v\n", err)
 	}
@@ -110,7 +158,7 @@ func cmdChanRead(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-func readChannel(url string, ref protocol.ChannelRef, out string) error {
+func readChannel(url string, ref protocol.ChannelRef, out string, opt readOptions) error {
 	ctx, cancel := context.WithTimeout(context.Background(), chanTimeout)
 	defer cancel()
 	rd, err := protocol.DialReader(ctx, url, ref)
@@ -118,13 +166,40 @@ func readChannel(url string, ref protocol.ChannelRef, out string) error {
 		return err
 	}
 	defer rd.Close()
-	f, err := os.Create(out)
-	if err != nil {
-		return err
+	var got []byte
+	var msgs bytes.Buffer
+	if opt.msgs != "" {
+		rd.OnMessage(func(m string) { fmt.Fprintf(&msgs, "%d %s\n", len(got), m) })
 	}
-	_, err = io.Copy(f, rd)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	buf := make([]byte, 64<<10)
+	for {
+		k, rerr := rd.Read(buf)
+		got = append(got, buf[:k]...)
+		if opt.bytes > 0 && int64(len(got)) >= opt.bytes {
+			got = got[:opt.bytes]
+			break
+		}
+		if opt.until != nil && opt.until.Match(got) {
+			break
+		}
+		if rerr == io.EOF {
+			if opt.bytes > 0 || opt.until != nil {
+				err = fmt.Errorf("the channel ended after %d bytes, before what -bytes or -until waits for", len(got))
+			}
+			break
+		}
+		if rerr != nil {
+			err = rerr
+			break
+		}
+	}
+	if werr := os.WriteFile(out, got, 0o644); err == nil {
+		err = werr
+	}
+	if opt.msgs != "" {
+		if werr := os.WriteFile(opt.msgs, msgs.Bytes(), 0o644); err == nil {
+			err = werr
+		}
 	}
 	return err
 }

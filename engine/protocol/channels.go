@@ -374,6 +374,11 @@ func (w *ChannelWriter) SendMessage(msg string) error {
 	return nil
 }
 
+// Done is closed once the engine closed this end: the channel was aborted (its reader left, or
+// it expired unread) or the writer ended it. A writer with nothing to send learns from it that
+// no one reads any more.
+func (w *ChannelWriter) Done() <-chan struct{} { return w.gone.Done() }
+
 // Close ends the stream normally: the reader gets io.EOF after the bytes written.
 func (w *ChannelWriter) Close() error {
 	w.stop()

@@ -7,12 +7,14 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
@@ -264,5 +266,94 @@ func TestRoutedCallOfDepartingAdapter(t *testing.T) {
 	}
 	if routed != forwarded {
 		t.Errorf("fast path:\n%s\nforwarder:\n%s", routed, forwarded)
+	}
+}
+
+// TestProcessOpsNeedContract12: the process operations reach an adapter of contract 1.2, on
+// the first call and the fast path alike; a contract 1.1 adapter, which has no process
+// functions, or one that says 1.1 but registered one anyway, gets the caller S304 naming its
+// contract, never a raw function_not_found nor S301; its other operations still work.
+func TestProcessOpsNeedContract12(t *testing.T) {
+	b := &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}
+	ok := func(context.Context, json.RawMessage) (any, error) { return map[string]any{"processes": []any{}}, nil }
+
+	url, _ := observed(t, b)
+	fakeAdapter(t, url, Contract{Major: 1, Minor: 2}, map[string]op{"process::list": ok})
+	c := caller(t, url)
+	for range 2 {
+		res, err := c.Call(context.Background(), "sandbox::process::list", map[string]any{"sandbox_id": "x"})
+		if got := outcomeOf(res, err); got != `result {"processes":[]}` {
+			t.Fatalf("1.2 adapter: %s", got)
+		}
+	}
+
+	for name, ops := range map[string]map[string]op{
+		"without the functions":        {"exec": ok},
+		"with a function it disclaims": {"exec": ok, "process::list": ok},
+	} {
+		url, _ := observed(t, b)
+		fakeAdapter(t, url, Contract{Major: 1, Minor: 1}, ops)
+		c := caller(t, url)
+		for _, fn := range []string{"sandbox::process::list", "sandbox::process::start", "sandbox::process::list"} {
+			_, err := c.Call(context.Background(), fn, map[string]any{"sandbox_id": "x"})
+			if errCode(err) != scode.S304 || !strings.Contains(err.Error(), fn+" needs sandbox contract 1.2") ||
+				!strings.Contains(err.Error(), "implements sandbox contract 1.1") {
+				t.Fatalf("%s: %s: %v, want S304", name, fn, err)
+			}
+		}
+		if _, err := c.Call(context.Background(), "sandbox::exec", map[string]any{}); err != nil {
+			t.Fatalf("%s: sandbox::exec: %v", name, err)
+		}
+	}
+}
+
+// TestGatedSessionNeedsSandboxGrant: the process operations are sandbox operations, so an RBAC
+// session may call them only when its listener grants them: one that exposes only its own
+// functions is refused sandbox::process::start (and sandbox::exec) FORBIDDEN before anything
+// reaches the adapter; one that exposes sandbox::* reaches it.
+func TestGatedSessionNeedsSandboxGrant(t *testing.T) {
+	t.Setenv(protocol.EnvTokenFile, "")
+	t.Setenv(protocol.EnvToken, "")
+	e := core.New(core.Options{})
+	New(e, &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}).Install()
+	bound := []core.Bound{
+		{Listener: core.Listener{Name: "iii-worker-manager", HandshakeTimeout: 2 * time.Second}},
+		{Listener: core.Listener{Name: "outsiders", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{Expose: []rbac.Filter{{Match: "api::*"}}}}},
+		{Listener: core.Listener{Name: "granted", HandshakeTimeout: 2 * time.Second, RBAC: &rbac.Config{Expose: []rbac.Filter{{Match: "sandbox::*"}}}}},
+	}
+	urls := make([]string, len(bound))
+	for i := range bound {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound[i].Net, urls[i] = ln, "ws://"+ln.Addr().String()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	var reached atomic.Int64
+	fakeAdapter(t, urls[0], Contract{Major: 1, Minor: 2}, map[string]op{
+		"process::start": func(context.Context, json.RawMessage) (any, error) {
+			reached.Add(1)
+			return map[string]any{"process_id": "p1"}, nil
+		},
+		"exec": func(context.Context, json.RawMessage) (any, error) { reached.Add(1); return map[string]any{}, nil },
+	})
+	outsider := caller(t, urls[1])
+	for _, fn := range []string{"sandbox::process::start", "sandbox::exec", "sandbox::process::list"} {
+		_, err := outsider.Call(context.Background(), fn, map[string]any{"sandbox_id": "x", "cmd": "sh"})
+		if errCode(err) != errcode.Forbidden {
+			t.Fatalf("outsider: %s: %v, want FORBIDDEN", fn, err)
+		}
+	}
+	if reached.Load() != 0 {
+		t.Fatal("a refused call reached the adapter")
+	}
+	res, err := caller(t, urls[2]).Call(context.Background(), "sandbox::process::start", map[string]any{"sandbox_id": "x", "cmd": "sh"})
+	if got := outcomeOf(res, err); got != `result {"process_id":"p1"}` || reached.Load() != 1 {
+		t.Fatalf("granted session: %s", got)
 	}
 }

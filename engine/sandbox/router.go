@@ -63,6 +63,14 @@ const InfoTimeout = 2 * time.Second
 var Ops = []string{
 	"create", "exec", "run", "list", "stop", "catalog::list",
 	"fs::ls", "fs::stat", "fs::mkdir", "fs::write", "fs::read", "fs::rm", "fs::chmod", "fs::mv", "fs::grep", "fs::sed",
+	"process::start", "process::attach", "process::list", "process::wait", "process::signal", "process::resize",
+}
+
+// sinceMinor is the contract minor that added an op, for the ops added after 1.0: the router
+// answers S304 for them to an adapter of a lower minor instead of forwarding.
+var sinceMinor = map[string]uint32{
+	"process::start": scode.ProcessMinor, "process::attach": scode.ProcessMinor, "process::list": scode.ProcessMinor,
+	"process::wait": scode.ProcessMinor, "process::signal": scode.ProcessMinor, "process::resize": scode.ProcessMinor,
 }
 
 // Binding names the adapter the router forwards to.
@@ -197,6 +205,19 @@ func incompatible(b *Binding, c Contract) *protocol.Error {
 			" and needs major "+itoa(ContractMajor)))
 }
 
+// tooOld is S304: the bound adapter's contract minor predates op, so it does not serve it (a
+// contract 1.1 adapter has no process functions); the caller gets this rather than a raw
+// function_not_found.
+func tooOld(b *Binding, op string, c *Contract) *protocol.Error {
+	has := "does not serve " + b.Adapter + "::" + op
+	if c != nil {
+		has = "implements sandbox contract " + itoa(c.Major) + "." + itoa(c.Minor)
+	}
+	return sErr(scode.New(scode.S304,
+		"sandbox::"+op+" needs sandbox contract "+itoa(ContractMajor)+"."+itoa(sinceMinor[op])+
+			", but the sandbox adapter '"+b.Adapter+"' in namespace '"+b.Namespace+"' "+has))
+}
+
 func itoa(n uint32) string {
 	b, _ := json.Marshal(n)
 	return string(b)
@@ -207,6 +228,7 @@ func itoa(n uint32) string {
 // the call to forwarder.
 func (r *Router) route(i int) core.Router {
 	fill := Ops[i] == "exec" || Ops[i] == "run"
+	need := sinceMinor[Ops[i]]
 	return func() (core.Route, bool) {
 		cur := r.cur.Load()
 		if cur == nil {
@@ -219,7 +241,7 @@ func (r *Router) route(i int) core.Router {
 		r.mu.RLock()
 		info, known := r.infos[wid]
 		r.mu.RUnlock()
-		if !known || info.contract != nil && info.contract.Major != ContractMajor {
+		if !known || info.contract != nil && (info.contract.Major != ContractMajor || info.contract.Minor < need) {
 			return core.Route{}, false
 		}
 		rt := core.Route{Namespace: cur.Namespace, FunctionID: cur.fns[i], WorkerID: wid, Error: cur.errs[i]}
@@ -234,6 +256,7 @@ func (r *Router) route(i int) core.Router {
 // own, asks an adapter's adapter::info first, and relays the call within its own span.
 func (r *Router) forwarder(op string) core.Builtin {
 	fill := op == "exec" || op == "run"
+	need := sinceMinor[op]
 	return func(ctx context.Context, _ core.Caller, payload json.RawMessage) (any, error) {
 		b := r.Bound()
 		if b == nil {
@@ -241,6 +264,17 @@ func (r *Router) forwarder(op string) core.Builtin {
 		}
 		fn := b.Adapter + "::" + op
 		wid, local := r.e.Lookup(b.Namespace, fn)
+		if !local && need > 0 {
+			// An op newer than 1.0 that no one serves: an adapter that is connected but
+			// predates it is S304, not S301.
+			if iwid, ok := r.e.Lookup(b.Namespace, b.Adapter+"::adapter::info"); ok {
+				info := r.adapterInfo(ctx, b, iwid, false)
+				if info.contract != nil && info.contract.Major != ContractMajor {
+					return nil, incompatible(b, *info.contract)
+				}
+				return nil, tooOld(b, op, info.contract)
+			}
+		}
 		if !local && !r.e.InCluster() {
 			return nil, r.notConnected(b, op)
 		}
@@ -250,8 +284,14 @@ func (r *Router) forwarder(op string) core.Builtin {
 		if info.contract != nil && info.contract.Major != ContractMajor {
 			return nil, incompatible(b, *info.contract)
 		}
+		if info.contract != nil && info.contract.Minor < need {
+			return nil, tooOld(b, op, info.contract)
+		}
 		res, perr := r.e.Relay(ctx, b.Namespace, fn, payload, 0)
 		if perr != nil {
+			if perr.Code == errcode.FunctionNotFound && need > 0 && info.raw != nil {
+				return nil, tooOld(b, op, info.contract)
+			}
 			if !local && perr.Code == errcode.FunctionNotFound {
 				return nil, r.notConnected(b, op)
 			}

@@ -2,7 +2,8 @@
 // handler that takes the JSON request and returns the JSON-ready reply or an S-code error, with
 // the fields and codes of the 0.25 daemon (req A4). VMs come from a vm.Driver and root
 // filesystems from an Images resolver, so the package runs against fakes. The stream channels of
-// fs::read and fs::write come from Options.Channels, the engine connection (see fs.go).
+// fs::read and fs::write, and of the process operations of contract 1.2 (process::*, see
+// process.go), come from Options.Channels, the engine connection (see fs.go).
 package adapter
 
 import (
@@ -120,6 +121,9 @@ type sandbox struct {
 	stopped         bool
 	stoppedAt       time.Time
 	stopDone        chan struct{}
+	procMu          sync.Mutex             // serialises process starts, so that max_processes holds
+	atts            map[string]*procAttach // the live attachment of each attached process, by process id
+	pending         map[string]pending     // output a departed reader did not take, by process id
 }
 
 // New builds a Service.
@@ -135,11 +139,12 @@ func New(opt Options) *Service {
 	}
 	s := &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
 	s.streamCtx, s.stopStream = context.WithCancel(context.Background())
-	if len(opt.Settings.WarmPool) > 0 {
-		s.pool = newPool(s, opt.Settings.WarmPool)
-	}
+	// The snapshot store first: the pool's refills, which newPool starts, restore from it.
 	if opt.Settings.Snapshots == settings.SnapshotsOn {
 		s.snaps = newSnapshots(opt)
+	}
+	if len(opt.Settings.WarmPool) > 0 {
+		s.pool = newPool(s, opt.Settings.WarmPool)
 	}
 	return s
 }
@@ -165,6 +170,7 @@ func (s *Service) Handlers() map[string]Handler {
 	for _, op := range FSOps {
 		h["fs::"+op] = s.fsHandler(op)
 	}
+	s.processHandlers(h)
 	return h
 }
 
@@ -671,6 +677,7 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 	box.stopped = true
 	box.stoppedAt = s.opt.Now()
 	box.stopDone = make(chan struct{})
+	endProcesses(box)
 	s.stops.Add(1)
 	go func() {
 		defer s.stops.Done()
@@ -685,7 +692,8 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 	return box.stopDone
 }
 
-// Reap stops every sandbox idle for longer than its idle timeout, reclaims a busy one once
+// Reap stops every sandbox idle for longer than its idle timeout (one with an attached process
+// stream is busy, not idle; a detached process alone does not keep it), reclaims a busy one once
 // idle timeout + max_exec_timeout_ms + 60 s have passed, and forgets sandboxes stopped long ago.
 func (s *Service) Reap() {
 	if s.pool != nil {
@@ -706,7 +714,7 @@ func (s *Service) Reap() {
 		switch {
 		case machineDone(b.machine):
 			s.opt.Logf("sandbox %s: its VM exited", id)
-		case b.inflight == 0 && idleFor >= b.idle:
+		case b.inflight == 0 && len(b.atts) == 0 && idleFor >= b.idle:
 			s.opt.Logf("sandbox %s: reaped after %s idle", id, idleFor.Round(time.Second))
 		case b.inflight > 0 && idleFor >= b.idle+maxExec+busyGrace:
 			s.opt.Logf("sandbox %s: reclaimed while busy after %s", id, idleFor.Round(time.Second))

@@ -45,3 +45,24 @@ func TestFieldsMatchTheReference(t *testing.T) {
 		}
 	}
 }
+
+// The process operations' fields are contract 1.2's, as the engine's router, the Go SDK and the
+// Node SDK's callers read them.
+func TestProcessFieldsMatchContract12(t *testing.T) {
+	for name, c := range map[string]struct {
+		typ  reflect.Type
+		want []string
+	}{
+		"process::start request":  {reflect.TypeOf(ProcessStartRequest{}), sortedNames("sandbox_id", "cmd", "args", "argv", "env", "workdir", "timeout_ms", "stdin", "tty", "detached")},
+		"tty":                     {reflect.TypeOf(TermRequest{}), sortedNames("rows", "cols")},
+		"process::attach request": {reflect.TypeOf(ProcessAttachRequest{}), sortedNames("sandbox_id", "process_id", "stdin")},
+		"start/attach reply":      {reflect.TypeOf(ProcessReply{}), sortedNames("process_id", "pid", "stdout", "stderr", "stdin")},
+		"process::list processes[]": {reflect.TypeOf(ProcessRow{}), sortedNames("process_id", "pid", "argv", "tty", "state", "exit_code", "signal",
+			"timed_out", "started_at_ms", "attached")},
+		"wait reply, exit message": {reflect.TypeOf(ProcessStatus{}), sortedNames("type", "exit_code", "signal", "timed_out")},
+	} {
+		if got := jsonfields.Of(c.typ); strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s fields differ from contract 1.2\n1.2: %s\nnow: %s", name, strings.Join(c.want, ", "), strings.Join(got, ", "))
+		}
+	}
+}

@@ -73,9 +73,24 @@ type Settings struct {
 	Snapshots string `json:"snapshots"`
 	// SnapshotCacheMB bounds the disk the snapshots take (least recently used removed first).
 	SnapshotCacheMB uint64 `json:"snapshot_cache_mb"`
+	// MaxProcesses bounds the running processes of one sandbox (sandbox::process::start; exited
+	// ones do not count): one more is S400 naming max_processes.
+	MaxProcesses uint32 `json:"max_processes"`
+	// ProcessRingBytes is the output a process keeps per stream while no one is attached, for
+	// the next sandbox::process::attach; older bytes are dropped (and counted) past it.
+	ProcessRingBytes uint64 `json:"process_ring_bytes"`
 
 	warmRaw any // warm_pool as given, resolved once the allowlist and custom_images are known
 }
+
+// Defaults and bounds of the process settings: the guest agent runs at most
+// vm.MaxGuestProcesses, and a ring larger than 64 MiB per stream would let a few processes hold
+// the sandbox's memory.
+const (
+	DefaultMaxProcesses     = 128
+	DefaultProcessRingBytes = vm.DefaultRingBytes
+	MaxProcessRingBytes     = 64 << 20
+)
 
 // Minimums a VM needs; smaller values are rejected at load and at create.
 const (
@@ -186,6 +201,8 @@ func Defaults() Settings {
 		WorkerDiskMB:                DefaultWorkerDiskMB,
 		Snapshots:                   SnapshotsOn,
 		SnapshotCacheMB:             DefaultSnapshotCacheMB,
+		MaxProcesses:                DefaultMaxProcesses,
+		ProcessRingBytes:            DefaultProcessRingBytes,
 	}
 }
 
@@ -289,6 +306,22 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 			return bad(k, "must be at least 1")
 		}
 		s.MaxExecTimeoutMS = n
+		return err
+	},
+	"max_processes": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, vm.MaxGuestProcesses)
+		if err == nil && n == 0 {
+			return bad(k, "must be at least 1")
+		}
+		s.MaxProcesses = uint32(n)
+		return err
+	},
+	"process_ring_bytes": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, MaxProcessRingBytes)
+		if err == nil && n == 0 {
+			return bad(k, "must be at least 1")
+		}
+		s.ProcessRingBytes = n
 		return err
 	},
 	"default_cpus": func(s *Settings, k string, v any) error {

@@ -61,6 +61,12 @@ func TestFailsClosed(t *testing.T) {
 		{`{"worker_disk_mb":1048577}`, "worker_disk_mb", "at most 1048576"},
 		{`{"worker_disk_mb":"4G"}`, "worker_disk_mb", "non-negative integer"},
 		{`{"max_concurrent_sandboxes":5000000000}`, "max_concurrent_sandboxes", "at most"},
+		{`{"max_processes":0}`, "max_processes", "must be at least 1"},
+		{`{"max_processes":1025}`, "max_processes", "must be at most 1024"},
+		{`{"max_processes":"many"}`, "max_processes", "non-negative integer"},
+		{`{"process_ring_bytes":0}`, "process_ring_bytes", "must be at least 1"},
+		{`{"process_ring_bytes":67108865}`, "process_ring_bytes", "must be at most 67108864"},
+		{`{"process_ring_bytes":-1}`, "process_ring_bytes", "non-negative"},
 		{`{"image_allowlist":"python"}`, "image_allowlist", "must be a list"},
 		{`{"image_allowlist":[1]}`, "image_allowlist.0", "must be a string"},
 		{`{"custom_images":{"python":"docker.io/evil/python"}}`, "custom_images.python", "custom_images key 'python' shadows a built-in preset — rename it (presets: python, node)"},
@@ -98,6 +104,18 @@ func TestFailsClosed(t *testing.T) {
 		if c.key != "" && !strings.Contains(err.Error(), "`"+c.key+"`") {
 			t.Fatalf("%s: error text does not name the key: %s", c.doc, err)
 		}
+	}
+}
+
+// TestProcessKeys: max_processes defaults to 128 running processes per sandbox and
+// process_ring_bytes to 1 MiB per stream; both take a value within their bounds.
+func TestProcessKeys(t *testing.T) {
+	if d := Defaults(); d.MaxProcesses != 128 || d.ProcessRingBytes != 1<<20 {
+		t.Fatalf("defaults %d %d", d.MaxProcesses, d.ProcessRingBytes)
+	}
+	s, _, err := ParseYAML([]byte("max_processes: 1024\nprocess_ring_bytes: 67108864\n"))
+	if err != nil || s.MaxProcesses != 1024 || s.ProcessRingBytes != 64<<20 {
+		t.Fatalf("%d %d %v", s.MaxProcesses, s.ProcessRingBytes, err)
 	}
 }
 

@@ -19,8 +19,12 @@ const AdapterName = "sandbox-libkrun"
 // adapter of the same major.
 const (
 	ContractMajor = 1
-	ContractMinor = 1
+	ContractMinor = 2
 )
+
+// ProcessMinor is the contract minor that added the process operations (sandbox::process::*):
+// a router answers them S304 for an adapter of a lower minor.
+const ProcessMinor = 2
 
 // The documented sandbox codes (req A4). S301, S302 and S303 are answered by the engine's
 // router, the rest by the adapter; every code has its one home here.
@@ -43,10 +47,15 @@ const (
 	S217 = "S217" // invalid regex
 	S218 = "S218" // fs channel aborted
 	S219 = "S219" // fs op unsupported by the guest agent
+	S230 = "S230" // process not found
+	S231 = "S231" // process has no terminal
+	S232 = "S232" // process still running at the wait's deadline
+	S233 = "S233" // process has exited
 	S300 = "S300" // VM boot failed
 	S301 = "S301" // bound adapter not connected (router)
 	S302 = "S302" // bound adapter speaks another contract major (router)
 	S303 = "S303" // no adapter bound (router)
+	S304 = "S304" // bound adapter's contract minor predates the operation (router)
 	S400 = "S400" // resource limit exceeded
 	S501 = "S501" // VM worker mount outside the adapter's host roots
 )
@@ -93,11 +102,16 @@ var table = map[string]meta{
 	S217: {TypeFilesystem, false, ""},
 	S218: {TypeTransient, true, "Retry the operation with a fresh channel."},
 	S219: {TypeFilesystem, false, ""},
+	S230: {TypeValidation, false, "The process id is unknown in this sandbox (never started there, or an exited process the guest no longer remembers); sandbox::process::list shows the ones it knows."},
+	S231: {TypeValidation, false, "Only a process started with tty: {rows, cols} has a terminal to resize."},
+	S232: {TypeTransient, true, "The process is still running; call sandbox::process::wait again, or signal it with sandbox::process::signal."},
+	S233: {TypeValidation, false, "The process has already exited; sandbox::process::wait or sandbox::process::list give how it ended."},
 	S300: {TypePlatform, false, "The VM could not boot; this is not recoverable by retrying. Check the host requirements printed by the adapter at start."},
 	S301: {TypePlatform, false, "Start or install the sandbox adapter in its namespace."},
 	S302: {TypeConfig, false, "Install an adapter of contract major " + strconv.Itoa(ContractMajor) + ": `iii call compose::add worker=iii-sandbox` pins the range."},
 	S303: {TypeConfig, false, "Add a top-level sandbox: section to this engine's config.yaml (adapter: " + AdapterName + ", namespace: default) " +
 		"and start the adapter in that namespace, or run the engine from a Compose file that sets engine.sandbox."},
+	S304: {TypeConfig, false, "Upgrade the sandbox adapter to one of contract 1." + strconv.Itoa(ContractMinor) + " (`iii call compose::add worker=iii-sandbox` installs the current one), or use sandbox::exec, which every 1.x adapter serves."},
 	S400: {TypeConfig, false, "A configured limit was reached; stop a sandbox or ask for less, or raise the limit in the adapter's config_override."},
 	S501: {TypeConfig, false, "Restart the adapter so that it reads its host roots again (" + RestartCommand + "), or move the worker under the compose directory."},
 }
@@ -202,6 +216,26 @@ func PullFailed(image, reason string) *Error {
 // ChannelAborted is S218 `fs channel aborted: {detail}`: a stream channel of fs::read or
 // fs::write could not be opened or closed mid-op.
 func ChannelAborted(detail string) *Error { return New(S218, "fs channel aborted: "+detail) }
+
+// ProcessNotFound is S230 `process not found: {id} in sandbox {sandbox}`.
+func ProcessNotFound(sandbox, id string) *Error {
+	return New(S230, "process not found: "+id+" in sandbox "+sandbox)
+}
+
+// NoTerminal is S231: a resize of a process started without tty.
+func NoTerminal(sandbox, id string) *Error {
+	return New(S231, "process "+id+" in sandbox "+sandbox+" has no terminal (it was not started with tty)")
+}
+
+// StillRunning is S232: sandbox::process::wait reached its deadline first.
+func StillRunning(sandbox, id, after string) *Error {
+	return New(S232, "process "+id+" in sandbox "+sandbox+" is still running after "+after+"; it goes on")
+}
+
+// ProcessExited is S233: a signal to a process that has exited.
+func ProcessExited(sandbox, id string) *Error {
+	return New(S233, "process "+id+" in sandbox "+sandbox+" has already exited")
+}
 
 // BootFailed is S300 `VM boot failed: {detail}`.
 func BootFailed(detail string) *Error { return New(S300, "VM boot failed: "+detail) }

@@ -12,7 +12,7 @@ func TestEnvelope(t *testing.T) {
 		if e.DocsURL != "https://iii.dev/docs/using-iii/sandboxes#"+strings.ToLower(code) {
 			t.Fatalf("%s: docs_url %s", code, e.DocsURL)
 		}
-		if e.Retryable != (code == S102 || code == S218) {
+		if e.Retryable != (code == S102 || code == S218 || code == S232) {
 			t.Fatalf("%s: retryable %v", code, e.Retryable)
 		}
 		if e.Type == "" {
