@@ -189,8 +189,11 @@ func streamLarge(ctx context.Context, s *stack, id string) (float64, uint64, err
 	k, err := io.CopyBuffer(io.Discard, r, make([]byte, protocol.ChannelChunk))
 	el := time.Since(t0)
 	r.Close()
-	if err != nil || k != streamBytes {
-		return 0, 0, fmt.Errorf("stdout of head: %d bytes, %v", k, err)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stdout of head after %d bytes: %w", k, err)
+	}
+	if k != streamBytes {
+		return 0, 0, fmt.Errorf("stdout of head: %d bytes, want %d", k, streamBytes)
 	}
 	mu.Lock()
 	defer mu.Unlock()
