@@ -75,16 +75,17 @@ type Server struct {
 	// RingBytes bounds what a detached process keeps per stream (0: unbounded).
 	RingBytes int
 
-	programs map[string]Program
-	w        *protocol.Worker
+	programs  map[string]Program
+	w         *protocol.Worker
+	close     func()
+	closeOnce sync.Once
 
 	mu        sync.Mutex
 	sandboxes map[string]bool
 	procs     map[string]*proc // by sandbox_id + "/" + process_id
 	next      int
-	// Stopped lists the sandboxes sandbox::stop stopped, in order.
-	stopped []string
-	created []map[string]any
+	stopped   []string
+	created   []map[string]any
 }
 
 // Start serves the fake on a new engine until the test ends. programs are looked up by the
@@ -123,7 +124,7 @@ func Start(tb testing.TB, programs map[string]Program, sandboxes ...string) *Ser
 	if err := s.w.Start(sctx); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
+	s.close = func() {
 		s.mu.Lock()
 		for _, p := range s.procs {
 			p.kill()
@@ -132,9 +133,14 @@ func Start(tb testing.TB, programs map[string]Program, sandboxes ...string) *Ser
 		s.w.Close()
 		cancel()
 		<-done
-	})
+	}
+	tb.Cleanup(s.Close)
 	return s
 }
+
+// Close stops the engine, as an engine going away: every connection to it drops. The test's end
+// closes it too; a second Close does nothing.
+func (s *Server) Close() { s.closeOnce.Do(s.close) }
 
 // Stopped lists the sandboxes sandbox::stop stopped.
 func (s *Server) Stopped() []string {
@@ -206,7 +212,7 @@ type startReq struct {
 func (s *Server) start(_ context.Context, in json.RawMessage) (any, error) {
 	var req startReq
 	if err := json.Unmarshal(in, &req); err != nil {
-		return nil, fail(codeInvalid, "invalid request: %v", err)
+		return nil, fail(codeInvalid, "invalid request: %s", err.Error())
 	}
 	argv := req.Argv
 	if len(argv) == 0 && req.Cmd != "" {
@@ -261,7 +267,7 @@ func (s *Server) start(_ context.Context, in json.RawMessage) (any, error) {
 func (s *Server) find(in json.RawMessage) (*proc, map[string]any, error) {
 	var req map[string]any
 	if err := json.Unmarshal(in, &req); err != nil {
-		return nil, nil, fail(codeInvalid, "invalid request: %v", err)
+		return nil, nil, fail(codeInvalid, "invalid request: %s", err.Error())
 	}
 	sb, _ := req["sandbox_id"].(string)
 	id, _ := req["process_id"].(string)
