@@ -344,7 +344,7 @@ func (s *Server) wait(ctx context.Context, in json.RawMessage) (any, error) {
 	case <-p.done:
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return p.exit, nil
+		return map[string]any{"exit_code": p.exit.ExitCode, "signal": nullable(p.exit.Signal), "timed_out": p.exit.TimedOut}, nil
 	case <-t.C:
 		return nil, fail(codeRunning, "process %s still running after %s", p.id, d)
 	case <-ctx.Done():
