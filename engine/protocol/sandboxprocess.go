@@ -302,17 +302,11 @@ func (p *Process) Resize(ctx context.Context, rows, cols int) error {
 
 // Detach lets go of the process: its streams close without an exit and Stdin is abandoned
 // without EOF, so the process goes on, its output kept in the sandbox's ring for the next
-// AttachProcess. Safe to call more than once, and after the process exited.
+// AttachProcess. A Read of Stdout or Stderr then returns context.Canceled. Safe to call more
+// than once, while another goroutine reads, and after the process exited.
 func (p *Process) Detach() {
-	if p.in != nil {
-		_ = p.in.Abort("the caller detached")
-	}
-	if p.out != nil {
-		_ = p.out.Close()
-	}
-	if p.errR != nil {
-		_ = p.errR.Close()
-	}
+	// Ending the streams' context drops their connections (the channels' own Close must not run
+	// beside a Read); the adapter sees its reader gone and detaches.
 	p.cancel()
 }
 

@@ -220,8 +220,13 @@ func TestProcessDetachAndWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	readErr := make(chan error, 1)
+	go func() { _, err := io.ReadAll(p.Stdout); readErr <- err }()
+	p.Detach() // while Stdout is being read
 	p.Detach()
-	p.Detach()
+	if err := <-readErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a read after Detach: %v", err)
+	}
 	if _, err := w.WaitProcess(ctx, "sb", p.ID, 50*time.Millisecond); codeOf(err) != protocol.ProcessStillRunning {
 		t.Fatalf("wait on a running process: %v", err)
 	}

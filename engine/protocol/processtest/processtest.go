@@ -125,14 +125,15 @@ func Start(tb testing.TB, programs map[string]Program, sandboxes ...string) *Ser
 		tb.Fatal(err)
 	}
 	s.close = func() {
+		// The engine goes first, as when it dies: no process's exit reaches a reader after it.
+		cancel()
+		<-done
+		s.w.Close()
 		s.mu.Lock()
 		for _, p := range s.procs {
 			p.kill()
 		}
 		s.mu.Unlock()
-		s.w.Close()
-		cancel()
-		<-done
 	}
 	tb.Cleanup(s.Close)
 	return s
@@ -154,19 +155,6 @@ func (s *Server) Created() []map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]map[string]any(nil), s.created...)
-}
-
-// Attached reports whether a reader is attached to the process.
-func (s *Server) Attached(sandboxID, processID string) bool {
-	s.mu.Lock()
-	p := s.procs[sandboxID+"/"+processID]
-	s.mu.Unlock()
-	if p == nil {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.att != nil
 }
 
 func fail(code, format string, args ...any) error { return protocol.NewError(code, format, args...) }
@@ -419,6 +407,8 @@ type proc struct {
 type attachment struct {
 	out [2]*protocol.ChannelWriter
 	in  *protocol.ChannelReader
+	// stop drops the stdin connection; readStdin, which reads it, is the one to Close it.
+	stop context.CancelFunc
 }
 
 func (a *attachment) close() {
@@ -427,9 +417,7 @@ func (a *attachment) close() {
 			_ = w.Close()
 		}
 	}
-	if a.in != nil {
-		_ = a.in.Close()
-	}
+	a.stop()
 }
 
 // newAttachment makes the channels of a start or attach reply, takes over from the current
@@ -438,7 +426,8 @@ func (p *proc) newAttachment(stdin bool) (map[string]any, error) {
 	ctx := context.Background()
 	url := p.s.URL
 	rep := map[string]any{}
-	a := &attachment{}
+	inCtx, stop := context.WithCancel(ctx)
+	a := &attachment{stop: stop}
 	streams := []string{"stdout", "stderr"}
 	if p.tty {
 		streams = streams[:1]
@@ -458,7 +447,7 @@ func (p *proc) newAttachment(stdin bool) (map[string]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if a.in, err = protocol.DialReader(ctx, url, r); err != nil {
+		if a.in, err = protocol.DialReader(inCtx, url, r); err != nil {
 			return nil, err
 		}
 		rep["stdin"] = w
@@ -525,6 +514,7 @@ func nullable(s string) any {
 // readStdin copies a's stdin channel into the process: bytes to its input, resize messages to
 // Resizes; the channel's normal end is EOF, any other end only the end of this attachment.
 func (p *proc) readStdin(a *attachment) {
+	defer a.in.Close() // before the end of the stream this aborts it: a bad message, or detached
 	var bad bool
 	a.in.OnMessage(func(msg string) {
 		var m struct {
@@ -543,7 +533,6 @@ func (p *proc) readStdin(a *attachment) {
 	for {
 		n, err := a.in.Read(buf)
 		if bad {
-			_ = a.in.Close()
 			return
 		}
 		if n > 0 {
