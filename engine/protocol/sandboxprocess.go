@@ -27,8 +27,8 @@ const (
 // before the process exited (retryable; the process goes on).
 const ProcessStillRunning = "S232"
 
-// maxProcessWait is the longest one sandbox::process::wait call asks for; Process.Wait repeats
-// the call past it.
+// maxProcessWait is the sandbox's default wait, the longest one sandbox::process::wait call
+// takes; Process.Wait repeats the call past it.
 const maxProcessWait = 30 * time.Second
 
 // ProcessRequest is the request of sandbox::process::start. Cmd (with Args) or Argv names the
@@ -266,12 +266,13 @@ func (p *Process) Wait(ctx context.Context) (ProcessExit, error) {
 		return *e, nil
 	}
 	for {
-		d := maxProcessWait
-		if dl, ok := ctx.Deadline(); ok {
-			d = min(d, time.Until(dl))
-		}
-		if d < time.Millisecond {
-			return ProcessExit{}, fmt.Errorf("process %s: %w", p.ID, context.DeadlineExceeded)
+		// Without a nearer deadline each call takes the sandbox's default wait, which the
+		// adapter keeps within its max_exec_timeout_ms.
+		var d time.Duration
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < maxProcessWait {
+			if d = time.Until(dl); d < time.Millisecond {
+				return ProcessExit{}, fmt.Errorf("process %s: %w", p.ID, context.DeadlineExceeded)
+			}
 		}
 		e, err := p.w.WaitProcess(ctx, p.SandboxID, p.ID, d)
 		var perr *Error

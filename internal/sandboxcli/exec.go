@@ -2,6 +2,7 @@ package sandboxcli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,10 @@ import (
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 )
+
+// processExited is the S-code of a signal that found the process already exited: its exit
+// message is on its way.
+const processExited = "S233"
 
 func runExec(args []string, getenv func(string) string, stdio IO) int {
 	f, err := parse("exec", args)
@@ -82,7 +87,8 @@ func execute(w *protocol.Worker, f *flags, stdio IO) (int, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := p.Signal(ctx, name)
 			cancel()
-			if err != nil {
+			var perr *protocol.Error
+			if err != nil && !(errors.As(err, &perr) && perr.Code == processExited) {
 				return 0, callErr(protocol.FnSandboxProcessSignal, err)
 			}
 		case err := <-outDone:
