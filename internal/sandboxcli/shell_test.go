@@ -5,6 +5,7 @@ package sandboxcli
 import (
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/protocol/processtest"
 )
 
@@ -241,5 +243,33 @@ func TestShellNeedsATerminal(t *testing.T) {
 	code := Run([]string{"shell", "sb-1", "--engine", "ws://127.0.0.1:1"}, func(string) string { return "" }, IO{Stdin: null, Stdout: &out, Stderr: &errb})
 	if code != 2 || !strings.HasPrefix(errb.String(), "error[USAGE]: `iii sandbox shell` needs a terminal on stdin") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// SIGINT to `iii sandbox exec` goes on to the command, whose end (killed by it) gives 130.
+func TestExecForwardsSignals(t *testing.T) {
+	started := make(chan struct{})
+	fake := processtest.Start(t, map[string]processtest.Program{"srv": func(p *processtest.Proc) protocol.ProcessExit {
+		close(started)
+		return processtest.Killed(<-p.Signals)
+	}}, "sb-1")
+	done := make(chan int, 1)
+	var errb bytes.Buffer
+	go func() {
+		null, _ := os.Open(os.DevNull)
+		defer null.Close()
+		done <- Run([]string{"exec", "sb-1", "--engine", fake.URL, "--", "srv"}, func(string) string { return "" }, IO{Stdin: null, Stdout: io.Discard, Stderr: &errb})
+	}()
+	<-started // exec has caught the signals before it started the process
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 130 {
+			t.Fatalf("exit %d, want 130; stderr %q", code, errb.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("exec did not end after SIGINT")
 	}
 }
