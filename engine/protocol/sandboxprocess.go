@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/iii-go/iii/engine/errcode"
 )
 
 // The router functions of sandbox processes (contract 1.2). Whoever may call sandbox::exec may
@@ -151,9 +153,11 @@ type Process struct {
 
 // StartProcess starts a process in a sandbox (sandbox::process::start) and opens the channels of
 // its reply. ctx bounds the call and the opening of the channels, not the process or its streams.
+// The engine lets the worker do it when it may call sandbox::exec; a sandbox's refusal is an
+// *Error with its S-code.
 func (w *Worker) StartProcess(ctx context.Context, req ProcessRequest) (*Process, error) {
 	if req.SandboxID == "" {
-		return nil, errors.New("StartProcess: sandbox_id is required")
+		return nil, errcode.New(errcode.InvalidArguments, "%s: sandbox_id is required", FnSandboxProcessStart)
 	}
 	raw, err := w.Call(ctx, FnSandboxProcessStart, req)
 	if err != nil {
