@@ -1,5 +1,5 @@
 // Command iii is the iii platform in one binary: the engine, `iii call`, `iii compose`,
-// `iii update` and `iii doctor`. The first word picks the part; everything else is handed to it unchanged.
+// `iii sandbox`, `iii update` and `iii doctor`. The first word picks the part; everything else is handed to it unchanged.
 package main
 
 import (
@@ -12,15 +12,18 @@ import (
 	engine "github.com/iii-go/iii/engine/cli"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/internal/enginestream"
+	"github.com/iii-go/iii/internal/sandboxcli"
 	updater "github.com/iii-go/iii/updater/cli"
 )
 
-const usage = `iii: the iii engine, its function caller, Compose, the updater and the doctor.
+const usage = `iii: the iii engine, its function caller, Compose, sandbox shells, the updater and the doctor.
 
 Usage:
   iii [--config FILE]            run the engine (default ws://127.0.0.1:49134)
   iii call FN [k=v ...]          call a function through a running engine (aliases: trigger, t)
   iii compose [up|--up] [...]    run a project's workers from worker-compose.yaml
+  iii sandbox shell SANDBOX_ID   an interactive shell in a sandbox (--image NAME: in a new one)
+  iii sandbox exec SANDBOX_ID -- CMD [ARG...]   run a command in a sandbox, output streamed
   iii update [TARGET]            update iii to the newest release
   iii doctor [--fix] [...]       check this machine and a project against the 0.26 upgrade guide
   iii --version                  print the version
@@ -52,6 +55,8 @@ func run(args []string, stdout io.Writer) int {
 		return engine.RunCall(args[1:], os.Getenv)
 	case "compose":
 		return compose.Run(version, args[1:], os.LookupEnv)
+	case "sandbox":
+		return sandboxcli.Run(args[1:], os.Getenv, sandboxcli.IO{Stdin: os.Stdin, Stdout: stdout, Stderr: os.Stderr})
 	case "update":
 		return updater.Run(version, args[1:], os.Getenv)
 	case "doctor":

@@ -23,6 +23,11 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"compose", "--bogus"}, `^error\[USAGE_ERROR\]: unknown argument "--bogus"`},
 		{[]string{"compose", "logs", "--tail", "x"}, `^error\[USAGE_ERROR\]: --tail x`},
 		{[]string{"update", "--bogus"}, `^error\[INVALID_ARGUMENTS\]: unknown flag --bogus`},
+		{[]string{"sandbox"}, `^error\[USAGE\]: missing COMMAND`},
+		{[]string{"sandbox", "shell"}, `^error\[USAGE\]: missing SANDBOX_ID`},
+		{[]string{"sandbox", "shell", "sb-1", "--keep"}, `^error\[USAGE\]: --keep applies to a sandbox created with --image`},
+		{[]string{"sandbox", "exec", "sb-1"}, `^error\[USAGE\]: missing the command after --`},
+		{[]string{"sandbox", "exec", "sb-1", "--bogus", "--", "ls"}, `^error\[USAGE\]: unknown flag --bogus`},
 		{[]string{"doctor", "extra"}, `^error\[USAGE\]: iii doctor takes no arguments`},
 	} {
 		status, stderr := runCaptured(t, tc.args)

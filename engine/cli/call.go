@@ -132,6 +132,16 @@ func scanCall(args []string, a *callArgs) (*callWords, error) {
 	return w, nil
 }
 
+// userToken is the token Compose recorded for this user, engine and namespace (package
+// usertoken), when neither III_TOKEN_FILE nor III_TOKEN names one; "" when there is none.
+func userToken(a *callArgs) string {
+	ns := protocol.DefaultNamespace
+	if a.namespace != nil {
+		ns = *a.namespace
+	}
+	return usertoken.ForCLI(a.url, ns, a.getenv, os.Stderr)
+}
+
 // timeoutMS reads the value of --timeout-ms.
 func timeoutMS(v string) (time.Duration, error) {
 	n, err := strconv.Atoi(v)
@@ -227,10 +237,9 @@ func RunCall(args []string, getenv func(string) string) int {
 	defer cancel()
 	dctx, dcancel := context.WithTimeout(ctx, min(a.timeout, 5*time.Second))
 	defer dcancel()
-	w, err := protocol.Connect(dctx, protocol.Config{URL: a.url, Name: "iii-cli:call", Namespace: protocol.DefaultNamespace,
-		Token: userToken(a), NoReconnect: true})
+	w, err := connectCLI(dctx, a.url, "iii-cli:call", userToken(a))
 	if err != nil {
-		return errcode.Exit(os.Stderr, errcode.New(errcode.EngineUnreachable, "no engine answered at %s (%w). Is the engine running at that address and port?", a.url, err), errcode.Unknown)
+		return errcode.Exit(os.Stderr, err, errcode.Unknown)
 	}
 	defer w.Close()
 	var opts []protocol.CallOption
@@ -262,14 +271,27 @@ func RunCall(args []string, getenv func(string) string) int {
 	return 0
 }
 
-// userToken is the token Compose recorded for this user, engine and namespace (package
-// usertoken), when neither III_TOKEN_FILE nor III_TOKEN names one; "" when there is none.
-func userToken(a *callArgs) string {
-	ns := protocol.DefaultNamespace
-	if a.namespace != nil {
-		ns = *a.namespace
+// EngineURL is the engine a command-line client talks to: flag (an --engine URL) when given,
+// else $III_URL, else ws://127.0.0.1:49134.
+func EngineURL(flag string, getenv func(string) string) string {
+	return callURL("", "", cmp.Or(flag, getenv(protocol.EnvURL)))
+}
+
+// ConnectCLI connects a command-line client called name to the engine at url, as `iii call`
+// does: in the default namespace, presenting the token in $III_TOKEN_FILE, else $III_TOKEN, else
+// the one Compose recorded for this user, engine and namespace (package usertoken), without
+// reconnecting. Nothing answering is EngineUnreachable.
+func ConnectCLI(ctx context.Context, url, name, namespace string, getenv func(string) string) (*protocol.Worker, error) {
+	return connectCLI(ctx, url, name, usertoken.ForCLI(url, namespace, getenv, os.Stderr))
+}
+
+func connectCLI(ctx context.Context, url, name, token string) (*protocol.Worker, error) {
+	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: name, Namespace: protocol.DefaultNamespace,
+		Token: token, NoReconnect: true})
+	if err != nil {
+		return nil, errcode.New(errcode.EngineUnreachable, "no engine answered at %s (%w). Is the engine running at that address and port?", url, err)
 	}
-	return usertoken.ForCLI(a.url, ns, a.getenv, os.Stderr)
+	return w, nil
 }
 
 // describe prints what the running engine knows about a.fn; silent when no engine answers.
