@@ -1,0 +1,117 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
+)
+
+// outRing is one output stream of a long-lived process (process.go): the last bytes it wrote,
+// and where the host's attachments are in them. Offsets count the stream's bytes from its
+// first. It holds no lock; its process's mutex guards it.
+//
+// The ring keeps keep bytes (the process's RingBytes) for a later attachment plus readSlack,
+// the room of one pipe read: a read already under way when an attachment starts cannot then
+// overwrite a byte the attachment was promised.
+type outRing struct {
+	buf  []byte // circular once full; the byte at offset o is at o % size
+	keep int
+	size int // keep + readSlack
+
+	end      int64 // offset after the last byte written
+	credited int64 // offset after the last byte the host credited (took)
+	sent     int64 // offset after the last byte the current attachment sent
+	eof      bool  // the pipe reached its end
+}
+
+// readSlack is the most one pipe read takes (pumpBuf): the ring's room beyond keep.
+const readSlack = pumpBuf
+
+// pumpBuf is the buffer a process's pipe is read into.
+const pumpBuf = 64 << 10
+
+// minRing is the smallest ring a process gets, whatever it asked for.
+const minRing = 4 << 10
+
+func newOutRing(keep int) *outRing {
+	keep = max(keep, minRing)
+	return &outRing{keep: keep, size: keep + readSlack}
+}
+
+// start is the offset of the oldest byte the ring holds.
+func (r *outRing) start() int64 { return max(0, r.end-int64(r.size)) }
+
+// write appends p, overwriting the oldest bytes once the ring is full. The buffer grows with
+// what was written, so a quiet process costs little.
+func (r *outRing) write(p []byte) {
+	if len(p) > r.size {
+		r.end += int64(len(p) - r.size)
+		p = p[len(p)-r.size:]
+	}
+	if len(r.buf) < r.size {
+		n := min(len(p), r.size-len(r.buf))
+		r.buf = append(r.buf, p[:n]...)
+		r.end += int64(n)
+		p = p[n:]
+	}
+	for len(p) > 0 {
+		n := copy(r.buf[r.end%int64(r.size):], p)
+		r.end += int64(n)
+		p = p[n:]
+	}
+}
+
+// read copies into dst the bytes from offset from (at least start) on and returns how many.
+func (r *outRing) read(from int64, dst []byte) int {
+	n := 0
+	for n < len(dst) && from < r.end {
+		i := from % int64(r.size)
+		k := copy(dst[n:], r.buf[i:min(int64(len(r.buf)), i+r.end-from)])
+		n += k
+		from += int64(k)
+	}
+	return n
+}
+
+// attach starts an attachment: it replays from the last byte the host credited, or from the
+// oldest byte kept when the ring lost some since, and returns how many were lost.
+func (r *outRing) attach() (dropped int64) {
+	from := max(r.credited, r.end-int64(r.keep))
+	dropped = from - r.credited
+	r.credited, r.sent = from, from
+	return dropped
+}
+
+// errOverCredit is a host that credited bytes it was not sent.
+var errOverCredit = errors.New("the host credited bytes it was not sent")
+
+// credit records that the attached host took n more bytes.
+func (r *outRing) credit(n int) error {
+	if r.credited+int64(n) > r.sent {
+		return errOverCredit
+	}
+	r.credited += int64(n)
+	return nil
+}
+
+// limit is how far the bytes the host has not taken may run ahead while attached: a window,
+// and never more than the ring keeps, so every one of them can be replayed.
+func (r *outRing) limit() int64 { return int64(min(proto.StreamWindow, r.keep)) }
+
+// mayRead says whether the pipe may be read now: always while detached, else while the host's
+// backlog is under limit (so a slow host stops the reads and the process blocks on its pipe).
+func (r *outRing) mayRead(attached bool) bool {
+	return !r.eof && (!attached || r.end-r.credited < r.limit())
+}
+
+// sendable is how many bytes the attachment may send now: those written and not yet sent,
+// at most a chunk and the credit left of the window.
+func (r *outRing) sendable() int {
+	credit := int64(proto.StreamWindow) - (r.sent - r.credited)
+	return int(max(0, min(r.end-r.sent, proto.StreamChunk, credit)))
+}
+
+// done says whether the attachment has sent the stream's last byte.
+func (r *outRing) done() bool { return r.eof && r.sent == r.end }
