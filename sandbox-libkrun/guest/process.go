@@ -435,7 +435,7 @@ func (a *agent) sendStream(att *attachment, i int, done chan<- bool) {
 				buf = make([]byte, proto.StreamChunk)
 			}
 			k := ring.read(ring.sent, buf[:n])
-			ring.sent += int64(k)
+			ring.sentFrame(k)
 			p.mu.Unlock()
 			a.send(proto.Frame{Type: proto.TypeData, ID: id, Payload: buf[:k]})
 			p.mu.Lock()

@@ -24,7 +24,12 @@ type outRing struct {
 	credited int64 // offset after the last byte the host credited (took)
 	sent     int64 // offset after the last byte the current attachment sent
 	eof      bool  // the pipe reached its end
+	inflight []int // the sizes of the frames sent and not yet credited, oldest first
 }
+
+// maxInflight bounds the frames an attachment has in flight: the host queues at most
+// proto.StreamQueue frames of a stream, and the exit notice and the End come after the last.
+const maxInflight = proto.StreamQueue - 4
 
 // readSlack is the most one pipe read takes (pumpBuf): the ring's room beyond keep.
 const readSlack = pumpBuf
@@ -81,19 +86,34 @@ func (r *outRing) attach() (dropped int64) {
 	from := max(r.credited, r.end-int64(r.keep))
 	dropped = from - r.credited
 	r.credited, r.sent = from, from
+	r.inflight = r.inflight[:0]
 	return dropped
 }
 
 // errOverCredit is a host that credited bytes it was not sent.
 var errOverCredit = errors.New("the host credited bytes it was not sent")
 
-// credit records that the attached host took n more bytes.
+// credit records that the attached host took n more bytes; the host credits each frame whole,
+// so n ends the frames in flight it covers.
 func (r *outRing) credit(n int) error {
 	if r.credited+int64(n) > r.sent {
 		return errOverCredit
 	}
 	r.credited += int64(n)
+	for n > 0 && len(r.inflight) > 0 {
+		k := min(n, r.inflight[0])
+		n -= k
+		if r.inflight[0] -= k; r.inflight[0] == 0 {
+			r.inflight = r.inflight[1:]
+		}
+	}
 	return nil
+}
+
+// sentFrame records a frame of n bytes sent to the attached host.
+func (r *outRing) sentFrame(n int) {
+	r.sent += int64(n)
+	r.inflight = append(r.inflight, n)
 }
 
 // limit is how far the bytes the host has not taken may run ahead while attached: a window,
@@ -106,9 +126,14 @@ func (r *outRing) mayRead(attached bool) bool {
 	return !r.eof && (!attached || r.end-r.credited < r.limit())
 }
 
-// sendable is how many bytes the attachment may send now: those written and not yet sent,
-// at most a chunk and the credit left of the window.
+// sendable is how many bytes the attachment may send now in one frame: those written and not
+// yet sent, at most a chunk and the credit left of the window, and none while maxInflight
+// frames are in flight (a process writing small pieces would otherwise overrun the host's
+// queue of frames before its window of bytes).
 func (r *outRing) sendable() int {
+	if len(r.inflight) >= maxInflight {
+		return 0
+	}
 	credit := int64(proto.StreamWindow) - (r.sent - r.credited)
 	return int(max(0, min(r.end-r.sent, proto.StreamChunk, credit)))
 }

@@ -52,7 +52,7 @@ func TestRingReplaysFromTheLastCreditedByte(t *testing.T) {
 	if n := r.sendable(); n != 1000 {
 		t.Fatalf("sendable %d, want 1000", n)
 	}
-	r.sent += 1000
+	r.sentFrame(1000)
 	if err := r.credit(600); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestRingCountsWhatOverflowed(t *testing.T) {
 	r := newOutRing(minRing)
 	r.attach()
 	r.write(seq(0, 100))
-	r.sent = 100
+	r.sentFrame(100)
 	_ = r.credit(100)
 	// Detached, the process writes far more than the ring keeps.
 	r.write(seq(100, 10*r.size))
@@ -103,7 +103,7 @@ func TestRingBackPressure(t *testing.T) {
 		t.Fatal("a detached process's pipe is not read")
 	}
 	for r.sendable() > 0 {
-		r.sent += int64(r.sendable())
+		r.sentFrame(r.sendable())
 	}
 	if r.sent != int64(proto.StreamWindow) {
 		t.Fatalf("sent %d before credit, want a window", r.sent)
@@ -124,5 +124,29 @@ func TestRingBackPressure(t *testing.T) {
 	}
 	if s.end > int64(s.size) {
 		t.Fatalf("backlog %d exceeds the ring (%d)", s.end, s.size)
+	}
+}
+
+// TestRingBoundsFramesInFlight: small writes are sent as frames, at most maxInflight of them
+// before the host credits one.
+func TestRingBoundsFramesInFlight(t *testing.T) {
+	r := newOutRing(1 << 20)
+	r.attach()
+	frames := 0
+	for {
+		r.write([]byte("line\n"))
+		n := r.sendable()
+		if n == 0 {
+			break
+		}
+		r.sentFrame(n)
+		frames++
+	}
+	if frames != maxInflight || maxInflight+4 != proto.StreamQueue {
+		t.Fatalf("%d frames in flight, want %d", frames, maxInflight)
+	}
+	_ = r.credit(5)
+	if r.sendable() != 5 {
+		t.Fatalf("after a frame's credit sendable %d, want the 5 bytes written since", r.sendable())
 	}
 }
