@@ -248,6 +248,11 @@ func (a *agent) spawnProcess(id string, req proto.ProcStart) (*process, [2]*os.F
 			}
 			pipes[i] = r
 			child = append(child, w)
+			// A pipe of pipeSize lets a fast writer go on while the pump sends, and the pump
+			// read more at once; the default (64 KiB) stays when the kernel refuses.
+			if rc, err := r.SyscallConn(); err == nil {
+				_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+			}
 		}
 		cmd.Stdout, cmd.Stderr = child[0], child[1]
 		if req.Stdin {
@@ -280,6 +285,10 @@ func (a *agent) spawnProcess(id string, req proto.ProcStart) (*process, [2]*os.F
 	go a.reapProcess(p, cmd, r, timer)
 	return p, pipes, nil
 }
+
+// pipeSize is the capacity asked for a process's output pipes (the kernel's default maximum
+// for an unprivileged process, /proc/sys/fs/pipe-max-size).
+const pipeSize = 1 << 20
 
 func closeAll(fs []*os.File) {
 	for _, f := range fs {

@@ -34,8 +34,9 @@ const maxInflight = proto.StreamQueue - 4
 // readSlack is the most one pipe read takes (pumpBuf): the ring's room beyond keep.
 const readSlack = pumpBuf
 
-// pumpBuf is the buffer a process's pipe is read into.
-const pumpBuf = 64 << 10
+// pumpBuf is the buffer a process's pipe is read into: a whole frame, so that a process that
+// writes faster than the host reads fills frames (each costs a credit from the host).
+const pumpBuf = proto.StreamChunk
 
 // minRing is the smallest ring a process gets, whatever it asked for.
 const minRing = 4 << 10
@@ -129,14 +130,24 @@ func (r *outRing) mayRead(attached bool) bool {
 // sendable is how many bytes the attachment may send now in one frame: those written and not
 // yet sent, at most a chunk and the credit left of the window, and none while maxInflight
 // frames are in flight (a process writing small pieces would otherwise overrun the host's
-// queue of frames before its window of bytes).
+// queue of frames before its window of bytes). A frame under smallFrame waits, while another
+// frame is in flight, for more bytes or for that frame's credit: so a process writing small
+// pieces faster than the host takes them fills its frames (each costs a write to the port
+// and a credit back), and one writing now and then has its bytes sent at once.
 func (r *outRing) sendable() int {
 	if len(r.inflight) >= maxInflight {
 		return 0
 	}
 	credit := int64(proto.StreamWindow) - (r.sent - r.credited)
-	return int(max(0, min(r.end-r.sent, proto.StreamChunk, credit)))
+	n := int(max(0, min(r.end-r.sent, proto.StreamChunk, credit)))
+	if n < smallFrame && len(r.inflight) > 0 && !r.eof {
+		return 0
+	}
+	return n
 }
+
+// smallFrame is the size under which a frame waits for the one in flight (sendable).
+const smallFrame = 64 << 10
 
 // done says whether the attachment has sent the stream's last byte.
 func (r *outRing) done() bool { return r.eof && r.sent == r.end }

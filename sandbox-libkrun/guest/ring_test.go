@@ -127,26 +127,41 @@ func TestRingBackPressure(t *testing.T) {
 	}
 }
 
-// TestRingBoundsFramesInFlight: small writes are sent as frames, at most maxInflight of them
-// before the host credits one.
-func TestRingBoundsFramesInFlight(t *testing.T) {
+// TestRingCoalescesSmallWrites: a small frame goes out at once when none is in flight; the
+// next small writes wait for its credit (or for enough bytes to fill a frame) and go together.
+func TestRingCoalescesSmallWrites(t *testing.T) {
 	r := newOutRing(1 << 20)
 	r.attach()
-	frames := 0
-	for {
-		r.write([]byte("line\n"))
-		n := r.sendable()
-		if n == 0 {
-			break
-		}
-		r.sentFrame(n)
-		frames++
+	r.write([]byte("line\n"))
+	if n := r.sendable(); n != 5 {
+		t.Fatalf("sendable %d with nothing in flight, want 5", n)
 	}
-	if frames != maxInflight || maxInflight+4 != proto.StreamQueue {
-		t.Fatalf("%d frames in flight, want %d", frames, maxInflight)
+	r.sentFrame(5)
+	for range 10 {
+		r.write([]byte("line\n"))
+	}
+	if n := r.sendable(); n != 0 {
+		t.Fatalf("sendable %d while a small frame is in flight, want 0", n)
 	}
 	_ = r.credit(5)
-	if r.sendable() != 5 {
-		t.Fatalf("after a frame's credit sendable %d, want the 5 bytes written since", r.sendable())
+	if n := r.sendable(); n != 50 {
+		t.Fatalf("sendable %d after the credit, want the 50 bytes written since", n)
+	}
+	r.sentFrame(50)
+	r.write(make([]byte, smallFrame))
+	if n := r.sendable(); n != smallFrame {
+		t.Fatalf("sendable %d with a full frame's worth waiting, want %d", n, smallFrame)
+	}
+	for r.sendable() > 0 {
+		r.sentFrame(r.sendable())
+		r.write(make([]byte, smallFrame))
+	}
+	if len(r.inflight) != maxInflight || maxInflight+4 != proto.StreamQueue {
+		t.Fatalf("%d frames in flight, want at most %d", len(r.inflight), maxInflight)
+	}
+	r.eof = true
+	_ = r.credit(50)
+	if r.sendable() == 0 {
+		t.Fatal("the last bytes of an ended stream wait")
 	}
 }
