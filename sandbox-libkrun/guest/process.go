@@ -307,10 +307,19 @@ func (a *agent) reapProcess(p *process, cmd *exec.Cmd, r *running, timer *time.T
 	}
 	a.forgetChild(r)
 	ex := &proto.ProcExit{}
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
+	var ws syscall.WaitStatus
+	if cmd.ProcessState != nil {
+		ws, _ = cmd.ProcessState.Sys().(syscall.WaitStatus)
+	}
+	switch {
+	case cmd.ProcessState == nil:
+		// Its status went elsewhere (it should not: the orphan reaper leaves it alone); the
+		// shell's code for a command that could not be waited for stands in.
+		fmt.Fprintf(os.Stderr, "guest agent: lost the exit status of process %s\n", p.id)
+		ex.ExitCode = intp(255)
+	case ws.Signaled():
 		ex.Signal = int(ws.Signal())
-	} else {
+	default:
 		ex.ExitCode = intp(ws.ExitStatus())
 	}
 	p.mu.Lock()

@@ -132,7 +132,7 @@ func TestProcesses(t *testing.T) {
 	t.Run("first byte", func(t *testing.T) {
 		// The first run of each path translates its code under TCG: the later runs show the
 		// warm cost of each.
-		for i := range 3 {
+		for i := range 5 {
 			start := time.Now()
 			_, a, err := pm.StartProcess(ctx, vm.ProcessRequest{Argv: []string{"sh", "-c", "echo x"}}, &vm.AttachOptions{})
 			if err != nil {
