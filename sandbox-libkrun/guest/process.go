@@ -161,6 +161,9 @@ func (a *agent) procStart(req proto.ProcStart) (proto.ProcInfo, *proto.Error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return proto.ProcInfo{}, &proto.Error{Message: "process: empty argv"}
 	}
+	if req.RingBytes > maxRingBytes {
+		return proto.ProcInfo{}, &proto.Error{Message: fmt.Sprintf("process %q: ring_bytes %d exceeds the agent's %d", req.Argv[0], req.RingBytes, maxRingBytes)}
+	}
 	t := a.procs
 	t.mu.Lock()
 	if t.running >= vm.MaxGuestProcesses {
@@ -285,6 +288,10 @@ func (a *agent) spawnProcess(id string, req proto.ProcStart) (*process, [2]*os.F
 	go a.reapProcess(p, cmd, r, timer)
 	return p, pipes, nil
 }
+
+// maxRingBytes bounds the ring a process may ask for per stream (the adapter's
+// process_ring_bytes allows no more).
+const maxRingBytes = 64 << 20
 
 // pipeSize is the capacity asked for a process's output pipes (the kernel's default maximum
 // for an unprivileged process, /proc/sys/fs/pipe-max-size).

@@ -117,14 +117,16 @@ func (r *outRing) sentFrame(n int) {
 	r.inflight = append(r.inflight, n)
 }
 
-// limit is how far the bytes the host has not taken may run ahead while attached: a window,
-// and never more than the ring keeps, so every one of them can be replayed.
-func (r *outRing) limit() int64 { return int64(min(proto.StreamWindow, r.keep)) }
-
-// mayRead says whether the pipe may be read now: always while detached, else while the host's
-// backlog is under limit (so a slow host stops the reads and the process blocks on its pipe).
+// mayRead says whether the pipe may be read now: always while detached; while attached, when
+// the bytes the host has not credited are under a window (so a slow host stops the reads and
+// the process blocks on its pipe) and those not yet sent are under keep (a read then cannot
+// overwrite one: nothing is lost while attached). Bytes sent and not credited may be
+// overwritten: an attachment after this one counts them as dropped.
 func (r *outRing) mayRead(attached bool) bool {
-	return !r.eof && (!attached || r.end-r.credited < r.limit())
+	if r.eof {
+		return false
+	}
+	return !attached || r.end-r.credited < proto.StreamWindow && r.end-r.sent < int64(r.keep)
 }
 
 // sendable is how many bytes the attachment may send now in one frame: those written and not

@@ -116,14 +116,27 @@ func TestRingBackPressure(t *testing.T) {
 	if r.sendable() != pumpBuf {
 		t.Fatalf("sendable %d after a read under the new credit, want %d", r.sendable(), pumpBuf)
 	}
-	// A ring smaller than a window bounds the backlog instead, so all of it can be replayed.
+	// A ring smaller than a window bounds the bytes not yet sent, so none is overwritten while
+	// attached; sent ones may run a window ahead of the host, and a re-attachment counts those
+	// the ring no longer holds as dropped.
 	s := newOutRing(minRing)
 	s.attach()
 	for s.mayRead(true) {
-		s.write(make([]byte, pumpBuf))
+		s.write(seq(int(s.end), pumpBuf))
+		if s.end-s.sent > int64(s.size) {
+			t.Fatalf("%d bytes not sent exceed the ring (%d)", s.end-s.sent, s.size)
+		}
+		for s.sendable() > 0 {
+			s.sentFrame(s.sendable())
+		}
 	}
-	if s.end > int64(s.size) {
-		t.Fatalf("backlog %d exceeds the ring (%d)", s.end, s.size)
+	if s.end-s.credited < int64(proto.StreamWindow) {
+		t.Fatalf("reads stopped at %d bytes not credited, want a window", s.end-s.credited)
+	}
+	_ = s.credit(s.inflight[0])
+	taken := s.credited
+	if d := s.attach(); d != s.end-int64(s.keep)-taken || !bytes.Equal(readAll(s, s.sent), seq(int(s.sent), s.keep)) {
+		t.Fatalf("re-attach dropped %d, want %d", d, s.end-int64(s.keep)-taken)
 	}
 }
 

@@ -168,44 +168,51 @@ func TestProcesses(t *testing.T) {
 			el.Round(time.Millisecond), float64(size)/el.Seconds()/1e6, local.Duration.Round(time.Millisecond))
 
 		// busybox head writes in small pieces, slow under TCG: dd's large writes show what the
-		// stream itself carries, next to the streamed fs::read of a file as large.
-		start = time.Now()
-		_, a, err = pm.StartProcess(ctx, vm.ProcessRequest{Argv: []string{"dd", "if=/dev/zero", "bs=262144", fmt.Sprint("count=", size/262144)}}, &vm.AttachOptions{})
+		// stream itself carries (timed from its first byte), next to the streamed fs::read of
+		// a file as large.
+		const big = 20 << 20
+		_, a, err = pm.StartProcess(ctx, vm.ProcessRequest{Argv: []string{"dd", "if=/dev/zero", "bs=262144", fmt.Sprint("count=", big/262144)}}, &vm.AttachOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(a.Stdout(), b); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
 		n, err := io.Copy(io.Discard, a.Stdout())
-		if err != nil || n != size {
-			t.Fatalf("dd: %d bytes, %v", n, err)
+		if err != nil || n != big-1 {
+			t.Fatalf("dd: %d bytes, %v", n+1, err)
 		}
+		procRate := float64(big) / time.Since(start).Seconds() / 1e6
 		readAll(t, a)
-		procRate := float64(size) / time.Since(start).Seconds() / 1e6
-		run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero > /tmp/five", size)}})
+		run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero > /tmp/big", big)}})
 		start = time.Now()
-		_, body, err := m.(vm.FSStreamer).FSRead(ctx, json.RawMessage(`{"path":"/tmp/five"}`))
+		_, body, err := m.(vm.FSStreamer).FSRead(ctx, json.RawMessage(`{"path":"/tmp/big"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n, err := io.Copy(io.Discard, body); err != nil || n != size {
+		if n, err := io.Copy(io.Discard, body); err != nil || n != big {
 			t.Fatalf("fs read: %d bytes, %v", n, err)
 		}
-		t.Logf("5 MiB of dd bs=256k through the process stream (its start included): %.1f MB/s; the streamed fs::read of as large a file: %.1f MB/s",
-			procRate, float64(size)/time.Since(start).Seconds()/1e6)
+		t.Logf("20 MiB of dd bs=256k through the process stream: %.1f MB/s; the streamed fs::read of as large a file: %.1f MB/s",
+			procRate, float64(big)/time.Since(start).Seconds()/1e6)
+		run(t, m, vm.ExecRequest{Argv: []string{"rm", "/tmp/big"}})
 	})
 
 	t.Run("a slow reader blocks the process", func(t *testing.T) {
-		const chunks = 16
+		const chunks = 32
 		script := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do head -c 1048576 /dev/zero; i=$((i+1)); echo $i > /tmp/mark; done`, chunks)
 		_, a, err := pm.StartProcess(ctx, vm.ProcessRequest{Argv: []string{"sh", "-c", script}}, &vm.AttachOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Unread, the output stops at the ring's bound (1 MiB, what the host may leave
-		// unread) plus what the pipe holds (1 MiB): the marks rise to 2 or 3 and stay there
-		// however long the host waits.
+		// Unread, the output stops at the stream's window (4 MiB the host may leave unread)
+		// plus what the pipe holds (1 MiB): the marks rise to 5 or 6 and stay there however
+		// long the host waits.
 		deadline := time.Now().Add(3 * time.Second)
 		for time.Now().Before(deadline) {
-			if n, _ := strconv.Atoi(guestFile(t, m, "/tmp/mark")); n > 4 {
+			if n, _ := strconv.Atoi(guestFile(t, m, "/tmp/mark")); n > 7 {
 				t.Fatalf("mark %d with nothing read: the process was not blocked", n)
 			}
 		}
@@ -262,10 +269,22 @@ func TestProcesses(t *testing.T) {
 		}
 		var got bytes.Buffer
 		readUntil(t, a.Stdout(), &got, "up\n")
+		// A second attachment takes over: the first one's streams end with an error, not
+		// the process's end, and the second one has nothing to replay (the first took all).
+		b, err := pm.AttachProcess(ctx, info.ID, vm.AttachOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAll(a.Stdout()); err == nil || !strings.Contains(err.Error(), "another attachment") {
+			t.Fatalf("the first attachment after a second one: %v", err)
+		}
 		if err := pm.SignalProcess(ctx, info.ID, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		_, _, ex := readAll(t, a)
+		out, _, ex := readAll(t, b)
+		if len(out) != 0 {
+			t.Fatalf("the second attachment replayed %q, which the first had taken", out)
+		}
 		if ex.ExitCode != nil || ex.Signal != int(syscall.SIGTERM) || ex.TimedOut {
 			t.Fatalf("exit %+v, want signal 15", ex)
 		}
