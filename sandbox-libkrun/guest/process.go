@@ -348,18 +348,26 @@ func (a *agent) reapProcess(p *process, cmd *exec.Cmd, r *running, timer *time.T
 
 // pump reads stream i's pipe into its ring until the pipe's end (a terminal's master reports
 // its end as EIO once the last process holding the terminal is gone).
+//
+// It reads straight into the ring, asking for little room at first and doubling it up to a
+// frame while reads fill it, so a quiet process's ring stays small and a busy one's reads are
+// frames.
 func (p *process) pump(i int, r *os.File) {
-	buf := make([]byte, pumpBuf)
 	ring := p.out[i]
+	want := minRing
 	for {
 		p.mu.Lock()
 		for !ring.mayRead(p.att != nil) {
 			p.cond.Wait()
 		}
+		space := ring.space(want)
 		p.mu.Unlock()
-		n, err := r.Read(buf)
+		n, err := r.Read(space)
+		if n == len(space) {
+			want = min(2*want, pumpBuf)
+		}
 		p.mu.Lock()
-		ring.write(buf[:n])
+		ring.commit(n)
 		if err != nil {
 			ring.eof = true
 		}

@@ -16,7 +16,7 @@ import (
 // the room of one pipe read: a read already under way when an attachment starts cannot then
 // overwrite a byte the attachment was promised.
 type outRing struct {
-	buf  []byte // circular once full; the byte at offset o is at o % size
+	buf  []byte // the byte at offset o is at o % size; grows to size with what is written
 	keep int
 	size int // keep + readSlack
 
@@ -49,25 +49,40 @@ func newOutRing(keep int) *outRing {
 // start is the offset of the oldest byte the ring holds.
 func (r *outRing) start() int64 { return max(0, r.end-int64(r.size)) }
 
-// write appends p, overwriting the oldest bytes once the ring is full. The buffer grows with
-// what was written, so a quiet process costs little.
+// write appends p, overwriting the oldest bytes once the ring is full.
 func (r *outRing) write(p []byte) {
 	if len(p) > r.size {
 		r.end += int64(len(p) - r.size)
 		p = p[len(p)-r.size:]
 	}
-	if len(r.buf) < r.size {
-		n := min(len(p), r.size-len(r.buf))
-		r.buf = append(r.buf, p[:n]...)
-		r.end += int64(n)
-		p = p[n:]
-	}
 	for len(p) > 0 {
-		n := copy(r.buf[r.end%int64(r.size):], p)
-		r.end += int64(n)
+		n := copy(r.space(len(p)), p)
+		r.commit(n)
 		p = p[n:]
 	}
 }
+
+// space returns where the next bytes written go: up to n bytes from offset end, contiguous
+// (to the buffer's end at most), growing the buffer when it is not yet full. The pump reads
+// its pipe straight into it, outside the lock, then commits what it read. While attached, the
+// space holds only bytes already sent (mayRead keeps the unsent ones under keep), so no sender
+// reads it meanwhile.
+func (r *outRing) space(n int) []byte {
+	if len(r.buf) < r.size {
+		want := min(r.size, int(r.end)+n)
+		if want > cap(r.buf) {
+			grown := make([]byte, len(r.buf), min(r.size, max(2*cap(r.buf), want)))
+			copy(grown, r.buf)
+			r.buf = grown
+		}
+		r.buf = r.buf[:want]
+	}
+	i := int(r.end % int64(r.size))
+	return r.buf[i:min(len(r.buf), i+n)]
+}
+
+// commit records n bytes written into the slice space returned.
+func (r *outRing) commit(n int) { r.end += int64(n) }
 
 // read copies into dst the bytes from offset from (at least start) on and returns how many.
 func (r *outRing) read(from int64, dst []byte) int {
