@@ -464,8 +464,9 @@ func (a *agent) sendStream(att *attachment, i int, done chan<- bool) {
 			return
 		}
 		if n := ring.sendable(); n > 0 {
-			if buf == nil {
-				buf = make([]byte, proto.StreamChunk)
+			if len(buf) < n {
+				// Grown to the frames sent, so that a quiet stream holds little.
+				buf = make([]byte, min(max(n, 2*len(buf)), proto.StreamChunk))
 			}
 			k := ring.read(ring.sent, buf[:n])
 			ring.sentFrame(k)
