@@ -27,12 +27,14 @@ type agent struct {
 	streams map[uint32]*proto.Stream // streamed fs ops (stream.go)
 	zygote  *zygote                  // an interpreter waiting to be forked (zygote.go)
 
+	procs *procTable // long-lived processes (process.go)
+
 	spawnMu  sync.Mutex   // held while starting a command and while reaping orphans
 	children map[int]bool // PIDs of running commands, reaped by their own Wait
 }
 
 func newAgent(port *os.File) *agent {
-	a := &agent{port: port, execs: map[uint32]*running{}, streams: map[uint32]*proto.Stream{}, children: map[int]bool{}}
+	a := &agent{port: port, execs: map[uint32]*running{}, streams: map[uint32]*proto.Stream{}, children: map[int]bool{}, procs: newProcTable()}
 	go a.reapOrphans()
 	return a
 }
@@ -69,6 +71,7 @@ func (a *agent) serve() error {
 		switch f.Type {
 		case proto.TypeShutdown:
 			a.killAll()
+			a.killProcs()
 			return nil
 		case proto.TypePing:
 			a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
@@ -93,7 +96,11 @@ func (a *agent) serve() error {
 		case proto.TypeFS:
 			a.fsOp(f)
 		case proto.TypeData, proto.TypeEnd, proto.TypeCredit:
-			a.deliverStream(f)
+			if !a.deliverProc(f) {
+				a.deliverStream(f)
+			}
+		case proto.TypeProcStart, proto.TypeProcAttach, proto.TypeProcList, proto.TypeProcSignal, proto.TypeProcWait, proto.TypeProcResize:
+			a.procRequest(f)
 		}
 	}
 }
@@ -193,7 +200,8 @@ func (a *agent) resume(f proto.Frame) {
 			return
 		}
 	}
-	a.sendJSON(proto.TypeReply, f.ID, proto.Reply{})
+	res, _ := json.Marshal(proto.Resumed{Agent: proto.AgentVersion})
+	a.sendJSON(proto.TypeReply, f.ID, proto.Reply{Result: res})
 }
 
 // fsOp answers an FS frame: read and streamed write run as streams, every other op replies once.

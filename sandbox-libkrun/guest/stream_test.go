@@ -23,7 +23,7 @@ func agentPair(t *testing.T) (*os.File, *bufio.Reader) {
 		t.Fatal(err)
 	}
 	guest, host := os.NewFile(uintptr(fds[0]), "guest"), os.NewFile(uintptr(fds[1]), "host")
-	a := &agent{port: guest, execs: map[uint32]*running{}, streams: map[uint32]*proto.Stream{}, children: map[int]bool{}}
+	a := &agent{port: guest, execs: map[uint32]*running{}, streams: map[uint32]*proto.Stream{}, children: map[int]bool{}, procs: newProcTable()}
 	done := make(chan struct{})
 	go func() { _ = a.serve(); close(done) }()
 	t.Cleanup(func() { host.Close(); <-done; guest.Close() })

@@ -21,8 +21,9 @@ const headerLen = 9
 // Type says what a frame carries.
 type Type byte
 
-// Frame types. Host→guest: Init, Exec, Kill, FS, Shutdown. Guest→host: Hello, Reply, Output,
-// ExecDone. Both ways (streamed fs::read and fs::write, revision 5): Data, End, Credit.
+// Frame types. Host→guest: Init, Exec, Kill, FS, Shutdown, Proc* requests. Guest→host: Hello,
+// Reply, Output, ExecDone, ProcExit. Both ways (streamed fs::read and fs::write, revision 5;
+// process attachments, revision 9): Data, End, Credit.
 const (
 	TypeHello    Type = 1  // guest is up: Hello
 	TypeInit     Type = 2  // set up the root filesystem: Init; answered by Reply
@@ -39,6 +40,17 @@ const (
 	TypeCredit   Type = 13 // the receiver of a stream took bytes: Credit
 	TypeResume   Type = 14 // a machine restored from a snapshot starts anew: Resume; answered by Reply
 	TypePrestart Type = 15 // start an interpreter that the next exec of a script forks: Prestart; answered by Reply
+
+	// Long-lived processes (revision 9, process.go). Each host→guest request is answered by a
+	// Reply; an attachment's output and input move as streams (Data, End, Credit) on ids the
+	// host names in the request.
+	TypeProcStart  Type = 16 // start a process: ProcStart; Reply holds its ProcInfo
+	TypeProcAttach Type = 17 // attach to a process: ProcAttach; Reply holds ProcAttached
+	TypeProcList   Type = 18 // list processes: empty payload; Reply holds ProcListed
+	TypeProcSignal Type = 19 // signal a process group: ProcSignal; empty Reply
+	TypeProcWait   Type = 20 // wait for a process to exit: ProcRef; Reply holds ProcExit once it did
+	TypeProcResize Type = 21 // resize a process's terminal: ProcResize; empty Reply
+	TypeProcExit   Type = 22 // guest→host, on an attachment's stdout id: ProcExit, after the last output and before the End frames
 )
 
 // Frame is one message on the control channel.

@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/8"
+const AgentVersion = "iii-guest/9"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {
@@ -56,6 +56,12 @@ type Resume struct {
 	Entropy  []byte `json:"entropy"`
 	UnixNano int64  `json:"unix_nano"`
 	Hostname string `json:"hostname,omitempty"`
+}
+
+// Resumed is the result of Resume's Reply from revision 9: the restored agent's version, so the
+// host knows what a machine it did not boot speaks (an earlier agent's Reply has no result).
+type Resumed struct {
+	Agent string `json:"agent"`
 }
 
 // Prestart asks the agent (revision 8) to start the Python interpreter Argv0 and keep it waiting,

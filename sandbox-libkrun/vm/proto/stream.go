@@ -224,3 +224,21 @@ func (r *Receiver) peek() ([]byte, error) {
 	}
 	return r.cur, nil
 }
+
+// Settle grants the credit of the Data frame being read as soon as Read has taken all of its
+// bytes, instead of at the next read: a reader that may stop between frames (a process
+// attachment that is then detached) has credited every byte it took, so the sender resumes
+// after the last of them. Bytes Chunk returned are valid until the next call of either.
+func (r *Receiver) Settle() error {
+	if len(r.cur) > 0 || r.taken == 0 || r.err != nil {
+		return r.err
+	}
+	if err := r.Grant(r.taken); err != nil {
+		r.err = err
+		return err
+	}
+	r.taken = 0
+	Release(r.frame)
+	r.frame = nil
+	return nil
+}

@@ -133,3 +133,24 @@ func TestStreamDeliver(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiverSettle: Settle grants a frame's credit once its last byte was read, not before,
+// and the next read grants nothing more for it.
+func TestReceiverSettle(t *testing.T) {
+	frames := []Frame{{Type: TypeData, Payload: []byte("hello")}, EndFrame(1, "")}
+	var granted []int
+	r := &Receiver{
+		Next:  func() (Frame, error) { f := frames[0]; frames = frames[1:]; return f, nil },
+		Grant: func(n int) error { granted = append(granted, n); return nil },
+	}
+	p := make([]byte, 3)
+	if n, _ := r.Read(p); n != 3 || r.Settle() != nil || len(granted) != 0 {
+		t.Fatalf("after 3 of 5 bytes: granted %v", granted)
+	}
+	if n, _ := r.Read(p); n != 2 || r.Settle() != nil || !slices.Equal(granted, []int{5}) {
+		t.Fatalf("after 5 of 5 bytes: granted %v, want [5]", granted)
+	}
+	if _, err := r.Read(p); err != io.EOF || !slices.Equal(granted, []int{5}) {
+		t.Fatalf("at the end: %v, granted %v", err, granted)
+	}
+}

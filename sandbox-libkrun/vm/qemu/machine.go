@@ -31,6 +31,7 @@ var ErrStopped = errors.New("vm: machine has exited")
 type machine struct {
 	spec    vm.Spec
 	release string
+	agent   string    // the guest agent's version (Hello, or a restored machine's Resume reply)
 	times   BootTimes // its Guest is the agent's Hello
 
 	qemu     *proc
@@ -59,11 +60,13 @@ type machine struct {
 }
 
 // call is a request waiting for its answer; out receives streamed output of an exec. A streamed
-// fs op has a *proto.Stream instead of reply (see fsstream.go).
+// fs op or a process attachment's stream has a *proto.Stream instead of reply (see fsstream.go,
+// process.go); exit takes the exit notice of a process on its attachment's stdout stream.
 type call struct {
 	reply  chan proto.Frame
 	out    func(stream int, data []byte)
 	stream *proto.Stream
+	exit   func(payload []byte)
 }
 
 // boot checks spec, makes the machine's directories, starts virtiofsd and qemu and waits for
@@ -314,7 +317,7 @@ func (d *Driver) awaitHello(ctx context.Context, m *machine) error {
 		if h.Agent != proto.AgentVersion {
 			return fmt.Errorf("the firmware's guest agent is %q, this adapter speaks %q: rebuild the firmware with `go tool mage firmware`", h.Agent, proto.AgentVersion)
 		}
-		m.release = h.KernelRelease
+		m.release, m.agent = h.KernelRelease, h.Agent
 		m.times.Hello, m.times.Guest = time.Now(), h
 		return nil
 	case <-m.connErr:
@@ -451,6 +454,13 @@ func (m *machine) readLoop() {
 				if json.Unmarshal(f.Payload, &o) == nil {
 					c.out(o.Stream, o.Data)
 				}
+			}
+		case proto.TypeProcExit:
+			m.mu.Lock()
+			c := m.pending[f.ID]
+			m.mu.Unlock()
+			if c != nil && c.exit != nil {
+				c.exit(f.Payload)
 			}
 		case proto.TypeReply, proto.TypeExecDone, proto.TypeData, proto.TypeEnd, proto.TypeCredit:
 			m.mu.Lock()

@@ -2,6 +2,7 @@ package qemu
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -270,8 +271,14 @@ func (d *Driver) restore(ctx context.Context, m *machine, src vm.SnapshotFiles) 
 	if _, err := randRead(r.Entropy); err != nil {
 		return fmt.Errorf("entropy for the guest: %w", err)
 	}
-	if _, err := m.request(ctx, proto.TypeResume, r); err != nil {
+	res, err := m.request(ctx, proto.TypeResume, r)
+	if err != nil {
 		return fmt.Errorf("resume: %w", err)
+	}
+	// An agent before revision 9 answers without its version: it runs no processes.
+	var resumed proto.Resumed
+	if len(res) > 0 && json.Unmarshal(res, &resumed) == nil {
+		m.agent = resumed.Agent
 	}
 	rt.Ready = time.Now()
 	m.times.Ready = rt.Ready

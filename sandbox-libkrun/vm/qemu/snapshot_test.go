@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,7 +40,13 @@ func TestSnapshotRestore(t *testing.T) {
 	t.Logf("root disk built in %s", time.Since(start).Round(time.Millisecond))
 	spec := vm.Spec{RootDisk: disk, CPUs: 1, MemoryMB: 512, ScratchMB: 64}
 	file := vm.SnapshotFiles{Machine: filepath.Join(dir, "machine.snap"), RAM: filepath.Join(dir, "ram.img")}
+	var procID string // a process running when the machine is saved, in every copy after
 	info, err := d.Snapshot(ctx, spec, file, func(ctx context.Context, m vm.Machine) error {
+		p, _, err := m.(vm.Processes).StartProcess(ctx, vm.ProcessRequest{Argv: []string{"sh", "-c", "echo before; exec sleep 600"}}, nil)
+		if err != nil {
+			return err
+		}
+		procID = p.ID
 		argvs := [][]string{{"sh", "-c", "true"}}
 		if python {
 			argvs = append(argvs, []string{"python3", "-c", "pass"})
@@ -97,6 +104,21 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 		if code(res) != 0 {
 			t.Fatalf("sh -c true: exit %d", code(res))
+		}
+		// The restored agent named its revision in Resume's reply, and its process table is
+		// the saved one: the process started before the save is there, with its output.
+		pm := m.(vm.Processes)
+		a, err := pm.AttachProcess(ctx, procID, vm.AttachOptions{})
+		if err != nil {
+			t.Fatalf("restore %d: attach to the saved process: %v", i, err)
+		}
+		var before bytes.Buffer
+		readUntil(t, a.Stdout(), &before, "before\n")
+		if err := pm.SignalProcess(ctx, procID, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ex := readAll(t, a); ex.Signal != int(syscall.SIGTERM) {
+			t.Fatalf("restore %d: the saved process ended %+v, want by SIGTERM", i, ex)
 		}
 		if kib := residentKiB(t, m.PIDs()[0]); kib >= int64(spec.MemoryMB)<<10 {
 			t.Fatalf("restore %d: qemu holds %d MiB, the whole RAM of the machine (%d MiB): the load made untouched pages resident", i, kib>>10, spec.MemoryMB)
