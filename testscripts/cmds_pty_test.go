@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/rogpeppe/go-internal/testscript"
 	"golang.org/x/term"
 )
@@ -91,7 +92,7 @@ func cmdPty(ts *testscript.TestScript, neg bool, args []string) {
 		if err != nil {
 			ts.Fatalf("pty wait: %v", err)
 		}
-		if !poll(*d, func() bool { return s.match(re) }) {
+		if !enginetest.Poll(*d, func() bool { return s.match(re) }) {
 			ts.Fatalf("pty wait: the screen does not match %s after %v; since the last match it shows %q", a[0], *d, s.rest())
 		}
 	case sub == "resize" && len(a) == 2:
