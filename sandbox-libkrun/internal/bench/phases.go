@@ -154,12 +154,24 @@ func (m timedStreamer) Prestart(ctx context.Context, argv0 string) error {
 	return p.Prestart(ctx, argv0)
 }
 
+// timedProcesses is a timedStreamer whose machine runs long-lived processes: the process
+// section goes through it, so the wrapper must not hide vm.Processes either.
+type timedProcesses struct {
+	timedStreamer
+	vm.Processes
+}
+
 // timed wraps m so that its execs and file operations are timed into rt, keeping vm.FSStreamer
-// when m has it.
+// and vm.Processes when m has them.
 func timed(m vm.Machine, mu *sync.Mutex, rt *runTimes) vm.Machine {
 	tm := timedMachine{Machine: m, mu: mu, rt: rt}
-	if st, ok := m.(vm.FSStreamer); ok {
-		return timedStreamer{timedMachine: tm, st: st}
+	st, ok := m.(vm.FSStreamer)
+	if !ok {
+		return tm
 	}
-	return tm
+	ts := timedStreamer{timedMachine: tm, st: st}
+	if pm, ok := m.(vm.Processes); ok {
+		return timedProcesses{timedStreamer: ts, Processes: pm}
+	}
+	return ts
 }
