@@ -332,6 +332,11 @@ func (a *agent) reapProcess(p *process, cmd *exec.Cmd, r *running, timer *time.T
 	p.mu.Lock()
 	ex.TimedOut = p.timedOut
 	p.exit = ex
+	if p.stdin != nil && p.tty == nil {
+		// Nothing reads the pipe any more: an attachment's input now fails instead of filling it.
+		p.stdin.Close()
+		p.stdin = nil
+	}
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	close(p.reaped)
