@@ -576,6 +576,7 @@ func (a *agent) deliverProc(f proto.Frame) bool {
 			a.detachLocked(att, "protocol: "+err.Error())
 			return true
 		}
+		ring.settle()
 		p.cond.Broadcast()
 	case proto.TypeEnd:
 		a.detachLocked(att, "detached by the host")
