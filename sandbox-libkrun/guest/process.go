@@ -332,6 +332,11 @@ func (a *agent) reapProcess(p *process, cmd *exec.Cmd, r *running, timer *time.T
 	p.mu.Lock()
 	ex.TimedOut = p.timedOut
 	p.exit = ex
+	if p.stdin != nil && p.tty == nil {
+		// Nothing reads the pipe any more: an attachment's input now fails instead of filling it.
+		p.stdin.Close()
+		p.stdin = nil
+	}
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	close(p.reaped)
@@ -571,6 +576,7 @@ func (a *agent) deliverProc(f proto.Frame) bool {
 			a.detachLocked(att, "protocol: "+err.Error())
 			return true
 		}
+		ring.settle()
 		p.cond.Broadcast()
 	case proto.TypeEnd:
 		a.detachLocked(att, "detached by the host")

@@ -126,6 +126,14 @@ func (r *outRing) credit(n int) error {
 	return nil
 }
 
+// settle frees the buffer once the pipe has ended and the host took every byte: an exited
+// process the agent remembers then keeps nothing of its output it no longer owes.
+func (r *outRing) settle() {
+	if r.eof && r.credited == r.end {
+		r.buf = nil
+	}
+}
+
 // sentFrame records a frame of n bytes sent to the attached host.
 func (r *outRing) sentFrame(n int) {
 	r.sent += int64(n)

@@ -178,3 +178,25 @@ func TestRingCoalescesSmallWrites(t *testing.T) {
 		t.Fatal("the last bytes of an ended stream wait")
 	}
 }
+
+// TestRingSettle: once the pipe ended and the host took everything, the buffer is freed and a
+// later attachment replays nothing and loses nothing.
+func TestRingSettle(t *testing.T) {
+	r := newOutRing(minRing)
+	r.attach()
+	r.write(seq(0, 100))
+	r.eof = true
+	r.sentFrame(r.sendable())
+	r.settle()
+	if r.buf == nil {
+		t.Fatal("freed before the host took the bytes")
+	}
+	_ = r.credit(100)
+	r.settle()
+	if r.buf != nil {
+		t.Fatal("kept after the host took every byte")
+	}
+	if d := r.attach(); d != 0 || r.sendable() != 0 || !r.done() {
+		t.Fatalf("re-attach after settling: dropped %d, sendable %d", d, r.sendable())
+	}
+}
