@@ -27,7 +27,9 @@ const (
 )
 
 // DefaultChannelIdle is how long a channel may sit without traffic or a new end before it is
-// aborted and forgotten.
+// aborted and forgotten, unless both its ends are connected: a terminal or a quiet server's
+// output may say nothing for longer, and its two live connections (TCP keep-alive finds a dead
+// peer) are what holds it.
 const DefaultChannelIdle = 5 * time.Minute
 
 const (
@@ -315,6 +317,12 @@ func (cs *channels) shareDenial(n int, by creator) *protocol.Error {
 	return nil
 }
 
+// bothConnected reports whether the reader and the writer are connected and neither is done;
+// ch.mu is held.
+func (ch *channel) bothConnected() bool {
+	return ch.attached[endReader] && ch.attached[endWriter] && !ch.done[endReader] && !ch.done[endWriter]
+}
+
 // finish marks one end of ch done and forgets ch once both are.
 func (cs *channels) finish(ch *channel, end int) {
 	ch.mu.Lock()
@@ -349,8 +357,9 @@ func (cs *channels) forget(ch *channel) {
 	}
 }
 
-// expire aborts and forgets every channel idle since before now-idle, and every channel an end
-// of which has not connected within the attach deadline of its creation.
+// expire aborts and forgets every channel idle since before now-idle that is not connected at
+// both ends, and every channel an end of which has not connected within the attach deadline of
+// its creation.
 func (cs *channels) expire(now time.Time) {
 	cs.mu.Lock()
 	type old struct {
@@ -361,7 +370,7 @@ func (cs *channels) expire(now time.Time) {
 	for _, ch := range cs.byID {
 		ch.mu.Lock()
 		switch {
-		case now.Sub(ch.last) > cs.idle:
+		case now.Sub(ch.last) > cs.idle && !ch.bothConnected():
 			expired = append(expired, old{ch, fmt.Sprintf("channel idle for more than %s", cs.idle)})
 		case (!ch.attached[endReader] || !ch.attached[endWriter]) && now.Sub(ch.created) > cs.attach:
 			expired = append(expired, old{ch, fmt.Sprintf("channel not connected at both ends within %s", cs.attach)})

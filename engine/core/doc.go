@@ -78,10 +78,10 @@
 // and the reason as close text; an end that connects after the abort is closed with it at once.
 // A channel is forgotten when both ends are done, when engine::channels::remove names it with
 // the key of either end (it is aborted; the http worker removes a request's channels once its
-// response is done, as iii's does), once nothing moved through it for
-// Options.ChannelIdle (default 5 min), or when an end has not connected within
-// Options.ChannelAttach of its creation (default 30 s), which bounds how long a channel
-// aborted before its reader connected keeps its buffered frames.
+// response is done, as iii's does), once nothing moved through it for Options.ChannelIdle
+// (default 5 min) while an end is not connected, or when an end has not connected within
+// Options.ChannelAttach of its creation (default 30 s), which bounds how long a channel aborted
+// before its reader connected keeps its buffered frames.
 //
 // Handshakes (engine and channel endpoints alike): a request with an Origin header (a browser
 // page) must be same-origin or match the listener's AllowedOrigins (Options.AllowedOrigins for
