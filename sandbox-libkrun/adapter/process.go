@@ -173,6 +173,8 @@ func procFailure(box *sandbox, pid string, err error) *scode.Error {
 			return scode.NoTerminal(box.id, pid)
 		case vm.ProcessExited:
 			return scode.ProcessExited(box.id, pid)
+		case vm.ProcessNoStdin:
+			return scode.Invalid(fmt.Sprintf("process %s of sandbox %s has no standard input to attach to: it was started without `stdin: true`, or its input was closed; attach without `stdin`", pid, box.id))
 		case vm.ProcessLimit:
 			return scode.Limit(fmt.Sprintf("the guest agent of sandbox %s runs at most %d processes: %s", box.id, vm.MaxGuestProcesses, pe.Message))
 		}

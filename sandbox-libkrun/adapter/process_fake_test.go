@@ -41,7 +41,8 @@ type fakeProc struct {
 	stdin    []byte
 	stdinEOF bool
 	size     vm.TermSize
-	gen      int // the current attachment's generation; 0: detached
+	gen      int  // the current attachment's generation; 0: detached
+	noStdin  bool // started detached: no input to attach to, as in the guest
 }
 
 type fakeStream struct {
@@ -79,6 +80,7 @@ func (m *fakeMachine) StartProcess(_ context.Context, req vm.ProcessRequest, att
 	t.procs[p.info.ID] = p
 	t.order = append(t.order, p.info.ID)
 	if attach == nil {
+		p.noStdin = true
 		return p.info, nil, nil
 	}
 	return p.info, t.attachLocked(p, *attach), nil
@@ -109,6 +111,9 @@ func (m *fakeMachine) AttachProcess(_ context.Context, id string, opt vm.AttachO
 	p, ok := t.procs[id]
 	if !ok {
 		return nil, &vm.ProcessError{Code: vm.ProcessNotFound, Message: "no process " + id}
+	}
+	if opt.Stdin && p.noStdin && !p.info.TTY {
+		return nil, &vm.ProcessError{Code: vm.ProcessNoStdin, Message: "process " + id + " has no standard input"}
 	}
 	return t.attachLocked(p, opt), nil
 }

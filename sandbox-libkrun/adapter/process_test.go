@@ -348,6 +348,8 @@ func TestProcessControl(t *testing.T) {
 	}
 	_, e = h.call(t, "process::resize", pre(id)+p+`,"rows":10,"cols":10}`)
 	wantCode(t, e, scode.S231, "has no terminal")
+	_, e = h.call(t, "process::attach", pre(id)+p+`,"stdin":true}`)
+	wantCode(t, e, scode.S001, "has no standard input to attach to")
 	h.mustCall(t, "process::resize", pre(id)+`,"process_id":"p2","rows":10,"cols":20}`)
 	if procs.proc("p2").size != (vm.TermSize{Rows: 10, Cols: 20}) {
 		t.Fatal("resize did not reach the process")

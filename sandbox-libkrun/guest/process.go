@@ -593,7 +593,7 @@ func (a *agent) procAttach(req proto.ProcAttach) (proto.ProcAttached, *proto.Err
 	p.mu.Lock()
 	if req.Streams.Stdin != 0 && p.stdin == nil {
 		p.mu.Unlock()
-		return proto.ProcAttached{}, &proto.Error{Message: fmt.Sprintf("process %s: its standard input is closed or was never open (start it with stdin)", p.id)}
+		return proto.ProcAttached{}, procErr(vm.ProcessNoStdin, "process %s: its standard input is closed or was never open (start it with stdin)", p.id)
 	}
 	d := a.attachLocked(p, req.Streams)
 	p.mu.Unlock()

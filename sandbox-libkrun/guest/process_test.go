@@ -122,7 +122,7 @@ func TestAgentProcesses(t *testing.T) {
 		{proto.TypeProcSignal, proto.ProcSignal{ID: "p404", Signal: 15}, vm.ProcessNotFound},
 		{proto.TypeProcResize, proto.ProcResize{ID: bg.ID, Size: proto.TermSize{Rows: 1, Cols: 1}}, vm.ProcessNoTTY},
 		{proto.TypeProcAttach, proto.ProcAttach{ID: "p404", Streams: proto.ProcStreams{Stdout: 31, Stderr: 32}}, vm.ProcessNotFound},
-		{proto.TypeProcAttach, proto.ProcAttach{ID: bg.ID, Streams: proto.ProcStreams{Stdout: 31, Stderr: 32, Stdin: 33}}, ""},
+		{proto.TypeProcAttach, proto.ProcAttach{ID: bg.ID, Streams: proto.ProcStreams{Stdout: 31, Stderr: 32, Stdin: 33}}, vm.ProcessNoStdin},
 		{proto.TypeProcStart, proto.ProcStart{Argv: []string{"true"}, RingBytes: maxRingBytes + 1}, ""},
 	} {
 		sendProc(t, host, c.typ, 30, c.msg)

@@ -105,6 +105,7 @@ const (
 	ProcessNoTTY    = "process_no_tty"    // resize of a process without a terminal
 	ProcessExited   = "process_exited"    // signal to a process that has exited
 	ProcessLimit    = "process_limit"     // MaxGuestProcesses are running
+	ProcessNoStdin  = "process_no_stdin"  // an attach asked for the input of a process that has none
 )
 
 // MaxGuestProcesses is the most processes the guest agent runs at once, whatever the host asks;

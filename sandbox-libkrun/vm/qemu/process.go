@@ -55,7 +55,7 @@ func (m *machine) procCall(ctx context.Context, t proto.Type, req, out any) erro
 		var fe *vm.FSError
 		if errors.As(err, &fe) {
 			switch fe.Code {
-			case vm.ProcessNotFound, vm.ProcessNoTTY, vm.ProcessExited, vm.ProcessLimit:
+			case vm.ProcessNotFound, vm.ProcessNoTTY, vm.ProcessExited, vm.ProcessLimit, vm.ProcessNoStdin:
 				return &vm.ProcessError{Code: fe.Code, Message: fe.Message}
 			}
 		}
