@@ -611,37 +611,11 @@ func (s *Service) pump(a *procAttach, pm vm.Processes, c *procChannels, pend pen
 	defer s.streams.Done()
 	defer close(a.done)
 	finished := make(chan struct{})
-	// The caller going away: an output channel's reader left, or it never came within the
-	// engine's attach deadline; either aborts the channel, which closes the adapter's end.
-	go func() {
-		var outGone, errGone <-chan struct{}
-		if d, ok := c.out.(interface{ Done() <-chan struct{} }); ok {
-			outGone = d.Done()
-		}
-		if d, ok := c.errw.(interface{ Done() <-chan struct{} }); ok && c.errw != nil {
-			errGone = d.Done()
-		}
-		select {
-		case <-outGone:
-		case <-errGone:
-		case <-finished:
-			return
-		}
-		select {
-		case <-finished:
-		default:
-			a.detach()
-		}
-	}()
+	go watchCaller(a, c, finished)
 	if c.in != nil {
 		go s.feedStdin(a, pm, c)
 	}
-
-	var lost [2][]byte
-	var wg sync.WaitGroup
-	ok := [2]bool{true, true}
-	dOut, dErr := a.att.Dropped()
-	if dOut > 0 || dErr > 0 {
+	if dOut, dErr := a.att.Dropped(); dOut > 0 || dErr > 0 {
 		msg := struct {
 			Type   string `json:"type"`
 			Stdout int64  `json:"stdout"`
@@ -651,91 +625,129 @@ func (s *Service) pump(a *procAttach, pm vm.Processes, c *procChannels, pend pen
 			a.detach()
 		}
 	}
-	copyStream := func(i int, w io.Writer, r io.Reader) {
-		defer wg.Done()
-		if r == nil {
-			return
-		}
-		if len(pend[i]) > 0 {
-			if n, err := w.Write(pend[i]); err != nil {
-				lost[i] = pend[i][n:]
-				ok[i] = false
-				a.detach()
-				return
-			}
-		}
-		buf := make([]byte, copyChunk)
-		for {
-			n, rerr := r.Read(buf)
-			if n > 0 {
-				if k, err := w.Write(buf[:n]); err != nil {
-					lost[i] = append([]byte(nil), buf[k:n]...)
-					ok[i] = false
-					a.detach()
-					return
-				}
-			}
-			if rerr == io.EOF {
-				return
-			}
-			if rerr != nil {
-				ok[i] = false
-				return
-			}
-		}
+	var errw io.Writer = c.errw
+	if c.errw == nil {
+		errw = io.Discard // a terminal's stderr is empty; it still has to reach its end
 	}
-	wg.Add(1)
-	go copyStream(0, c.out, a.att.Stdout())
-	if c.errw != nil {
-		wg.Add(1)
-		go copyStream(1, c.errw, a.att.Stderr())
-	} else {
-		wg.Add(1)
-		go copyStream(1, io.Discard, a.att.Stderr())
-	}
+	var out [2]copied
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); out[0] = copyStream(a, c.out, a.att.Stdout(), pend[0]) }()
+	go func() { defer wg.Done(); out[1] = copyStream(a, errw, a.att.Stderr(), pend[1]) }()
 	wg.Wait()
-
-	s.mu.Lock()
-	current := a.box.atts[a.id] == a
-	if current {
-		delete(a.box.atts, a.id)
-		if lost[0] != nil || lost[1] != nil {
-			if a.box.pending == nil {
-				a.box.pending = map[string]pending{}
-			}
-			if len(a.box.pending) < maxPending {
-				a.box.pending[a.id] = lost
-			} else {
-				s.opt.Logf("sandbox %s: process %s: %d bytes its departed reader did not take are not kept (%d processes hold some already)",
-					a.box.id, a.id, len(lost[0])+len(lost[1]), maxPending)
-			}
-		}
-	}
-	a.box.lastActive = s.opt.Now()
-	s.mu.Unlock()
+	s.settle(a, pending{out[0].lost, out[1].lost})
 	close(finished)
-
-	switch {
-	case a.killed.Load():
-		kill := SignalName(int(syscall.SIGKILL))
-		_ = sendMessage(c.out, ProcessStatus{Type: "exit", Signal: &kill})
-	case ok[0] && ok[1]:
-		ctx, cancel := context.WithTimeout(s.streamCtx, stopTimeout)
-		ex, err := a.att.Wait(ctx)
-		cancel()
-		if err == nil {
-			st := status(ex)
-			st.Type = "exit"
-			_ = sendMessage(c.out, st)
-		} else {
-			s.opt.Logf("sandbox %s: process %s: no exit status after its output: %v", a.box.id, a.id, err)
-		}
-	}
+	s.sendExit(a, c, out[0].whole && out[1].whole)
 	_ = c.out.Close()
 	if c.errw != nil {
 		_ = c.errw.Close()
 	}
 	a.detach()
+}
+
+// watchCaller detaches a when the caller goes away before finished closes: an output
+// channel's reader left, or it never came within the engine's attach deadline; either aborts
+// the channel, which closes the adapter's end.
+func watchCaller(a *procAttach, c *procChannels, finished <-chan struct{}) {
+	var outGone, errGone <-chan struct{}
+	if d, ok := c.out.(interface{ Done() <-chan struct{} }); ok {
+		outGone = d.Done()
+	}
+	if d, ok := c.errw.(interface{ Done() <-chan struct{} }); ok && c.errw != nil {
+		errGone = d.Done()
+	}
+	select {
+	case <-outGone:
+	case <-errGone:
+	case <-finished:
+		return
+	}
+	select {
+	case <-finished:
+	default:
+		a.detach()
+	}
+}
+
+// copied is how one stream's copy ended: whole when it reached the process's end of output;
+// lost holds what the guest sent that the caller's channel did not take.
+type copied struct {
+	whole bool
+	lost  []byte
+}
+
+// copyStream copies r (nil: nothing) into w, pend first, and detaches a when w fails.
+func copyStream(a *procAttach, w io.Writer, r io.Reader, pend []byte) copied {
+	if r == nil {
+		return copied{whole: true}
+	}
+	if len(pend) > 0 {
+		if n, err := w.Write(pend); err != nil {
+			a.detach()
+			return copied{lost: pend[n:]}
+		}
+	}
+	buf := make([]byte, copyChunk)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if k, err := w.Write(buf[:n]); err != nil {
+				a.detach()
+				return copied{lost: append([]byte(nil), buf[k:n]...)}
+			}
+		}
+		if rerr == io.EOF {
+			return copied{whole: true}
+		}
+		if rerr != nil {
+			return copied{}
+		}
+	}
+}
+
+// settle forgets a as its process's attachment, keeping what its reader did not take for the
+// next one (within maxPending processes per sandbox).
+func (s *Service) settle(a *procAttach, lost pending) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a.box.lastActive = s.opt.Now()
+	if a.box.atts[a.id] != a {
+		return
+	}
+	delete(a.box.atts, a.id)
+	if lost[0] == nil && lost[1] == nil {
+		return
+	}
+	if a.box.pending == nil {
+		a.box.pending = map[string]pending{}
+	}
+	if len(a.box.pending) < maxPending {
+		a.box.pending[a.id] = lost
+		return
+	}
+	s.opt.Logf("sandbox %s: process %s: %d bytes its departed reader did not take are not kept (%d processes hold some already)",
+		a.box.id, a.id, len(lost[0])+len(lost[1]), maxPending)
+}
+
+// sendExit sends the exit message: SIGKILL when the sandbox stopped under the attachment, the
+// process's own exit once both streams were copied whole, none when it was detached.
+func (s *Service) sendExit(a *procAttach, c *procChannels, whole bool) {
+	switch {
+	case a.killed.Load():
+		kill := SignalName(int(syscall.SIGKILL))
+		_ = sendMessage(c.out, ProcessStatus{Type: "exit", Signal: &kill})
+	case whole:
+		ctx, cancel := context.WithTimeout(s.streamCtx, stopTimeout)
+		ex, err := a.att.Wait(ctx)
+		cancel()
+		if err != nil {
+			s.opt.Logf("sandbox %s: process %s: no exit status after its output: %v", a.box.id, a.id, err)
+			return
+		}
+		st := status(ex)
+		st.Type = "exit"
+		_ = sendMessage(c.out, st)
+	}
 }
 
 // feedStdin copies the caller's stdin channel into the process: binary frames are its input,
