@@ -228,45 +228,12 @@ func (a *agent) spawnProcess(id string, req proto.ProcStart) (*process, [2]*os.F
 		}
 	}()
 	if req.TTY != nil {
-		ptmx, tty, err := pty.Open()
-		if err != nil {
-			return nil, pipes, fmt.Errorf("terminal: %w", err)
-		}
-		child = append(child, tty)
-		if err := pty.Setsize(ptmx, &pty.Winsize{Rows: req.TTY.Rows, Cols: req.TTY.Cols}); err != nil {
-			ptmx.Close()
-			return nil, pipes, fmt.Errorf("terminal size: %w", err)
-		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
-		p.tty, p.stdin, pipes[0] = ptmx, ptmx, ptmx
-		p.out[1].eof = true
+		pipes, child, err = onTerminal(cmd, p, *req.TTY)
 	} else {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		for i := range pipes {
-			r, w, err := os.Pipe()
-			if err != nil {
-				closeAll(pipes[:])
-				return nil, pipes, err
-			}
-			pipes[i] = r
-			child = append(child, w)
-			// A pipe of pipeSize lets a fast writer go on while the pump sends, and the pump
-			// read more at once; the default (64 KiB) stays when the kernel refuses.
-			if rc, err := r.SyscallConn(); err == nil {
-				_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
-			}
-		}
-		cmd.Stdout, cmd.Stderr = child[0], child[1]
-		if req.Stdin {
-			r, w, err := os.Pipe()
-			if err != nil {
-				closeAll(pipes[:])
-				return nil, pipes, err
-			}
-			child = append(child, r)
-			cmd.Stdin, p.stdin = r, w
-		}
+		pipes, child, err = onPipes(cmd, p, req.Stdin)
+	}
+	if err != nil {
+		return nil, pipes, err
 	}
 	r := &running{}
 	if err := a.startChild(cmd, r); err != nil {
@@ -287,6 +254,58 @@ func (a *agent) spawnProcess(id string, req proto.ProcStart) (*process, [2]*os.F
 	}
 	go a.reapProcess(p, cmd, r, timer)
 	return p, pipes, nil
+}
+
+// onTerminal gives cmd a new pseudo-terminal of size as its session's controlling terminal:
+// the returned stdout reader (and p's input) is its master, and the child's end is returned to
+// be closed once cmd started.
+func onTerminal(cmd *exec.Cmd, p *process, size proto.TermSize) (pipes [2]*os.File, child []*os.File, err error) {
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		return pipes, nil, fmt.Errorf("terminal: %w", err)
+	}
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: size.Rows, Cols: size.Cols}); err != nil {
+		ptmx.Close()
+		tty.Close()
+		return pipes, nil, fmt.Errorf("terminal size: %w", err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	p.tty, p.stdin, pipes[0] = ptmx, ptmx, ptmx
+	p.out[1].eof = true
+	return pipes, []*os.File{tty}, nil
+}
+
+// onPipes gives cmd a process group of its own and new pipes for stdout and stderr (and stdin
+// when asked, its write end p's input): the returned readers are the host's ends, the child's
+// ends are returned to be closed once cmd started.
+func onPipes(cmd *exec.Cmd, p *process, stdin bool) (pipes [2]*os.File, child []*os.File, err error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(append(pipes[:], child...))
+			return [2]*os.File{}, nil, err
+		}
+		pipes[i] = r
+		child = append(child, w)
+		// A pipe of pipeSize lets a fast writer go on while the pump sends, and the pump read
+		// more at once; the default (64 KiB) stays when the kernel refuses.
+		if rc, err := r.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+		}
+	}
+	cmd.Stdout, cmd.Stderr = child[0], child[1]
+	if stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(append(pipes[:], child...))
+			return [2]*os.File{}, nil, err
+		}
+		child = append(child, r)
+		cmd.Stdin, p.stdin = r, w
+	}
+	return pipes, child, nil
 }
 
 // maxRingBytes bounds the ring a process may ask for per stream (the adapter's
