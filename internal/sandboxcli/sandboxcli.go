@@ -142,15 +142,7 @@ func parse(cmd string, args []string) (*flags, error) {
 		case name == "-e" || name == "--env":
 			var kv string
 			if kv, err = next(); err == nil {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					err = fmt.Errorf("%s wants KEY=VALUE, got `%s`", name, kv)
-				} else {
-					if f.env == nil {
-						f.env = map[string]string{}
-					}
-					f.env[k] = v
-				}
+				err = f.addEnv(name, kv)
 			}
 		case cmd == "shell" && name == "--image":
 			f.image, err = next()
@@ -179,19 +171,41 @@ func parse(cmd string, args []string) (*flags, error) {
 	if f.help {
 		return f, nil
 	}
-	switch {
-	case cmd == "shell" && f.image != "" && f.sandboxID != "":
-		return nil, errors.New("give SANDBOX_ID or --image NAME, not both")
-	case cmd == "shell" && f.image == "" && f.sandboxID == "":
-		return nil, errors.New("missing SANDBOX_ID (or --image NAME to create a sandbox). Try: `iii sandbox shell <sandbox_id>`")
-	case cmd == "shell" && f.keep && f.image == "":
-		return nil, errors.New("--keep applies to a sandbox created with --image")
-	case cmd == "exec" && f.sandboxID == "":
-		return nil, errors.New("missing SANDBOX_ID. Try: `iii sandbox exec <sandbox_id> -- <cmd> [args...]`")
-	case cmd == "exec" && len(f.argv) == 0:
-		return nil, errors.New("missing the command after --. Try: `iii sandbox exec <sandbox_id> -- <cmd> [args...]`")
+	if err := f.check(cmd); err != nil {
+		return nil, err
 	}
 	return f, nil
+}
+
+// addEnv records KEY=VALUE kv of flag name.
+func (f *flags) addEnv(name, kv string) error {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%s wants KEY=VALUE, got `%s`", name, kv)
+	}
+	if f.env == nil {
+		f.env = map[string]string{}
+	}
+	f.env[k] = v
+	return nil
+}
+
+// check refuses what command cmd cannot run: a missing or doubled target, a command missing
+// after --, --keep without --image.
+func (f *flags) check(cmd string) error {
+	switch {
+	case cmd == "shell" && f.image != "" && f.sandboxID != "":
+		return errors.New("give SANDBOX_ID or --image NAME, not both")
+	case cmd == "shell" && f.image == "" && f.sandboxID == "":
+		return errors.New("missing SANDBOX_ID (or --image NAME to create a sandbox). Try: `iii sandbox shell <sandbox_id>`")
+	case cmd == "shell" && f.keep && f.image == "":
+		return errors.New("--keep applies to a sandbox created with --image")
+	case cmd == "exec" && f.sandboxID == "":
+		return errors.New("missing SANDBOX_ID. Try: `iii sandbox exec <sandbox_id> -- <cmd> [args...]`")
+	case cmd == "exec" && len(f.argv) == 0:
+		return errors.New("missing the command after --. Try: `iii sandbox exec <sandbox_id> -- <cmd> [args...]`")
+	}
+	return nil
 }
 
 // connect reaches the engine of f as `iii call` does.
