@@ -352,25 +352,9 @@ func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) 
 	}
 	var unsupported []string
 	for i, e := range v.Content {
-		if e.Kind != yaml.MappingNode {
-			return nil, invalid(e.Line, "%s[%d]: must be a mapping with a name", key, i)
-		}
-		var name string
-		var cfg *yaml.Node
-		for j := 0; j+1 < len(e.Content); j += 2 {
-			ek, ev := e.Content[j], e.Content[j+1]
-			switch ek.Value {
-			case "name":
-				name = ev.Value
-			case "config":
-				cfg = ev
-			case "image":
-			default:
-				return nil, invalid(ek.Line, "unknown key %q in %s[%d]; allowed: name, image, config", ek.Value, key, i)
-			}
-		}
-		if name == "" {
-			return nil, invalid(e.Line, "%s[%d]: name is required", key, i)
+		name, cfg, err := workerEntry(key, i, e)
+		if err != nil {
+			return nil, err
 		}
 		base, instance, _ := strings.Cut(name, "#")
 		if !configurable[base] {
@@ -409,7 +393,6 @@ func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) 
 		if cfg == nil {
 			continue
 		}
-		var err error
 		switch base {
 		case "configuration":
 			err = c.parseConfiguration(cfg)
@@ -423,6 +406,29 @@ func (c *Config) parseWorkers(key string, v *yaml.Node, entries map[string]int) 
 		}
 	}
 	return unsupported, nil
+}
+
+// workerEntry reads entry i of list key: its name (required) and its config (nil when absent).
+func workerEntry(key string, i int, e *yaml.Node) (name string, cfg *yaml.Node, err error) {
+	if e.Kind != yaml.MappingNode {
+		return "", nil, invalid(e.Line, "%s[%d]: must be a mapping with a name", key, i)
+	}
+	for j := 0; j+1 < len(e.Content); j += 2 {
+		ek, ev := e.Content[j], e.Content[j+1]
+		switch ek.Value {
+		case "name":
+			name = ev.Value
+		case "config":
+			cfg = ev
+		case "image":
+		default:
+			return "", nil, invalid(ek.Line, "unknown key %q in %s[%d]; allowed: name, image, config", ek.Value, key, i)
+		}
+	}
+	if name == "" {
+		return "", nil, invalid(e.Line, "%s[%d]: name is required", key, i)
+	}
+	return name, cfg, nil
 }
 
 func mapping(v *yaml.Node, what string, allowed []string, fn func(k, v *yaml.Node) error) error {
