@@ -124,6 +124,7 @@ type sandbox struct {
 	procMu          sync.Mutex             // serialises process starts, so that max_processes holds
 	atts            map[string]*procAttach // the live attachment of each attached process, by process id
 	pending         map[string]pending     // output a departed reader did not take, by process id
+	exposed         map[int]*exposure      // the exposed ports, by guest port; guarded by Service.mu
 }
 
 // New builds a Service.
@@ -171,6 +172,7 @@ func (s *Service) Handlers() map[string]Handler {
 		h["fs::"+op] = s.fsHandler(op)
 	}
 	s.processHandlers(h)
+	s.exposeHandlers(h)
 	return h
 }
 
@@ -678,6 +680,7 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 	box.stoppedAt = s.opt.Now()
 	box.stopDone = make(chan struct{})
 	endProcesses(box)
+	closeExposuresLocked(box)
 	s.stops.Add(1)
 	go func() {
 		defer s.stops.Done()
