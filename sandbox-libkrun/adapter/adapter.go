@@ -696,7 +696,8 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 }
 
 // Reap stops every sandbox idle for longer than its idle timeout (one with an attached process
-// stream is busy, not idle; a detached process alone does not keep it), reclaims a busy one once
+// stream or an open connection through an exposed port is busy, not idle; a detached process
+// or an exposed port without connections alone does not keep it), reclaims a busy one once
 // idle timeout + max_exec_timeout_ms + 60 s have passed, and forgets sandboxes stopped long ago.
 func (s *Service) Reap() {
 	if s.pool != nil {
@@ -717,7 +718,7 @@ func (s *Service) Reap() {
 		switch {
 		case machineDone(b.machine):
 			s.opt.Logf("sandbox %s: its VM exited", id)
-		case b.inflight == 0 && len(b.atts) == 0 && idleFor >= b.idle:
+		case b.inflight == 0 && len(b.atts) == 0 && openConnsLocked(b) == 0 && idleFor >= b.idle:
 			s.opt.Logf("sandbox %s: reaped after %s idle", id, idleFor.Round(time.Second))
 		case b.inflight > 0 && idleFor >= b.idle+maxExec+busyGrace:
 			s.opt.Logf("sandbox %s: reclaimed while busy after %s", id, idleFor.Round(time.Second))

@@ -237,6 +237,17 @@ func (s *Service) ExposeList(_ context.Context, raw json.RawMessage) (any, error
 	return map[string]any{"sandbox_id": id, "ports": rows}, nil
 }
 
+// openConnsLocked counts the open connections through box's exposed ports; s.mu is held.
+func openConnsLocked(box *sandbox) int {
+	n := 0
+	for _, e := range box.exposed {
+		e.mu.Lock()
+		n += len(e.conns)
+		e.mu.Unlock()
+	}
+	return n
+}
+
 // closeExposuresLocked closes every exposed port of box (it is being stopped); s.mu is held.
 func closeExposuresLocked(box *sandbox) {
 	for p, e := range box.exposed {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -37,9 +39,11 @@ func (m *fakeMachine) DialGuest(_ context.Context, port int) (net.Conn, error) {
 }
 
 // guest is a fake guest's servers: an HTTP server on port 8000 that answers with the path and
-// the Authorization header it saw, a TCP echo server on 9000, and nothing elsewhere.
+// the Authorization header it saw, a TCP echo server on 9000, a WebSocket echo server on 8100,
+// and nothing elsewhere.
 type guest struct {
 	http *httptest.Server
+	ws   *httptest.Server
 	echo net.Listener
 }
 
@@ -49,6 +53,24 @@ func newGuest(t *testing.T) *guest {
 		fmt.Fprintf(w, "path=%s auth=%q", r.URL.Path, r.Header.Get("Authorization"))
 	}))}
 	t.Cleanup(g.http.Close)
+	g.ws = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(1 << 20)
+		for {
+			typ, b, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			if err := c.Write(r.Context(), typ, append([]byte("echo: "), b...)); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(g.ws.Close)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +98,8 @@ func (g *guest) dial(port int) (net.Conn, error) {
 		return net.Dial("tcp", g.http.Listener.Addr().String())
 	case 9000:
 		return net.Dial("tcp", g.echo.Addr().String())
+	case 8100:
+		return net.Dial("tcp", g.ws.Listener.Addr().String())
 	}
 	return nil, &vm.DialError{Port: port, Message: fmt.Sprintf("guest port %d: connection refused", port)}
 }
@@ -313,4 +337,72 @@ func TestExposeClosedWithSandbox(t *testing.T) {
 	}
 	_, e := h.call(t, "expose", fmt.Sprintf(`{"sandbox_id":%q,"port":8000}`, id))
 	wantCode(t, e, scode.S004, "")
+}
+
+// TestExposeOpenConnectionKeepsSandbox: the idle reaper leaves a sandbox alone while a
+// connection through an exposed port is open; once it closed, the sandbox is reaped after its
+// idle timeout as any other.
+func TestExposeOpenConnectionKeepsSandbox(t *testing.T) {
+	h, id, _ := exposeHarness(t, nil)
+	r := h.mustCall(t, "expose", fmt.Sprintf(`{"sandbox_id":%q,"port":9000}`, id))
+	c, err := net.Dial("tcp", strings.TrimSuffix(strings.TrimPrefix(r["url"].(string), "http://"), "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Add(time.Hour)
+	h.svc.Reap()
+	if _, e := h.call(t, "expose::list", fmt.Sprintf(`{"sandbox_id":%q}`, id)); e != nil {
+		t.Fatalf("reaped with an open connection: %s", e.Error())
+	}
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rows := h.mustCall(t, "expose::list", fmt.Sprintf(`{"sandbox_id":%q}`, id))["ports"].([]any)
+		if rows[0].(map[string]any)["connections"] == float64(0) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the connection is still counted: %v", rows)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.clock.Add(time.Hour)
+	h.svc.Reap()
+	_, e := h.call(t, "expose::list", fmt.Sprintf(`{"sandbox_id":%q}`, id))
+	wantCode(t, e, scode.S004, "")
+}
+
+// TestExposeWebSocket: a WebSocket server in the guest is reached through an exposed port with
+// a token, the token in the upgrade request's header; without it the upgrade is refused 401.
+func TestExposeWebSocket(t *testing.T) {
+	h, id, _ := exposeHarness(t, nil)
+	r := h.mustCall(t, "expose", fmt.Sprintf(`{"sandbox_id":%q,"port":8100,"token":true}`, id))
+	url := "ws" + strings.TrimPrefix(r["url"].(string), "http")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, res, err := websocket.Dial(ctx, url, nil); err == nil || res == nil || res.StatusCode != 401 {
+		t.Fatalf("upgrade without the token: %v %v", res, err)
+	}
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + r["token"].(string)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	for _, msg := range []string{"one", strings.Repeat("big ", 100000)} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, b, err := c.Read(ctx)
+		if err != nil || string(b) != "echo: "+msg {
+			t.Fatalf("echo of %d bytes: %d bytes, %v", len(msg), len(b), err)
+		}
+	}
+	c.Close(websocket.StatusNormalClosure, "")
 }
