@@ -128,7 +128,7 @@ func measureExpose(ctx context.Context, d *qemu.Driver, n int, cache *image.Cach
 		res.Body.Close()
 		el := time.Since(t0)
 		if err != nil || res.StatusCode != 200 || string(b) != exposeBody {
-			return 0, fmt.Errorf("GET %s: %d %q %v", url, res.StatusCode, b, err)
+			return 0, fmt.Errorf("GET %s: %d %q %w", url, res.StatusCode, b, err)
 		}
 		return el, nil
 	}
@@ -173,7 +173,7 @@ func measureExpose(ctx context.Context, d *qemu.Driver, n int, cache *image.Cach
 		ExitCode *int   `json:"exit_code"`
 	}
 	if err := json.Unmarshal(raw, &res); err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
-		return fmt.Errorf("the in-guest GET: %s %v", raw, err)
+		return fmt.Errorf("the in-guest GET: %s %w", raw, err)
 	}
 	us, err := strconv.ParseFloat(strings.TrimSpace(res.Stdout), 64)
 	if err != nil {
