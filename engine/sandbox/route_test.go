@@ -307,6 +307,32 @@ func TestProcessOpsNeedContract12(t *testing.T) {
 	}
 }
 
+// TestExposeOpsNeedContract13: the exposed-port operations reach an adapter of contract 1.3;
+// one of contract 1.2 gets the caller S304 naming its contract.
+func TestExposeOpsNeedContract13(t *testing.T) {
+	b := &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}
+	ok := func(context.Context, json.RawMessage) (any, error) { return map[string]any{"ports": []any{}}, nil }
+
+	url, _ := observed(t, b)
+	fakeAdapter(t, url, Contract{Major: 1, Minor: 3}, map[string]op{"expose::list": ok})
+	c := caller(t, url)
+	res, err := c.Call(context.Background(), "sandbox::expose::list", map[string]any{"sandbox_id": "x"})
+	if got := outcomeOf(res, err); got != `result {"ports":[]}` {
+		t.Fatalf("1.3 adapter: %s", got)
+	}
+
+	url, _ = observed(t, b)
+	fakeAdapter(t, url, Contract{Major: 1, Minor: 2}, map[string]op{"expose": ok, "expose::list": ok})
+	c = caller(t, url)
+	for _, fn := range []string{"sandbox::expose", "sandbox::unexpose", "sandbox::expose::list"} {
+		_, err := c.Call(context.Background(), fn, map[string]any{"sandbox_id": "x"})
+		if errCode(err) != scode.S304 || !strings.Contains(err.Error(), fn+" needs sandbox contract 1.3") ||
+			!strings.Contains(err.Error(), "implements sandbox contract 1.2") {
+			t.Fatalf("%s: %v, want S304", fn, err)
+		}
+	}
+}
+
 // TestGatedSessionNeedsSandboxGrant: the process operations are sandbox operations, so an RBAC
 // session may call them only when its listener grants them: one that exposes only its own
 // functions is refused sandbox::process::start (and sandbox::exec) FORBIDDEN before anything

@@ -124,6 +124,7 @@ type sandbox struct {
 	procMu          sync.Mutex             // serialises process starts, so that max_processes holds
 	atts            map[string]*procAttach // the live attachment of each attached process, by process id
 	pending         map[string]pending     // output a departed reader did not take, by process id
+	exposed         map[int]*exposure      // the exposed ports, by guest port; guarded by Service.mu
 }
 
 // New builds a Service.
@@ -171,6 +172,7 @@ func (s *Service) Handlers() map[string]Handler {
 		h["fs::"+op] = s.fsHandler(op)
 	}
 	s.processHandlers(h)
+	s.exposeHandlers(h)
 	return h
 }
 
@@ -678,6 +680,7 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 	box.stoppedAt = s.opt.Now()
 	box.stopDone = make(chan struct{})
 	endProcesses(box)
+	closeExposuresLocked(box)
 	s.stops.Add(1)
 	go func() {
 		defer s.stops.Done()
@@ -693,7 +696,8 @@ func (s *Service) markStoppedLocked(box *sandbox) <-chan struct{} {
 }
 
 // Reap stops every sandbox idle for longer than its idle timeout (one with an attached process
-// stream is busy, not idle; a detached process alone does not keep it), reclaims a busy one once
+// stream or an open connection through an exposed port is busy, not idle; a detached process
+// or an exposed port without connections alone does not keep it), reclaims a busy one once
 // idle timeout + max_exec_timeout_ms + 60 s have passed, and forgets sandboxes stopped long ago.
 func (s *Service) Reap() {
 	if s.pool != nil {
@@ -714,7 +718,7 @@ func (s *Service) Reap() {
 		switch {
 		case machineDone(b.machine):
 			s.opt.Logf("sandbox %s: its VM exited", id)
-		case b.inflight == 0 && len(b.atts) == 0 && idleFor >= b.idle:
+		case b.inflight == 0 && len(b.atts) == 0 && openConnsLocked(b) == 0 && idleFor >= b.idle:
 			s.opt.Logf("sandbox %s: reaped after %s idle", id, idleFor.Round(time.Second))
 		case b.inflight > 0 && idleFor >= b.idle+maxExec+busyGrace:
 			s.opt.Logf("sandbox %s: reclaimed while busy after %s", id, idleFor.Round(time.Second))

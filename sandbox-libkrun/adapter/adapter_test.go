@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -62,8 +63,9 @@ type fakeMachine struct {
 	closed   chan struct{} // when set, receives one value as a streamed read's body closes
 	done     chan struct{}
 	stopOnce sync.Once
-	prestart []string   // the interpreters Prestart was asked for
-	procs    *fakeProcs // its processes (process_fake_test.go)
+	prestart []string                         // the interpreters Prestart was asked for
+	procs    *fakeProcs                       // its processes (process_fake_test.go)
+	dialFn   func(port int) (net.Conn, error) // its guest ports (expose_test.go); nil: the agent predates them
 }
 
 var _ vm.Prestarter = (*fakeMachine)(nil)
@@ -234,7 +236,7 @@ func TestInfoAndCatalog(t *testing.T) {
 	if info["adapter"] != "sandbox-libkrun" || info["adapter_version"] != "9.9.9" {
 		t.Fatalf("info %v", info)
 	}
-	if c := info["contract"].(map[string]any); c["major"] != 1.0 || c["minor"] != 2.0 {
+	if c := info["contract"].(map[string]any); c["major"] != 1.0 || c["minor"] != 3.0 {
 		t.Fatalf("contract %v", c)
 	}
 	imgs := h.mustCall(t, "catalog::list", `{}`)["images"].([]any)

@@ -29,12 +29,14 @@ type agent struct {
 
 	procs *procTable // long-lived processes (process.go)
 
+	conns map[uint32]*proto.ConnEnd // connections to guest ports the host dialled (conn.go); guarded by mu
+
 	spawnMu  sync.Mutex   // held while starting a command and while reaping orphans
 	children map[int]bool // PIDs of running commands, reaped by their own Wait
 }
 
 func newAgent(port *os.File) *agent {
-	a := &agent{port: port, execs: map[uint32]*running{}, streams: map[uint32]*proto.Stream{}, children: map[int]bool{}, procs: newProcTable()}
+	a := &agent{port: port, execs: map[uint32]*running{}, streams: map[uint32]*proto.Stream{}, children: map[int]bool{}, procs: newProcTable(), conns: map[uint32]*proto.ConnEnd{}}
 	go a.reapOrphans()
 	return a
 }
@@ -96,9 +98,11 @@ func (a *agent) serve() error {
 		case proto.TypeFS:
 			a.fsOp(f)
 		case proto.TypeData, proto.TypeEnd, proto.TypeCredit:
-			if !a.deliverProc(f) {
+			if !a.deliverProc(f) && !a.deliverConn(f) {
 				a.deliverStream(f)
 			}
+		case proto.TypeDial:
+			a.dial(f)
 		case proto.TypeProcStart, proto.TypeProcAttach, proto.TypeProcList, proto.TypeProcSignal, proto.TypeProcWait, proto.TypeProcResize:
 			a.procRequest(f)
 		}

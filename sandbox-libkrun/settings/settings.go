@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"os"
 	"runtime"
 	"slices"
@@ -79,6 +80,14 @@ type Settings struct {
 	// ProcessRingBytes is the output a process keeps per stream while no one is attached, for
 	// the next sandbox::process::attach; older bytes are dropped (and counted) past it.
 	ProcessRingBytes uint64 `json:"process_ring_bytes"`
+	// ExposeHost is the host address sandbox::expose listens on: loopback unless set, so an
+	// exposed port reaches the rest of the network only when the operator says so.
+	ExposeHost string `json:"expose_host"`
+	// MaxExposedPorts bounds the ports one sandbox exposes at once; one more is S400.
+	MaxExposedPorts uint32 `json:"max_exposed_ports"`
+	// MaxExposeConnections bounds the open connections of one exposed port; a connection past
+	// it is closed at once (and logged).
+	MaxExposeConnections uint32 `json:"max_expose_connections"`
 
 	warmRaw any // warm_pool as given, resolved once the allowlist and custom_images are known
 }
@@ -90,6 +99,13 @@ const (
 	DefaultMaxProcesses     = 128
 	DefaultProcessRingBytes = vm.DefaultRingBytes
 	MaxProcessRingBytes     = 64 << 20
+)
+
+// Defaults of the exposed-port settings.
+const (
+	DefaultExposeHost           = "127.0.0.1"
+	DefaultMaxExposedPorts      = 8
+	DefaultMaxExposeConnections = 64
 )
 
 // Minimums a VM needs; smaller values are rejected at load and at create.
@@ -203,6 +219,9 @@ func Defaults() Settings {
 		SnapshotCacheMB:             DefaultSnapshotCacheMB,
 		MaxProcesses:                DefaultMaxProcesses,
 		ProcessRingBytes:            DefaultProcessRingBytes,
+		ExposeHost:                  DefaultExposeHost,
+		MaxExposedPorts:             DefaultMaxExposedPorts,
+		MaxExposeConnections:        DefaultMaxExposeConnections,
 	}
 }
 
@@ -322,6 +341,30 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 			return bad(k, "must be at least 1")
 		}
 		s.ProcessRingBytes = n
+		return err
+	},
+	"expose_host": func(s *Settings, k string, v any) error {
+		h, ok := v.(string)
+		if !ok || net.ParseIP(h) == nil {
+			return bad(k, "must be an IP address of this host (127.0.0.1, ::1, 0.0.0.0 for every interface), got %s", describe(v))
+		}
+		s.ExposeHost = h
+		return nil
+	},
+	"max_exposed_ports": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, 1024)
+		if err == nil && n == 0 {
+			return bad(k, "must be at least 1")
+		}
+		s.MaxExposedPorts = uint32(n)
+		return err
+	},
+	"max_expose_connections": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, 65536)
+		if err == nil && n == 0 {
+			return bad(k, "must be at least 1")
+		}
+		s.MaxExposeConnections = uint32(n)
 		return err
 	},
 	"default_cpus": func(s *Settings, k string, v any) error {

@@ -62,6 +62,9 @@ func TestFailsClosed(t *testing.T) {
 		{`{"worker_disk_mb":"4G"}`, "worker_disk_mb", "non-negative integer"},
 		{`{"max_concurrent_sandboxes":5000000000}`, "max_concurrent_sandboxes", "at most"},
 		{`{"max_processes":0}`, "max_processes", "must be at least 1"},
+		{`{"expose_host":"localhost"}`, "expose_host", "must be an IP address"},
+		{`{"max_exposed_ports":0}`, "max_exposed_ports", "must be at least 1"},
+		{`{"max_expose_connections":65537}`, "max_expose_connections", "must be at most 65536"},
 		{`{"max_processes":1025}`, "max_processes", "must be at most 1024"},
 		{`{"max_processes":"many"}`, "max_processes", "non-negative integer"},
 		{`{"process_ring_bytes":0}`, "process_ring_bytes", "must be at least 1"},
@@ -218,5 +221,13 @@ func TestPublishedDefaultsAreValid(t *testing.T) {
 	}
 	if !slices.Equal(st.ImageAllowlist, []string{"python", "node"}) {
 		t.Errorf("image_allowlist = %q, want the two presets", st.ImageAllowlist)
+	}
+}
+
+// TestExposeKeys: exposed ports listen on loopback unless expose_host says otherwise.
+func TestExposeKeys(t *testing.T) {
+	d := Defaults()
+	if d.ExposeHost != "127.0.0.1" || d.MaxExposedPorts != 8 || d.MaxExposeConnections != 64 {
+		t.Fatalf("defaults %q %d %d", d.ExposeHost, d.MaxExposedPorts, d.MaxExposeConnections)
 	}
 }

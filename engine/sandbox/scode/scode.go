@@ -19,12 +19,16 @@ const AdapterName = "sandbox-libkrun"
 // adapter of the same major.
 const (
 	ContractMajor = 1
-	ContractMinor = 2
+	ContractMinor = 3
 )
 
 // ProcessMinor is the contract minor that added the process operations (sandbox::process::*):
 // a router answers them S304 for an adapter of a lower minor.
 const ProcessMinor = 2
+
+// ExposeMinor is the contract minor that added exposed ports (sandbox::expose, unexpose,
+// expose::list): a router answers them S304 for an adapter of a lower minor.
+const ExposeMinor = 3
 
 // The documented sandbox codes (req A4). S301, S302 and S303 are answered by the engine's
 // router, the rest by the adapter; every code has its one home here.
@@ -47,6 +51,7 @@ const (
 	S217 = "S217" // invalid regex
 	S218 = "S218" // fs channel aborted
 	S219 = "S219" // fs op unsupported by the guest agent
+	S240 = "S240" // port exposure unsupported by the guest agent
 	S230 = "S230" // process not found
 	S231 = "S231" // process has no terminal
 	S232 = "S232" // process still running at the wait's deadline
@@ -102,6 +107,7 @@ var table = map[string]meta{
 	S217: {TypeFilesystem, false, ""},
 	S218: {TypeTransient, true, "Retry the operation with a fresh channel."},
 	S219: {TypeFilesystem, false, ""},
+	S240: {TypePlatform, false, "The sandbox's guest agent predates exposed ports (agent revision 10): upgrade the sandbox adapter and create a new sandbox."},
 	S230: {TypeValidation, false, "The process id is unknown in this sandbox (never started there, or an exited process the guest no longer remembers); sandbox::process::list shows the ones it knows."},
 	S231: {TypeValidation, false, "Only a process started with tty: {rows, cols} has a terminal to resize."},
 	S232: {TypeTransient, true, "The process is still running; call sandbox::process::wait again, or signal it with sandbox::process::signal."},

@@ -36,6 +36,7 @@ func main() {
 	fsOnly := flag.Bool("fs", false, "run only the fs::read / fs::write section")
 	procOnly := flag.Bool("processes", false, "run only the streamed exec and background process section")
 	snapOnly := flag.Bool("snapshots", false, "run only the floor, the snapshot section and sandbox::run cold with snapshots off and from a snapshot")
+	exposeOnly := flag.Bool("expose", false, "run only the exposed port section: an HTTP GET through sandbox::expose against the same server on the host")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -52,6 +53,10 @@ func main() {
 	}
 	if *procOnly {
 		processSection(ctx, d, *n)
+		return
+	}
+	if *exposeOnly {
+		exposeSection(ctx, d, *n)
 		return
 	}
 	floor, floorPhases, err := measureFloor(ctx, d, *n)
@@ -91,6 +96,7 @@ func main() {
 	runSection(ctx, d, *n, floor, preset.Name, runModes)
 	fsSection(ctx, d, *n)
 	processSection(ctx, d, *n)
+	exposeSection(ctx, d, *n)
 	if *guestArch != "" {
 		if err := guestSection(ctx, *guestArch, *guestFW, *accel, *n); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: guest arch:", err)

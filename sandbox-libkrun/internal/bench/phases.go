@@ -161,8 +161,15 @@ type timedProcesses struct {
 	vm.Processes
 }
 
-// timed wraps m so that its execs and file operations are timed into rt, keeping vm.FSStreamer
-// and vm.Processes when m has them.
+// timedDialer is a timedProcesses whose machine dials guest ports: the expose section goes
+// through it, so the wrapper must not hide vm.Dialer.
+type timedDialer struct {
+	timedProcesses
+	vm.Dialer
+}
+
+// timed wraps m so that its execs and file operations are timed into rt, keeping vm.FSStreamer,
+// vm.Processes and vm.Dialer when m has them.
 func timed(m vm.Machine, mu *sync.Mutex, rt *runTimes) vm.Machine {
 	tm := timedMachine{Machine: m, mu: mu, rt: rt}
 	st, ok := m.(vm.FSStreamer)
@@ -170,8 +177,13 @@ func timed(m vm.Machine, mu *sync.Mutex, rt *runTimes) vm.Machine {
 		return tm
 	}
 	ts := timedStreamer{timedMachine: tm, st: st}
-	if pm, ok := m.(vm.Processes); ok {
-		return timedProcesses{timedStreamer: ts, Processes: pm}
+	pm, ok := m.(vm.Processes)
+	if !ok {
+		return ts
 	}
-	return ts
+	tp := timedProcesses{timedStreamer: ts, Processes: pm}
+	if dm, ok := m.(vm.Dialer); ok {
+		return timedDialer{timedProcesses: tp, Dialer: dm}
+	}
+	return tp
 }

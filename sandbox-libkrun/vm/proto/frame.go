@@ -51,6 +51,11 @@ const (
 	TypeProcWait   Type = 20 // wait for a process to exit: ProcRef; Reply holds ProcExit once it did
 	TypeProcResize Type = 21 // resize a process's terminal: ProcResize; empty Reply
 	TypeProcExit   Type = 22 // guest→host, on an attachment's stdout id: ProcExit, after the last output and before the End frames
+
+	// Connections to the guest's loopback (revision 10, conn.go): the host asks the agent to
+	// dial a TCP port on the guest's 127.0.0.1; the frame's id is then the connection's, its
+	// bytes moving both ways as Data, End and Credit on it.
+	TypeDial Type = 23 // dial a guest port: Dial; Reply once connected (or why not)
 )
 
 // Frame is one message on the control channel.

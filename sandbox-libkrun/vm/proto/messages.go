@@ -4,7 +4,7 @@ import "encoding/json"
 
 // AgentVersion names this protocol revision; the host refuses an agent that sends another one
 // (an initramfs built from older sources).
-const AgentVersion = "iii-guest/9"
+const AgentVersion = "iii-guest/10"
 
 // Hello is the guest's first frame, sent once the control port is open.
 type Hello struct {

@@ -30,7 +30,7 @@ func TestProcessMessages(t *testing.T) {
 		{TypeProcResize, ProcResize{ID: "p3", Size: TermSize{Rows: 50, Cols: 132}}, `{"id":"p3","size":{"rows":50,"cols":132}}`},
 		{TypeProcExit, ProcExit{Signal: 15}, `{"signal":15}`},
 		{TypeProcExit, ProcExit{Signal: 9, TimedOut: true}, `{"signal":9,"timed_out":true}`},
-		{TypeReply, Resumed{Agent: AgentVersion}, `{"agent":"iii-guest/9"}`},
+		{TypeReply, Resumed{Agent: AgentVersion}, `{"agent":"iii-guest/10"}`},
 	}
 	for _, c := range cases {
 		f, err := Marshal(c.typ, 42, c.msg)

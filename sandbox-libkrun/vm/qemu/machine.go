@@ -67,6 +67,7 @@ type call struct {
 	out    func(stream int, data []byte)
 	stream *proto.Stream
 	exit   func(payload []byte)
+	conn   *proto.ConnEnd // a connection to a guest port (dial.go): its Reply goes to reply, the rest to it
 }
 
 // boot checks spec, makes the machine's directories, starts virtiofsd and qemu and waits for
@@ -465,12 +466,19 @@ func (m *machine) readLoop() {
 		case proto.TypeReply, proto.TypeExecDone, proto.TypeData, proto.TypeEnd, proto.TypeCredit:
 			m.mu.Lock()
 			c := m.pending[f.ID]
-			final := c != nil && c.stream == nil && (f.Type == proto.TypeReply || f.Type == proto.TypeExecDone)
+			final := c != nil && c.stream == nil && c.conn == nil && (f.Type == proto.TypeReply || f.Type == proto.TypeExecDone)
 			if final {
 				delete(m.pending, f.ID)
 			}
 			m.mu.Unlock()
 			switch {
+			case c != nil && c.conn != nil && f.Type == proto.TypeReply:
+				select {
+				case c.reply <- f:
+				default:
+				}
+			case c != nil && c.conn != nil:
+				c.conn.Deliver(f)
 			case c != nil && c.stream != nil:
 				c.stream.Deliver(f)
 			case final:

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/sandbox-libkrun/image"
+	"github.com/iii-go/iii/sandbox-libkrun/image/debimage"
+	"github.com/iii-go/iii/sandbox-libkrun/settings"
+	"github.com/iii-go/iii/sandbox-libkrun/vm/qemu"
+)
+
+// exposeTarget is the most an HTTP request through an exposed port may take against the same
+// request to the same server on the host.
+const exposeTarget = 2.0
+
+// exposeBody is the tiny static file both servers serve.
+const exposeBody = "hello from a static file\n"
+
+// exposeSection measures an HTTP GET of a tiny static file from python's http.server in a
+// sandbox through its exposed URL against the same GET from python's http.server on the host
+// (the same program and file; a new connection per request, as http.server answers HTTP/1.0).
+func exposeSection(ctx context.Context, d *qemu.Driver, n int) {
+	cache := image.NewCache("")
+	if _, ok := cache.RootFS(debimage.Presets[0].Ref); !ok {
+		fmt.Printf("expose: skipped, image %s not cached (go tool mage images)\n", debimage.Presets[0].Ref)
+		return
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		fmt.Println("expose: skipped, no python3 on the host to serve the same file")
+		return
+	}
+	if err := measureExpose(ctx, d, n, cache); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: expose:", err)
+		os.Exit(1)
+	}
+}
+
+func measureExpose(ctx context.Context, d *qemu.Driver, n int, cache *image.Cache) error {
+	// The host's server.
+	dir, err := os.MkdirTemp("", "iii-bench-www-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte(exposeBody), 0o644); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	srv := exec.Command("python3", "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1", "--directory", dir)
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("host http.server: %w", err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	hostURL := fmt.Sprintf("http://127.0.0.1:%d/f.txt", port)
+
+	// The guest's, exposed.
+	st := settings.Defaults()
+	st.AutoInstall = false
+	st.ImageAllowlist = []string{"python"}
+	s, err := startStack(ctx, d, st, cache)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	call := func(fn string, req map[string]any) (json.RawMessage, error) {
+		raw, err := s.client.Call(ctx, fn, req, protocol.WithTimeout(processReplyWait))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", fn, err)
+		}
+		return raw, nil
+	}
+	raw, err := call("sandbox::create", map[string]any{"image": "python"})
+	if err != nil {
+		return err
+	}
+	var created struct {
+		SandboxID string `json:"sandbox_id"`
+	}
+	if err := json.Unmarshal(raw, &created); err != nil {
+		return err
+	}
+	id := created.SandboxID
+	defer s.client.Call(context.Background(), "sandbox::stop", map[string]any{"sandbox_id": id, "wait": true}, protocol.WithTimeout(time.Minute))
+	if _, err := call("sandbox::exec", map[string]any{"sandbox_id": id, "argv": []string{"sh", "-c", "mkdir -p /tmp/www && printf '" + exposeBody[:len(exposeBody)-1] + "\\n' > /tmp/www/f.txt"}}); err != nil {
+		return err
+	}
+	if _, err := call("sandbox::process::start", map[string]any{"sandbox_id": id, "detached": true,
+		"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/tmp/www"}}); err != nil {
+		return err
+	}
+	raw, err = call("sandbox::expose", map[string]any{"sandbox_id": id, "port": 8000})
+	if err != nil {
+		return err
+	}
+	var exposed struct {
+		URL string `json:"url"`
+	}
+	if err := json.Unmarshal(raw, &exposed); err != nil {
+		return err
+	}
+	guestURL := exposed.URL + "f.txt"
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	get := func(url string) (time.Duration, error) {
+		t0 := time.Now()
+		res, err := client.Get(url)
+		if err != nil {
+			return 0, err
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		el := time.Since(t0)
+		if err != nil || res.StatusCode != 200 || string(b) != exposeBody {
+			return 0, fmt.Errorf("GET %s: %d %q %w", url, res.StatusCode, b, err)
+		}
+		return el, nil
+	}
+	// Until both serve; then a warm-up request each, so neither pays a first translation.
+	for _, url := range []string{hostURL, guestURL} {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if _, err := get(url); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	var hostT, guestT []time.Duration
+	for i := 0; i < max(n, 10); i++ {
+		h, err := get(hostURL)
+		if err != nil {
+			return err
+		}
+		g, err := get(guestURL)
+		if err != nil {
+			return err
+		}
+		hostT, guestT = append(hostT, h), append(guestT, g)
+	}
+	hm, gm := median(hostT), median(guestT)
+	ratio := float64(gm) / float64(hm)
+	fmt.Printf("%-44s %s (median of %d)\n", "expose: GET of a tiny file, host http.server:", hm.Round(time.Microsecond), len(hostT))
+	fmt.Printf("%-44s %s; %.2fx the host's: %s (<= %.1fx)\n", "expose: the same through an exposed port:", gm.Round(time.Microsecond), ratio,
+		meets(ratio <= exposeTarget), exposeTarget)
+
+	// The same GET made inside the guest, from python on its loopback: what the guest's server
+	// takes under this accelerator, which the relay adds to.
+	raw, err = call("sandbox::exec", map[string]any{"sandbox_id": id, "argv": []string{"python3", "-c", guestGetScript(max(n, 10))}})
+	if err != nil {
+		return err
+	}
+	var res struct {
+		Stdout   string `json:"stdout"`
+		ExitCode *int   `json:"exit_code"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil || res.ExitCode == nil || *res.ExitCode != 0 {
+		return fmt.Errorf("the in-guest GET: %s %w", raw, err)
+	}
+	us, err := strconv.ParseFloat(strings.TrimSpace(res.Stdout), 64)
+	if err != nil {
+		return fmt.Errorf("the in-guest GET printed %q", res.Stdout)
+	}
+	inGuest := time.Duration(us * float64(time.Microsecond))
+	fmt.Printf("%-44s %s; the relay adds %s (%.2fx)\n", "expose: the same GET inside the guest:", inGuest.Round(time.Microsecond),
+		(gm - inGuest).Round(time.Microsecond), float64(gm)/float64(inGuest))
+	return nil
+}
+
+// guestGetScript prints the median in microseconds of n GETs of f.txt from the guest's own
+// server, each on a new connection.
+func guestGetScript(n int) string {
+	return `import http.client, time, statistics
+ts = []
+for i in range(` + strconv.Itoa(n+1) + `):
+    t0 = time.perf_counter()
+    c = http.client.HTTPConnection("127.0.0.1", 8000)
+    c.request("GET", "/f.txt")
+    r = c.getresponse(); r.read(); c.close()
+    ts.append(time.perf_counter() - t0)
+print(statistics.median(ts[1:]) * 1e6)`
+}
