@@ -90,6 +90,9 @@ type Options struct {
 	// networking are restored from; FirmwareID identifies the firmware in their keys.
 	Snapshots  *snapshot.Store
 	FirmwareID string
+	// UserSnapshotDir holds the snapshots of running sandboxes (sandbox::snapshot); empty:
+	// user-snapshots beside Snapshots' directory, else under StateDir.
+	UserSnapshotDir string
 }
 
 // Service holds the live sandboxes and serves every operation.
@@ -102,6 +105,7 @@ type Service struct {
 	stops   sync.WaitGroup
 	pool    *pool      // nil without warm_pool
 	snaps   *snapshots // nil with snapshots off
+	users   *userSnaps // the snapshots of running sandboxes
 
 	streamCtx  context.Context // parent of fs::read streams; cancelled by Shutdown
 	stopStream context.CancelFunc
@@ -121,6 +125,7 @@ type sandbox struct {
 	stopped         bool
 	stoppedAt       time.Time
 	stopDone        chan struct{}
+	saveMu          sync.Mutex             // one save of the machine at a time
 	procMu          sync.Mutex             // serialises process starts, so that max_processes holds
 	atts            map[string]*procAttach // the live attachment of each attached process, by process id
 	pending         map[string]pending     // output a departed reader did not take, by process id
@@ -137,7 +142,8 @@ func New(opt Options) *Service {
 	if opt.StateDir == "" {
 		opt.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("iii-sbx-%d", os.Getuid()))
 	}
-	s := &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
+	s := &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{},
+		users: &userSnaps{dir: userSnapDir(opt), limitMB: opt.Settings.UserSnapshotsMB}}
 	s.streamCtx, s.stopStream = context.WithCancel(context.Background())
 	// The snapshot store first: the pool's refills, which newPool starts, restore from it.
 	if opt.Settings.Snapshots == settings.SnapshotsOn {
@@ -166,6 +172,11 @@ func (s *Service) Handlers() map[string]Handler {
 		"stop":          s.Stop,
 		"catalog::list": s.CatalogList,
 		"adapter::info": s.Info,
+		// Contract 1.3: snapshots of running sandboxes (usersnap.go).
+		"snapshot":         s.Snapshot,
+		"snapshot::list":   s.SnapshotList,
+		"snapshot::delete": s.SnapshotDelete,
+		"fork":             s.Fork,
 	}
 	for _, op := range FSOps {
 		h["fs::"+op] = s.fsHandler(op)
@@ -225,6 +236,8 @@ type CreateRequest struct {
 	Network         *bool           `json:"network"`
 	IdleTimeoutSecs *uint64         `json:"idle_timeout_secs"`
 	Env             json.RawMessage `json:"env"`
+	// SnapshotID restores a copy of a snapshot sandbox::snapshot made instead of booting an image.
+	SnapshotID *string `json:"snapshot_id"`
 }
 
 // CreateReply is the reply of create.
@@ -239,7 +252,13 @@ func (s *Service) Create(ctx context.Context, raw json.RawMessage) (any, error) 
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	box, err := s.create(ctx, req)
+	var box *sandbox
+	var err error
+	if req.SnapshotID != nil {
+		box, err = s.createFromSnapshot(ctx, req)
+	} else {
+		box, err = s.create(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}
