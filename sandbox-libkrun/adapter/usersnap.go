@@ -100,7 +100,7 @@ func (s *Service) saveBox(ctx context.Context, op string, box *sandbox, dir stri
 	spec, info, err := sv.Save(ctx, box.machine, vm.SnapshotFiles{Machine: filepath.Join(dir, userMachineFile), RAM: filepath.Join(dir, userRAMFile)})
 	box.saveMu.Unlock()
 	if errors.Is(err, vm.ErrNotSavable) {
-		return userSnapMeta{}, scode.New(scode.S250, fmt.Sprintf("sandbox::%s: sandbox %s cannot be saved: %v", op, box.id, err))
+		return userSnapMeta{}, scode.New(scode.S250, fmt.Sprintf("sandbox::%s: sandbox %s: %v", op, box.id, err))
 	}
 	if err != nil {
 		return userSnapMeta{}, scode.New(scode.S300, fmt.Sprintf("sandbox::%s: saving sandbox %s failed: %s", op, box.id, excerpt.Tail(err.Error(), 0, bootErrorTail)))

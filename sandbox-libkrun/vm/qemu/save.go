@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -89,10 +90,28 @@ func (d *Driver) saveWhole(ctx context.Context, m *machine, path string) error {
 		errs = append(errs, err)
 	}
 	// After a completed migration qemu has let go of the disk; cont takes it back and runs the guest.
-	if _, err := q.execute("cont", nil); err != nil {
+	if err := cont(ctx, q); err != nil {
 		errs = append(errs, fmt.Errorf("resuming the saved machine: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// cont runs a machine stopped by a save. qemu reports the migration completed before its own
+// clean-up after it has run, and refuses cont until then ("Migration is not finalized yet"), so
+// that refusal is retried for a while.
+func cont(ctx context.Context, q *qmp) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := q.execute("cont", nil)
+		if err == nil || !strings.Contains(err.Error(), "not finalized") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // split loads the whole-machine stream full into a stopped qemu of spec whose RAM is a new file
