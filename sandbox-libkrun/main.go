@@ -419,6 +419,8 @@ var descriptions = map[string]string{
 	"snapshot::list":   "List the snapshots of running sandboxes, their sizes and the user_snapshots_mb bound",
 	"snapshot::delete": "Delete a snapshot: snapshot_id",
 	"fork":             "Start count copies of a running sandbox that go on from its state (it goes on too): sandbox_id, count?",
+	"pause":            "Pause a sandbox: its machine saved to files and ended (no CPU, no RAM) until resume or any other call: sandbox_id",
+	"resume":           "Resume a paused sandbox under its id, its processes and files as they were: sandbox_id",
 	"worker::start":    "Boot a Compose VM worker (Compose only): vm_id, image, dir, command, env?, env_file?, name?, guest_dir?, cpus?, memory_mb?, network?, mounts?",
 	"worker::stop":     "Stop a Compose VM worker (Compose only): vm_id",
 	"worker::status":   "State of one VM worker (vm_id) or of all, with the host roots (Compose only)",

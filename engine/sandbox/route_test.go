@@ -315,7 +315,7 @@ func TestSnapshotOpsNeedContract13(t *testing.T) {
 	url, _ := observed(t, b)
 	fakeAdapter(t, url, Contract{Major: 1, Minor: 2}, map[string]op{"process::list": ok})
 	c := caller(t, url)
-	for _, fn := range []string{"sandbox::snapshot", "sandbox::snapshot::list", "sandbox::snapshot::delete", "sandbox::fork"} {
+	for _, fn := range []string{"sandbox::snapshot", "sandbox::snapshot::list", "sandbox::snapshot::delete", "sandbox::fork", "sandbox::pause", "sandbox::resume"} {
 		_, err := c.Call(context.Background(), fn, map[string]any{"sandbox_id": "x"})
 		if errCode(err) != scode.S304 || !strings.Contains(err.Error(), fn+" needs sandbox contract 1.3") {
 			t.Fatalf("%s: %v, want S304", fn, err)

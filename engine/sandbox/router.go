@@ -64,7 +64,7 @@ var Ops = []string{
 	"create", "exec", "run", "list", "stop", "catalog::list",
 	"fs::ls", "fs::stat", "fs::mkdir", "fs::write", "fs::read", "fs::rm", "fs::chmod", "fs::mv", "fs::grep", "fs::sed",
 	"process::start", "process::attach", "process::list", "process::wait", "process::signal", "process::resize",
-	"snapshot", "snapshot::list", "snapshot::delete", "fork",
+	"snapshot", "snapshot::list", "snapshot::delete", "fork", "pause", "resume",
 }
 
 // sinceMinor is the contract minor that added an op, for the ops added after 1.0: the router
@@ -73,7 +73,7 @@ var sinceMinor = map[string]uint32{
 	"process::start": scode.ProcessMinor, "process::attach": scode.ProcessMinor, "process::list": scode.ProcessMinor,
 	"process::wait": scode.ProcessMinor, "process::signal": scode.ProcessMinor, "process::resize": scode.ProcessMinor,
 	"snapshot": scode.SnapshotMinor, "snapshot::list": scode.SnapshotMinor, "snapshot::delete": scode.SnapshotMinor,
-	"fork": scode.SnapshotMinor,
+	"fork": scode.SnapshotMinor, "pause": scode.SnapshotMinor, "resume": scode.SnapshotMinor,
 }
 
 // Binding names the adapter the router forwards to.

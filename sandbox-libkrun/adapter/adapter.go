@@ -125,7 +125,11 @@ type sandbox struct {
 	stopped         bool
 	stoppedAt       time.Time
 	stopDone        chan struct{}
-	saveMu          sync.Mutex             // one save of the machine at a time
+	saveMu          sync.Mutex    // one save, pause or resume of the machine at a time
+	paused          *userSnapMeta // set while paused: the saved machine in pauseDir
+	pauseDir        string
+	pausing         bool                   // a pause is saving the machine: calls wait for it, then resume
+	pauses          int                    // pauses so far, naming each one's directory
 	procMu          sync.Mutex             // serialises process starts, so that max_processes holds
 	atts            map[string]*procAttach // the live attachment of each attached process, by process id
 	pending         map[string]pending     // output a departed reader did not take, by process id
@@ -177,6 +181,8 @@ func (s *Service) Handlers() map[string]Handler {
 		"snapshot::list":   s.SnapshotList,
 		"snapshot::delete": s.SnapshotDelete,
 		"fork":             s.Fork,
+		"pause":            s.Pause,
+		"resume":           s.Resume,
 	}
 	for _, op := range FSOps {
 		h["fs::"+op] = s.fsHandler(op)
@@ -550,28 +556,50 @@ func capBytes(b []byte) ([]byte, bool) {
 	return b, false
 }
 
-// admit looks up a live sandbox, bumps its idle clock and, for an exec, takes a slot.
+// admit looks up a live sandbox, bumps its idle clock and, for an exec, takes a slot. A paused
+// sandbox is resumed first.
 func (s *Service) admit(id string, exec bool) (*sandbox, error) {
+	return s.admitCtx(context.Background(), id, exec)
+}
+
+// admitCtx is admit, a resume bounded by ctx.
+func (s *Service) admitCtx(ctx context.Context, id string, exec bool) (*sandbox, error) {
+	for {
+		box, paused, err := s.admitRunning(id, exec)
+		if paused == nil {
+			return box, err
+		}
+		if err := s.resumeBox(ctx, paused); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// admitRunning is admit of a sandbox that is not paused; a paused one is returned as paused.
+func (s *Service) admitRunning(id string, exec bool) (box, paused *sandbox, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	box, ok := s.boxes[id]
 	if !ok {
-		return nil, scode.NotFound(id)
+		return nil, nil, scode.NotFound(id)
+	}
+	if box.parked() && !box.stopped {
+		return nil, box, nil
 	}
 	if !box.stopped && machineDone(box.machine) {
 		s.markStoppedLocked(box)
 	}
 	if box.stopped {
-		return nil, scode.Stopped(id)
+		return nil, nil, scode.Stopped(id)
 	}
 	if exec {
 		if box.inflight >= s.opt.Settings.MaxConcurrentExecPerSandbox {
-			return nil, scode.ExecCap(id)
+			return nil, nil, scode.ExecCap(id)
 		}
 		box.inflight++
 	}
 	box.lastActive = s.opt.Now()
-	return box, nil
+	return box, nil, nil
 }
 
 // release ends an exec: frees the slot and bumps the idle clock.
@@ -581,6 +609,10 @@ func (s *Service) release(box *sandbox) {
 	box.inflight--
 	box.lastActive = s.opt.Now()
 }
+
+// parked says the box is paused or being paused: its machine has ended or is about to, which is
+// not an exit. The caller holds s.mu.
+func (b *sandbox) parked() bool { return b.paused != nil || b.pausing }
 
 func machineDone(m vm.Machine) bool {
 	select {
@@ -601,6 +633,7 @@ type ListEntry struct {
 	ExecInFlight   uint32 `json:"exec_in_flight"`
 	ExecSlotsFree  uint32 `json:"exec_slots_free"`
 	Stopped        bool   `json:"stopped"`
+	Paused         bool   `json:"paused"` // contract 1.3: its machine is saved to files and ended (sandbox::pause)
 }
 
 // List answers list.
@@ -615,7 +648,7 @@ func (s *Service) List(_ context.Context, raw json.RawMessage) (any, error) {
 	rows := make([]ListEntry, 0, len(s.boxes))
 	created := map[string]time.Time{}
 	for _, b := range s.boxes {
-		if !b.stopped && machineDone(b.machine) {
+		if !b.stopped && !b.parked() && machineDone(b.machine) {
 			s.markStoppedLocked(b)
 		}
 		free := uint32(0)
@@ -626,7 +659,7 @@ func (s *Service) List(_ context.Context, raw json.RawMessage) (any, error) {
 			SandboxID: b.id, Name: b.name, Image: b.image,
 			AgeSecs:        uint64(now.Sub(b.created) / time.Second),
 			ExecInProgress: b.inflight > 0, ExecInFlight: b.inflight, ExecSlotsFree: free,
-			Stopped: b.stopped,
+			Stopped: b.stopped, Paused: b.parked() && !b.stopped,
 		})
 		created[b.id] = b.created
 	}
@@ -728,6 +761,9 @@ func (s *Service) Reap() {
 				delete(s.boxes, id)
 			}
 			continue
+		}
+		if b.parked() {
+			continue // a paused sandbox holds neither CPU nor RAM: it waits for a call or a stop
 		}
 		idleFor := now.Sub(b.lastActive)
 		switch {

@@ -18,7 +18,7 @@ func sortedNames(names ...string) []string {
 
 // The request and reply fields of sandbox::create, exec, run, list, stop and fs::read are those of
 // the 0.25 in-engine daemon, plus only contract 1.1's two truncation
-// flags on the exec and run replies (req A4, A5) and contract 1.3's snapshot_id of create. The fs::* requests are the guest agent's
+// flags on the exec and run replies (req A4, A5) and contract 1.3's snapshot_id of create and paused of list. The fs::* requests are the guest agent's
 // (guest/fsops), checked there.
 func TestFieldsMatchTheReference(t *testing.T) {
 	exec10 := []string{"stdout", "stderr", "exit_code", "timed_out", "duration_ms", "success"}
@@ -35,7 +35,7 @@ func TestFieldsMatchTheReference(t *testing.T) {
 		"run files[]":    {reflect.TypeOf(RunFile{}), sortedNames("path", "content")},
 		"run reply":      {reflect.TypeOf(RunReply{}), sortedNames(append(append([]string(nil), exec11...), "sandbox_id")...)},
 		"list sandboxes[]": {reflect.TypeOf(ListEntry{}), sortedNames("sandbox_id", "name", "image", "age_secs", "exec_in_progress",
-			"exec_in_flight", "exec_slots_free", "stopped")},
+			"exec_in_flight", "exec_slots_free", "stopped", "paused")},
 		"stop request":   {reflect.TypeOf(StopRequest{}), sortedNames("sandbox_id", "wait")},
 		"stop reply":     {reflect.TypeOf(StopReply{}), sortedNames("sandbox_id", "stopped")},
 		"fs::read reply": {reflect.TypeOf(ReadReply{}), sortedNames("content", "body", "size", "mode", "mtime")},

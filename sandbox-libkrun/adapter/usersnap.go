@@ -91,14 +91,24 @@ func (s *Service) saveBox(ctx context.Context, op string, box *sandbox, dir stri
 	if err != nil {
 		return userSnapMeta{}, err
 	}
+	box.saveMu.Lock()
+	defer box.saveMu.Unlock()
+	s.mu.Lock()
+	m := box.machine
+	s.mu.Unlock()
+	return s.saveMachine(ctx, op, box, m, dir, sv.Save)
+}
+
+// saveMachine saves box's machine m with save (vm.Saver's Save or Park) into dir, created 0700,
+// beside a link to its root disk; the caller holds box.saveMu.
+func (s *Service) saveMachine(ctx context.Context, op string, box *sandbox, m vm.Machine, dir string,
+	save func(context.Context, vm.Machine, vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error)) (userSnapMeta, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return userSnapMeta{}, scode.New(scode.S400, fmt.Sprintf("sandbox::%s: cannot create %s: %v", op, dir, err))
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotSaveTimeout)
 	defer cancel()
-	box.saveMu.Lock()
-	spec, info, err := sv.Save(ctx, box.machine, vm.SnapshotFiles{Machine: filepath.Join(dir, userMachineFile), RAM: filepath.Join(dir, userRAMFile)})
-	box.saveMu.Unlock()
+	spec, info, err := save(ctx, m, vm.SnapshotFiles{Machine: filepath.Join(dir, userMachineFile), RAM: filepath.Join(dir, userRAMFile)})
 	if errors.Is(err, vm.ErrNotSavable) {
 		return userSnapMeta{}, scode.New(scode.S250, fmt.Sprintf("sandbox::%s: sandbox %s: %v", op, box.id, err))
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -29,6 +30,15 @@ func (d *snapDriver) Save(_ context.Context, m vm.Machine, dst vm.SnapshotFiles)
 	}
 	return vm.Spec{RootDisk: spec.RootDisk, CPUs: spec.CPUs, MemoryMB: spec.MemoryMB, ScratchMB: spec.ScratchMB, Env: spec.Env},
 		vm.SnapshotInfo{KernelRelease: "6.1.0-fake", Size: 10}, nil
+}
+
+// Park saves as Save does, then ends the machine.
+func (d *snapDriver) Park(ctx context.Context, m vm.Machine, dst vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error) {
+	spec, info, err := d.Save(ctx, m, dst)
+	if err == nil {
+		_ = m.Stop(ctx)
+	}
+	return spec, info, err
 }
 
 // call runs op on svc with body and returns its reply as a map or its S-code error.
@@ -209,5 +219,100 @@ func TestFork(t *testing.T) {
 	}
 	if live != 5 {
 		t.Fatalf("a refused fork left %d live sandboxes, want 5: %v", live, l)
+	}
+}
+
+// listRow is the list row of sandbox id.
+func listRow(t *testing.T, svc *Service, id string) map[string]any {
+	t.Helper()
+	l, _ := svcCall(t, svc, "list", `{}`)
+	for _, row := range l["sandboxes"].([]any) {
+		if r := row.(map[string]any); r["sandbox_id"] == id {
+			return r
+		}
+	}
+	t.Fatalf("%s not listed: %v", id, l)
+	return nil
+}
+
+// Pause ends the sandbox's machine after saving it (list shows it paused, the reaper leaves it);
+// a call to it resumes it under the same id and host name; resume and a second pause are
+// idempotent; a sandbox booted over a share, or running an exec, is refused S250; stop removes a
+// paused one with its files.
+func TestPauseResume(t *testing.T) {
+	svc, drv := snapHarness(t)
+	booted, box := restoredBox(t, svc)
+	if _, e := svcCall(t, svc, "pause", `{"sandbox_id":"`+booted.id+`"}`); e == nil || e.Code != scode.S250 {
+		t.Fatalf("pause of a booted sandbox: %+v, want S250", e)
+	}
+	first := box.machine
+	r, e := svcCall(t, svc, "pause", `{"sandbox_id":"`+box.id+`"}`)
+	if e != nil || r["paused"] != true || r["size_bytes"].(float64) <= 0 {
+		t.Fatalf("pause: %v %+v", r, e)
+	}
+	if !machineDone(first) {
+		t.Fatal("a paused sandbox's machine still runs")
+	}
+	if row := listRow(t, svc, box.id); row["paused"] != true || row["stopped"] != false {
+		t.Fatalf("list: %v", row)
+	}
+	if r, e := svcCall(t, svc, "pause", `{"sandbox_id":"`+box.id+`"}`); e != nil || r["paused"] != true {
+		t.Fatalf("second pause: %v %+v", r, e)
+	}
+	svc.opt.Now = func() time.Time { return time.Now().Add(24 * time.Hour) }
+	svc.Reap()
+	svc.opt.Now = time.Now
+	if row := listRow(t, svc, box.id); row["paused"] != true || row["stopped"] != false {
+		t.Fatalf("after a reap: %v", row)
+	}
+	drv.smu.Lock()
+	before := len(drv.restored)
+	drv.smu.Unlock()
+	// Any call resumes it.
+	if _, e := svcCall(t, svc, "exec", `{"sandbox_id":"`+box.id+`","argv":["true"]}`); e != nil {
+		t.Fatalf("exec of a paused sandbox: %+v", e)
+	}
+	drv.smu.Lock()
+	got := drv.restored[before:]
+	drv.smu.Unlock()
+	if len(got) != 1 || got[0].Hostname != hostname(box.id) || filepath.Dir(got[0].RootDisk) != filepath.Join(box.stateDir, "paused-1") || len(got[0].Env) != 1 {
+		t.Fatalf("resumed with %+v", got)
+	}
+	if row := listRow(t, svc, box.id); row["paused"] != false {
+		t.Fatalf("list after resume: %v", row)
+	}
+	if r, e := svcCall(t, svc, "resume", `{"sandbox_id":"`+box.id+`"}`); e != nil || r["resumed"] != true {
+		t.Fatalf("resume of a running sandbox: %v %+v", r, e)
+	}
+	// Paused again, the first pause's files go; resume brings it back.
+	if _, e := svcCall(t, svc, "pause", `{"sandbox_id":"`+box.id+`"}`); e != nil {
+		t.Fatal(e)
+	}
+	if _, err := os.Stat(filepath.Join(box.stateDir, "paused-1")); !os.IsNotExist(err) {
+		t.Fatalf("the first pause's files are left: %v", err)
+	}
+	if _, e := svcCall(t, svc, "resume", `{"sandbox_id":"`+box.id+`"}`); e != nil || listRow(t, svc, box.id)["paused"] != false {
+		t.Fatalf("resume: %+v", e)
+	}
+	svc.mu.Lock()
+	box.inflight = 1
+	svc.mu.Unlock()
+	if _, e := svcCall(t, svc, "pause", `{"sandbox_id":"`+box.id+`"}`); e == nil || e.Code != scode.S250 || !strings.Contains(e.Message, "exec") {
+		t.Fatalf("pause while an exec runs: %+v, want S250", e)
+	}
+	svc.mu.Lock()
+	box.inflight = 0
+	svc.mu.Unlock()
+	if _, e := svcCall(t, svc, "pause", `{"sandbox_id":"`+box.id+`"}`); e != nil {
+		t.Fatal(e)
+	}
+	if _, e := svcCall(t, svc, "stop", `{"sandbox_id":"`+box.id+`","wait":true}`); e != nil {
+		t.Fatal(e)
+	}
+	if _, err := os.Stat(box.stateDir); !os.IsNotExist(err) {
+		t.Fatalf("a stopped paused sandbox's files are left: %v", err)
+	}
+	if _, e := svcCall(t, svc, "exec", `{"sandbox_id":"`+box.id+`","argv":["true"]}`); e == nil || e.Code != scode.S004 {
+		t.Fatalf("exec of a stopped paused sandbox: %+v, want S004", e)
 	}
 }

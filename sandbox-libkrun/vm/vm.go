@@ -39,6 +39,9 @@ type Saver interface {
 	// Save writes m's RAM and devices to dst and returns the Spec a copy is restored with (its
 	// RootDisk, CPUs, MemoryMB, ScratchMB and Env) and the guest kernel's release in Info.
 	Save(ctx context.Context, m Machine, dst SnapshotFiles) (Spec, SnapshotInfo, error)
+	// Park saves m as Save does and stops it instead of letting it go on: the machine is ended
+	// (no process, no RAM) once its state is written.
+	Park(ctx context.Context, m Machine, dst SnapshotFiles) (Spec, SnapshotInfo, error)
 }
 
 // ErrNotSavable is wrapped by Saver.Save for a machine that cannot be saved.

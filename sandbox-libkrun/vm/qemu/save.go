@@ -25,6 +25,16 @@ var _ vm.Saver = (*Driver)(nil)
 // to a temporary file. vmm must be a machine this driver restored from a snapshot (a root disk,
 // no networking, a monitor to save it through); another fails with vm.ErrNotSavable.
 func (d *Driver) Save(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error) {
+	return d.saveRunning(ctx, vmm, dst, true)
+}
+
+// Park saves the running machine vmm to dst as Save does, and ends it once its state is written
+// (vm.Saver), after its snapshot is complete: a failed park lets it go on.
+func (d *Driver) Park(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error) {
+	return d.saveRunning(ctx, vmm, dst, false)
+}
+
+func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles, goOn bool) (vm.Spec, vm.SnapshotInfo, error) {
 	var info vm.SnapshotInfo
 	m, ok := vmm.(*machine)
 	switch {
@@ -46,14 +56,24 @@ func (d *Driver) Save(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles)
 	}
 	defer os.Remove(full)
 	t := time.Now()
-	if err := d.saveWhole(ctx, m, full); err != nil {
+	if err := d.saveWhole(ctx, m, full, goOn); err != nil {
 		return vm.Spec{}, info, err
 	}
 	info.Paused = time.Since(t)
 	spec := vm.Spec{RootDisk: m.spec.RootDisk, CPUs: m.spec.CPUs, MemoryMB: m.spec.MemoryMB, ScratchMB: m.spec.ScratchMB,
 		Env: append([]string(nil), m.spec.Env...)}
 	if err := d.split(ctx, spec, full, dst); err != nil {
+		if !goOn {
+			// Nothing was kept: the machine goes on rather than being lost.
+			if q, qerr := dialQMP(ctx, m.qmpSock, m.qemu); qerr == nil {
+				_ = cont(ctx, q)
+				q.Close()
+			}
+		}
 		return vm.Spec{}, info, err
+	}
+	if !goOn {
+		m.kill()
 	}
 	info.Save = time.Since(t)
 	info.KernelRelease = m.release
@@ -67,8 +87,9 @@ func (d *Driver) Save(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles)
 	return spec, info, nil
 }
 
-// saveWhole pauses m, writes its RAM and devices to path and lets it go on, whatever happened.
-func (d *Driver) saveWhole(ctx context.Context, m *machine, path string) error {
+// saveWhole pauses m, writes its RAM and devices to path and lets it go on, unless goOn is false
+// and the save succeeded.
+func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bool) error {
 	q, err := dialQMP(ctx, m.qmpSock, m.qemu)
 	if err != nil {
 		return err
@@ -90,6 +111,10 @@ func (d *Driver) saveWhole(ctx context.Context, m *machine, path string) error {
 		errs = append(errs, err)
 	}
 	// After a completed migration qemu has let go of the disk; cont takes it back and runs the guest.
+	// A machine to be parked stays stopped once saved.
+	if !goOn && len(errs) == 0 {
+		return nil
+	}
 	if err := cont(ctx, q); err != nil {
 		errs = append(errs, fmt.Errorf("resuming the saved machine: %w", err))
 	}

@@ -112,6 +112,33 @@ func TestSaveRunning(t *testing.T) {
 	if got := strings.TrimSpace(string(run(t, parent, vm.ExecRequest{Argv: []string{"cat", "/tmp/f"}}).Stdout)); got != "kept" {
 		t.Fatalf("the parent's file is %q after the copies wrote theirs", got)
 	}
+
+	// Parked, the parent's machine ends; restored, its counter goes on from where it was.
+	parked := t.TempDir()
+	pfiles := vm.SnapshotFiles{Machine: filepath.Join(parked, "machine.snap"), RAM: filepath.Join(parked, "ram.img")}
+	before := counter(parent)
+	pspec, pinfo, err := d.Park(ctx, parent, pfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-parent.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a parked machine is still running")
+	}
+	pspec.StateDir = t.TempDir()
+	start := time.Now()
+	back, err := d.Restore(ctx, pspec, pfiles, pinfo.KernelRelease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = back.Stop(context.Background()) })
+	t.Logf("parked in %s (stopped after %s), restored in %s", pinfo.Save.Round(time.Millisecond), pinfo.Paused.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	resumed := counter(back)
+	if resumed < before || resumed > before+20 {
+		t.Fatalf("parked at %d or a little more, restored at %d", before, resumed)
+	}
+	waitFor(t, func() bool { return counter(back) > resumed })
 }
 
 // waitFor polls cond until it holds, failing the test after a minute.
