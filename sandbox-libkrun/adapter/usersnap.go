@@ -108,7 +108,9 @@ func (s *Service) saveMachine(ctx context.Context, op string, box *sandbox, m vm
 	}
 	ctx, cancel := context.WithTimeout(ctx, snapshotSaveTimeout)
 	defer cancel()
-	spec, info, err := save(ctx, m, vm.SnapshotFiles{Machine: filepath.Join(dir, userMachineFile), RAM: filepath.Join(dir, userRAMFile)})
+	// Only a snapshot outlives the adapter: a fork's and a pause's files are not synced to disk.
+	spec, info, err := save(ctx, m, vm.SnapshotFiles{Machine: filepath.Join(dir, userMachineFile), RAM: filepath.Join(dir, userRAMFile),
+		Transient: op != "snapshot"})
 	if errors.Is(err, vm.ErrNotSavable) {
 		return userSnapMeta{}, scode.New(scode.S250, fmt.Sprintf("sandbox::%s: sandbox %s: %v", op, box.id, err))
 	}

@@ -53,6 +53,9 @@ var ErrNotSavable = errors.New("the machine cannot be saved")
 type SnapshotFiles struct {
 	Machine string // the devices' state: qemu's migration stream without the guest's RAM
 	RAM     string // the guest's RAM, a sparse file of the machine's memory size
+	// Transient files are not synced to disk when written: they do not outlive the adapter
+	// (a fork's, a paused sandbox's), so a host crash loses nothing they would have kept.
+	Transient bool
 }
 
 // SnapshotInfo describes a snapshot Snapshotter.Snapshot made.

@@ -98,7 +98,7 @@ func forkSection(ctx context.Context, d *qemu.Driver, rootfs string, n int, floo
 		if err := os.Mkdir(sdir, 0o700); err != nil {
 			return err
 		}
-		user = vm.SnapshotFiles{Machine: filepath.Join(sdir, "machine.snap"), RAM: filepath.Join(sdir, "ram.img")}
+		user = vm.SnapshotFiles{Machine: filepath.Join(sdir, "machine.snap"), RAM: filepath.Join(sdir, "ram.img"), Transient: true}
 		t0 := time.Now()
 		s, sinfo, err := d.Save(ctx, parent, user)
 		if err != nil {
@@ -207,7 +207,7 @@ func forkSection(ctx context.Context, d *qemu.Driver, rootfs string, n int, floo
 			stop(idle)
 			return err
 		}
-		files := vm.SnapshotFiles{Machine: filepath.Join(pdir, "machine.snap"), RAM: filepath.Join(pdir, "ram.img")}
+		files := vm.SnapshotFiles{Machine: filepath.Join(pdir, "machine.snap"), RAM: filepath.Join(pdir, "ram.img"), Transient: true}
 		t0 := time.Now()
 		ps, pinfo, err := d.Park(ctx, idle, files)
 		if err != nil {

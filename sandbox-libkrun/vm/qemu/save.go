@@ -169,11 +169,11 @@ func (d *Driver) split(ctx context.Context, spec vm.Spec, full string, dst vm.Sn
 		h.killProcs()
 		return fmt.Errorf("vm: loading the saved machine: %w%s", err, h.consoleTail())
 	}
-	if err := d.save(ctx, h, dst.Machine); err != nil {
+	if err := d.save(ctx, h, dst.Machine, dst.Transient); err != nil {
 		return err
 	}
 	h.kill()
-	if err := finishRAM(ram); err != nil {
+	if err := finishRAM(ram, dst.Transient); err != nil {
 		return fmt.Errorf("vm: the snapshot's RAM %s: %w", ram, err)
 	}
 	return os.Rename(ram, dst.RAM)
