@@ -42,7 +42,7 @@ func TestSaveRunning(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = parent.Stop(context.Background()) })
 	run(t, parent, vm.ExecRequest{Argv: []string{"sh", "-c", "echo kept > /tmp/f"}})
-	p, _, err := parent.(vm.Processes).StartProcess(ctx, vm.ProcessRequest{Argv: []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.1; done"}}, nil)
+	p, _, err := parent.(vm.Processes).StartProcess(ctx, vm.ProcessRequest{Argv: []string{"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/c.t; mv /tmp/c.t /tmp/c; sleep 0.1; done"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
