@@ -129,6 +129,7 @@ type sandbox struct {
 	paused          *userSnapMeta // set while paused: the saved machine in pauseDir
 	pauseDir        string
 	pausing         bool                   // a pause is saving the machine: calls wait for it, then resume
+	autoPausing     bool                   // the reaper has started pausing it for idleness
 	pauses          int                    // pauses so far, naming each one's directory
 	procMu          sync.Mutex             // serialises process starts, so that max_processes holds
 	atts            map[string]*procAttach // the live attachment of each attached process, by process id
@@ -770,6 +771,14 @@ func (s *Service) Reap() {
 		case machineDone(b.machine):
 			s.opt.Logf("sandbox %s: its VM exited", id)
 		case b.inflight == 0 && len(b.atts) == 0 && idleFor >= b.idle:
+			if s.opt.Settings.IdleAction == settings.IdlePause {
+				if !b.autoPausing {
+					b.autoPausing = true
+					s.stops.Add(1)
+					go s.autoPause(b, idleFor)
+				}
+				continue
+			}
 			s.opt.Logf("sandbox %s: reaped after %s idle", id, idleFor.Round(time.Second))
 		case b.inflight > 0 && idleFor >= b.idle+maxExec+busyGrace:
 			s.opt.Logf("sandbox %s: reclaimed while busy after %s", id, idleFor.Round(time.Second))

@@ -117,6 +117,26 @@ func (s *Service) Resume(ctx context.Context, raw json.RawMessage) (any, error) 
 	return ResumeReply{SandboxID: id, Resumed: true}, nil
 }
 
+// autoPause pauses box for idleness (idle_action: pause); one that cannot be paused is stopped,
+// as idle_action: stop would have.
+func (s *Service) autoPause(box *sandbox, idleFor time.Duration) {
+	defer s.stops.Done()
+	defer func() {
+		s.mu.Lock()
+		box.autoPausing = false
+		s.mu.Unlock()
+	}()
+	_, err := s.Pause(s.streamCtx, json.RawMessage(`{"sandbox_id":"`+box.id+`"}`))
+	if err == nil {
+		s.opt.Logf("sandbox %s: paused after %s idle", box.id, idleFor.Round(time.Second))
+		return
+	}
+	s.opt.Logf("sandbox %s: reaped after %s idle (pausing it failed: %v)", box.id, idleFor.Round(time.Second), err)
+	s.mu.Lock()
+	s.markStoppedLocked(box)
+	s.mu.Unlock()
+}
+
 // resumeBox restores a paused box's machine; a box that is not paused (any more) is left alone.
 func (s *Service) resumeBox(ctx context.Context, box *sandbox) error {
 	box.saveMu.Lock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
@@ -314,5 +315,29 @@ func TestPauseResume(t *testing.T) {
 	}
 	if _, e := svcCall(t, svc, "exec", `{"sandbox_id":"`+box.id+`","argv":["true"]}`); e == nil || e.Code != scode.S004 {
 		t.Fatalf("exec of a stopped paused sandbox: %+v, want S004", e)
+	}
+}
+
+// With idle_action: pause the reaper pauses an idle sandbox that can be saved (a call resumes
+// it) and stops one that cannot.
+func TestIdlePause(t *testing.T) {
+	svc, _ := snapHarness(t)
+	booted, box := restoredBox(t, svc)
+	svc.opt.Settings.IdleAction = settings.IdlePause
+	later := time.Now().Add(24 * time.Hour)
+	svc.opt.Now = func() time.Time { return later }
+	svc.Reap()
+	deadline := time.Now().Add(10 * time.Second)
+	for listRow(t, svc, box.id)["paused"] != true || listRow(t, svc, booted.id)["stopped"] != true {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the reap: %v, %v", listRow(t, svc, box.id), listRow(t, svc, booted.id))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if row := listRow(t, svc, box.id); row["stopped"] != false {
+		t.Fatalf("the paused sandbox: %v", row)
+	}
+	if _, e := svcCall(t, svc, "exec", `{"sandbox_id":"`+box.id+`","argv":["true"]}`); e != nil || listRow(t, svc, box.id)["paused"] != false {
+		t.Fatalf("exec of an idle-paused sandbox: %+v", e)
 	}
 }
