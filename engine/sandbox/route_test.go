@@ -362,7 +362,8 @@ func TestGatedSessionNeedsSandboxGrant(t *testing.T) {
 		"exec": func(context.Context, json.RawMessage) (any, error) { reached.Add(1); return map[string]any{}, nil },
 	})
 	outsider := caller(t, urls[1])
-	for _, fn := range []string{"sandbox::process::start", "sandbox::exec", "sandbox::process::list"} {
+	for _, fn := range []string{"sandbox::process::start", "sandbox::exec", "sandbox::process::list",
+		"sandbox::snapshot", "sandbox::snapshot::list", "sandbox::snapshot::delete", "sandbox::fork", "sandbox::pause", "sandbox::resume"} {
 		_, err := outsider.Call(context.Background(), fn, map[string]any{"sandbox_id": "x", "cmd": "sh"})
 		if errCode(err) != errcode.Forbidden {
 			t.Fatalf("outsider: %s: %v, want FORBIDDEN", fn, err)
