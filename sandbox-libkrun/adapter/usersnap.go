@@ -151,6 +151,18 @@ func linkOrCopy(src, dst string) error {
 	return out.Close()
 }
 
+// keepDisk hard-links the root disk src into a restored sandbox's state directory and returns the
+// link, so the sandbox can be saved or paused however long it outlives the snapshot it came from
+// (a fork's temporary one, a deleted one, an evicted image snapshot); where no link can be made
+// (another file system) it returns src.
+func keepDisk(src, stateDir string) string {
+	dst := filepath.Join(stateDir, userDiskFile)
+	if err := os.Link(src, dst); err != nil {
+		return src
+	}
+	return dst
+}
+
 // fileBlocks is the disk the file at path takes.
 func fileBlocks(path string) (int64, error) {
 	st, err := os.Stat(path)
@@ -429,7 +441,7 @@ func (s *Service) restoreOne(ctx context.Context, rs vm.Snapshotter, meta userSn
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, scode.BootFailed("cannot create the machine state directory: " + err.Error())
 	}
-	m, err := rs.Restore(ctx, vm.Spec{RootDisk: filepath.Join(dir, userDiskFile), CPUs: meta.CPUs, MemoryMB: meta.MemoryMB, ScratchMB: meta.ScratchMB,
+	m, err := rs.Restore(ctx, vm.Spec{RootDisk: keepDisk(filepath.Join(dir, userDiskFile), stateDir), CPUs: meta.CPUs, MemoryMB: meta.MemoryMB, ScratchMB: meta.ScratchMB,
 		Env: meta.Env, StateDir: stateDir, Hostname: hostname(id)},
 		vm.SnapshotFiles{Machine: filepath.Join(dir, userMachineFile), RAM: filepath.Join(dir, userRAMFile)}, meta.KernelRelease)
 	if err != nil {

@@ -124,7 +124,7 @@ func TestSnapshotOfRunningSandbox(t *testing.T) {
 	drv.smu.Lock()
 	got := drv.restored[len(drv.restored)-1]
 	drv.smu.Unlock()
-	if cid == box.id || c["image"] != "python" || got.RootDisk != filepath.Join(dir, userDiskFile) || got.Hostname != hostname(cid) || len(got.Env) != 1 || got.MemoryMB != 512 {
+	if cid == box.id || c["image"] != "python" || !sameFile(got.RootDisk, filepath.Join(dir, userDiskFile)) || got.Hostname != hostname(cid) || len(got.Env) != 1 || got.MemoryMB != 512 {
 		t.Fatalf("copy %s: restored with %+v", cid, got)
 	}
 	for body, key := range map[string]string{
@@ -201,6 +201,14 @@ func TestFork(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(svc.users.dir); len(ents) != 0 {
 		t.Fatalf("the fork's snapshot was left: %v", ents)
+	}
+	// A child keeps its root disk beyond the fork's snapshot: it can be saved and paused in turn.
+	child := ids[0].(string)
+	if _, e := svcCall(t, svc, "snapshot", `{"sandbox_id":"`+child+`"}`); e != nil {
+		t.Fatalf("snapshot of a child: %+v", e)
+	}
+	if _, e := svcCall(t, svc, "pause", `{"sandbox_id":"`+child+`"}`); e != nil {
+		t.Fatalf("pause of a child: %+v", e)
 	}
 	for _, body := range []string{`{"sandbox_id":"` + box.id + `","count":0}`, `{"sandbox_id":"` + box.id + `","count":65}`} {
 		if _, e := svcCall(t, svc, "fork", body); e == nil || e.Code != scode.S001 || !strings.Contains(e.Message, "count") {
