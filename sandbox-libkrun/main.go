@@ -317,8 +317,13 @@ func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.
 	runDir := processDir("iii-sbx")
 	defer os.RemoveAll(runDir)
 	snaps, fwID := snapshotStore(st, arch)
+	// The snapshots of running sandboxes live beside the image snapshots, never among them.
+	userSnaps := filepath.Join(filepath.Dir(snapshot.DefaultDir()), "user-snapshots")
+	if arch.Name != guestarch.Host().Name {
+		userSnaps = filepath.Join(userSnaps, arch.Name)
+	}
 	svc := adapter.New(adapter.Options{Settings: st, Driver: drv, Images: images, Version: version, Accelerator: vms.inUse, GuestArch: arch.Name,
-		StateDir: filepath.Join(runDir, "s"), Logf: logf, Channels: w, Snapshots: snaps, FirmwareID: fwID})
+		StateDir: filepath.Join(runDir, "s"), Logf: logf, Channels: w, Snapshots: snaps, FirmwareID: fwID, UserSnapshotDir: userSnaps})
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,
@@ -397,26 +402,32 @@ func awaitEnd(ctx context.Context, w *protocol.Worker) int {
 }
 
 var descriptions = map[string]string{
-	"create":          "Boot a sandbox microVM from a catalog image: image, cpus?, memory_mb?, name?, network?, idle_timeout_secs?, env?",
-	"exec":            "Run a command in a sandbox: sandbox_id, cmd/args or argv, stdin (base64)?, env?, timeout_ms?, workdir?",
-	"run":             "Create a sandbox, write the code (and files), run it with lang's interpreter, stop: image, lang, code, files?, env?, stdin?, timeout_ms?, keep_sandbox?",
-	"list":            "List sandboxes with their exec slots",
-	"stop":            "Stop a sandbox: sandbox_id, wait?",
-	"catalog::list":   "List the catalog images (presets, then custom_images)",
-	"adapter::info":   "The adapter's name, version and sandbox contract",
-	"process::start":  "Start a process in a sandbox, its output streamed on channels: sandbox_id, cmd/args or argv, env?, workdir?, timeout_ms?, stdin?, tty? {rows, cols}, detached?",
-	"process::attach": "Attach to a sandbox process again: its missed output (from its ring), then live output and its exit: sandbox_id, process_id, stdin?",
-	"process::list":   "List the processes of a sandbox: sandbox_id",
-	"process::wait":   "Wait until a sandbox process exits: sandbox_id, process_id, timeout_ms?",
-	"process::signal": "Send a signal to a sandbox process's group: sandbox_id, process_id, signal (SIGTERM, TERM or 1..64)",
-	"process::resize": "Resize a sandbox process's terminal: sandbox_id, process_id, rows, cols",
-	"expose":          "Expose a guest TCP port on a host URL (loopback unless expose_host says otherwise), closed with the sandbox: sandbox_id, port, token?",
-	"unexpose":        "Close an exposed port of a sandbox and its connections: sandbox_id, port",
-	"expose::list":    "List the exposed ports of a sandbox: sandbox_id",
-	"worker::start":   "Boot a Compose VM worker (Compose only): vm_id, image, dir, command, env?, env_file?, name?, guest_dir?, cpus?, memory_mb?, network?, mounts?",
-	"worker::stop":    "Stop a Compose VM worker (Compose only): vm_id",
-	"worker::status":  "State of one VM worker (vm_id) or of all, with the host roots (Compose only)",
-	"worker::delete":  "Stop a VM worker and remove ~/.iii/sandbox/workers/<vm_id>/ (Compose only): vm_id",
+	"create":           "Boot a sandbox microVM from a catalog image: image, cpus?, memory_mb?, name?, network?, idle_timeout_secs?, env?; or restore a copy of a snapshot: snapshot_id, name?, idle_timeout_secs?",
+	"exec":             "Run a command in a sandbox: sandbox_id, cmd/args or argv, stdin (base64)?, env?, timeout_ms?, workdir?",
+	"run":              "Create a sandbox, write the code (and files), run it with lang's interpreter, stop: image, lang, code, files?, env?, stdin?, timeout_ms?, keep_sandbox?",
+	"list":             "List sandboxes with their exec slots",
+	"stop":             "Stop a sandbox: sandbox_id, wait?",
+	"catalog::list":    "List the catalog images (presets, then custom_images)",
+	"adapter::info":    "The adapter's name, version and sandbox contract",
+	"process::start":   "Start a process in a sandbox, its output streamed on channels: sandbox_id, cmd/args or argv, env?, workdir?, timeout_ms?, stdin?, tty? {rows, cols}, detached?",
+	"process::attach":  "Attach to a sandbox process again: its missed output (from its ring), then live output and its exit: sandbox_id, process_id, stdin?",
+	"process::list":    "List the processes of a sandbox: sandbox_id",
+	"process::wait":    "Wait until a sandbox process exits: sandbox_id, process_id, timeout_ms?",
+	"process::signal":  "Send a signal to a sandbox process's group: sandbox_id, process_id, signal (SIGTERM, TERM or 1..64)",
+	"process::resize":  "Resize a sandbox process's terminal: sandbox_id, process_id, rows, cols",
+	"expose":           "Expose a guest TCP port on a host URL (loopback unless expose_host says otherwise), closed with the sandbox: sandbox_id, port, token?",
+	"unexpose":         "Close an exposed port of a sandbox and its connections: sandbox_id, port",
+	"expose::list":     "List the exposed ports of a sandbox: sandbox_id",
+	"snapshot":         "Save a running sandbox (its files, memory and processes; it goes on) as a snapshot: sandbox_id, name?",
+	"snapshot::list":   "List the snapshots of running sandboxes, their sizes and the user_snapshots_mb bound",
+	"snapshot::delete": "Delete a snapshot: snapshot_id",
+	"fork":             "Start count copies of a running sandbox that go on from its state (it goes on too): sandbox_id, count?",
+	"pause":            "Pause a sandbox: its machine saved to files and ended (no CPU, no RAM) until resume or any other call: sandbox_id",
+	"resume":           "Resume a paused sandbox under its id, its processes and files as they were: sandbox_id",
+	"worker::start":    "Boot a Compose VM worker (Compose only): vm_id, image, dir, command, env?, env_file?, name?, guest_dir?, cpus?, memory_mb?, network?, mounts?",
+	"worker::stop":     "Stop a Compose VM worker (Compose only): vm_id",
+	"worker::status":   "State of one VM worker (vm_id) or of all, with the host roots (Compose only)",
+	"worker::delete":   "Stop a VM worker and remove ~/.iii/sandbox/workers/<vm_id>/ (Compose only): vm_id",
 }
 
 // describe is the function description shown by engine::functions::list.

@@ -333,10 +333,29 @@ func TestExposeOpsNeedContract13(t *testing.T) {
 	}
 }
 
-// TestGatedSessionNeedsSandboxGrant: the process operations are sandbox operations, so an RBAC
-// session may call them only when its listener grants them: one that exposes only its own
-// functions is refused sandbox::process::start (and sandbox::exec) FORBIDDEN before anything
-// reaches the adapter; one that exposes sandbox::* reaches it.
+// TestSnapshotOpsNeedContract13: a contract 1.2 adapter (processes, no snapshots) gets the
+// caller S304 naming 1.3 for the snapshot operations, while its process operations still work.
+func TestSnapshotOpsNeedContract13(t *testing.T) {
+	b := &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}
+	ok := func(context.Context, json.RawMessage) (any, error) { return map[string]any{"processes": []any{}}, nil }
+	url, _ := observed(t, b)
+	fakeAdapter(t, url, Contract{Major: 1, Minor: 2}, map[string]op{"process::list": ok})
+	c := caller(t, url)
+	for _, fn := range []string{"sandbox::snapshot", "sandbox::snapshot::list", "sandbox::snapshot::delete", "sandbox::fork", "sandbox::pause", "sandbox::resume"} {
+		_, err := c.Call(context.Background(), fn, map[string]any{"sandbox_id": "x"})
+		if errCode(err) != scode.S304 || !strings.Contains(err.Error(), fn+" needs sandbox contract 1.3") {
+			t.Fatalf("%s: %v, want S304", fn, err)
+		}
+	}
+	if _, err := c.Call(context.Background(), "sandbox::process::list", map[string]any{"sandbox_id": "x"}); err != nil {
+		t.Fatalf("sandbox::process::list: %v", err)
+	}
+}
+
+// TestGatedSessionNeedsSandboxGrant: the process, snapshot and expose operations are sandbox
+// operations, so an RBAC session may call them only when its listener grants them: one that
+// exposes only its own functions is refused each of them (and sandbox::exec) FORBIDDEN before
+// anything reaches the adapter; one that exposes sandbox::* reaches it.
 func TestGatedSessionNeedsSandboxGrant(t *testing.T) {
 	t.Setenv(protocol.EnvTokenFile, "")
 	t.Setenv(protocol.EnvToken, "")
@@ -369,7 +388,9 @@ func TestGatedSessionNeedsSandboxGrant(t *testing.T) {
 		"exec": func(context.Context, json.RawMessage) (any, error) { reached.Add(1); return map[string]any{}, nil },
 	})
 	outsider := caller(t, urls[1])
-	for _, fn := range []string{"sandbox::process::start", "sandbox::exec", "sandbox::process::list"} {
+	for _, fn := range []string{"sandbox::process::start", "sandbox::exec", "sandbox::process::list",
+		"sandbox::snapshot", "sandbox::snapshot::list", "sandbox::snapshot::delete", "sandbox::fork", "sandbox::pause", "sandbox::resume",
+		"sandbox::expose", "sandbox::unexpose", "sandbox::expose::list"} {
 		_, err := outsider.Call(context.Background(), fn, map[string]any{"sandbox_id": "x", "cmd": "sh"})
 		if errCode(err) != errcode.Forbidden {
 			t.Fatalf("outsider: %s: %v, want FORBIDDEN", fn, err)

@@ -65,6 +65,8 @@ var Ops = []string{
 	"fs::ls", "fs::stat", "fs::mkdir", "fs::write", "fs::read", "fs::rm", "fs::chmod", "fs::mv", "fs::grep", "fs::sed",
 	"process::start", "process::attach", "process::list", "process::wait", "process::signal", "process::resize",
 	"expose", "unexpose", "expose::list",
+
+	"snapshot", "snapshot::list", "snapshot::delete", "fork", "pause", "resume",
 }
 
 // sinceMinor is the contract minor that added an op, for the ops added after 1.0: the router
@@ -73,6 +75,9 @@ var sinceMinor = map[string]uint32{
 	"process::start": scode.ProcessMinor, "process::attach": scode.ProcessMinor, "process::list": scode.ProcessMinor,
 	"process::wait": scode.ProcessMinor, "process::signal": scode.ProcessMinor, "process::resize": scode.ProcessMinor,
 	"expose": scode.ExposeMinor, "unexpose": scode.ExposeMinor, "expose::list": scode.ExposeMinor,
+
+	"snapshot": scode.SnapshotMinor, "snapshot::list": scode.SnapshotMinor, "snapshot::delete": scode.SnapshotMinor,
+	"fork": scode.SnapshotMinor, "pause": scode.SnapshotMinor, "resume": scode.SnapshotMinor,
 }
 
 // Binding names the adapter the router forwards to.

@@ -90,6 +90,9 @@ type Options struct {
 	// networking are restored from; FirmwareID identifies the firmware in their keys.
 	Snapshots  *snapshot.Store
 	FirmwareID string
+	// UserSnapshotDir holds the snapshots of running sandboxes (sandbox::snapshot); empty:
+	// user-snapshots beside Snapshots' directory, else under StateDir.
+	UserSnapshotDir string
 }
 
 // Service holds the live sandboxes and serves every operation.
@@ -102,6 +105,7 @@ type Service struct {
 	stops   sync.WaitGroup
 	pool    *pool      // nil without warm_pool
 	snaps   *snapshots // nil with snapshots off
+	users   *userSnaps // the snapshots of running sandboxes
 
 	streamCtx  context.Context // parent of fs::read streams; cancelled by Shutdown
 	stopStream context.CancelFunc
@@ -121,6 +125,12 @@ type sandbox struct {
 	stopped         bool
 	stoppedAt       time.Time
 	stopDone        chan struct{}
+	saveMu          sync.Mutex    // one save, pause or resume of the machine at a time
+	paused          *userSnapMeta // set while paused: the saved machine in pauseDir
+	pauseDir        string
+	pausing         bool                   // a pause is saving the machine: calls wait for it, then resume
+	autoPausing     bool                   // the reaper has started pausing it for idleness
+	pauses          int                    // pauses so far, naming each one's directory
 	procMu          sync.Mutex             // serialises process starts, so that max_processes holds
 	atts            map[string]*procAttach // the live attachment of each attached process, by process id
 	pending         map[string]pending     // output a departed reader did not take, by process id
@@ -138,7 +148,8 @@ func New(opt Options) *Service {
 	if opt.StateDir == "" {
 		opt.StateDir = filepath.Join(os.TempDir(), fmt.Sprintf("iii-sbx-%d", os.Getuid()))
 	}
-	s := &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{}}
+	s := &Service{opt: opt, cat: catalog.New(opt.Settings), boxes: map[string]*sandbox{},
+		users: &userSnaps{dir: userSnapDir(opt), limitMB: opt.Settings.UserSnapshotsMB}}
 	s.streamCtx, s.stopStream = context.WithCancel(context.Background())
 	// The snapshot store first: the pool's refills, which newPool starts, restore from it.
 	if opt.Settings.Snapshots == settings.SnapshotsOn {
@@ -167,6 +178,13 @@ func (s *Service) Handlers() map[string]Handler {
 		"stop":          s.Stop,
 		"catalog::list": s.CatalogList,
 		"adapter::info": s.Info,
+		// Contract 1.3: snapshots of running sandboxes (usersnap.go).
+		"snapshot":         s.Snapshot,
+		"snapshot::list":   s.SnapshotList,
+		"snapshot::delete": s.SnapshotDelete,
+		"fork":             s.Fork,
+		"pause":            s.Pause,
+		"resume":           s.Resume,
 	}
 	for _, op := range FSOps {
 		h["fs::"+op] = s.fsHandler(op)
@@ -227,6 +245,8 @@ type CreateRequest struct {
 	Network         *bool           `json:"network"`
 	IdleTimeoutSecs *uint64         `json:"idle_timeout_secs"`
 	Env             json.RawMessage `json:"env"`
+	// SnapshotID restores a copy of a snapshot sandbox::snapshot made instead of booting an image.
+	SnapshotID *string `json:"snapshot_id"`
 }
 
 // CreateReply is the reply of create.
@@ -241,7 +261,13 @@ func (s *Service) Create(ctx context.Context, raw json.RawMessage) (any, error) 
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	box, err := s.create(ctx, req)
+	var box *sandbox
+	var err error
+	if req.SnapshotID != nil {
+		box, err = s.createFromSnapshot(ctx, req)
+	} else {
+		box, err = s.create(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -533,28 +559,50 @@ func capBytes(b []byte) ([]byte, bool) {
 	return b, false
 }
 
-// admit looks up a live sandbox, bumps its idle clock and, for an exec, takes a slot.
+// admit looks up a live sandbox, bumps its idle clock and, for an exec, takes a slot. A paused
+// sandbox is resumed first.
 func (s *Service) admit(id string, exec bool) (*sandbox, error) {
+	return s.admitCtx(context.Background(), id, exec)
+}
+
+// admitCtx is admit, a resume bounded by ctx.
+func (s *Service) admitCtx(ctx context.Context, id string, exec bool) (*sandbox, error) {
+	for {
+		box, paused, err := s.admitRunning(id, exec)
+		if paused == nil {
+			return box, err
+		}
+		if err := s.resumeBox(ctx, paused); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// admitRunning is admit of a sandbox that is not paused; a paused one is returned as paused.
+func (s *Service) admitRunning(id string, exec bool) (box, paused *sandbox, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	box, ok := s.boxes[id]
 	if !ok {
-		return nil, scode.NotFound(id)
+		return nil, nil, scode.NotFound(id)
+	}
+	if box.parked() && !box.stopped {
+		return nil, box, nil
 	}
 	if !box.stopped && machineDone(box.machine) {
 		s.markStoppedLocked(box)
 	}
 	if box.stopped {
-		return nil, scode.Stopped(id)
+		return nil, nil, scode.Stopped(id)
 	}
 	if exec {
 		if box.inflight >= s.opt.Settings.MaxConcurrentExecPerSandbox {
-			return nil, scode.ExecCap(id)
+			return nil, nil, scode.ExecCap(id)
 		}
 		box.inflight++
 	}
 	box.lastActive = s.opt.Now()
-	return box, nil
+	return box, nil, nil
 }
 
 // release ends an exec: frees the slot and bumps the idle clock.
@@ -564,6 +612,10 @@ func (s *Service) release(box *sandbox) {
 	box.inflight--
 	box.lastActive = s.opt.Now()
 }
+
+// parked says the box is paused or being paused: its machine has ended or is about to, which is
+// not an exit. The caller holds s.mu.
+func (b *sandbox) parked() bool { return b.paused != nil || b.pausing }
 
 func machineDone(m vm.Machine) bool {
 	select {
@@ -584,6 +636,7 @@ type ListEntry struct {
 	ExecInFlight   uint32 `json:"exec_in_flight"`
 	ExecSlotsFree  uint32 `json:"exec_slots_free"`
 	Stopped        bool   `json:"stopped"`
+	Paused         bool   `json:"paused"` // contract 1.3: its machine is saved to files and ended (sandbox::pause)
 }
 
 // List answers list.
@@ -598,7 +651,7 @@ func (s *Service) List(_ context.Context, raw json.RawMessage) (any, error) {
 	rows := make([]ListEntry, 0, len(s.boxes))
 	created := map[string]time.Time{}
 	for _, b := range s.boxes {
-		if !b.stopped && machineDone(b.machine) {
+		if !b.stopped && !b.parked() && machineDone(b.machine) {
 			s.markStoppedLocked(b)
 		}
 		free := uint32(0)
@@ -609,7 +662,7 @@ func (s *Service) List(_ context.Context, raw json.RawMessage) (any, error) {
 			SandboxID: b.id, Name: b.name, Image: b.image,
 			AgeSecs:        uint64(now.Sub(b.created) / time.Second),
 			ExecInProgress: b.inflight > 0, ExecInFlight: b.inflight, ExecSlotsFree: free,
-			Stopped: b.stopped,
+			Stopped: b.stopped, Paused: b.parked() && !b.stopped,
 		})
 		created[b.id] = b.created
 	}
@@ -714,11 +767,22 @@ func (s *Service) Reap() {
 			}
 			continue
 		}
+		if b.parked() {
+			continue // a paused sandbox holds neither CPU nor RAM: it waits for a call or a stop
+		}
 		idleFor := now.Sub(b.lastActive)
 		switch {
 		case machineDone(b.machine):
 			s.opt.Logf("sandbox %s: its VM exited", id)
 		case b.inflight == 0 && len(b.atts) == 0 && openConnsLocked(b) == 0 && idleFor >= b.idle:
+			if s.opt.Settings.IdleAction == settings.IdlePause {
+				if !b.autoPausing {
+					b.autoPausing = true
+					s.stops.Add(1)
+					go s.autoPause(b, idleFor)
+				}
+				continue
+			}
 			s.opt.Logf("sandbox %s: reaped after %s idle", id, idleFor.Round(time.Second))
 		case b.inflight > 0 && idleFor >= b.idle+maxExec+busyGrace:
 			s.opt.Logf("sandbox %s: reclaimed while busy after %s", id, idleFor.Round(time.Second))

@@ -109,7 +109,7 @@ func (sn *snapshots) restore(ctx context.Context, bg context.Context, id, image,
 		sn.count(func(st *SnapshotStatus) { st.Booted++ })
 		return nil, func() { sn.makeInBackground(bg, k, image, rootfs) }
 	}
-	m, err = sn.drv.Restore(ctx, vm.Spec{RootDisk: e.Disk(), CPUs: int(p.cpus), MemoryMB: int(p.mem), ScratchMB: int(p.mem) / 2,
+	m, err = sn.drv.Restore(ctx, vm.Spec{RootDisk: keepDisk(e.Disk(), stateDir), CPUs: int(p.cpus), MemoryMB: int(p.mem), ScratchMB: int(p.mem) / 2,
 		Env: env, StateDir: stateDir, Hostname: hostname(id)}, e.Machine(), e.Meta.KernelRelease)
 	if err != nil {
 		sn.store.Discard(k)

@@ -74,6 +74,14 @@ type Settings struct {
 	Snapshots string `json:"snapshots"`
 	// SnapshotCacheMB bounds the disk the snapshots take (least recently used removed first).
 	SnapshotCacheMB uint64 `json:"snapshot_cache_mb"`
+	// UserSnapshotsMB bounds the disk the snapshots of running sandboxes take (sandbox::snapshot,
+	// kept until sandbox::snapshot::delete): one that would pass it is refused S400 naming
+	// user_snapshots_mb.
+	UserSnapshotsMB uint64 `json:"user_snapshots_mb"`
+	// IdleAction is what happens to a sandbox idle past its idle timeout: IdleStop (the
+	// default) stops it, IdlePause pauses it (sandbox::pause; a sandbox that cannot be paused is
+	// stopped).
+	IdleAction string `json:"idle_action"`
 	// MaxProcesses bounds the running processes of one sandbox (sandbox::process::start; exited
 	// ones do not count): one more is S400 naming max_processes.
 	MaxProcesses uint32 `json:"max_processes"`
@@ -217,6 +225,8 @@ func Defaults() Settings {
 		WorkerDiskMB:                DefaultWorkerDiskMB,
 		Snapshots:                   SnapshotsOn,
 		SnapshotCacheMB:             DefaultSnapshotCacheMB,
+		UserSnapshotsMB:             DefaultUserSnapshotsMB,
+		IdleAction:                  IdleStop,
 		MaxProcesses:                DefaultMaxProcesses,
 		ProcessRingBytes:            DefaultProcessRingBytes,
 		ExposeHost:                  DefaultExposeHost,
@@ -234,6 +244,15 @@ const (
 // DefaultSnapshotCacheMB is snapshot_cache_mb when it is not set: room for the two presets at a
 // few sizes (a snapshot of the python preset at 512 MiB is about 190 MiB with its root disk).
 const DefaultSnapshotCacheMB = 4096
+
+// The values of the idle_action key.
+const (
+	IdleStop  = "stop"
+	IdlePause = "pause"
+)
+
+// DefaultUserSnapshotsMB is user_snapshots_mb when it is not set.
+const DefaultUserSnapshotsMB = 8192
 
 // Keys lists every accepted top-level key, sorted.
 func Keys() []string {
@@ -468,6 +487,19 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 	"snapshot_cache_mb": func(s *Settings, k string, v any) error {
 		n, err := uintValue(k, v, math.MaxUint32)
 		s.SnapshotCacheMB = n
+		return err
+	},
+	"idle_action": func(s *Settings, k string, v any) error {
+		f, ok := v.(string)
+		if !ok || (f != IdleStop && f != IdlePause) {
+			return bad(k, "must be %s or %s, got %s", IdleStop, IdlePause, describe(v))
+		}
+		s.IdleAction = f
+		return nil
+	},
+	"user_snapshots_mb": func(s *Settings, k string, v any) error {
+		n, err := uintValue(k, v, math.MaxUint32)
+		s.UserSnapshotsMB = n
 		return err
 	},
 	"warm_pool": func(s *Settings, k string, v any) error {

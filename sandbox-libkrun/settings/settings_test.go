@@ -85,6 +85,8 @@ func TestFailsClosed(t *testing.T) {
 		{`{"accelerator":true}`, "accelerator", "must be one of kvm, tcg, auto, hvf"},
 		{`{"snapshots":"yes"}`, "snapshots", "must be on or off, got a string (\"yes\")"},
 		{`{"snapshot_cache_mb":-1}`, "snapshot_cache_mb", "non-negative"},
+		{`{"user_snapshots_mb":-1}`, "user_snapshots_mb", "non-negative"},
+		{`{"idle_action":"sleep"}`, "idle_action", "must be stop or pause, got a string (\"sleep\")"},
 		{`{"warm_pool":"python"}`, "warm_pool", "must be a count (0-8) for every allowlisted image or a map"},
 		{`{"warm_pool":9}`, "warm_pool", "must be a count"},
 		{`{"warm_pool":{"python":-1}}`, "warm_pool.python", "non-negative"},

@@ -6,6 +6,7 @@ package vm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"time"
 )
@@ -30,12 +31,31 @@ type Snapshotter interface {
 	Restore(ctx context.Context, spec Spec, src SnapshotFiles, kernelRelease string) (Machine, error)
 }
 
+// Saver is a Driver that can save a machine it runs without stopping it (the qemu driver): the
+// machine pauses while its state is written, then goes on. Only a machine whose root is a
+// Spec.RootDisk and that has no networking can be saved (one restored from a snapshot); another
+// fails with an error wrapping ErrNotSavable that says why.
+type Saver interface {
+	// Save writes m's RAM and devices to dst and returns the Spec a copy is restored with (its
+	// RootDisk, CPUs, MemoryMB, ScratchMB and Env) and the guest kernel's release in Info.
+	Save(ctx context.Context, m Machine, dst SnapshotFiles) (Spec, SnapshotInfo, error)
+	// Park saves m as Save does and stops it instead of letting it go on: the machine is ended
+	// (no process, no RAM) once its state is written.
+	Park(ctx context.Context, m Machine, dst SnapshotFiles) (Spec, SnapshotInfo, error)
+}
+
+// ErrNotSavable is wrapped by Saver.Save for a machine that cannot be saved.
+var ErrNotSavable = errors.New("the machine cannot be saved")
+
 // SnapshotFiles are the two files of a saved machine. A restored copy maps RAM copy-on-write
 // (its writes are its own and never reach the file), so RAM must not change while a copy runs:
 // a new snapshot is written beside it and renamed over it.
 type SnapshotFiles struct {
 	Machine string // the devices' state: qemu's migration stream without the guest's RAM
 	RAM     string // the guest's RAM, a sparse file of the machine's memory size
+	// Transient files are not synced to disk when written: they do not outlive the adapter
+	// (a fork's, a paused sandbox's), so a host crash loses nothing they would have kept.
+	Transient bool
 }
 
 // SnapshotInfo describes a snapshot Snapshotter.Snapshot made.
@@ -45,6 +65,7 @@ type SnapshotInfo struct {
 	Boot          time.Duration // booting the machine to a ready agent
 	Warm          time.Duration // the caller's warm-up commands
 	Save          time.Duration // stopping the machine and writing the file
+	Paused        time.Duration // Saver.Save: how long the running machine was paused
 }
 
 // The file shares that serve a machine's image and mounts.

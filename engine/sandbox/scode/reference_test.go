@@ -12,8 +12,8 @@ import (
 // command that is gone or an ambiguity it had: S100 for an image the catalog knows but
 // image_allowlist lacks (0.25 used the not-in-catalog text for both) and S101 (0.25 said
 // `iii worker add`, removed with iii-worker). Their code and type are unchanged. docs_url points
-// at the Sandboxes page (req I5). The codes contract 1.2 added (S230–S233, S304) are pinned
-// alongside.
+// at the Sandboxes page (req I5). The codes contracts 1.2 and 1.3 added (S230–S233, S304,
+// S250, S251) are pinned alongside.
 func TestCodesMatchTheReference(t *testing.T) {
 	ref := []struct {
 		code, typ string
@@ -44,6 +44,8 @@ func TestCodesMatchTheReference(t *testing.T) {
 		{S231, TypeValidation, false, NoTerminal("sb-1", "p3"), "process p3 in sandbox sb-1 has no terminal (it was not started with tty)"},
 		{S232, TypeTransient, true, StillRunning("sb-1", "p3", "30s"), "process p3 in sandbox sb-1 is still running after 30s; it goes on"},
 		{S233, TypeValidation, false, ProcessExited("sb-1", "p3"), "process p3 in sandbox sb-1 has already exited"},
+		{S250, TypeValidation, false, nil, ""},
+		{S251, TypeValidation, false, nil, ""},
 		{S300, TypePlatform, false, BootFailed("no kvm"), "VM boot failed: no kvm"},
 		{S304, TypeConfig, false, nil, ""},
 		{S400, TypeConfig, false, Limit("max_concurrent_sandboxes (32) reached"), "resource limit exceeded: max_concurrent_sandboxes (32) reached"},

@@ -30,6 +30,10 @@ const ProcessMinor = 2
 // expose::list): a router answers them S304 for an adapter of a lower minor.
 const ExposeMinor = 3
 
+// SnapshotMinor is the contract minor that added the snapshots of running sandboxes
+// (sandbox::snapshot, snapshot::list, snapshot::delete, fork, pause, resume).
+const SnapshotMinor = 3
+
 // The documented sandbox codes (req A4). S301, S302 and S303 are answered by the engine's
 // router, the rest by the adapter; every code has its one home here.
 const (
@@ -56,6 +60,8 @@ const (
 	S231 = "S231" // process has no terminal
 	S232 = "S232" // process still running at the wait's deadline
 	S233 = "S233" // process has exited
+	S250 = "S250" // sandbox cannot be snapshotted (forked, paused)
+	S251 = "S251" // snapshot not found
 	S300 = "S300" // VM boot failed
 	S301 = "S301" // bound adapter not connected (router)
 	S302 = "S302" // bound adapter speaks another contract major (router)
@@ -112,6 +118,8 @@ var table = map[string]meta{
 	S231: {TypeValidation, false, "Only a process started with tty: {rows, cols} has a terminal to resize."},
 	S232: {TypeTransient, true, "The process is still running; call sandbox::process::wait again, or signal it with sandbox::process::signal."},
 	S233: {TypeValidation, false, "The process has already exited; sandbox::process::wait or sandbox::process::list give how it ended."},
+	S250: {TypeValidation, false, "Only a sandbox without networking that was restored from an image snapshot can be saved: create it with snapshots: on (the default) and no network, once the image's snapshot exists (the first create of an image makes it)."},
+	S251: {TypeValidation, false, "The snapshot id is unknown (never made, or deleted); sandbox::snapshot::list shows the ones kept."},
 	S300: {TypePlatform, false, "The VM could not boot; this is not recoverable by retrying. Check the host requirements printed by the adapter at start."},
 	S301: {TypePlatform, false, "Start or install the sandbox adapter in its namespace."},
 	S302: {TypeConfig, false, "Install an adapter of contract major " + strconv.Itoa(ContractMajor) + ": `iii call compose::add worker=iii-sandbox` pins the range."},

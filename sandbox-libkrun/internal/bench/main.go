@@ -2,7 +2,9 @@
 // of the firmware's kernel and initramfs running nothing but `true`; sandbox::run is timed end to
 // end through an in-process engine, its sandbox router and the adapter, cold and with a warm pool.
 // The fs section times fs::write and fs::read of a 32 MiB file through stream channels; the
-// process section streamed exec, a large stdout and re-attached background processes.
+// process section streamed exec, a large stdout and re-attached background processes. The fork
+// section (-fork alone) saves a running python sandbox and forks it into 8 copies, creates from
+// such a snapshot, and pauses and resumes a sandbox, with the targets of each.
 // A last section does the same cold for the other guest architecture (aarch64 on an x86_64 host,
 // under TCG emulation), over virtiofs and over 9p (the share of macOS).
 package main
@@ -37,6 +39,7 @@ func main() {
 	procOnly := flag.Bool("processes", false, "run only the streamed exec and background process section")
 	snapOnly := flag.Bool("snapshots", false, "run only the floor, the snapshot section and sandbox::run cold with snapshots off and from a snapshot")
 	exposeOnly := flag.Bool("expose", false, "run only the exposed port section: an HTTP GET through sandbox::expose against the same server on the host")
+	forkOnly := flag.Bool("fork", false, "run only the floor and the section of snapshots of running sandboxes (fork, create from one, pause and resume)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -73,6 +76,13 @@ func main() {
 		fmt.Printf("driver and sandbox::run: skipped, image %s not cached (go tool mage images)\n", preset.Ref)
 		return
 	}
+	if *forkOnly {
+		if err := forkSection(ctx, d, root, *n, floor); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: fork:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := measureSnapshots(ctx, d, root, *n, floor); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: snapshots:", err)
 		os.Exit(1)
@@ -94,6 +104,10 @@ func main() {
 	ds.Phases.Print(os.Stdout, "the driver boot ("+preset.Name+" image) and its first exec")
 
 	runSection(ctx, d, *n, floor, preset.Name, runModes)
+	if err := forkSection(ctx, d, root, *n, floor); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: fork:", err)
+		os.Exit(1)
+	}
 	fsSection(ctx, d, *n)
 	processSection(ctx, d, *n)
 	exposeSection(ctx, d, *n)

@@ -43,6 +43,7 @@ type machine struct {
 	snapFile *os.File      // the snapshot a restore loads, handed to qemu as its fd 3
 	ram      string        // the snapshot's RAM file, mapped shared when saving, private when restored
 	restored *RestoreTimes // set for a machine Restore started
+	keepRAM  bool          // map ram shared although incoming: Save's helper writes a new snapshot's RAM
 	tempDirs []string      // directories the driver created, removed on exit
 
 	conn net.Conn
@@ -243,7 +244,7 @@ func (d *Driver) startQemu(ctx context.Context, m *machine, accel string, socks 
 	ctrl := filepath.Join(m.sockDir, "ctrl.sock")
 	_ = os.Remove(ctrl)
 	argv := append([]string{d.opt.Qemu}, d.qemuArgs(qemuConfig{spec: m.spec, accel: accel, vfsSocks: socks, ctrlSock: ctrl,
-		qmpSock: m.qmpSock, incoming: m.incoming, ram: m.ram, ramShared: m.ram != "" && !m.incoming})...)
+		qmpSock: m.qmpSock, incoming: m.incoming, ram: m.ram, ramShared: m.ram != "" && (!m.incoming || m.keepRAM)})...)
 	var err error
 	// A restore's RAM is filled by qemu's migration load, which huge pages would make resident in
 	// full (startWithoutHugePages); a boot's is filled by its guest alone.

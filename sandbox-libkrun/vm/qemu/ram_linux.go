@@ -10,8 +10,8 @@ import (
 
 // finishRAM makes a saved machine's RAM file sparse and durable: every page of zeros the guest
 // left in it becomes a hole (it then costs neither disk nor, once restored, page cache), and the
-// file is synced.
-func finishRAM(path string) error {
+// file is synced unless transient.
+func finishRAM(path string, transient bool) error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func finishRAM(path string) error {
 			return err
 		}
 	}
-	if err := punch(off); err != nil {
+	if err := punch(off); err != nil || transient {
 		return err
 	}
 	return f.Sync()

@@ -6,7 +6,10 @@ import "os"
 
 // finishRAM syncs a saved machine's RAM file (the host has no hole punching here, so the
 // guest's zero pages stay in it).
-func finishRAM(path string) error {
+func finishRAM(path string, transient bool) error {
+	if transient {
+		return nil
+	}
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return err

@@ -78,11 +78,11 @@ func (d *Driver) Snapshot(ctx context.Context, spec vm.Spec, dst vm.SnapshotFile
 	}
 	info.Warm = time.Since(t)
 	t = time.Now()
-	if err := d.save(ctx, m, dst.Machine); err != nil {
+	if err := d.save(ctx, m, dst.Machine, dst.Transient); err != nil {
 		return info, err
 	}
 	m.kill()
-	if err := finishRAM(ram); err != nil {
+	if err := finishRAM(ram, dst.Transient); err != nil {
 		return info, fmt.Errorf("vm: the snapshot's RAM %s: %w", ram, err)
 	}
 	if err := os.Rename(ram, dst.RAM); err != nil {
@@ -108,8 +108,9 @@ func tempBeside(path string) (string, error) {
 	return f.Name(), f.Close()
 }
 
-// save stops m and writes its migration stream to dst (through a temporary file beside it).
-func (d *Driver) save(ctx context.Context, m *machine, dst string) error {
+// save stops m and writes its migration stream to dst (through a temporary file beside it),
+// synced to disk unless transient.
+func (d *Driver) save(ctx context.Context, m *machine, dst string, transient bool) error {
 	q, err := dialQMP(ctx, m.qmpSock, m.qemu)
 	if err != nil {
 		return err
@@ -144,14 +145,16 @@ func (d *Driver) save(ctx context.Context, m *machine, dst string) error {
 	if err := q.migrationDone(ctx); err != nil {
 		return err
 	}
-	f, err := os.Open(tmpPath)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	f.Close()
-	if err != nil {
-		return err
+	if !transient {
+		f, err := os.Open(tmpPath)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
 	}
 	if err := os.Rename(tmpPath, dst); err != nil {
 		return err

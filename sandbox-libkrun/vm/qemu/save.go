@@ -1,0 +1,212 @@
+package qemu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/iii-go/iii/sandbox-libkrun/vm"
+)
+
+// Saving a running machine. A restored machine maps its RAM private, so qemu's x-ignore-shared
+// would not leave it out of the migration stream, and a copy restored from such a stream would
+// have to load all of it instead of sharing the RAM file's pages. Save therefore writes the whole
+// machine (RAM included) to a temporary stream while the machine is paused, lets it go on, and
+// then has a second qemu, with nothing running, load that stream into a new RAM file mapped
+// shared and save its devices alone: the same two files Snapshot makes, restored alike.
+
+var _ vm.Saver = (*Driver)(nil)
+
+// Save saves the running machine vmm to dst (mode 0600 files written beside their names and
+// renamed into place) and lets it go on; the machine is paused only while its state is written
+// to a temporary file. vmm must be a machine this driver restored from a snapshot (a root disk,
+// no networking, a monitor to save it through); another fails with vm.ErrNotSavable.
+func (d *Driver) Save(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error) {
+	return d.saveRunning(ctx, vmm, dst, true)
+}
+
+// Park saves the running machine vmm to dst as Save does, and ends it once its state is written
+// (vm.Saver), after its snapshot is complete: a failed park lets it go on.
+func (d *Driver) Park(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error) {
+	return d.saveRunning(ctx, vmm, dst, false)
+}
+
+func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles, goOn bool) (vm.Spec, vm.SnapshotInfo, error) {
+	var info vm.SnapshotInfo
+	m, ok := vmm.(*machine)
+	switch {
+	case !ok:
+		return vm.Spec{}, info, fmt.Errorf("%w: it is not a qemu machine", vm.ErrNotSavable)
+	case m.spec.RootDisk == "" || m.qmpSock == "":
+		return vm.Spec{}, info, fmt.Errorf("%w: its root is served over a file share, not a disk image (only a machine restored from a snapshot can be saved)", vm.ErrNotSavable)
+	case m.spec.Network:
+		return vm.Spec{}, info, fmt.Errorf("%w: it has networking", vm.ErrNotSavable)
+	}
+	select {
+	case <-m.done:
+		return vm.Spec{}, info, ErrStopped
+	default:
+	}
+	full, err := tempBeside(dst.Machine)
+	if err != nil {
+		return vm.Spec{}, info, err
+	}
+	defer os.Remove(full)
+	t := time.Now()
+	if err := d.saveWhole(ctx, m, full, goOn); err != nil {
+		return vm.Spec{}, info, err
+	}
+	info.Paused = time.Since(t)
+	spec := vm.Spec{RootDisk: m.spec.RootDisk, CPUs: m.spec.CPUs, MemoryMB: m.spec.MemoryMB, ScratchMB: m.spec.ScratchMB,
+		Env: append([]string(nil), m.spec.Env...)}
+	if err := d.split(ctx, spec, full, dst); err != nil {
+		if !goOn {
+			// Nothing was kept: the machine goes on rather than being lost.
+			if q, qerr := dialQMP(ctx, m.qmpSock, m.qemu); qerr == nil {
+				_ = cont(ctx, q)
+				q.Close()
+			}
+		}
+		return vm.Spec{}, info, err
+	}
+	if !goOn {
+		m.kill()
+	}
+	info.Save = time.Since(t)
+	info.KernelRelease = m.release
+	for _, f := range []string{dst.Machine, dst.RAM} {
+		n, err := diskBytes(f)
+		if err != nil {
+			return vm.Spec{}, info, err
+		}
+		info.Size += n
+	}
+	return spec, info, nil
+}
+
+// saveWhole pauses m, writes its RAM and devices to path and lets it go on, unless goOn is false
+// and the save succeeded.
+func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bool) error {
+	q, err := dialQMP(ctx, m.qmpSock, m.qemu)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if _, err := q.execute("stop", nil); err != nil {
+		return err
+	}
+	var errs []error
+	// A restored machine's monitor was told its stream leaves shared RAM out: this stream must
+	// carry the RAM, in the format the loading qemu (without the capability) expects.
+	if _, err := q.execute("migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": false}}}); err != nil {
+		errs = append(errs, err)
+	} else if _, err := q.execute("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
+		errs = append(errs, err)
+	} else if _, err := q.execute("migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}); err != nil {
+		errs = append(errs, err)
+	} else if err := q.migrationDone(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	// After a completed migration qemu has let go of the disk; cont takes it back and runs the guest.
+	// A machine to be parked stays stopped once saved.
+	if !goOn && len(errs) == 0 {
+		return nil
+	}
+	if err := cont(ctx, q); err != nil {
+		errs = append(errs, fmt.Errorf("resuming the saved machine: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// cont runs a machine stopped by a save. qemu reports the migration completed before its own
+// clean-up after it has run, and refuses cont until then ("Migration is not finalized yet"), so
+// that refusal is retried for a while.
+func cont(ctx context.Context, q *qmp) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := q.execute("cont", nil)
+		if err == nil || !strings.Contains(err.Error(), "not finalized") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// split loads the whole-machine stream full into a stopped qemu of spec whose RAM is a new file
+// beside dst.RAM, mapped shared, saves its devices to dst.Machine and renames the RAM file, made
+// sparse, to dst.RAM.
+func (d *Driver) split(ctx context.Context, spec vm.Spec, full string, dst vm.SnapshotFiles) error {
+	spec, err := checkSpec(spec)
+	if err != nil {
+		return err
+	}
+	ram, err := tempBeside(dst.RAM)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(ram)
+	ownState, err := prepareStateDir(&spec)
+	if err != nil {
+		return err
+	}
+	h, err := newMachine(spec, ownState)
+	if err != nil {
+		return err
+	}
+	defer h.kill()
+	h.qmpSock = h.sockDir + "/qmp.sock"
+	h.incoming, h.keepRAM, h.ram = true, true, ram
+	ctx, cancel := context.WithTimeout(ctx, d.opt.BootTimeout)
+	defer cancel()
+	if err := d.load(ctx, h, full); err != nil {
+		h.killProcs()
+		return fmt.Errorf("vm: loading the saved machine: %w%s", err, h.consoleTail())
+	}
+	if err := d.save(ctx, h, dst.Machine, dst.Transient); err != nil {
+		return err
+	}
+	h.kill()
+	if err := finishRAM(ram, dst.Transient); err != nil {
+		return fmt.Errorf("vm: the snapshot's RAM %s: %w", ram, err)
+	}
+	return os.Rename(ram, dst.RAM)
+}
+
+// load starts h's qemu waiting for a stream and loads the stream in the file path into it.
+func (d *Driver) load(ctx context.Context, h *machine, path string) error {
+	log, err := os.Create(h.console)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	h.snapFile = f
+	err = d.startQemu(ctx, h, d.Accel(), nil, log)
+	f.Close()
+	h.snapFile = nil
+	if err != nil {
+		return err
+	}
+	q, err := dialQMP(ctx, h.qmpSock, h.qemu)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	if err := setCapabilities(q, "events"); err != nil {
+		return err
+	}
+	if _, err := q.execute("migrate-incoming", map[string]any{"uri": "fd:3"}); err != nil {
+		return err
+	}
+	return q.awaitMigration()
+}
