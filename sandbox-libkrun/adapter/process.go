@@ -159,6 +159,17 @@ func procUnsupported() *scode.Error {
 		"upgrade the sandbox adapter, whose guest agent runs processes, and create a new sandbox (see S219 docs)")
 }
 
+// checkProcess validates the sandbox_id and process_id every operation on a process names.
+func checkProcess(sandboxID, processID string) error {
+	if _, err := checkID(sandboxID); err != nil {
+		return err
+	}
+	if processID == "" {
+		return scode.Invalid("process_id is required (process::start's reply, or sandbox::process::list)")
+	}
+	return nil
+}
+
 // procFailure maps a guest failure of process pid to its S-code.
 func procFailure(box *sandbox, pid string, err error) *scode.Error {
 	if e, ok := scode.As(err); ok {
@@ -318,11 +329,8 @@ func (s *Service) ProcessAttach(ctx context.Context, raw json.RawMessage) (any, 
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	if _, err := checkID(req.SandboxID); err != nil {
+	if err := checkProcess(req.SandboxID, req.ProcessID); err != nil {
 		return nil, err
-	}
-	if req.ProcessID == "" {
-		return nil, scode.Invalid("process_id is required (process::start's reply, or sandbox::process::list)")
 	}
 	box, pm, err := s.procMachine(req.SandboxID)
 	if err != nil {
@@ -403,11 +411,8 @@ func (s *Service) ProcessWait(ctx context.Context, raw json.RawMessage) (any, er
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	if _, err := checkID(req.SandboxID); err != nil {
+	if err := checkProcess(req.SandboxID, req.ProcessID); err != nil {
 		return nil, err
-	}
-	if req.ProcessID == "" {
-		return nil, scode.Invalid("process_id is required")
 	}
 	wait := ProcessDefaultWait
 	if req.TimeoutMS != nil {
@@ -446,11 +451,8 @@ func (s *Service) ProcessSignal(ctx context.Context, raw json.RawMessage) (any, 
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	if _, err := checkID(req.SandboxID); err != nil {
+	if err := checkProcess(req.SandboxID, req.ProcessID); err != nil {
 		return nil, err
-	}
-	if req.ProcessID == "" {
-		return nil, scode.Invalid("process_id is required")
 	}
 	sig, err := ParseSignal(req.Signal)
 	if err != nil {
@@ -477,11 +479,8 @@ func (s *Service) ProcessResize(ctx context.Context, raw json.RawMessage) (any, 
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	if _, err := checkID(req.SandboxID); err != nil {
+	if err := checkProcess(req.SandboxID, req.ProcessID); err != nil {
 		return nil, err
-	}
-	if req.ProcessID == "" {
-		return nil, scode.Invalid("process_id is required")
 	}
 	size, err := termSize(&TermRequest{Rows: req.Rows, Cols: req.Cols})
 	if err != nil {
