@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/cluster"
+	"github.com/iii-go/iii/engine/core/channels"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -118,7 +119,7 @@ type Engine struct {
 	builtins map[string]builtin
 	funcs    map[fkey]*fnEntry
 	conns    map[string]*conn
-	chans    *channels
+	chans    *channels.Table
 	claim    *fkey // ClaimPrefix: {namespace, id prefix} kept to one worker, nil when none
 	triggers *triggers.Registry
 	gateFns  map[string]string // function ids the listeners' gates call (listener.go) -> the listener naming it
@@ -230,11 +231,11 @@ func New(opts Options) *Engine {
 	e.Handle(protocol.FnRegisterWorker, "Announce a worker: name, namespace, runtime", nil)
 	e.HandleInline(protocol.FnListWorkers, "List connected workers and their functions (in a cluster, the other engines' too)", e.listClusterWorkers)
 	e.HandleInline(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
-	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
-	e.HandleInline(protocol.FnRemoveChannel, "Abort and forget a stream channel: {channel_id, access_key (of either end)}", e.removeChannel)
-	e.HandleInline(protocol.FnCreateChannels, "Create several stream channels, all or none: {count, buffer_size?} -> {channels: [{channel_id, reader, writer}]}", e.createChannels)
-	e.Handle(protocol.FnAwaitPeer, "Wait until the other end of one of the channels connects, or one is gone: {channels: [{channel_id, access_key}]} -> {channel_id, attached}", e.awaitPeer)
-	e.HandleInline(protocol.FnRemoveChannels, "Abort and forget several stream channels: {channels: [{channel_id, access_key}]}", e.removeChannels)
+	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", channelBuiltin(e.chans.Create))
+	e.HandleInline(protocol.FnRemoveChannel, "Abort and forget a stream channel: {channel_id, access_key (of either end)}", channelBuiltin(e.chans.Remove))
+	e.HandleInline(protocol.FnCreateChannels, "Create several stream channels, all or none: {count, buffer_size?} -> {channels: [{channel_id, reader, writer}]}", channelBuiltin(e.chans.CreateMany))
+	e.Handle(protocol.FnAwaitPeer, "Wait until the other end of one of the channels connects, or one is gone: {channels: [{channel_id, access_key}]} -> {channel_id, attached}", channelBuiltin(e.chans.AwaitPeer))
+	e.HandleInline(protocol.FnRemoveChannels, "Abort and forget several stream channels: {channels: [{channel_id, access_key}]}", channelBuiltin(e.chans.RemoveMany))
 	e.initTriggers()
 	e.initObservers()
 	return e
@@ -404,7 +405,7 @@ func (e *Engine) ServeAll(ctx context.Context, bound []Bound) error {
 	for _, b := range bound {
 		_ = b.Net.Close()
 	}
-	e.chans.closeAll(200 * time.Millisecond)
+	e.chans.CloseAll(200 * time.Millisecond)
 	e.mu.RLock()
 	conns := make([]*conn, 0, len(e.conns))
 	for _, c := range e.conns {

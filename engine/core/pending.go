@@ -285,7 +285,7 @@ func (e *Engine) sweep(ctx context.Context, tick time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			e.chans.expire(now)
+			e.chans.Expire(now)
 			e.mu.RLock()
 			conns := make([]*conn, 0, len(e.conns))
 			for _, c := range e.conns {
