@@ -35,10 +35,11 @@ type routed struct {
 
 // route is the routing both kinds of caller share: a worker's call answered when its target
 // replies (forwardAsync) and a Go caller's that waits (dispatch). It finds what serves id in
-// ns (a built-in first, else the instance with the fewest calls in flight), refuses a caller
-// from without a protected function's token, and for a local function opens the call's span
-// and observers' watch and keeps what a retry on another instance needs. caller is the Go
-// caller; nil stands for from's, read only once the call reaches a local function.
+// ns (a built-in first, else the instance with the fewest calls in flight), refuses the
+// connection from (nil: the engine) a protected function whose token it lacks, and for a local
+// function opens the call's span and observers' watch and keeps what a retry on another
+// instance needs. caller is the Go caller; nil stands for from's, read (under its lock) only
+// once the call reaches a local function.
 func (e *Engine) route(from *conn, caller *Caller, ns, id string, data, meta json.RawMessage, tc traceCtx, void bool) (r routed) {
 	b, isBuiltin, f, several := e.lookup(ns, id)
 	r.data, r.tc = data, tc
