@@ -266,54 +266,6 @@ func TestChannelIdleDeadline(t *testing.T) {
 	waitChannels(t, e, 0)
 }
 
-// A channel whose reader and writer are both connected outlives the idle deadline (a quiet
-// terminal's output); one with an end missing does not.
-func TestChannelIdleKeepsConnectedChannels(t *testing.T) {
-	e := New(Options{})
-	url := enginetest.Start(t, e).URL
-	w := enginetest.Worker(t, url, "default", nil)
-	ctx := context.Background()
-	p := channelPair(t, w, nil)
-	rd, err := protocol.DialReader(ctx, url, p.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	wr, err := protocol.DialWriter(ctx, url, p.Writer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	half := channelPair(t, w, nil)
-	hr, err := protocol.DialReader(ctx, url, half.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hr.Close()
-	waitChannels(t, e, 2)
-	enginetest.Eventually(t, "both ends of the first channel connected", 5*time.Second, func() bool {
-		e.chans.mu.Lock()
-		defer e.chans.mu.Unlock()
-		ch := e.chans.byID[p.ChannelID]
-		ch.mu.Lock()
-		defer ch.mu.Unlock()
-		return ch.bothConnected()
-	})
-	e.chans.expire(time.Now().Add(DefaultChannelIdle + time.Hour))
-	waitChannels(t, e, 1)
-	if _, err := wr.Write([]byte("still here")); err != nil {
-		t.Fatal(err)
-	}
-	wr.Close()
-	got, err := io.ReadAll(rd)
-	if err != nil || string(got) != "still here" {
-		t.Fatalf("after the idle deadline: %q, %v", got, err)
-	}
-	_, err = hr.Read(make([]byte, 1))
-	if d := abortDetail(t, err); !strings.Contains(d, "idle") {
-		t.Fatalf("the channel without a writer: detail %q", d)
-	}
-}
-
 func TestChannelShutdownAborts(t *testing.T) {
 	srv := enginetest.Start(t, New(Options{}))
 	url, stop := srv.URL, srv.Stop

@@ -43,23 +43,19 @@ func (e *Engine) ServeClusterChannels(advertise string) error {
 	if e.cluster == nil {
 		return nil
 	}
-	return e.cluster.ServeChannels(advertise, func(id string) bool {
-		e.chans.mu.Lock()
-		defer e.chans.mu.Unlock()
-		return e.chans.byID[id] != nil
-	})
+	return e.cluster.ServeChannels(advertise, e.chans.Has)
 }
 
 // hopProofParam is the query parameter that carries, on a connection between engines, the
 // proof of the access key (cluster.HopProof) in place of the key.
 const hopProofParam = "proof"
 
-// channelEnd is the end of ch (endWriter, endReader) that the request r may connect, -1 for
-// none. A client presents the end's access key (?key=). An engine of the cluster relaying a
+// channelEnd is the end of channel id, whose ends' keys are keys (reader, writer), that the
+// request r may connect: the index of its key, -1 for none. A client presents the end's access key (?key=). An engine of the cluster relaying a
 // client's end presents instead a proof of that key for this connection (?proof=), which counts
 // only with a valid signature of the cluster (cluster.VerifyHop); so only engines may relay,
 // and the key itself never leaves the engine the client connected to.
-func (e *Engine) channelEnd(ch *channel, id string, r *http.Request) int {
+func (e *Engine) channelEnd(keys [2]string, id string, r *http.Request) int {
 	end := -1
 	if r.Header.Get(hopHeader) != "" && e.cluster != nil {
 		nonce, ok := e.cluster.VerifyHop(r.Header, id)
@@ -67,7 +63,7 @@ func (e *Engine) channelEnd(ch *channel, id string, r *http.Request) int {
 			return -1
 		}
 		proof := []byte(r.URL.Query().Get(hopProofParam))
-		for i, k := range ch.keys {
+		for i, k := range keys {
 			if subtle.ConstantTimeCompare([]byte(cluster.HopProof(k, id, nonce)), proof) == 1 {
 				end = i
 			}
@@ -75,7 +71,7 @@ func (e *Engine) channelEnd(ch *channel, id string, r *http.Request) int {
 		return end
 	}
 	key := []byte(r.URL.Query().Get("key"))
-	for i, k := range ch.keys {
+	for i, k := range keys {
 		if subtle.ConstantTimeCompare([]byte(k), key) == 1 {
 			end = i
 		}

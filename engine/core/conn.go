@@ -135,7 +135,7 @@ func (c *conn) shut(status int, reason string) {
 	c.q.Stop(errConnGone)
 	go func() {
 		done := make(chan struct{})
-		go func() { _ = c.ws.CloseStatus(status, closeReason(reason), time.Second); close(done) }()
+		go func() { _ = c.ws.CloseStatus(status, batchconn.CloseReason(reason), time.Second); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(time.Second):
@@ -295,7 +295,7 @@ func (e *Engine) drop(c *conn) {
 	defer c.forgetCalls()
 	defer e.triggers.PeerGone(c)
 	e.observers.RemoveOwner(c.id)
-	e.chans.creatorLeft(c.id)
+	e.chans.CreatorLeft(c.id)
 	e.mu.Lock()
 	delete(e.conns, c.id)
 	gone := 0

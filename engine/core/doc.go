@@ -52,11 +52,12 @@
 // forwards each trigger to the provider of its type; 0.26 observe frames are answered
 // UNSUPPORTED (no features are advertised).
 //
-// Observers (observers.go, package observe): engine::observers::add|remove|list; dispatch and
-// forwardAsync keep a watch of each call whose function has observers, and fire them as the
-// call ends. A session of a gated listener observes only the calls it makes itself.
+// Observers (observers.go, package observe): engine::observers::add|remove|list; route opens
+// the watch of each call whose function has observers, and they fire as the call
+// ends. A session of a gated listener observes only the calls it makes itself.
 //
-// Stream channels (iii's engine::channels::*) are one-way byte pipes between the holders of
+// Stream channels (iii's engine::channels::*, their table package channels, glued in
+// channels.go and clusterchannels.go) are one-way byte pipes between the holders of
 // two StreamChannelRefs {channel_id, access_key, direction: "read"|"write"}, made by
 // engine::channels::create {buffer_size?} -> {channel_id, reader, writer}. Each end connects once
 // with a WebSocket to /ws/channels/{channel_id}?key={access_key} on the worker listener; the key

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/cluster"
+	"github.com/iii-go/iii/engine/core/channels"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
@@ -118,7 +119,7 @@ type Engine struct {
 	builtins map[string]builtin
 	funcs    map[fkey]*fnEntry
 	conns    map[string]*conn
-	chans    *channels
+	chans    *channels.Table
 	claim    *fkey // ClaimPrefix: {namespace, id prefix} kept to one worker, nil when none
 	triggers *triggers.Registry
 	gateFns  map[string]string // function ids the listeners' gates call (listener.go) -> the listener naming it
@@ -230,11 +231,11 @@ func New(opts Options) *Engine {
 	e.Handle(protocol.FnRegisterWorker, "Announce a worker: name, namespace, runtime", nil)
 	e.HandleInline(protocol.FnListWorkers, "List connected workers and their functions (in a cluster, the other engines' too)", e.listClusterWorkers)
 	e.HandleInline(protocol.FnListFunctions, "List functions by namespace (optional {namespace})", e.listFunctions)
-	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", e.createChannel)
-	e.HandleInline(protocol.FnRemoveChannel, "Abort and forget a stream channel: {channel_id, access_key (of either end)}", e.removeChannel)
-	e.HandleInline(protocol.FnCreateChannels, "Create several stream channels, all or none: {count, buffer_size?} -> {channels: [{channel_id, reader, writer}]}", e.createChannels)
-	e.Handle(protocol.FnAwaitPeer, "Wait until the other end of one of the channels connects, or one is gone: {channels: [{channel_id, access_key}]} -> {channel_id, attached}", e.awaitPeer)
-	e.HandleInline(protocol.FnRemoveChannels, "Abort and forget several stream channels: {channels: [{channel_id, access_key}]}", e.removeChannels)
+	e.HandleInline(protocol.FnCreateChannel, "Create a stream channel: {buffer_size?} -> {channel_id, reader, writer}", channelBuiltin(e.chans.Create))
+	e.HandleInline(protocol.FnRemoveChannel, "Abort and forget a stream channel: {channel_id, access_key (of either end)}", channelBuiltin(e.chans.Remove))
+	e.HandleInline(protocol.FnCreateChannels, "Create several stream channels, all or none: {count, buffer_size?} -> {channels: [{channel_id, reader, writer}]}", channelBuiltin(e.chans.CreateMany))
+	e.Handle(protocol.FnAwaitPeer, "Wait until the other end of one of the channels connects, or one is gone: {channels: [{channel_id, access_key}]} -> {channel_id, attached}", channelBuiltin(e.chans.AwaitPeer))
+	e.HandleInline(protocol.FnRemoveChannels, "Abort and forget several stream channels: {channels: [{channel_id, access_key}]}", channelBuiltin(e.chans.RemoveMany))
 	e.initTriggers()
 	e.initObservers()
 	return e
@@ -404,7 +405,7 @@ func (e *Engine) ServeAll(ctx context.Context, bound []Bound) error {
 	for _, b := range bound {
 		_ = b.Net.Close()
 	}
-	e.chans.closeAll(200 * time.Millisecond)
+	e.chans.CloseAll(200 * time.Millisecond)
 	e.mu.RLock()
 	conns := make([]*conn, 0, len(e.conns))
 	for _, c := range e.conns {
@@ -457,56 +458,42 @@ func TraceFromContext(ctx context.Context) (traceparent, baggage string) {
 	return tc.traceparent, tc.baggage
 }
 
+// dispatch serves a call for a Go caller that waits for its outcome (Invoke, Relay, a built-in,
+// an observer, another engine's call): route finds its target, and dispatch runs it.
 func (e *Engine) dispatch(ctx context.Context, caller Caller, ns, id string, data, meta json.RawMessage, tc traceCtx, timeout time.Duration, void bool) (res json.RawMessage, perr *protocol.Error) {
-	if len(data) == 0 {
-		data = json.RawMessage("null")
+	r := e.route(caller.conn, &caller, ns, id, data, meta, tc, void)
+	if r.end == nil {
+		// route opens no span for a call it leaves to the caller: a waiting caller's call has
+		// one whatever serves it, a refused one naming the worker that serves the function.
+		r.tc.traceparent, r.end = e.startCall(caller, ns, id, tc.traceparent, tc.baggage, r.f)
 	}
-	e.mu.RLock()
-	b, isBuiltin := e.builtins[id]
-	head := e.funcs[fkey{ns, id}]
-	f, several := head.pick(), head != nil && len(head.more) > 0
-	e.mu.RUnlock()
-	if isBuiltin && b.fn != nil {
-		f = nil
-	}
-	tp, end := e.startCall(caller, ns, id, tc.traceparent, tc.baggage, f)
-	tc.traceparent = tp
-	var w *watch // set once the call reaches its function
 	defer func() {
-		end(perr)
-		e.fire(w, res, perr)
+		r.end(perr)
+		e.fire(r.watch, res, perr)
 	}()
-	if isBuiltin && b.fn != nil {
+	switch r.to {
+	case toBuiltin:
 		if !void {
-			w = e.watchCall(caller, protocol.DefaultNamespace, id, data, meta, tc)
+			r.watch = e.watchCall(caller, protocol.DefaultNamespace, id, r.data, meta, r.tc)
 		}
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		return runBuiltin(context.WithValue(ctx, traceKey{}, tc), b.fn, caller, data, id, timeout)
-	}
-	if f == nil {
-		if res, perr, found := e.callCluster(ctx, caller, ns, id, data, meta, tc, timeout, void); found {
+		return runBuiltin(context.WithValue(ctx, traceKey{}, r.tc), r.b.fn, caller, r.data, id, timeout)
+	case toCluster:
+		if res, perr, found := e.callCluster(ctx, caller, ns, id, r.data, meta, r.tc, timeout, void); found {
 			return res, perr
 		}
 		return nil, e.notFound(ns, id)
+	case toRefused:
+		return nil, r.perr
 	}
-	if !e.mayCall(caller.conn, f) {
-		return nil, forbidden(caller.conn, ns, id, f)
+	if r.f.http != nil {
+		return e.callHTTP(ctx, r.f.http, r.data, timeout)
 	}
-	if !void {
-		w = e.watchCall(caller, ns, id, data, meta, tc)
-	}
-	if f.http != nil {
-		return e.callHTTP(ctx, f.http, data, timeout)
-	}
-	var retry *retryCall
-	if several && !void {
-		retry = newRetry(ns, data, meta, tc)
-	}
-	return e.forward(ctx, f.conn, id, data, meta, tc, timeout, void, retry)
+	return e.forward(ctx, r.f.conn, id, r.data, meta, r.tc, timeout, void, r.retry)
 }
 
 func runBuiltin(ctx context.Context, fn Builtin, caller Caller, data json.RawMessage, id string, timeout time.Duration) (res json.RawMessage, perr *protocol.Error) {

@@ -198,47 +198,29 @@ func (e *Engine) forwardAsync(c *conn, m *protocol.Message) bool {
 	if m.Namespace != nil {
 		ns = *m.Namespace
 	}
-	e.mu.RLock()
-	b, isBuiltin := e.builtins[m.FunctionID]
-	head := e.funcs[fkey{ns, m.FunctionID}]
-	f, several := head.pick(), head != nil && len(head.more) > 0
-	e.mu.RUnlock()
-	if isBuiltin {
-		return b.route != nil && e.routeAsync(c, m, b.route)
-	}
-	if f == nil {
+	void := m.IsVoid()
+	r := e.route(c, nil, ns, m.FunctionID, m.Data, m.Metadata, traceCtx{m.Traceparent, m.Baggage}, void)
+	switch r.to {
+	case toBuiltin:
+		return r.b.route != nil && e.routeAsync(c, m, r.b.route)
+	case toCluster:
 		return e.forwardToCluster(c, m, ns)
-	}
-	if !e.mayCall(c, f) {
-		c.sendResult(m, nil, forbidden(c, ns, m.FunctionID, f))
+	case toRefused:
+		c.sendResult(m, nil, r.perr)
 		return true
-	}
-	data := m.Data
-	if len(data) == 0 {
-		data = json.RawMessage("null")
 	}
 	timeout := e.callTimeout(m.TimeoutMS)
-	caller := c.caller()
-	tp, end := e.startCall(caller, ns, m.FunctionID, m.Traceparent, m.Baggage, f)
-	tc := traceCtx{tp, m.Baggage}
-	if m.IsVoid() && f.http == nil {
-		_, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, tc, timeout, nil)
-		end(perr)
+	if r.f.http != nil {
+		e.callHTTPAsync(c, m, r.f.http, r.data, timeout, r.end, r.watch)
 		return true
 	}
-	var w *watch
-	if !m.IsVoid() {
-		w = e.watchCall(caller, ns, m.FunctionID, data, m.Metadata, tc)
-	}
-	if f.http != nil {
-		e.callHTTPAsync(c, m, f.http, data, timeout, end, w)
+	if void {
+		_, perr := e.startForward(r.f.conn, m.FunctionID, r.data, m.Metadata, r.tc, timeout, nil)
+		r.end(perr)
 		return true
 	}
-	pc := &pendingCall{caller: c, callerID: m.InvocationID, end: end, watch: w, e: e}
-	if several {
-		pc.retry = newRetry(ns, data, m.Metadata, tc)
-	}
-	if _, perr := e.startForward(f.conn, m.FunctionID, data, m.Metadata, tc, timeout, pc); perr != nil {
+	pc := &pendingCall{caller: c, callerID: m.InvocationID, end: r.end, watch: r.watch, retry: r.retry, e: e}
+	if _, perr := e.startForward(r.f.conn, m.FunctionID, r.data, m.Metadata, r.tc, timeout, pc); perr != nil {
 		pc.fn = m.FunctionID
 		pc.deliver(nil, perr)
 	}
@@ -303,7 +285,7 @@ func (e *Engine) sweep(ctx context.Context, tick time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			e.chans.expire(now)
+			e.chans.Expire(now)
 			e.mu.RLock()
 			conns := make([]*conn, 0, len(e.conns))
 			for _, c := range e.conns {

@@ -8,6 +8,83 @@ import (
 	"github.com/iii-go/iii/engine/protocol"
 )
 
+// routeKind is what serves a call route looked up.
+type routeKind uint8
+
+const (
+	toLocal   routeKind = iota // an instance of a function of this engine: a worker's or HTTP-invoked
+	toBuiltin                  // a built-in function
+	toCluster                  // nothing here: another engine of the cluster, if any, or none
+	toRefused                  // a protected function the caller may not call
+)
+
+// routed is where route sends one call, and what the call keeps until it settles. Only a call
+// to a local function (toLocal) has its span, watch and retry opened: the others are settled
+// or passed on by the caller.
+type routed struct {
+	to    routeKind
+	b     builtin               // toBuiltin: the built-in
+	f     *fnEntry              // toLocal, toRefused: the instance that serves the function
+	data  json.RawMessage       // the payload, null for none
+	perr  *protocol.Error       // toRefused: the FORBIDDEN answer
+	tc    traceCtx              // the trace context the call carries on: its span's traceparent
+	end   func(*protocol.Error) // the end of the call's span; nil: route opened none
+	watch *watch                // the call's observers; nil: none (a void call)
+	retry *retryCall            // a call to a function with several instances; nil: none
+}
+
+// route is the routing both kinds of caller share: a worker's call answered when its target
+// replies (forwardAsync) and a Go caller's that waits (dispatch). It finds what serves id in
+// ns (a built-in first, else the instance with the fewest calls in flight), refuses the
+// connection from (nil: the engine) a protected function whose token it lacks, and for a local
+// function opens the call's span and observers' watch and keeps what a retry on another
+// instance needs. caller is the Go caller; nil stands for from's, read (under its lock) only
+// once the call reaches a local function.
+func (e *Engine) route(from *conn, caller *Caller, ns, id string, data, meta json.RawMessage, tc traceCtx, void bool) (r routed) {
+	b, isBuiltin, f, several := e.lookup(ns, id)
+	r.data, r.tc = data, tc
+	if len(r.data) == 0 {
+		r.data = json.RawMessage("null")
+	}
+	switch {
+	case isBuiltin && b.fn != nil: // engine::workers::register has none: the read loop serves it
+		r.to, r.b = toBuiltin, b
+		return r
+	case f == nil:
+		r.to = toCluster
+		return r
+	case !e.mayCall(from, f):
+		r.to, r.f, r.perr = toRefused, f, forbidden(from, ns, id, f)
+		return r
+	}
+	r.f = f
+	var who Caller
+	if caller != nil {
+		who = *caller
+	} else {
+		who = from.caller()
+	}
+	r.tc.traceparent, r.end = e.startCall(who, ns, id, tc.traceparent, tc.baggage, f)
+	if void {
+		return r
+	}
+	r.watch = e.watchCall(who, ns, id, r.data, meta, r.tc)
+	if several && f.http == nil {
+		r.retry = newRetry(ns, r.data, meta, r.tc)
+	}
+	return r
+}
+
+// lookup is the built-in id names and the instance of id in ns a call goes to (pick), and
+// whether the function has several instances.
+func (e *Engine) lookup(ns, id string) (b builtin, isBuiltin bool, f *fnEntry, several bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	b, isBuiltin = e.builtins[id]
+	head := e.funcs[fkey{ns, id}]
+	return b, isBuiltin, head.pick(), head != nil && len(head.more) > 0
+}
+
 // Route is where a routed built-in (HandleRouted) sends one call: straight to FunctionID in
 // Namespace, as the engine's own call (the caller's rights on that function are not checked,
 // as with Invoke), with the caller's payload, trace context and timeout, and no goroutine,
@@ -83,10 +160,8 @@ func (e *Engine) routeAsync(c *conn, m *protocol.Message, route Router) bool {
 	if !ok {
 		return false
 	}
-	e.mu.RLock()
-	f := e.funcs[fkey{rt.Namespace, rt.FunctionID}]
-	e.mu.RUnlock()
-	if f == nil || len(f.more) > 0 || f.http != nil || f.conn.id != rt.WorkerID {
+	_, _, f, several := e.lookup(rt.Namespace, rt.FunctionID)
+	if f == nil || several || f.http != nil || f.conn.id != rt.WorkerID {
 		return false
 	}
 	data := m.Data

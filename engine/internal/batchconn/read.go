@@ -511,6 +511,14 @@ func closePayload(status int, reason string) []byte {
 // maxCloseReason is the longest close reason: a control frame's 125 bytes less the status.
 const maxCloseReason = 123
 
+// CloseReason fits a close reason into a control frame: at most 120 bytes, valid UTF-8.
+func CloseReason(s string) string {
+	if len(s) > 120 {
+		s = s[:120]
+	}
+	return strings.ToValidUTF8(s, "")
+}
+
 // CloseStatus sends a close frame with status and reason (unless one was sent), waits at most
 // timeout for the peer's answer, reading and dropping data messages meanwhile when no
 // ReadMessage runs, then closes the socket.
