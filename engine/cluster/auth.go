@@ -86,7 +86,7 @@ type signer struct {
 	name string
 	log  *slog.Logger
 
-	macs      sync.Pool // of HMAC-SHA256 states keyed with key, reset after each use
+	macs      sync.Pool // of *macState keyed with key, reset after each use
 	nonceBase [8]byte   // random, drawn once (newNonce)
 	nonces    atomic.Uint64
 
@@ -110,31 +110,42 @@ type dropLog struct {
 
 func newSigner(key []byte, name string, log *slog.Logger) *signer {
 	s := &signer{key: key, name: name, log: log, seen: map[[16]byte]int64{}, logs: map[string]*dropLog{}}
-	s.macs.New = func() any { return hmac.New(sha256.New, key) }
+	s.macs.New = func() any { return &macState{h: hmac.New(sha256.New, key), b: make([]byte, 0, 256)} }
 	_, _ = rand.Read(s.nonceBase[:])
 	return s
 }
 
-// mac is the HMAC-SHA256, under the cluster key, of every field, each preceded by its length.
-// env is the message's hdrEnv header; the body is the message's bytes as sent, signed once,
-// never re-encoded.
-func (s *signer) mac(kind, subject, reply, inReplyTo, engine, ts, nonce, env string, body []byte) []byte {
-	h := s.macs.Get().(hash.Hash)
-	defer func() { h.Reset(); s.macs.Put(h) }()
-	b := make([]byte, 0, 256)
+// macState is a keyed HMAC-SHA256 and the buffer its fields are laid out in, kept between
+// messages so that signing and checking allocate neither.
+type macState struct {
+	h hash.Hash
+	b []byte
+}
+
+// mac is the HMAC-SHA256, under the cluster key, of every field, each preceded by its length,
+// appended to dst. env is the message's hdrEnv header; the body is the message's bytes as sent,
+// signed once, never re-encoded.
+func (s *signer) mac(dst []byte, kind, subject, reply, inReplyTo, engine, ts, nonce, env string, body []byte) []byte {
+	m := s.macs.Get().(*macState)
+	defer s.macs.Put(m)
+	b := m.b[:0]
 	for _, f := range [...]string{macVersion, kind, subject, reply, inReplyTo, engine, ts, nonce, env} {
 		b = binary.AppendUvarint(b, uint64(len(f)))
 		b = append(b, f...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(body)))
-	h.Write(b)
-	h.Write(body)
-	return h.Sum(b[:0])
+	m.h.Reset()
+	m.h.Write(b)
+	m.h.Write(body)
+	if cap(b) <= 1024 { // keeps no buffer a rare long subject grew
+		m.b = b
+	}
+	return m.h.Sum(dst)
 }
 
 // macVersion starts what is signed; it changes with the layout of the messages, so that an
 // engine of another layout is refused (bad signature) rather than misread.
-const macVersion = "iii-cluster/2"
+const macVersion = "iii-cluster/3"
 
 // sign adds this engine's proof to m, as a message of kind answering the one of nonce
 // inReplyTo ("" for none), and returns m's own nonce.
@@ -144,8 +155,9 @@ func (s *signer) sign(m *nats.Msg, kind, inReplyTo string) string {
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
-	sig := s.mac(kind, m.Subject, m.Reply, inReplyTo, s.name, ts, nonce, m.Header.Get(hdrEnv), m.Data)
-	m.Header.Set(hdrAuth, proof(ts, nonce, base64.RawStdEncoding.EncodeToString(sig), s.name))
+	var sum [sha256.Size]byte
+	sig := s.mac(sum[:0], kind, m.Subject, m.Reply, inReplyTo, s.name, ts, nonce, m.Header.Get(hdrEnv), m.Data)
+	m.Header[hdrAuth] = []string{proof(ts, nonce, base64.RawStdEncoding.EncodeToString(sig), s.name)} // hdrAuth is in canonical form
 	return nonce
 }
 
@@ -183,11 +195,14 @@ func (s *signer) check(kind, subject, reply, inReplyTo string, h headers, body [
 		return "", "", "unsigned"
 	}
 	ts, nonce, sig64, engine, ok := readProof(h.Get(hdrAuth))
-	sig, err := base64.RawStdEncoding.DecodeString(sig64)
-	if !ok || err != nil || len(sig) == 0 || engine == "" || ts == "" || len(nonce) != 32 {
+	if !ok || base64.RawStdEncoding.DecodedLen(len(sig64)) != sha256.Size || engine == "" || ts == "" || len(nonce) != 32 {
 		return "", "", "unsigned"
 	}
-	if !hmac.Equal(sig, s.mac(kind, subject, reply, inReplyTo, engine, ts, nonce, h.Get(hdrEnv), body)) {
+	var sig, want [sha256.Size]byte // the length is checked first: Decode writes DecodedLen bytes
+	if n, err := base64.RawStdEncoding.Decode(sig[:], []byte(sig64)); err != nil || n != sha256.Size {
+		return "", "", "unsigned"
+	}
+	if !hmac.Equal(sig[:], s.mac(want[:0], kind, subject, reply, inReplyTo, engine, ts, nonce, h.Get(hdrEnv), body)) {
 		return "", "", "bad signature"
 	}
 	ms, err := strconv.ParseInt(ts, 10, 64)
