@@ -168,10 +168,10 @@ func decodeCall(m *nats.Msg) (Request, error) {
 // encodeReply is the answer to the call that asked on subj: the result as the body, or, for an
 // error, the error in the envelope header.
 func encodeReply(subj string, result json.RawMessage, perr *protocol.Error) *nats.Msg {
-	m := &nats.Msg{Subject: subj, Data: result, Header: nats.Header{}}
+	m := &nats.Msg{Subject: subj, Data: result}
 	if perr != nil {
 		b, _ := json.Marshal(perr)
-		m.Header.Set(hdrEnv, string(b))
+		m.Header = nats.Header{hdrEnv: {string(b)}}
 		m.Data = nil
 	}
 	if len(m.Data) == 0 {
