@@ -27,13 +27,14 @@ import (
 // MinKeyBytes is the least a cluster key holds: 32 bytes, the size of the HMAC-SHA256 output.
 const MinKeyBytes = 32
 
-// The headers of a signed message.
+// A signed message's proof that an engine of the cluster sent it is "<time> <nonce> <sig>
+// <engine>": the time it was signed in Unix milliseconds, 16 bytes in hex that make it accepted
+// once, the HMAC-SHA256 (base64, unpadded) of the fields, the subject, reply subject, hdrEnv and
+// body (mac), and the sending engine's cluster name, last as it may hold spaces. On NATS it
+// starts the message's body (sign), a uvarint length and the proof, not a header: NATS headers
+// cost the client a map, a sorted encoding and a textual parse on every message. A hop between
+// engines over HTTP carries it in the hdrAuth header.
 const (
-	// hdrAuth is the proof that an engine of the cluster sent the message, one header (every
-	// header costs its encoding and parsing on each message): "<time> <nonce> <sig> <engine>",
-	// the time it was signed in Unix milliseconds, 16 bytes in hex that make it accepted once,
-	// the HMAC-SHA256 (base64, unpadded) of the fields, the subject, reply subject, hdrEnv and
-	// body (mac), and the sending engine's cluster name, last as it may hold spaces.
 	hdrAuth = "Iii-Auth"
 	// hdrEnv is an answer's error (JSON); absent from every other message.
 	hdrEnv = "Iii-Env"
@@ -86,7 +87,7 @@ type signer struct {
 	name string
 	log  *slog.Logger
 
-	macs      sync.Pool // of HMAC-SHA256 states keyed with key, reset after each use
+	macs      sync.Pool // of *macState keyed with key, reset after each use
 	nonceBase [8]byte   // random, drawn once (newNonce)
 	nonces    atomic.Uint64
 
@@ -110,43 +111,71 @@ type dropLog struct {
 
 func newSigner(key []byte, name string, log *slog.Logger) *signer {
 	s := &signer{key: key, name: name, log: log, seen: map[[16]byte]int64{}, logs: map[string]*dropLog{}}
-	s.macs.New = func() any { return hmac.New(sha256.New, key) }
+	s.macs.New = func() any { return &macState{h: hmac.New(sha256.New, key), b: make([]byte, 0, 256)} }
 	_, _ = rand.Read(s.nonceBase[:])
 	return s
 }
 
-// mac is the HMAC-SHA256, under the cluster key, of every field, each preceded by its length.
-// env is the message's hdrEnv header; the body is the message's bytes as sent, signed once,
-// never re-encoded.
-func (s *signer) mac(kind, subject, reply, inReplyTo, engine, ts, nonce, env string, body []byte) []byte {
-	h := s.macs.Get().(hash.Hash)
-	defer func() { h.Reset(); s.macs.Put(h) }()
-	b := make([]byte, 0, 256)
+// macState is a keyed HMAC-SHA256 and the buffer its fields are laid out in, kept between
+// messages so that signing and checking allocate neither.
+type macState struct {
+	h hash.Hash
+	b []byte
+}
+
+// mac is the HMAC-SHA256, under the cluster key, of every field, each preceded by its length,
+// appended to dst. env is the message's hdrEnv header; the body is the message's bytes as sent,
+// signed once, never re-encoded.
+func (s *signer) mac(dst []byte, kind, subject, reply, inReplyTo, engine, ts, nonce, env string, body []byte) []byte {
+	m := s.macs.Get().(*macState)
+	defer s.macs.Put(m)
+	b := m.b[:0]
 	for _, f := range [...]string{macVersion, kind, subject, reply, inReplyTo, engine, ts, nonce, env} {
 		b = binary.AppendUvarint(b, uint64(len(f)))
 		b = append(b, f...)
 	}
 	b = binary.AppendUvarint(b, uint64(len(body)))
-	h.Write(b)
-	h.Write(body)
-	return h.Sum(b[:0])
+	m.h.Reset()
+	m.h.Write(b)
+	m.h.Write(body)
+	if cap(b) <= 1024 { // keeps no buffer a rare long subject grew
+		m.b = b
+	}
+	return m.h.Sum(dst)
 }
 
 // macVersion starts what is signed; it changes with the layout of the messages, so that an
 // engine of another layout is refused (bad signature) rather than misread.
-const macVersion = "iii-cluster/2"
+const macVersion = "iii-cluster/3"
 
-// sign adds this engine's proof to m, as a message of kind answering the one of nonce
-// inReplyTo ("" for none), and returns m's own nonce.
+// sign puts this engine's proof at the start of m's body, as a message of kind answering the
+// one of nonce inReplyTo ("" for none), and returns m's own nonce. Set m's hdrEnv header
+// before: it is signed.
 func (s *signer) sign(m *nats.Msg, kind, inReplyTo string) string {
-	nonce := s.newNonce()
-	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	if m.Header == nil {
-		m.Header = nats.Header{}
-	}
-	sig := s.mac(kind, m.Subject, m.Reply, inReplyTo, s.name, ts, nonce, m.Header.Get(hdrEnv), m.Data)
-	m.Header.Set(hdrAuth, proof(ts, nonce, base64.RawStdEncoding.EncodeToString(sig), s.name))
+	p, nonce := s.newProof(kind, m.Subject, m.Reply, inReplyTo, m.Header.Get(hdrEnv), m.Data)
+	body := make([]byte, 0, binary.MaxVarintLen64+len(p)+len(m.Data))
+	body = binary.AppendUvarint(body, uint64(len(p)))
+	m.Data = append(append(body, p...), m.Data...)
 	return nonce
+}
+
+// newProof is this engine's proof of a message of kind with these fields, and its nonce.
+func (s *signer) newProof(kind, subject, reply, inReplyTo, env string, body []byte) (p, nonce string) {
+	nonce = s.newNonce()
+	ts := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	var sum [sha256.Size]byte
+	sig := s.mac(sum[:0], kind, subject, reply, inReplyTo, s.name, ts, nonce, env, body)
+	return proof(ts, nonce, base64.RawStdEncoding.EncodeToString(sig), s.name), nonce
+}
+
+// splitProof separates the proof that starts a signed message's body (sign) from the bytes
+// signed; ok is false when the body starts with none.
+func splitProof(b []byte) (p string, body []byte, ok bool) {
+	n, used := binary.Uvarint(b)
+	if used <= 0 || n == 0 || n > uint64(len(b)-used) {
+		return "", nil, false
+	}
+	return string(b[used : used+int(n)]), b[used+int(n):], true
 }
 
 // proof is the hdrAuth header of the message engine signed at ts with nonce and sig.
@@ -163,31 +192,35 @@ func readProof(v string) (ts, nonce, sig, engine string, ok bool) {
 }
 
 // verify checks that m is a message of kind, answering inReplyTo, signed by an engine of the
-// cluster, recent, and not seen before; it returns the signing engine's name and m's nonce.
-// Anything else is dropped, counted and (rate-limited) logged.
+// cluster, recent, and not seen before; it returns the signing engine's name and m's nonce,
+// and leaves in m's body the bytes signed, without the proof. Anything else is dropped,
+// counted and (rate-limited) logged, and m left as it was.
 func (s *signer) verify(m *nats.Msg, kind, inReplyTo string) (engine, nonce string, ok bool) {
-	engine, nonce, why := s.check(kind, m.Subject, m.Reply, inReplyTo, m.Header, m.Data)
+	p, body, signed := splitProof(m.Data)
+	why := "unsigned"
+	if signed {
+		engine, nonce, why = s.check(kind, m.Subject, m.Reply, inReplyTo, p, m.Header.Get(hdrEnv), body)
+	}
 	if why != "" {
 		s.drop(kind, m.Subject, why)
 		return "", "", false
 	}
+	m.Data = body
 	return engine, nonce, true
 }
 
-// headers is what check reads a proof from: NATS message headers or HTTP request headers.
-type headers interface{ Get(string) string }
-
-// check is verify without the dropping: the reason a message is refused, "" when it is not.
-func (s *signer) check(kind, subject, reply, inReplyTo string, h headers, body []byte) (engine, nonce, why string) {
-	if h == nil {
+// check is verify of the proof p of a message with these fields, without the dropping: the
+// reason it is refused, "" when it is not.
+func (s *signer) check(kind, subject, reply, inReplyTo, p, env string, body []byte) (engine, nonce, why string) {
+	ts, nonce, sig64, engine, ok := readProof(p)
+	if !ok || base64.RawStdEncoding.DecodedLen(len(sig64)) != sha256.Size || engine == "" || ts == "" || len(nonce) != 32 {
 		return "", "", "unsigned"
 	}
-	ts, nonce, sig64, engine, ok := readProof(h.Get(hdrAuth))
-	sig, err := base64.RawStdEncoding.DecodeString(sig64)
-	if !ok || err != nil || len(sig) == 0 || engine == "" || ts == "" || len(nonce) != 32 {
+	var sig, want [sha256.Size]byte // the length is checked first: Decode writes DecodedLen bytes
+	if n, err := base64.RawStdEncoding.Decode(sig[:], []byte(sig64)); err != nil || n != sha256.Size {
 		return "", "", "unsigned"
 	}
-	if !hmac.Equal(sig, s.mac(kind, subject, reply, inReplyTo, engine, ts, nonce, h.Get(hdrEnv), body)) {
+	if !hmac.Equal(sig[:], s.mac(want[:0], kind, subject, reply, inReplyTo, engine, ts, nonce, env, body)) {
 		return "", "", "bad signature"
 	}
 	ms, err := strconv.ParseInt(ts, 10, 64)
@@ -257,11 +290,8 @@ func (s *signer) newNonce() string {
 // connection to channel id on the engine named owner, and returns the connection's nonce (for
 // HopProof).
 func (c *Cluster) SignHop(h http.Header, id, owner string) string {
-	m := &nats.Msg{Subject: hopSubject(id), Reply: owner, Header: nats.Header{}}
-	nonce := c.auth.sign(m, kindHop, "")
-	for k, v := range m.Header {
-		h[k] = v
-	}
+	p, nonce := c.auth.newProof(kindHop, hopSubject(id), owner, "", "", nil)
+	h.Set(hdrAuth, p)
 	return nonce
 }
 
@@ -269,7 +299,7 @@ func (c *Cluster) SignHop(h http.Header, id, owner string) string {
 // to channel id on this engine (SignHop), recent and not seen before; it returns the nonce the
 // connection's HopProof is made with. A request that fails is counted and logged as dropped.
 func (c *Cluster) VerifyHop(h http.Header, id string) (nonce string, ok bool) {
-	_, nonce, why := c.auth.check(kindHop, hopSubject(id), c.name, "", h, nil)
+	_, nonce, why := c.auth.check(kindHop, hopSubject(id), c.name, "", h.Get(hdrAuth), h.Get(hdrEnv), nil)
 	if why != "" {
 		c.auth.drop(kindHop, hopSubject(id), why)
 		return "", false

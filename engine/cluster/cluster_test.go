@@ -388,21 +388,87 @@ func TestHopSignature(t *testing.T) {
 // A message signed too long ago is refused even if never seen.
 func TestStaleMessageRefused(t *testing.T) {
 	s := newSigner(testKey, "a", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	m := &nats.Msg{Subject: "iii.fn.x.y", Data: []byte("{}")}
-	s.sign(m, kindCall, "")
-	if _, _, why := s.check(kindCall, m.Subject, m.Reply, "", m.Header, m.Data); why != "" {
+	subj, body := "iii.fn.x.y", []byte("{}")
+	p, _ := s.newProof(kindCall, subj, "", "", "", body)
+	if _, _, why := s.check(kindCall, subj, "", "", p, "", body); why != "" {
 		t.Fatalf("a fresh message: %q", why)
 	}
 	// Signed with the key (a recorder without it could not change the time), 2*skew ago.
 	old := strconv.FormatInt(time.Now().Add(-2*skew).UnixMilli(), 10)
 	nonce := strings.Repeat("0", 32)
-	m.Header.Set(hdrAuth, proof(old, nonce, base64.RawStdEncoding.EncodeToString(s.mac(kindCall, m.Subject, m.Reply, "", "a", old, nonce, "", m.Data)), "a"))
-	if _, _, why := s.check(kindCall, m.Subject, m.Reply, "", m.Header, m.Data); !strings.HasPrefix(why, "stale") {
+	p = proof(old, nonce, base64.RawStdEncoding.EncodeToString(s.mac(nil, kindCall, subj, "", "", "a", old, nonce, "", body)), "a")
+	if _, _, why := s.check(kindCall, subj, "", "", p, "", body); !strings.HasPrefix(why, "stale") {
 		t.Fatalf("a stale message: %q", why)
 	}
-	_, _, sig, _, _ := readProof(m.Header.Get(hdrAuth))
-	m.Header.Set(hdrAuth, proof(strconv.FormatInt(time.Now().UnixMilli(), 10), nonce, sig, "a"))
-	if _, _, why := s.check(kindCall, m.Subject, m.Reply, "", m.Header, m.Data); why != "bad signature" {
+	_, _, sig, _, _ := readProof(p)
+	p = proof(strconv.FormatInt(time.Now().UnixMilli(), 10), nonce, sig, "a")
+	if _, _, why := s.check(kindCall, subj, "", "", p, "", body); why != "bad signature" {
 		t.Fatalf("a changed time: %q", why)
+	}
+}
+
+// A message's proof travels at the start of its body: verify hands on the bytes signed, and a
+// body with no proof, a truncated one, or one whose signed bytes were changed is dropped and
+// left as it was.
+func TestProofInBody(t *testing.T) {
+	a := newSigner(testKey, "a", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	b := newSigner(testKey, "b", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := &nats.Msg{Subject: "iii.fn.x.y", Reply: "_INBOX.r", Data: []byte(`{"a":1}`)}
+	a.sign(m, kindCall, "")
+	if m.Header != nil {
+		t.Fatalf("a signed call has headers: %v", m.Header)
+	}
+	changed := &nats.Msg{Subject: m.Subject, Reply: m.Reply, Data: append(bytes.Clone(m.Data[:len(m.Data)-2]), '2', '}')}
+	if engine, _, ok := b.verify(m, kindCall, ""); !ok || engine != "a" || string(m.Data) != `{"a":1}` {
+		t.Fatalf("the signed call: %v %q %q", ok, engine, m.Data)
+	}
+	for _, body := range [][]byte{nil, {}, {0}, {0xff}, {40, 'x'}, []byte(`{"a":1}`), changed.Data} {
+		bad := &nats.Msg{Subject: m.Subject, Reply: m.Reply, Data: body}
+		if _, _, ok := b.verify(bad, kindCall, ""); ok || !bytes.Equal(bad.Data, body) {
+			t.Fatalf("body %q was admitted or changed (%q)", body, bad.Data)
+		}
+	}
+}
+
+// A call's envelope reads back as it was sent, its data untouched, and a truncated or
+// malformed one is refused, never read past its end.
+func TestCallEnvelope(t *testing.T) {
+	k := Key{Namespace: "default", FunctionID: "calc::add"}
+	r := Request{Data: json.RawMessage(`{"a":1}`), Metadata: json.RawMessage(`{"m":"x"}`), TimeoutMS: 1500, Traceparent: "00-tp", Baggage: "b=1",
+		Caller: Caller{WorkerID: "w1", Name: "n", Namespace: "default", Engine: "a"}}
+	m, err := encodeCall(k, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeCall(m)
+	if err != nil || string(got.Data) != string(r.Data) || string(got.Metadata) != string(r.Metadata) || got.TimeoutMS != r.TimeoutMS ||
+		got.Traceparent != r.Traceparent || got.Baggage != r.Baggage || got.Caller != r.Caller {
+		t.Fatalf("read back %+v %v", got, err)
+	}
+	m, _ = encodeCall(k, Request{})
+	if got, err := decodeCall(m); err != nil || string(got.Data) != "null" || got.Metadata != nil {
+		t.Fatalf("an empty call read back %+v %v", got, err)
+	}
+	full, _ := encodeCall(k, r)
+	for _, body := range [][]byte{nil, {0xff}, {5, 'a'}, full.Data[:3]} {
+		if _, err := decodeCall(&nats.Msg{Data: body}); err == nil {
+			t.Fatalf("a truncated envelope %q was read", body)
+		}
+	}
+	bad, _ := encodeCall(k, Request{Metadata: json.RawMessage(`{nope`)})
+	if _, err := decodeCall(bad); err == nil {
+		t.Fatal("metadata that is not JSON was read")
+	}
+}
+
+// A proof whose signature is not one HMAC-SHA256 long (longer, shorter, not base64) is refused
+// as unsigned.
+func TestMalformedProofRefused(t *testing.T) {
+	s := newSigner(testKey, "a", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ts, nonce := strconv.FormatInt(time.Now().UnixMilli(), 10), strings.Repeat("1", 32)
+	for _, sig := range []string{"", "AAAA", strings.Repeat("A", 44), strings.Repeat("A", 400), strings.Repeat("!", 43)} {
+		if _, _, why := s.check(kindCall, "iii.fn.x.y", "", "", proof(ts, nonce, sig, "a"), "", nil); why != "unsigned" {
+			t.Fatalf("signature %q: %q", sig, why)
+		}
 	}
 }
