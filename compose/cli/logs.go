@@ -146,19 +146,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer, looku
 		return errcode.Exit(stderr, errcode.New(errcode.EngineCallFailed, "no engine answered at %s (%w); is Compose running? (iii compose --up)", url, err))
 	}
 	defer w.Close()
-	req := map[string]any{}
-	if o.worker != "" {
-		req["container"] = o.worker
-	}
-	if o.stream != "" {
-		req["stream"] = o.stream
-	}
-	if o.fileSet {
-		req["file"] = o.file
-	}
-	if o.tail != nil {
-		req["tail"] = *o.tail
-	}
+	req := o.request()
 	call := func(req map[string]any, wait time.Duration) (daemon.LogsReply, error) {
 		var reply daemon.LogsReply
 		raw, err := w.Call(ctx, daemon.FnLogs, req, protocol.InNamespace(ns), protocol.WithTimeout(wait+10*time.Second))
@@ -179,6 +167,32 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer, looku
 	if !o.follow {
 		return 0
 	}
+	return followLogs(ctx, call, p, req, reply, ns, stderr)
+}
+
+// request is the compose::logs request of o's first call.
+func (o logsOptions) request() map[string]any {
+	req := map[string]any{}
+	if o.worker != "" {
+		req["container"] = o.worker
+	}
+	if o.stream != "" {
+		req["stream"] = o.stream
+	}
+	if o.fileSet {
+		req["file"] = o.file
+	}
+	if o.tail != nil {
+		req["tail"] = *o.tail
+	}
+	return req
+}
+
+// followLogs asks, from the cursors of reply on, for what the workers log next (each call
+// waiting up to daemon.LogsMaxWait) and prints it, until ctx ends or Compose stops.
+func followLogs(ctx context.Context, call func(map[string]any, time.Duration) (daemon.LogsReply, error), p *logPrinter,
+	req map[string]any, reply daemon.LogsReply, ns string, stderr io.Writer) int {
+	var err error
 	delete(req, "tail")
 	req["wait_ms"] = daemon.LogsMaxWait.Milliseconds()
 	for {

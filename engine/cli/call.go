@@ -80,23 +80,12 @@ type callWords struct {
 	kv         map[string]json.RawMessage
 }
 
-// scanCall reads the words of `iii call`: flags as --name value or --name=value, anywhere;
+// scanCall reads the words of `iii call` (see Words): flags as --name value or --name=value, anywhere;
 // the first bare word is FUNCTION; every other word is a KEY=VALUE pair.
 func scanCall(args []string, a *callArgs) (*callWords, error) {
 	w := &callWords{kv: map[string]json.RawMessage{}}
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
-		name, val, hasVal := strings.Cut(arg, "=")
-		next := func() (string, error) {
-			if hasVal {
-				return val, nil
-			}
-			if i+1 >= len(args) {
-				return "", fmt.Errorf("%s needs a value", name)
-			}
-			i++
-			return args[i], nil
-		}
+	for s := NewWords(args); s.Next(); {
+		arg, name, next := s.Arg, s.Name, s.Value
 		var err error
 		switch {
 		case arg == "-h" || arg == "--help":
@@ -123,7 +112,7 @@ func scanCall(args []string, a *callArgs) (*callWords, error) {
 		case a.fn == "" && !strings.Contains(arg, "=") && !strings.HasPrefix(arg, "-"):
 			a.fn = arg
 		default:
-			err = w.addPair(arg, name, val, hasVal)
+			err = w.addPair(arg, name, s.Val, s.HasVal)
 		}
 		if err != nil {
 			return nil, err

@@ -63,6 +63,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -651,35 +652,20 @@ func (c *Config) parseStreamAdapter(v *yaml.Node) error {
 	if conf == nil {
 		return nil
 	}
-	return mapping(conf, "iii-stream kv adapter config", []string{"store_method", "file_path", "save_interval_ms", "channel_size"}, func(k, v *yaml.Node) error {
-		switch k.Value {
-		case "save_interval_ms":
-			// iii's flush cadence of its file store; JetStream stores each write as it is
-			// acknowledged, so it is checked against iii's bounds and paces nothing.
-			n, err := intValue(v, k.Value)
-			if err == nil && (n < 100 || n > 3_600_000) {
-				err = invalid(v.Line, "iii-stream kv adapter config: save_interval_ms %d: it must be from 100 to 3600000", n)
-			}
-			return err
-		case "channel_size":
+	kv := KV{Memory: c.Stream.Memory, FilePath: c.Stream.FilePath}
+	err := mapping(conf, "iii-stream kv adapter config", append(slices.Clone(KVKeys), "channel_size"), func(k, v *yaml.Node) error {
+		if k.Value == "channel_size" {
 			return refuseKey(k.Line, "iii-stream kv adapter config: channel_size: this engine's stream does not drop events behind a bounded channel")
 		}
-		s, err := strValue(v, k.Value)
-		if err != nil {
-			return err
+		var value any
+		if v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
+			value = v.Value
 		}
-		switch {
-		case k.Value == "file_path" && s == "":
-			return invalid(v.Line, "iii-stream kv adapter config: file_path must not be empty")
-		case k.Value == "file_path":
-			c.Stream.FilePath = s
-		case s == "in_memory":
-			c.Stream.Memory = true
-		case s != "file_based":
-			return invalid(v.Line, "iii-stream kv adapter config: store_method %q; use file_based or in_memory", s)
-		}
-		return nil
+		_, err := kv.Set(fmt.Sprintf("line %d: iii-stream kv adapter config: ", v.Line), k.Value, value)
+		return err
 	})
+	c.Stream.Memory, c.Stream.FilePath = kv.Memory, kv.FilePath
+	return err
 }
 
 // parseHTTPFunctions reads iii-http-functions config: {security: {url_allowlist,

@@ -111,25 +111,14 @@ type flags struct {
 // --name=value, anywhere before --; the first bare word is SANDBOX_ID.
 func parse(cmd string, args []string) (*flags, error) {
 	f := &flags{}
-	for i := 0; i < len(args); i++ {
-		arg := args[i]
+	for s := cli.NewWords(args); s.Next(); {
+		arg, name, next := s.Arg, s.Name, s.Value
 		if arg == "--" {
 			if cmd != "exec" {
 				return nil, fmt.Errorf("`iii sandbox %s` takes no command after --; it runs a login shell", cmd)
 			}
-			f.argv = args[i+1:]
+			f.argv = s.Rest()
 			break
-		}
-		name, val, hasVal := strings.Cut(arg, "=")
-		next := func() (string, error) {
-			if hasVal {
-				return val, nil
-			}
-			if i+1 >= len(args) {
-				return "", fmt.Errorf("%s needs a value", name)
-			}
-			i++
-			return args[i], nil
 		}
 		var err error
 		switch {

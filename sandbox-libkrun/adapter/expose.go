@@ -121,21 +121,28 @@ func checkPort(p *int) (int, error) {
 	return *p, nil
 }
 
+// exposeTarget checks what expose and unexpose both name: the sandbox id, the guest port, and
+// the sandbox, admitted as for any other operation on it.
+func (s *Service) exposeTarget(sandboxID string, p *int) (id string, port int, box *sandbox, err error) {
+	if id, err = checkID(sandboxID); err != nil {
+		return "", 0, nil, err
+	}
+	if port, err = checkPort(p); err != nil {
+		return "", 0, nil, err
+	}
+	if box, err = s.admit(id, false); err != nil {
+		return "", 0, nil, err
+	}
+	return id, port, box, nil
+}
+
 // Expose answers expose.
 func (s *Service) Expose(_ context.Context, raw json.RawMessage) (any, error) {
 	var req ExposeRequest
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	id, err := checkID(req.SandboxID)
-	if err != nil {
-		return nil, err
-	}
-	port, err := checkPort(req.Port)
-	if err != nil {
-		return nil, err
-	}
-	box, err := s.admit(id, false)
+	id, port, box, err := s.exposeTarget(req.SandboxID, req.Port)
 	if err != nil {
 		return nil, err
 	}
@@ -183,15 +190,7 @@ func (s *Service) Unexpose(_ context.Context, raw json.RawMessage) (any, error) 
 	if err := decode(raw, &req); err != nil {
 		return nil, err
 	}
-	id, err := checkID(req.SandboxID)
-	if err != nil {
-		return nil, err
-	}
-	port, err := checkPort(req.Port)
-	if err != nil {
-		return nil, err
-	}
-	box, err := s.admit(id, false)
+	id, port, box, err := s.exposeTarget(req.SandboxID, req.Port)
 	if err != nil {
 		return nil, err
 	}

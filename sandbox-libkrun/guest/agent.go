@@ -61,6 +61,16 @@ func (a *agent) replyErr(id uint32, err error) {
 	a.sendJSON(proto.TypeReply, id, proto.Reply{Error: &proto.Error{Message: err.Error()}})
 }
 
+// decodeFrame reads f's JSON payload into a T. A payload that is not one is answered with the
+// error, so the host's request fails rather than waits, and ok is false.
+func decodeFrame[T any](a *agent, f proto.Frame) (v T, ok bool) {
+	if err := json.Unmarshal(f.Payload, &v); err != nil {
+		a.replyErr(f.ID, err)
+		return v, false
+	}
+	return v, true
+}
+
 // serve answers frames until the host asks for shutdown or the port closes.
 func (a *agent) serve() error {
 	a.hello()
@@ -122,9 +132,8 @@ func (a *agent) hello() {
 // setup answers an Init frame: it seeds entropy, loads the modules asked for, mounts the root and
 // brings up loopback and, when asked, the network.
 func (a *agent) setup(f proto.Frame) {
-	var in proto.Init
-	if err := json.Unmarshal(f.Payload, &in); err != nil {
-		a.replyErr(f.ID, err)
+	in, ok := decodeFrame[proto.Init](a, f)
+	if !ok {
 		return
 	}
 	if err := seedEntropy(in.Entropy); err != nil {
@@ -182,9 +191,8 @@ func (a *agent) setup(f proto.Frame) {
 // randomness (credited, then the generator reseeded, so no two copies of one snapshot share
 // their random stream), the host's clock and its host name.
 func (a *agent) resume(f proto.Frame) {
-	var r proto.Resume
-	if err := json.Unmarshal(f.Payload, &r); err != nil {
-		a.replyErr(f.ID, err)
+	r, ok := decodeFrame[proto.Resume](a, f)
+	if !ok {
 		return
 	}
 	if err := reseedEntropy(r.Entropy); err != nil {
@@ -210,9 +218,8 @@ func (a *agent) resume(f proto.Frame) {
 
 // fsOp answers an FS frame: read and streamed write run as streams, every other op replies once.
 func (a *agent) fsOp(f proto.Frame) {
-	var req proto.FS
-	if err := json.Unmarshal(f.Payload, &req); err != nil {
-		a.replyErr(f.ID, err)
+	req, ok := decodeFrame[proto.FS](a, f)
+	if !ok {
 		return
 	}
 	switch {

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -24,9 +23,8 @@ const dialTimeout = 5 * time.Second
 // dial answers a Dial frame. The connection is registered before the read loop goes on, so an
 // End of the host that comes while dialling (the host gave up) finds it and drops the socket.
 func (a *agent) dial(f proto.Frame) {
-	var req proto.Dial
-	if err := json.Unmarshal(f.Payload, &req); err != nil {
-		a.replyErr(f.ID, err)
+	req, ok := decodeFrame[proto.Dial](a, f)
+	if !ok {
 		return
 	}
 	if req.Port < 1 || req.Port > 65535 {

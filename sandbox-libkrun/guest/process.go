@@ -87,47 +87,38 @@ func (a *agent) procReply(id uint32, v any, e *proto.Error) {
 	a.sendJSON(proto.TypeReply, id, proto.Reply{Result: b})
 }
 
+// answer answers the request frame f with what do makes of its payload.
+func answer[Req, Res any](a *agent, f proto.Frame, do func(Req) (Res, *proto.Error)) {
+	if req, ok := decodeFrame[Req](a, f); ok {
+		res, e := do(req)
+		a.procReply(f.ID, res, e)
+	}
+}
+
+// noResult adapts a request answered by an error alone to answer, which replies {} when
+// the error is nil.
+func noResult[Req any](do func(Req) *proto.Error) func(Req) (struct{}, *proto.Error) {
+	return func(req Req) (struct{}, *proto.Error) { return struct{}{}, do(req) }
+}
+
 // procRequest answers a process request frame; it runs on the read loop except where a
 // request waits (ProcWait), and ProcStart/ProcAttach register their streams before the next
 // frame is read, so the host's first Credit or Data finds them.
 func (a *agent) procRequest(f proto.Frame) {
 	switch f.Type {
 	case proto.TypeProcStart:
-		var req proto.ProcStart
-		if err := json.Unmarshal(f.Payload, &req); err != nil {
-			a.replyErr(f.ID, err)
-			return
-		}
-		info, e := a.procStart(req)
-		a.procReply(f.ID, info, e)
+		answer(a, f, a.procStart)
 	case proto.TypeProcAttach:
-		var req proto.ProcAttach
-		if err := json.Unmarshal(f.Payload, &req); err != nil {
-			a.replyErr(f.ID, err)
-			return
-		}
-		res, e := a.procAttach(req)
-		a.procReply(f.ID, res, e)
+		answer(a, f, a.procAttach)
 	case proto.TypeProcList:
 		a.procReply(f.ID, a.procList(), nil)
 	case proto.TypeProcSignal:
-		var req proto.ProcSignal
-		if err := json.Unmarshal(f.Payload, &req); err != nil {
-			a.replyErr(f.ID, err)
-			return
-		}
-		a.procReply(f.ID, struct{}{}, a.procSignal(req))
+		answer(a, f, noResult(a.procSignal))
 	case proto.TypeProcResize:
-		var req proto.ProcResize
-		if err := json.Unmarshal(f.Payload, &req); err != nil {
-			a.replyErr(f.ID, err)
-			return
-		}
-		a.procReply(f.ID, struct{}{}, a.procResize(req))
+		answer(a, f, noResult(a.procResize))
 	case proto.TypeProcWait:
-		var req proto.ProcRef
-		if err := json.Unmarshal(f.Payload, &req); err != nil {
-			a.replyErr(f.ID, err)
+		req, ok := decodeFrame[proto.ProcRef](a, f)
+		if !ok {
 			return
 		}
 		p, e := a.lookupProc(req.ID)

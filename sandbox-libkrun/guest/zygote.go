@@ -4,7 +4,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -113,9 +112,8 @@ _zygote()
 // prestart answers a Prestart frame: it starts the zygote of p.Argv0 and replies once its
 // start-up is done. A zygote already waiting is replaced.
 func (a *agent) prestart(f proto.Frame) {
-	var p proto.Prestart
-	if err := json.Unmarshal(f.Payload, &p); err != nil {
-		a.replyErr(f.ID, err)
+	p, ok := decodeFrame[proto.Prestart](a, f)
+	if !ok {
 		return
 	}
 	z, err := a.startZygote(p.Argv0)

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/iii-go/iii/engine/config"
 	"github.com/iii-go/iii/engine/errcode"
 )
 
@@ -30,7 +30,7 @@ type AdapterRule struct {
 	// Worker names the worker in messages ("state").
 	Worker string
 	// Store are the adapter names served by this project's JetStream store (iii's kv, builtin):
-	// they take store_method, file_path and save_interval_ms.
+	// they take config.KVKeys (store_method, file_path, save_interval_ms).
 	Store []string
 	// Local are the adapter names served in the worker's own process (iii's local): no config.
 	Local []string
@@ -77,35 +77,15 @@ func (r AdapterRule) Resolve(a *Adapter, nats Config, lookupEnv func(string) (st
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var kv config.KV
 	for _, k := range keys {
-		v := a.Config[k]
-		switch k {
-		case "store_method":
-			switch v {
-			case "file_based":
-			case "in_memory":
-				p.Memory = true
-			default:
-				return p, errcode.New(errcode.ConfigInvalid, "%s worker: adapter.config.store_method %v: use file_based or in_memory", r.Worker, v)
-			}
-		case "file_path":
-			s, ok := v.(string)
-			if !ok || s == "" {
-				return p, errcode.New(errcode.ConfigInvalid, "%s worker: adapter.config.file_path must be a directory path", r.Worker)
-			}
-			p.Dir = s
-		case "save_interval_ms":
-			// iii flushes its file every save_interval_ms; JetStream stores each write as it
-			// is acknowledged (nats.sync), so there is no interval to pace. The value is
-			// checked against iii's bounds so a file valid for iii is valid here.
-			n, err := strconv.Atoi(fmt.Sprint(v))
-			if err != nil || n < 100 || n > 3_600_000 {
-				return p, errcode.New(errcode.ConfigInvalid, "%s worker: adapter.config.save_interval_ms %v: it must be a number of milliseconds from 100 to 3600000", r.Worker, v)
-			}
-		default:
-			return p, errcode.New(errcode.ConfigUnsupported, "%s worker: adapter.config.%s is not supported by the %s adapter here (the keys are store_method, file_path, save_interval_ms)", r.Worker, k, a.Name)
+		if ok, err := kv.Set(r.Worker+" worker: adapter.config.", k, a.Config[k]); err != nil {
+			return p, err
+		} else if !ok {
+			return p, errcode.New(errcode.ConfigUnsupported, "%s worker: adapter.config.%s is not supported by the %s adapter here (the keys are %s)", r.Worker, k, a.Name, strings.Join(config.KVKeys, ", "))
 		}
 	}
+	p.Memory, p.Dir = kv.Memory, kv.FilePath
 	if p.Memory && p.Dir != "" {
 		return p, errcode.New(errcode.ConfigInvalid, "%s worker: adapter.config.file_path %q with store_method in_memory: an in-memory store has no file; drop one of them", r.Worker, p.Dir)
 	}

@@ -12,10 +12,12 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/iii-go/iii/engine/config"
 	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/workers/jsstore"
@@ -125,35 +127,20 @@ func (c Config) Validate() (Store, error) {
 	default:
 		return st, errcode.New(errcode.ConfigInvalid, "adapter.name: unknown adapter %q; use kv", c.Adapter.Name)
 	}
+	var kv config.KV
 	for k, v := range c.Adapter.Config {
-		switch k {
-		case "store_method":
-			switch v {
-			case "file_based":
-			case "in_memory":
-				st.Memory = true
-			default:
-				return st, errcode.New(errcode.ConfigInvalid, "adapter.config.store_method: %v; use file_based or in_memory", v)
-			}
-		case "file_path":
-			s, ok := v.(string)
-			if !ok || s == "" {
-				return st, errcode.New(errcode.ConfigInvalid, "adapter.config.file_path must be a directory path")
-			}
-			st.DataDir = s
-		case "save_interval_ms":
-			// iii's flush cadence of its file store: JetStream stores each write as it is
-			// acknowledged, so there is nothing to pace; checked against iii's bounds.
-			if n, err := strconv.Atoi(fmt.Sprint(v)); err != nil || n < 100 || n > 3_600_000 {
-				return st, errcode.New(errcode.ConfigInvalid, "adapter.config.save_interval_ms %v: it must be a number of milliseconds from 100 to 3600000", v)
-			}
-		case "channel_size":
+		if ok, err := kv.Set("adapter.config.", k, v); err != nil {
+			return st, err
+		} else if ok {
+			continue
+		}
+		if k == "channel_size" {
 			return st, errcode.New(errcode.ConfigUnsupported, "adapter.config.channel_size is not supported: this stream worker does not drop events "+
 				"behind a bounded channel; remove the key")
-		default:
-			return st, errcode.New(errcode.ConfigInvalid, "adapter.config: unknown key %q; allowed: store_method, file_path, save_interval_ms", k)
 		}
+		return st, errcode.New(errcode.ConfigInvalid, "adapter.config: unknown key %q; allowed: %s", k, strings.Join(config.KVKeys, ", "))
 	}
+	st.Memory, st.DataDir = kv.Memory, kv.FilePath
 	if st.DataDir != "" && (c.NATS.URL != "" || c.NATS.DataDir != "") {
 		return st, errcode.New(errcode.ConfigInvalid, "adapter.config.file_path and nats.url/nats.data_dir both say where the streams live; keep one")
 	}

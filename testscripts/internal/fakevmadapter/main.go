@@ -145,32 +145,12 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 	if err := json.Unmarshal(raw, &in); err != nil || in.VMID == "" || len(in.Command) == 0 {
 		return nil, sErr(scode.S001, "validation", "invalid request: vm_id, dir and command are required")
 	}
-	// Compose hands the container's own environment in a 0600 file, as to the real adapter.
-	if in.EnvFile != "" {
-		b, err := os.ReadFile(in.EnvFile)
-		var more map[string]string
-		if err == nil {
-			err = json.Unmarshal(b, &more)
-		}
-		if err != nil {
-			return nil, sErr(scode.S001, "validation", "invalid request: env_file: "+err.Error())
-		}
-		if in.Env == nil {
-			in.Env = map[string]string{}
-		}
-		for k, v := range more {
-			if _, set := in.Env[k]; !set {
-				in.Env[k] = v
-			}
-		}
+	var err error
+	if in.Env, err = withEnvFile(in.Env, in.EnvFile); err != nil {
+		return nil, err
 	}
-	ok := false
-	for _, r := range a.roots {
-		ok = ok || fspath.Within(in.Dir, r)
-	}
-	if !ok {
-		return nil, sErr(scode.S501, "config", fmt.Sprintf("host path '%s' is outside the adapter's host roots (%s); the adapter reads its roots only when it starts: "+
-			"restart it with `iii call compose::restart worker=sandbox-libkrun`, or move the worker under the compose directory", in.Dir, strings.Join(a.roots, ", ")))
+	if err := a.checkRoot(in.Dir); err != nil {
+		return nil, err
 	}
 	dir := a.stateDir(in.VMID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -198,6 +178,54 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, sErr(scode.S200, "execution", "starting the VM worker: "+err.Error())
 	}
+	a.mu.Lock()
+	a.vms[in.VMID] = watch(cmd)
+	a.mu.Unlock()
+	res := map[string]any{"vm_id": in.VMID, "name": in.Name, "state": "running", "state_dir": dir, "pids": []int{cmd.Process.Pid}}
+	if reportsEnv {
+		res["env"] = in.Env
+	}
+	return res, nil
+}
+
+// withEnvFile adds to env the variables of file that env does not set: Compose hands the
+// container's own environment in a 0600 file, as to the real adapter.
+func withEnvFile(env map[string]string, file string) (map[string]string, error) {
+	if file == "" {
+		return env, nil
+	}
+	b, err := os.ReadFile(file)
+	var more map[string]string
+	if err == nil {
+		err = json.Unmarshal(b, &more)
+	}
+	if err != nil {
+		return nil, sErr(scode.S001, "validation", "invalid request: env_file: "+err.Error())
+	}
+	if env == nil {
+		env = map[string]string{}
+	}
+	for k, v := range more {
+		if _, set := env[k]; !set {
+			env[k] = v
+		}
+	}
+	return env, nil
+}
+
+// checkRoot refuses a worker directory outside the adapter's host roots, as the real adapter.
+func (a *adapter) checkRoot(dir string) error {
+	for _, r := range a.roots {
+		if fspath.Within(dir, r) {
+			return nil
+		}
+	}
+	return sErr(scode.S501, "config", fmt.Sprintf("host path '%s' is outside the adapter's host roots (%s); the adapter reads its roots only when it starts: "+
+		"restart it with `iii call compose::restart worker=sandbox-libkrun`, or move the worker under the compose directory", dir, strings.Join(a.roots, ", ")))
+}
+
+// watch is the VM of the started cmd: its exit code (128+N for signal N) is set when it ends.
+func watch(cmd *exec.Cmd) *vm {
 	v := &vm{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
@@ -207,14 +235,7 @@ func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
 		}
 		close(v.done)
 	}()
-	a.mu.Lock()
-	a.vms[in.VMID] = v
-	a.mu.Unlock()
-	res := map[string]any{"vm_id": in.VMID, "name": in.Name, "state": "running", "state_dir": dir, "pids": []int{cmd.Process.Pid}}
-	if reportsEnv {
-		res["env"] = in.Env
-	}
-	return res, nil
+	return v
 }
 
 // resolveToken replaces the token file env names with the token itself, as III_TOKEN.
