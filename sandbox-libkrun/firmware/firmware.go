@@ -90,16 +90,17 @@ type Paths struct {
 	Manifest string
 }
 
-// Dir is the firmware directory: $III_LIB_DIR, else ~/.iii/lib (HOME honoured).
-func Dir() string { return iiidir.Env{}.Lib() }
+// Dir is the firmware directory: $III_LIB_DIR of getenv (the caller's environment, os.Getenv in a
+// main; nil is an empty one), else ~/.iii/lib (HOME honoured).
+func Dir(getenv func(string) string) string { return iiidir.Env{Getenv: getenv}.Lib() }
 
-// DirFor is the firmware directory of guest architecture a: Dir() for the host's, else its
+// DirFor is the firmware directory of guest architecture a: Dir(getenv) for the host's, else its
 // subdirectory <arch>.
-func DirFor(a guestarch.Arch) string {
+func DirFor(getenv func(string) string, a guestarch.Arch) string {
 	if a.Native() {
-		return Dir()
+		return Dir(getenv)
 	}
-	return filepath.Join(Dir(), a.Name)
+	return filepath.Join(Dir(getenv), a.Name)
 }
 
 // BundleDirFor is the directory beside the adapter binary that carries the firmware of guest
@@ -133,9 +134,10 @@ func At(dir string) Paths {
 	return Paths{Dir: dir, Kernel: filepath.Join(dir, KernelFile), Initrd: filepath.Join(dir, InitrdFile), Manifest: filepath.Join(dir, ManifestFile)}
 }
 
-// LocateFor returns the installed firmware of guest architecture a, or the host check's error.
-func LocateFor(a guestarch.Arch) (Paths, error) {
-	p := At(DirFor(a))
+// LocateFor returns the installed firmware of guest architecture a (DirFor(getenv, a)), or the
+// host check's error.
+func LocateFor(getenv func(string) string, a guestarch.Arch) (Paths, error) {
+	p := At(DirFor(getenv, a))
 	if pr := hostreq.Firmware(p.Dir); pr != nil {
 		return p, errors.New(pr.String())
 	}
