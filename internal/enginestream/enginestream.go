@@ -28,6 +28,7 @@ func Config(env cli.EngineWorkerEnv) stream.Config {
 	cfg.AllowedOrigins, cfg.JoinTimeoutMS, cfg.IdleTimeoutMS = sc.AllowedOrigins, sc.JoinTimeoutMS, sc.IdleTimeoutMS
 	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = sc.MaxConnections, sc.MaxConnectionsPerAddress
 	cfg.Adapter = &stream.Adapter{Name: "kv", Config: map[string]any{}}
+	cfg.LookupEnv = env.LookupEnv
 	if sc.Memory {
 		cfg.Adapter.Config["store_method"] = "in_memory"
 	}
