@@ -210,7 +210,7 @@ func serve(args []string) (int, error) {
 		Description: "sandbox adapter: runs sandboxes and VM workers in microVMs",
 		Version:     version,
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}.FromEnv(os.Getenv))
 	defer w.Close()
 
 	st, err := loadSettings(ctx, w, o)
@@ -550,7 +550,7 @@ func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		conn, cerr := protocol.Connect(cctx, protocol.Config{Name: envOr(protocol.EnvWorkerName, adapter.Name) + "/settings",
 			Description: "sandbox adapter: reading its settings", Version: version,
-			Logger: slog.New(slog.DiscardHandler)})
+			Logger: slog.New(slog.DiscardHandler)}.FromEnv(os.Getenv))
 		cancel()
 		if cerr != nil {
 			return settings.Defaults(), errcode.New(errcode.EngineUnreachable, "cannot reach the engine at %s to read the settings entry %q: %w", w.URL(), id, cerr)

@@ -44,7 +44,7 @@ func Config(env cli.EngineWorkerEnv) stream.Config {
 func Serve(ctx context.Context, env cli.EngineWorkerEnv) (func(), error) {
 	w := protocol.NewWorker(protocol.Config{URL: env.URL, Namespace: "default", Name: "iii-stream",
 		Description: "iii-stream, served by the engine", Version: env.Version, TokenFile: env.TokenFile,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.FromEnv(getenv(env.LookupEnv)))
 	cleanup, err := stream.Setup(ctx, Config(env), w, env.Log)
 	if err != nil {
 		return nil, err
@@ -70,4 +70,15 @@ func Serve(ctx context.Context, env cli.EngineWorkerEnv) (func(), error) {
 			cleanup()
 		})
 	}, nil
+}
+
+// getenv is the variable lookup of lookupEnv, "" when unset; nil is an empty environment.
+func getenv(lookupEnv func(string) (string, bool)) func(string) string {
+	if lookupEnv == nil {
+		return nil
+	}
+	return func(k string) string {
+		v, _ := lookupEnv(k)
+		return v
+	}
 }
