@@ -51,7 +51,7 @@ const sdkDir = "engine/protocol"
 
 func main() {
 	top := flag.Int("top", 1, "longest functions listed per module")
-	verbose := flag.Bool("v", false, "list every flattened cause, duplicate code and SDK identifier")
+	verbose := flag.Bool("v", false, "list every flattened cause, duplicate code, reason an environment read is allowed and SDK identifier")
 	flag.Parse()
 	root := "."
 	if flag.NArg() > 0 {
@@ -178,17 +178,24 @@ func (st *stats) report(top int, verbose bool) {
 	fmt.Printf("code strings declared in more than one code table (%d tables, %d declarations): %d\n", len(st.tables), len(st.codes), len(dups))
 	allowed := 0
 	for _, r := range st.env {
-		if _, ok := envreads.Allowed[r.Key()]; ok {
+		if _, ok := envreads.Allows(r); ok {
 			allowed++
 		}
 	}
 	fmt.Printf("environment reads outside main (os.Getenv/LookupEnv/Environ; tests, magefiles, internal/bench apart): %d (%d allowed by design: envreads.Allowed)\n", len(st.env), allowed)
+	reasons := map[string]string{}
 	for _, r := range st.env {
-		why := envreads.Allowed[r.Key()]
-		if why != "" {
-			why = " (allowed: " + why + ")"
+		mark := ""
+		if why, ok := envreads.Allows(r); ok {
+			mark = " (allowed)"
+			reasons[why] = r.Key()
 		}
-		fmt.Printf("  %s%s\n", r, why)
+		fmt.Printf("  %s%s\n", r, mark)
+	}
+	if verbose {
+		for why, key := range reasons {
+			fmt.Printf("  allowed as %s: %s\n", key, why)
+		}
 	}
 	kinds := []string{"const", "var", "func", "type", "method", "field"}
 	var parts []string

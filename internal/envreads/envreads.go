@@ -17,9 +17,25 @@ import (
 	"strings"
 )
 
-// Allowed are the reads outside main that stay, keyed "dir/file.go:Func" (Func as Read.Func
-// names it), each with the reason.
-var Allowed = map[string]string{}
+// Allowed are the reads outside main that stay, each with the reason: keyed "dir/file.go:Func"
+// (Func as Read.Func names it) for one function, or "dir/" for a whole package of developer
+// tooling (which builds and runs the project from a developer's shell, never inside a shipped
+// binary).
+var Allowed = map[string]string{
+	"internal/magetargets/": "the build targets magefiles' main runs: they drive go, apt-get and the scenario harness from the developer's shell, whose whole environment (GOCACHE, PATH, proxies, III_DIST_DIR, III_TARGET) they must pass on",
+	"internal/release/":     "the release build mage runs: go build of each target inherits the developer's environment (GOCACHE, GOPATH, PATH, proxies) with GOOS, GOARCH and CGO_ENABLED set",
+	"internal/hostsetup/":   "mage setup: installs the host's packages with apt-get in the developer's environment and reports which accelerator $III_KVM_DEVICE gives",
+	"internal/demo/":        "mage demo and its scenario: builds and starts a demo project from the developer's shell, whose PATH, image cache and host target it uses",
+}
+
+// Allows reports whether Allowed lists r, by its function or by its package.
+func Allows(r Read) (string, bool) {
+	if why, ok := Allowed[r.Key()]; ok {
+		return why, true
+	}
+	why, ok := Allowed[filepath.ToSlash(filepath.Dir(r.Pos.Filename))+"/"]
+	return why, ok
+}
 
 // Read is one call of os.Getenv, os.LookupEnv or os.Environ.
 type Read struct {

@@ -165,7 +165,10 @@ type Options struct {
 	Package   string         // Debian kernel package (default Arch.KernelPackage)
 	Agent     string         // path of a built guest agent; empty: build it from ModuleDir
 	ModuleDir string         // the sandbox-libkrun module directory, to build the agent
-	Log       io.Writer      // progress lines; nil discards
+	// Env is the environment go build of the agent runs in, KEY=VALUE (os.Environ() in
+	// iii-vmbuild's main: the go tool needs its GOCACHE, HOME and PATH); required to build it.
+	Env []string
+	Log io.Writer // progress lines; nil discards
 }
 
 // Build downloads the kernel package with apt-get, extracts the uncompressed kernel and the
@@ -204,7 +207,7 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	agent := o.Agent
 	if agent == "" {
 		agent = filepath.Join(root, "init")
-		if err := BuildAgent(ctx, o.ModuleDir, o.Arch.GOARCH, agent); err != nil {
+		if err := BuildAgent(ctx, o.Env, o.ModuleDir, o.Arch.GOARCH, agent); err != nil {
 			return Paths{}, err
 		}
 	}
@@ -389,14 +392,17 @@ func Initramfs(agent string, mods, netMods, diskMods, ninePMods, blockMods []Mod
 }
 
 // BuildAgent compiles the static guest agent (package guest of moduleDir) for Go architecture
-// goarch.
-func BuildAgent(ctx context.Context, moduleDir, goarch, out string) error {
+// goarch, running go build in the environment env (the caller's; required).
+func BuildAgent(ctx context.Context, env []string, moduleDir, goarch, out string) error {
 	if moduleDir == "" {
 		return errors.New("firmware: ModuleDir (the sandbox-libkrun module) is required to build the agent")
 	}
+	if env == nil {
+		return errors.New("firmware: Env (the environment go build runs in) is required to build the agent")
+	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./guest")
 	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
+	cmd.Env = append(env[:len(env):len(env)], "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build guest agent: %w\n%s", err, b)
 	}

@@ -72,7 +72,7 @@ func buildFirmware(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = firmware.Build(ctx, firmware.Options{WorkDir: *work, OutDir: *out, Arch: a, ModuleDir: *mod, Log: os.Stdout})
+	_, err = firmware.Build(ctx, firmware.Options{WorkDir: *work, OutDir: *out, Arch: a, ModuleDir: *mod, Log: os.Stdout, Env: os.Environ()})
 	return err
 }
 
