@@ -48,7 +48,11 @@ type Read struct {
 func (r Read) Key() string { return filepath.ToSlash(r.Pos.Filename) + ":" + r.Func }
 
 func (r Read) String() string {
-	return fmt.Sprintf("%s:%d %s in %s", filepath.ToSlash(r.Pos.Filename), r.Pos.Line, r.Call, r.Func)
+	where := r.Func
+	if where == "" {
+		where = "a package-level declaration"
+	}
+	return fmt.Sprintf("%s:%d %s in %s", filepath.ToSlash(r.Pos.Filename), r.Pos.Line, r.Call, where)
 }
 
 // skipped are the directories walked past: tests' data, the build's outputs, the build scripts
