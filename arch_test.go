@@ -16,6 +16,7 @@ import (
 
 	"github.com/iii-go/iii/internal/causecheck"
 	"github.com/iii-go/iii/internal/codetables"
+	"github.com/iii-go/iii/internal/envreads"
 )
 
 // adapterModule is the sandbox adapter's module path: VM code lives there alone (req A1).
@@ -171,6 +172,30 @@ func TestErrorCodesDeclaredOnce(t *testing.T) {
 	for _, ds := range codetables.Duplicates(decls) {
 		for _, d := range ds[1:] {
 			t.Errorf("%s: %s = %q is declared again (first at %s): refer to the owning table's constant", d.Pos, d.Name, d.Code, ds[0].Pos)
+		}
+	}
+}
+
+// TestEnvironmentReadOnlyInMain fails on a read of the process environment (os.Getenv,
+// os.LookupEnv, os.Environ) outside package main that envreads.Allowed does not list: each main
+// reads its environment once and hands it down, so a library's zero value never depends on the
+// variables of the process that runs it.
+func TestEnvironmentReadOnlyInMain(t *testing.T) {
+	found, err := envreads.Find(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range found {
+		seen[r.Key()] = true
+		seen[filepath.ToSlash(filepath.Dir(r.Pos.Filename))+"/"] = true
+		if _, ok := envreads.Allows(r); !ok {
+			t.Errorf("%s: take the variable from the caller (a Getenv/LookupEnv func or an env list its main builds from the process), or list %q in envreads.Allowed with the reason", r, r.Key())
+		}
+	}
+	for k := range envreads.Allowed {
+		if !seen[k] {
+			t.Errorf("envreads.Allowed lists %s, which no longer reads the environment: remove it", k)
 		}
 	}
 }

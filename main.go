@@ -54,7 +54,7 @@ func run(args []string, stdout io.Writer) int {
 	case "call", "trigger", "t":
 		return engine.RunCall(args[1:], os.Getenv)
 	case "compose":
-		return compose.Run(version, args[1:], os.LookupEnv)
+		return compose.Run(version, args[1:], os.LookupEnv, os.Environ())
 	case "sandbox":
 		return sandboxcli.Run(args[1:], os.Getenv, sandboxcli.IO{Stdin: os.Stdin, Stdout: stdout, Stderr: os.Stderr})
 	case "update":

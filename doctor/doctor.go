@@ -50,7 +50,7 @@ type Options struct {
 	ConfigFile string
 	// Host runs the adapter's host checks even when the project does not need the adapter.
 	Host bool
-	// Target is the host (default platform.Host(), which honours III_TARGET).
+	// Target is the host (default platform.Host of LookupEnv, which honours III_TARGET).
 	Target *platform.Target
 	// EngineTimeout bounds the attempt to reach the engine (default 1.5 s).
 	EngineTimeout time.Duration
@@ -128,7 +128,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if o.Target == nil {
-		t := platform.Host()
+		t := platform.Host(o.getenv)
 		o.Target = &t
 	}
 	if o.LookupEnv == nil {

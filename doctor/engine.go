@@ -44,7 +44,7 @@ func checkEngine(ctx context.Context, r *Report, o Options, p *projectInfo, cfg 
 	r.EngineURL = url
 	dctx, cancel := context.WithTimeout(ctx, o.EngineTimeout)
 	defer cancel()
-	w, err := protocol.Connect(dctx, protocol.Config{URL: url, Name: "iii-doctor", Namespace: protocol.DefaultNamespace, NoReconnect: true})
+	w, err := protocol.Connect(dctx, protocol.Config{URL: url, Name: "iii-doctor", Namespace: protocol.DefaultNamespace, NoReconnect: true}.FromEnv(o.getenv))
 	if err != nil {
 		r.note(fmt.Sprintf("no engine answered at %s, so the stored %s configuration entry was not checked; start the engine and run iii doctor again to check it", url, sandboxEntryID))
 		return

@@ -210,7 +210,7 @@ func serve(args []string) (int, error) {
 		Description: "sandbox adapter: runs sandboxes and VM workers in microVMs",
 		Version:     version,
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	}.FromEnv(os.Getenv))
 	defer w.Close()
 
 	st, err := loadSettings(ctx, w, o)
@@ -249,7 +249,7 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 	if err != nil {
 		return vmHost{}, errcode.New(errcode.InvalidSettings, "%w", err)
 	}
-	if p := hostcheck.Platform(platform.Host()); p != nil {
+	if p := hostcheck.Platform(platform.Host(os.Getenv)); p != nil {
 		return vmHost{}, errcode.New(errcode.UnsupportedPlatform, "%s", p.Message)
 	}
 	if err := installFirmware(arch); err != nil {
@@ -265,7 +265,7 @@ func prepareHost(st settings.Settings) (vmHost, error) {
 		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%w", err)
 	}
 	drv, err := qemu.New(qemu.Options{Accel: accel, Arch: arch, Share: st.FileShare,
-		Qemu: os.Getenv("III_QEMU"), Virtiofsd: os.Getenv("III_VIRTIOFSD"), KVMDevice: os.Getenv("III_KVM_DEVICE")})
+		Qemu: os.Getenv("III_QEMU"), Virtiofsd: os.Getenv("III_VIRTIOFSD"), KVMDevice: os.Getenv("III_KVM_DEVICE"), Getenv: os.Getenv})
 	if err != nil {
 		return vmHost{}, errcode.New(errcode.HostCheckFailed, "%w", err)
 	}
@@ -287,7 +287,7 @@ func snapshotStore(st settings.Settings, arch guestarch.Arch) (*snapshot.Store, 
 	if st.Snapshots != settings.SnapshotsOn {
 		return nil, ""
 	}
-	p, err := firmware.LocateFor(arch)
+	p, err := firmware.LocateFor(os.Getenv, arch)
 	var man firmware.Manifest
 	if err == nil {
 		man, err = firmware.ReadManifest(p)
@@ -313,7 +313,7 @@ func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.
 	drv, arch := vms.drv, vms.arch
 	warnPoolMemory(st)
 	// Images of an emulated guest architecture live apart (image.DirFor).
-	images := cacheImages{c: image.NewCacheFor(image.DirFor(image.DefaultDir(), arch), arch)}
+	images := cacheImages{c: image.NewCacheFor(image.DirFor(image.DefaultDir(os.Getenv), arch), arch)}
 	runDir := processDir("iii-sbx")
 	defer os.RemoveAll(runDir)
 	snaps, fwID := snapshotStore(st, arch)
@@ -327,7 +327,7 @@ func runAdapter(ctx context.Context, w *protocol.Worker, o options, st settings.
 	roots := hostRoots(o)
 	workers := vmworker.New(vmworker.Options{
 		Driver: drv, Images: images, AutoInstall: st.AutoInstall, Roots: roots, ComposeDir: o.composeDir,
-		TokenFile: os.Getenv(protocol.EnvTokenFile),
+		TokenFile: os.Getenv(protocol.EnvTokenFile), Env: os.Environ(),
 		EngineURL: envOr(protocol.EnvURL, protocol.DefaultURL),
 		RunDir:    filepath.Join(runDir, "w"),
 		CPUs:      int(st.DefaultCPUs), MemoryMB: int(st.DefaultMemoryMB), DiskMB: int(st.WorkerDiskMB), Logf: logf,
@@ -484,7 +484,7 @@ func installFirmware(arch guestarch.Arch) error {
 	if !ok {
 		return nil
 	}
-	dst := firmware.At(firmware.DirFor(arch))
+	dst := firmware.At(firmware.DirFor(os.Getenv, arch))
 	action, err := firmware.Install(src, dst, version)
 	if err != nil {
 		return err
@@ -550,7 +550,7 @@ func loadSettings(ctx context.Context, w *protocol.Worker, o options) (settings.
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		conn, cerr := protocol.Connect(cctx, protocol.Config{Name: envOr(protocol.EnvWorkerName, adapter.Name) + "/settings",
 			Description: "sandbox adapter: reading its settings", Version: version,
-			Logger: slog.New(slog.DiscardHandler)})
+			Logger: slog.New(slog.DiscardHandler)}.FromEnv(os.Getenv))
 		cancel()
 		if cerr != nil {
 			return settings.Defaults(), errcode.New(errcode.EngineUnreachable, "cannot reach the engine at %s to read the settings entry %q: %w", w.URL(), id, cerr)

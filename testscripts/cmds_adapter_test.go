@@ -74,7 +74,7 @@ func vmReason() string {
 
 // hostArch is this host's guest architecture (uname -m).
 func hostArch() string {
-	arch, _, _ := strings.Cut(platform.Host().Triple, "-")
+	arch, _, _ := strings.Cut(platform.Host(os.Getenv).Triple, "-")
 	return arch
 }
 

@@ -61,7 +61,7 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	root := ts.MkAbs(fs.Arg(0))
 	adapter, err := adapterArchive()
 	ts.Check(err)
-	targets := map[string]string{platform.Host().Triple: adapter}
+	targets := map[string]string{platform.Host(os.Getenv).Triple: adapter}
 	for _, t := range adapterTargets {
 		targets[t] = adapter
 	}
@@ -91,7 +91,7 @@ func cmdRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(registry.Publish(root, registry.Package{Name: "vmbundle", Version: "0.1.0", Type: registry.TypeBundle,
 		Artifacts: map[string]string{registry.BundleKey: bundleFile}}))
 	ts.Check(registry.Publish(root, registry.Package{Name: "iii-sandbox", Version: "0.26.0", Type: registry.TypeEngine}))
-	ts.Setenv("TRIPLE", platform.Host().Triple)
+	ts.Setenv("TRIPLE", platform.Host(os.Getenv).Triple)
 	if !*useHTTP {
 		ts.Setenv("III_REGISTRY_URL", "file://"+root)
 		return

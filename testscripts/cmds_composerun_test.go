@@ -52,7 +52,7 @@ func cmdPublish(ts *testscript.TestScript, neg bool, args []string) {
 		artifact = packageAdapter(ts, version)
 	}
 	p := registry.Package{Name: name, Version: version, Type: registry.TypeBinary,
-		Artifacts: map[string]string{platform.Host().Triple: artifact}}
+		Artifacts: map[string]string{platform.Host(os.Getenv).Triple: artifact}}
 	if *cfgFile != "" {
 		if err := json.Unmarshal([]byte(ts.ReadFile(*cfgFile)), &p.Config); err != nil {
 			ts.Fatalf("publish: %s: %v", *cfgFile, err)
@@ -75,9 +75,9 @@ var adapterArchives sync.Mutex
 func packageAdapter(ts *testscript.TestScript, version string) string {
 	adapterArchives.Lock()
 	defer adapterArchives.Unlock()
-	t, ok := release.FindTarget(platform.Host().Triple)
+	t, ok := release.FindTarget(platform.Host(os.Getenv).Triple)
 	if !ok {
-		ts.Fatalf("publish: no release target %s", platform.Host().Triple)
+		ts.Fatalf("publish: no release target %s", platform.Host(os.Getenv).Triple)
 	}
 	var fw []release.File
 	if _, err := os.Stat(adapterFirmware()); err == nil {

@@ -40,7 +40,7 @@ func cmdReleaseRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(release.PublishWorkers(repoRoot, out, dir, assets, &log))
 	ts.Logf("%s", log.String())
 	ts.Setenv("III_REGISTRY_URL", "file://"+out)
-	ts.Setenv("TRIPLE", platform.Host().Triple)
+	ts.Setenv("TRIPLE", platform.Host(os.Getenv).Triple)
 }
 
 // hostRelease archives every worker product of $BIN for the host target, as the release does
@@ -52,9 +52,9 @@ func hostRelease(ts *testscript.TestScript) (string, []release.Asset) {
 	if releaseAssets.dir != "" {
 		return releaseAssets.dir, releaseAssets.assets
 	}
-	t, ok := release.FindTarget(platform.Host().Triple)
+	t, ok := release.FindTarget(platform.Host(os.Getenv).Triple)
 	if !ok {
-		ts.Fatalf("releaseregistry: no release target %s", platform.Host().Triple)
+		ts.Fatalf("releaseregistry: no release target %s", platform.Host(os.Getenv).Triple)
 	}
 	dir := filepath.Join(binDir, ".release", t.Triple)
 	ts.Check(os.MkdirAll(dir, 0o755))

@@ -57,7 +57,7 @@ func cmdHostileRegistry(ts *testscript.TestScript, neg bool, args []string) {
 	publishRaw(ts, root, "sizelie", sizelie, "", "", 1)
 	publishRaw(ts, root, "noexe", noexe, "", "", 0)
 	publishRaw(ts, root, "good", good, "", "", 0)
-	ts.Setenv("TRIPLE", platform.Host().Triple)
+	ts.Setenv("TRIPLE", platform.Host(os.Getenv).Triple)
 	if !*useHTTP {
 		ts.Setenv("III_REGISTRY_URL", "file://"+root)
 		return
@@ -99,7 +99,7 @@ func publishRaw(ts *testscript.TestScript, root, name string, archive []byte, ur
 	if url == "" {
 		url = "1.0.0/" + name + ".tar.gz"
 	}
-	triple := platform.Host().Triple
+	triple := platform.Host(os.Getenv).Triple
 	ix := registry.Index{Name: name, Tags: map[string]string{"latest": "1.0.0"}, Versions: []registry.Version{{
 		Version: "1.0.0", Type: registry.TypeBinary, Targets: []string{triple},
 		Artifacts: map[string]registry.Artifact{triple: {URL: url, SHA256: sha, Size: size}}}}}
@@ -145,9 +145,9 @@ func cmdResign(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: resign [-symlink TARGET] DIR VERSION [FILE]")
 	}
 	dir := release.Dir(ts.MkAbs(fs.Arg(0)), fs.Arg(1))
-	t, ok := release.FindTarget(platform.Host().Triple)
+	t, ok := release.FindTarget(platform.Host(os.Getenv).Triple)
 	if !ok {
-		ts.Fatalf("host target %s is not a release target", platform.Host().Triple)
+		ts.Fatalf("host target %s is not a release target", platform.Host(os.Getenv).Triple)
 	}
 	var a release.Asset
 	var err error

@@ -38,7 +38,7 @@ var buildTreeOnce = sync.OnceValues(buildReleaseTree)
 // fake iii-worker and iii-init assets, as 0.25 shipped them) and the current version (iii only),
 // each with install.sh, and points iii/latest at the current version.
 func buildReleaseTree() (releaseTree, error) {
-	triple := platform.Host().Triple
+	triple := platform.Host(os.Getenv).Triple
 	t, ok := release.FindTarget(triple)
 	if !ok {
 		return releaseTree{}, fmt.Errorf("host target %s is not in release.Targets", triple)

@@ -100,7 +100,7 @@ func testMain(m *testing.M) int {
 func buildBinaries(prebuilt, dir string) error {
 	for _, triple := range release.FirmwareTriples() {
 		name := release.FirmwareDir
-		if triple != platform.Host().Triple {
+		if triple != platform.Host(os.Getenv).Triple {
 			arch, _, _ := strings.Cut(triple, "-")
 			name += "-" + arch
 		}

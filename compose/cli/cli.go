@@ -181,13 +181,14 @@ func (o options) check() error {
 	return nil
 }
 
-// Run runs `iii compose ARGS` in the environment lookupEnv (os.LookupEnv in the binary) and
+// Run runs `iii compose ARGS` in the environment lookupEnv (os.LookupEnv in the binary), whose
+// whole list environ (os.Environ() in the binary) the reaper and the managed engine inherit, and
 // returns the process exit code.
-func Run(version string, args []string, lookupEnv func(string) (string, bool)) int {
+func Run(version string, args []string, lookupEnv func(string) (string, bool), environ []string) int {
 	if supervisor.IsReaper(getenv(lookupEnv)) {
 		return supervisor.RunReaper(os.Stdin)
 	}
-	return run(context.Background(), version, args, os.Stdout, os.Stderr, lookupEnv)
+	return run(context.Background(), version, args, os.Stdout, os.Stderr, lookupEnv, environ)
 }
 
 // getenv is lookupEnv's value of a variable, "" when unset.
@@ -198,7 +199,7 @@ func getenv(lookupEnv func(string) (string, bool)) func(string) string {
 	}
 }
 
-func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool)) int {
+func run(ctx context.Context, version string, args []string, stdout, stderr io.Writer, lookupEnv func(string) (string, bool), environ []string) int {
 	env := getenv(lookupEnv)
 	if len(args) > 0 && args[0] == "logs" {
 		return runLogs(ctx, args[1:], stdout, stderr, lookupEnv)
@@ -253,7 +254,7 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 		}
 		return packages(res), nil
 	}
-	sopts := serve.Options{Version: version, File: o.file, Up: o.up, EngineURL: o.engine, LookupEnv: lookupEnv,
+	sopts := serve.Options{Version: version, File: o.file, Up: o.up, EngineURL: o.engine, LookupEnv: lookupEnv, Environ: environ,
 		Namespace: o.namespace, PackageCache: cache, Out: stdout, Err: stderr,
 		Deps: daemon.Deps{
 			Load:            func(path string) (*composefile.File, error) { return composefile.Load(path, lookupEnv) },

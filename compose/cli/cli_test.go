@@ -27,7 +27,7 @@ func TestFlagRules(t *testing.T) {
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer
-		code := run(context.Background(), "test", c.args, &out, &errb, os.LookupEnv)
+		code := run(context.Background(), "test", c.args, &out, &errb, os.LookupEnv, nil)
 		if code == 0 || !strings.HasPrefix(errb.String(), "error["+c.code+"]: ") {
 			t.Errorf("%v: exit %d, stderr %q; want error[%s]", c.args, code, errb.String(), c.code)
 		}
@@ -45,7 +45,7 @@ func TestFlagRules(t *testing.T) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"build", "-h"}, {"--up", "help"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), "test", args, &out, &errb, os.LookupEnv); code != 0 || !strings.Contains(out.String(), "iii compose build [-f FILE] [--frozen]") {
+		if code := run(context.Background(), "test", args, &out, &errb, os.LookupEnv, nil); code != 0 || !strings.Contains(out.String(), "iii compose build [-f FILE] [--frozen]") {
 			t.Errorf("%v: exit %d, %q", args, code, out.String())
 		}
 	}
@@ -70,12 +70,12 @@ func TestUpSubcommand(t *testing.T) {
 	}
 	for _, args := range [][]string{{"up", "up"}, {"build", "up"}, {"up", "down"}, {"up", "--nope"}} {
 		var out, errb bytes.Buffer
-		if code := run(context.Background(), "test", args, &out, &errb, os.LookupEnv); code == 0 || !strings.HasPrefix(errb.String(), "error[USAGE_ERROR]: ") {
+		if code := run(context.Background(), "test", args, &out, &errb, os.LookupEnv, nil); code == 0 || !strings.HasPrefix(errb.String(), "error[USAGE_ERROR]: ") {
 			t.Errorf("%v: exit %d, stderr %q; want USAGE_ERROR", args, code, errb.String())
 		}
 	}
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), "test", []string{"-n", "x", "up", "--help"}, &out, &errb, os.LookupEnv); code != 0 || !strings.Contains(out.String(), "iii compose [--engine URL] [-n NS] up [-f FILE]") {
+	if code := run(context.Background(), "test", []string{"-n", "x", "up", "--help"}, &out, &errb, os.LookupEnv, nil); code != 0 || !strings.Contains(out.String(), "iii compose [--engine URL] [-n NS] up [-f FILE]") {
 		t.Errorf("up --help: exit %d, %q", code, out.String())
 	}
 }

@@ -137,7 +137,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer, looku
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	w, err := protocol.Connect(cctx, protocol.Config{URL: url, Name: "iii-cli:compose-logs", Namespace: protocol.DefaultNamespace, NoReconnect: true,
-		Token: usertoken.ForCLI(url, ns, getenv(lookupEnv), stderr)})
+		Token: usertoken.ForCLI(url, ns, getenv(lookupEnv), stderr)}.FromEnv(getenv(lookupEnv)))
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

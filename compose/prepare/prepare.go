@@ -44,7 +44,7 @@ type Options struct {
 	EngineURL string
 	// Update lists container keys to re-resolve even when the lock matches (UpdateAll: all).
 	Update []string
-	// Target is the host (default platform.Host(), which honours $III_TARGET).
+	// Target is the host (default platform.Host of Lookup, which honours $III_TARGET).
 	Target *platform.Target
 	// Lookup is the environment: ${VAR} in the compose file and $III_REGISTRY_URL (the CLI
 	// passes os.LookupEnv; nil is an empty one).
@@ -132,7 +132,7 @@ func Run(ctx context.Context, path string, o Options) (*Result, error) {
 	if o.Target != nil {
 		r.target = *o.Target
 	} else {
-		r.target = platform.Host()
+		r.target = platform.Host(r.getenv)
 	}
 	ns := f.Namespace
 	if o.Namespace != "" {

@@ -56,6 +56,9 @@ type Options struct {
 	// $III_COMPOSE_STATE_DIR, the compose variables of packages project and supervisor and what
 	// workers inherit. nil is an empty one.
 	LookupEnv func(string) (string, bool)
+	// Environ is the same environment whole, KEY=VALUE (os.Environ() in the binary): the reaper
+	// inherits it, and the managed engine without its III_* variables. nil is an empty one.
+	Environ   []string
 	Namespace string
 	// Deps are the compose-file and package operations the daemon delegates (daemon.Deps).
 	Deps daemon.Deps
@@ -231,7 +234,7 @@ func (s *session) installPackages(ctx context.Context) error {
 // startSupervisor starts the reaper child that outlives a killed Compose, and the supervisor of
 // every child process.
 func (s *session) startSupervisor(context.Context) error {
-	reaper, err := supervisor.StartReaper(s.o.Exe, "compose")
+	reaper, err := supervisor.StartReaper(s.o.Environ, s.o.Exe, "compose")
 	if err != nil {
 		return errcode.New(errcode.SpawnFailed, "%w", err)
 	}
@@ -434,7 +437,7 @@ func startEngine(ctx context.Context, o Options, f *composefile.File, daemonNS s
 		return nil, errcode.New(errcode.IOError, "writing %s: %w", cfg, err)
 	}
 	env := []string{}
-	for _, kv := range os.Environ() {
+	for _, kv := range o.Environ {
 		if !strings.HasPrefix(kv, "III_") || strings.HasPrefix(kv, "III_COMPOSE_STATE_DIR=") {
 			env = append(env, kv)
 		}

@@ -36,7 +36,7 @@ func TestStopEndsDescendantsThatLeftTheGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := StartReaper(exe)
+	r, err := StartReaper(os.Environ(), exe)
 	if err != nil {
 		t.Fatal(err)
 	}

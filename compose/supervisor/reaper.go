@@ -63,10 +63,11 @@ type Reaper struct {
 	w   io.WriteCloser
 }
 
-// StartReaper starts exe args... with EnvReaper=1 as the reaper, in its own process group.
-func StartReaper(exe string, args ...string) (*Reaper, error) {
+// StartReaper starts exe args... as the reaper, in its own process group, with the environment
+// env (KEY=VALUE, Compose's own; nil is an empty one) and EnvReaper=1.
+func StartReaper(env []string, exe string, args ...string) (*Reaper, error) {
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), EnvReaper+"=1")
+	cmd.Env = append(env[:len(env):len(env)], EnvReaper+"=1")
 	cmd.SysProcAttr = procgroup.Attr(false)
 	w, err := cmd.StdinPipe()
 	if err != nil {

@@ -31,7 +31,7 @@ type Spec struct {
 	Name    string   // container key, or "engine"
 	Argv    []string // program and arguments; Argv[0] is looked up in PATH
 	Dir     string   // working directory
-	Env     []string // complete environment, KEY=VALUE
+	Env     []string // complete environment, KEY=VALUE; nil is an empty one
 	LogPath string   // stdout and stderr are appended here
 }
 
@@ -143,9 +143,6 @@ func command(spec Spec) *exec.Cmd {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Dir
 	env := spec.Env
-	if env == nil {
-		env = os.Environ()
-	}
 	cmd.Env = append(env[:len(env):len(env)], EnvProcess+"="+marker(os.Getpid(), spec.Name))
 	cmd.SysProcAttr = procgroup.Attr(true)
 	return cmd

@@ -130,7 +130,7 @@ func TestReaperKillsGroupsWhenOwnerDies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := StartReaper(exe)
+	r, err := StartReaper(os.Environ(), exe)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -226,7 +226,7 @@ func RunCall(args []string, getenv func(string) string) int {
 	defer cancel()
 	dctx, dcancel := context.WithTimeout(ctx, min(a.timeout, 5*time.Second))
 	defer dcancel()
-	w, err := connectCLI(dctx, a.url, "iii-cli:call", userToken(a))
+	w, err := connectCLI(dctx, a.url, "iii-cli:call", userToken(a), a.getenv)
 	if err != nil {
 		return errcode.Exit(os.Stderr, err, errcode.Unknown)
 	}
@@ -271,12 +271,12 @@ func EngineURL(flag string, getenv func(string) string) string {
 // the one Compose recorded for this user, engine and namespace (package usertoken), without
 // reconnecting. Nothing answering is EngineUnreachable.
 func ConnectCLI(ctx context.Context, url, name, namespace string, getenv func(string) string) (*protocol.Worker, error) {
-	return connectCLI(ctx, url, name, usertoken.ForCLI(url, namespace, getenv, os.Stderr))
+	return connectCLI(ctx, url, name, usertoken.ForCLI(url, namespace, getenv, os.Stderr), getenv)
 }
 
-func connectCLI(ctx context.Context, url, name, token string) (*protocol.Worker, error) {
+func connectCLI(ctx context.Context, url, name, token string, getenv func(string) string) (*protocol.Worker, error) {
 	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Name: name, Namespace: protocol.DefaultNamespace,
-		Token: token, NoReconnect: true})
+		Token: token, NoReconnect: true}.FromEnv(getenv))
 	if err != nil {
 		return nil, errcode.New(errcode.EngineUnreachable, "no engine answered at %s (%w). Is the engine running at that address and port?", url, err)
 	}
@@ -287,7 +287,7 @@ func connectCLI(ctx context.Context, url, name, token string) (*protocol.Worker,
 func describe(a *callArgs) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	w, err := protocol.Connect(ctx, protocol.Config{URL: a.url, Name: "iii-cli:call", Namespace: protocol.DefaultNamespace, NoReconnect: true})
+	w, err := protocol.Connect(ctx, protocol.Config{URL: a.url, Name: "iii-cli:call", Namespace: protocol.DefaultNamespace, NoReconnect: true}.FromEnv(a.getenv))
 	if err != nil {
 		return
 	}

@@ -57,6 +57,9 @@ type EngineWorkerEnv struct {
 	Version   string
 	Config    *config.Config
 	Log       *slog.Logger
+	// LookupEnv is the engine's environment (os.LookupEnv in the binary): $III_COMPOSE_DIR, where
+	// a relative file_path lives under Compose. nil is an empty one.
+	LookupEnv func(string) (string, bool)
 }
 
 // RunEngine runs the engine with the given arguments and returns the process exit code; workers
@@ -129,7 +132,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker, l
 		return err
 	}
 	defer obs.Stop()
-	stopStream, err := startStream(ctx, cfg, workers, ln.Addr().String(), version, log)
+	stopStream, err := startStream(ctx, cfg, workers, ln.Addr().String(), version, log, lookupEnv)
 	if err != nil {
 		closeAll()
 		return err
@@ -175,8 +178,9 @@ func namespacePolicies(cfg *config.Config) map[string]core.NamespacePolicy {
 
 // startStream starts iii-stream, when cfg declares it, from workers, connected to the engine
 // at addr with the default namespace's token; the returned stop stops it (and does nothing
-// when cfg does not declare it). A build that cannot serve it fails CONFIG_UNSUPPORTED.
-func startStream(ctx context.Context, cfg *config.Config, workers map[string]EngineWorker, addr, version string, log *slog.Logger) (stop func(), err error) {
+// when cfg does not declare it), with the engine's environment lookupEnv. A build that cannot
+// serve it fails CONFIG_UNSUPPORTED.
+func startStream(ctx context.Context, cfg *config.Config, workers map[string]EngineWorker, addr, version string, log *slog.Logger, lookupEnv func(string) (string, bool)) (stop func(), err error) {
 	if cfg.Stream == nil {
 		return func() {}, nil
 	}
@@ -184,7 +188,7 @@ func startStream(ctx context.Context, cfg *config.Config, workers map[string]Eng
 	if serve == nil {
 		return nil, errcode.New(errcode.ConfigUnsupported, "%s declares iii-stream, which this build of the engine cannot serve", cfg.Path)
 	}
-	env := EngineWorkerEnv{URL: "ws://" + addr, Version: version, Config: cfg, Log: log.With("worker", "iii-stream")}
+	env := EngineWorkerEnv{URL: "ws://" + addr, Version: version, Config: cfg, Log: log.With("worker", "iii-stream"), LookupEnv: lookupEnv}
 	for _, n := range cfg.Namespaces {
 		if n.Name == "default" {
 			env.TokenFile = n.TokenFile

@@ -54,13 +54,13 @@ func (p Problem) String() string { return p.Message + p.sep + p.Fix }
 
 // Env is what the checks read: variables and the home directory.
 type Env struct {
-	Getenv func(string) string // nil reads the process environment
+	Getenv func(string) string // the caller's environment (os.Getenv in a main); nil is an empty one
 	Home   string              // "" asks os.UserHomeDir
 }
 
 func (e Env) get(k string) string {
 	if e.Getenv == nil {
-		return os.Getenv(k)
+		return ""
 	}
 	return e.Getenv(k)
 }

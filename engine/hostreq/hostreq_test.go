@@ -132,3 +132,12 @@ func TestMkfsMissing(t *testing.T) {
 		t.Fatalf("FindMkfs = %q", got)
 	}
 }
+
+// The zero Env has no variables, whatever the process's own say: a main hands its environment
+// down.
+func TestZeroEnvHasNoVariables(t *testing.T) {
+	t.Setenv("III_KVM_DEVICE", "/from-env")
+	if got := (Env{}).KVMDevice(); got != "/dev/kvm" {
+		t.Fatalf("KVMDevice() = %q, want /dev/kvm", got)
+	}
+}

@@ -13,16 +13,16 @@ const (
 	LibEnv   = "III_LIB_DIR"   // the VM firmware
 )
 
-// Env is what the layout is resolved from. The zero Env reads the process environment and
-// the user's home directory.
+// Env is what the layout is resolved from: the variables a main hands down and the home
+// directory. The zero Env has no variables and the user's home directory.
 type Env struct {
-	Getenv func(string) string // nil reads the process environment
+	Getenv func(string) string // the caller's environment (os.Getenv in a main); nil is an empty one
 	Home   string              // "" asks os.UserHomeDir, falling back to /root
 }
 
 func (e Env) get(k string) string {
 	if e.Getenv == nil {
-		return os.Getenv(k)
+		return ""
 	}
 	return e.Getenv(k)
 }

@@ -3,7 +3,6 @@
 package platform
 
 import (
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -20,10 +19,13 @@ type Target struct {
 	Libc   string // gnu or musl on Linux, empty elsewhere
 }
 
-// Host returns the target of this machine, or of $III_TARGET when it is set.
-func Host() Target {
-	if t := os.Getenv(OverrideEnv); t != "" {
-		return Parse(t)
+// Host returns the target of this machine, or of $III_TARGET when getenv (the caller's
+// environment, os.Getenv in a main; nil is an empty one) sets it.
+func Host(getenv func(string) string) Target {
+	if getenv != nil {
+		if t := getenv(OverrideEnv); t != "" {
+			return Parse(t)
+		}
 	}
 	return Detect(runtime.GOOS, runtime.GOARCH, detectLibc)
 }

@@ -1,6 +1,9 @@
 package platform
 
-import "testing"
+import (
+	"runtime"
+	"testing"
+)
 
 func TestDetectAndParseAgree(t *testing.T) {
 	cases := []struct{ goos, goarch, libc, want string }{
@@ -24,8 +27,13 @@ func TestDetectAndParseAgree(t *testing.T) {
 }
 
 func TestOverride(t *testing.T) {
-	t.Setenv(OverrideEnv, "x86_64-unknown-linux-musl")
-	if h := Host(); h.Libc != "musl" || h.GOOS != "linux" {
+	getenv := func(k string) string { return map[string]string{OverrideEnv: "x86_64-unknown-linux-musl"}[k] }
+	if h := Host(getenv); h.Libc != "musl" || h.GOOS != "linux" {
 		t.Fatalf("Host() with override = %+v", h)
+	}
+	// No environment is the detected host, whatever the process's own variables say.
+	t.Setenv(OverrideEnv, "x86_64-unknown-linux-musl")
+	if h, d := Host(nil), Detect(runtime.GOOS, runtime.GOARCH, detectLibc); h != d {
+		t.Fatalf("Host(nil) = %+v, want the detected %+v", h, d)
 	}
 }

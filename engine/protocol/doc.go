@@ -3,14 +3,16 @@
 //
 // A worker connects, registers functions, serves invocations concurrently and calls functions:
 //
-//	w := protocol.NewWorker(protocol.Config{})            // URL, namespace, name from the env
+//	w := protocol.NewWorker(protocol.Config{}.FromEnv(os.Getenv)) // URL, namespace, name, token from the env
 //	w.Register("math::add", func(ctx context.Context, in json.RawMessage) (any, error) { ... })
 //	if err := w.Start(ctx); err != nil { ... }             // returns once the engine accepted it
 //	out, err := w.Call(ctx, "math::add", map[string]int{"a": 1, "b": 2})
 //	w.Close()
 //
-// Environment read by Config defaults: III_URL (default ws://127.0.0.1:49134), III_NAMESPACE
-// (default "default"), III_WORKER_NAME, III_TOKEN_FILE, III_TOKEN (when no token file). A
+// Config.FromEnv reads the variables iii's SDKs read, from the environment the worker's main
+// hands it: III_URL (default ws://127.0.0.1:49134), III_NAMESPACE (default "default"),
+// III_WORKER_NAME, III_TOKEN_FILE, III_TOKEN (when no token file); a Config used without it
+// reads none. A
 // ws:// or wss:// engine that is not on loopback is reached through the HTTP proxy that
 // HTTP_PROXY, HTTPS_PROXY and NO_PROXY name for it, as net/http does (a CONNECT tunnel).
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +11,7 @@ import (
 	"github.com/iii-go/iii/engine/internal/batchconn"
 )
 
-// Environment variables read by Config defaults.
+// The environment variables Config.FromEnv reads, as iii's SDKs do.
 const (
 	EnvURL        = "III_URL"
 	EnvNamespace  = "III_NAMESPACE"
@@ -32,40 +31,49 @@ const DefaultNamespace = "default"
 // MaxFrameBytes is the largest frame either side reads.
 const MaxFrameBytes = 64 << 20
 
-// Config says how a Worker connects. Empty fields take their defaults from the environment.
+// Config says how a Worker connects. A Config is used as it is: it never reads the environment
+// itself; FromEnv fills its empty fields from the variables a worker's main hands it.
 type Config struct {
-	URL         string // engine address; default $III_URL, then DefaultURL
-	Namespace   string // namespace to register in; default $III_NAMESPACE, then "default"
-	Name        string // worker name shown by engine::workers::list; default $III_WORKER_NAME
+	URL         string // engine address; default DefaultURL (FromEnv: $III_URL)
+	Namespace   string // namespace to register in; default "default" (FromEnv: $III_NAMESPACE)
+	Name        string // worker name shown by engine::workers::list (FromEnv: $III_WORKER_NAME)
 	Description string // free text shown by engine::workers::list
 	Version     string // the worker's own version, reported at registration
-	TokenFile   string // file holding the project token; default $III_TOKEN_FILE
-	Token       string // the project token, when there is no TokenFile; default $III_TOKEN
+	TokenFile   string // file holding the project token (FromEnv: $III_TOKEN_FILE)
+	Token       string // the project token, when there is no TokenFile (FromEnv: $III_TOKEN)
 	NoReconnect bool   // fail instead of retrying when the connection drops or cannot be made
 	Logger      *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
-	if c.URL == "" {
-		c.URL = os.Getenv(EnvURL)
+// FromEnv returns c with its empty URL, Namespace, Name and TokenFile taken from $III_URL,
+// $III_NAMESPACE, $III_WORKER_NAME and $III_TOKEN_FILE of getenv, and, when it has neither a
+// token file nor a token, Token from $III_TOKEN: what iii's SDKs read, and what Compose sets for
+// its workers. getenv is the worker's environment (os.Getenv in its main); nil is an empty one.
+func (c Config) FromEnv(getenv func(string) string) Config {
+	if getenv == nil {
+		return c
 	}
+	fill := func(field *string, name string) {
+		if *field == "" {
+			*field = getenv(name)
+		}
+	}
+	fill(&c.URL, EnvURL)
+	fill(&c.Namespace, EnvNamespace)
+	fill(&c.Name, EnvWorkerName)
+	fill(&c.TokenFile, EnvTokenFile)
+	if c.TokenFile == "" {
+		fill(&c.Token, EnvToken)
+	}
+	return c
+}
+
+func (c Config) withDefaults() Config {
 	if c.URL == "" {
 		c.URL = DefaultURL
 	}
 	if c.Namespace == "" {
-		c.Namespace = os.Getenv(EnvNamespace)
-	}
-	if c.Namespace == "" {
 		c.Namespace = DefaultNamespace
-	}
-	if c.Name == "" {
-		c.Name = os.Getenv(EnvWorkerName)
-	}
-	if c.TokenFile == "" {
-		c.TokenFile = os.Getenv(EnvTokenFile)
-	}
-	if c.TokenFile == "" && c.Token == "" {
-		c.Token = os.Getenv(EnvToken)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

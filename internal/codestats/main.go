@@ -4,8 +4,8 @@
 // errors that flatten their cause (an error passed to %v, not %w, of any error constructor:
 // through errcode and elsewhere; see internal/causecheck) and the error texts wire bodies take by
 // design, the code strings declared in more than one code table (see internal/codetables), the
-// SDK's exported identifiers (engine/protocol) and the os.Getenv/LookupEnv calls outside package
-// main.
+// SDK's exported identifiers (engine/protocol) and the environment reads outside package main
+// (see internal/envreads).
 //
 //	go run ./internal/codestats [-top N] [-v] [dir]
 package main
@@ -26,6 +26,7 @@ import (
 
 	"github.com/iii-go/iii/internal/causecheck"
 	"github.com/iii-go/iii/internal/codetables"
+	"github.com/iii-go/iii/internal/envreads"
 )
 
 type fn struct {
@@ -37,7 +38,7 @@ type fn struct {
 type stats struct {
 	errTypes, printers []string
 	funcs              []fn
-	getenv             []string // os.Getenv/LookupEnv calls in non-main packages
+	env                []envreads.Read
 	sdk                map[string]int
 	sdkNames           []string
 	causes             []causecheck.Finding
@@ -50,7 +51,7 @@ const sdkDir = "engine/protocol"
 
 func main() {
 	top := flag.Int("top", 1, "longest functions listed per module")
-	verbose := flag.Bool("v", false, "list every flattened cause, os.Getenv call and SDK identifier")
+	verbose := flag.Bool("v", false, "list every flattened cause, duplicate code, reason an environment read is allowed and SDK identifier")
 	flag.Parse()
 	root := "."
 	if flag.NArg() > 0 {
@@ -62,6 +63,9 @@ func main() {
 	}
 	if err == nil {
 		st.tables, st.codes, err = codetables.Read(root)
+	}
+	if err == nil {
+		st.env, err = envreads.Find(root)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "codestats:", err)
@@ -96,9 +100,6 @@ func collect(root string) (*stats, error) {
 			return err
 		}
 		mod := moduleOf(path, modules)
-		if f.Name.Name != "main" {
-			st.getenv = append(st.getenv, getenvCalls(fset, f)...)
-		}
 		if rel, err := filepath.Rel(root, filepath.Dir(path)); err == nil && filepath.ToSlash(rel) == sdkDir {
 			if err := st.countSDK(root, f); err != nil {
 				return err
@@ -175,7 +176,27 @@ func (st *stats) report(top int, verbose bool) {
 	fmt.Printf("error texts given to wire bodies (by design; causecheck.WireBodies): %d\n", wire)
 	dups := codetables.Duplicates(st.codes)
 	fmt.Printf("code strings declared in more than one code table (%d tables, %d declarations): %d\n", len(st.tables), len(st.codes), len(dups))
-	fmt.Printf("os.Getenv/LookupEnv calls outside package main: %d\n", len(st.getenv))
+	allowed := 0
+	for _, r := range st.env {
+		if _, ok := envreads.Allows(r); ok {
+			allowed++
+		}
+	}
+	fmt.Printf("environment reads outside main (os.Getenv/LookupEnv/Environ; tests, magefiles, internal/bench apart): %d (%d allowed by design: envreads.Allowed)\n", len(st.env), allowed)
+	reasons := map[string]string{}
+	for _, r := range st.env {
+		mark := ""
+		if why, ok := envreads.Allows(r); ok {
+			mark = " (allowed)"
+			reasons[why] = r.Key()
+		}
+		fmt.Printf("  %s%s\n", r, mark)
+	}
+	if verbose {
+		for why, key := range reasons {
+			fmt.Printf("  allowed as %s: %s\n", key, why)
+		}
+	}
 	kinds := []string{"const", "var", "func", "type", "method", "field"}
 	var parts []string
 	total := 0
@@ -199,27 +220,10 @@ func (st *stats) report(top int, verbose bool) {
 				fmt.Printf("  code %s %s %s\n", d.Code, d.Name, d.Pos)
 			}
 		}
-		for _, g := range st.getenv {
-			fmt.Println("  getenv " + g)
-		}
 		for _, n := range st.sdkNames {
 			fmt.Println("  sdk " + n)
 		}
 	}
-}
-
-// getenvCalls lists the os.Getenv and os.LookupEnv calls of f.
-func getenvCalls(fset *token.FileSet, f *ast.File) []string {
-	var out []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		if sel, ok := n.(*ast.SelectorExpr); ok {
-			if x, ok := sel.X.(*ast.Ident); ok && x.Name == "os" && (sel.Sel.Name == "Getenv" || sel.Sel.Name == "LookupEnv") {
-				out = append(out, fmt.Sprintf("%s os.%s", fset.Position(sel.Pos()), sel.Sel.Name))
-			}
-		}
-		return true
-	})
-	return out
 }
 
 // countSDK counts f's exported top-level identifiers by kind: consts, vars, funcs, types,

@@ -177,7 +177,7 @@ func (r *run) prepare() error {
 		return err
 	}
 	reg := filepath.Join(r.tmp, "registry")
-	host := platform.Host().Triple
+	host := platform.Host(os.Getenv).Triple
 	target, ok := release.FindTarget(host)
 	if !ok {
 		return fmt.Errorf("no release target %s", host)
@@ -204,7 +204,7 @@ func (r *run) prepare() error {
 	if err := os.MkdirAll(filepath.Join(r.home, ".iii"), 0o755); err != nil {
 		return err
 	}
-	if err := os.Symlink(iiidir.Env{}.Cache(), filepath.Join(r.home, ".iii", "cache")); err != nil {
+	if err := os.Symlink(iiidir.Env{Getenv: os.Getenv}.Cache(), filepath.Join(r.home, ".iii", "cache")); err != nil {
 		return err
 	}
 	tmpdir := filepath.Join(r.tmp, "tmp")
@@ -215,7 +215,7 @@ func (r *run) prepare() error {
 		return err
 	}
 	r.step("project fixtures/demo copied to %s; HOME=%s (its ~/.iii/cache links to %s; its ~/.iii/lib starts empty)",
-		r.project, r.home, iiidir.Env{}.Cache())
+		r.project, r.home, iiidir.Env{Getenv: os.Getenv}.Cache())
 
 	// The user's III_* and XDG_* settings would point the children elsewhere; drop them.
 	for _, kv := range os.Environ() {

@@ -125,7 +125,7 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	w := protocol.NewWorker(protocol.Config{Description: "iii-go demo: runs a python snippet in a sandbox microVM", Logger: log})
+	w := protocol.NewWorker(protocol.Config{Description: "iii-go demo: runs a python snippet in a sandbox microVM", Logger: log}.FromEnv(os.Getenv))
 	j := newJob()
 	if err := w.Register("demo::result", j.handle, protocol.WithDescription("the outcome of the demo's sandbox::run; {\"wait_ms\": N} waits for it")); err != nil {
 		log.Error("register demo::result", "err", err)

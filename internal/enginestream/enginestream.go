@@ -28,6 +28,7 @@ func Config(env cli.EngineWorkerEnv) stream.Config {
 	cfg.AllowedOrigins, cfg.JoinTimeoutMS, cfg.IdleTimeoutMS = sc.AllowedOrigins, sc.JoinTimeoutMS, sc.IdleTimeoutMS
 	cfg.MaxConnections, cfg.MaxConnectionsPerAddress = sc.MaxConnections, sc.MaxConnectionsPerAddress
 	cfg.Adapter = &stream.Adapter{Name: "kv", Config: map[string]any{}}
+	cfg.LookupEnv = env.LookupEnv
 	if sc.Memory {
 		cfg.Adapter.Config["store_method"] = "in_memory"
 	}
@@ -43,7 +44,7 @@ func Config(env cli.EngineWorkerEnv) stream.Config {
 func Serve(ctx context.Context, env cli.EngineWorkerEnv) (func(), error) {
 	w := protocol.NewWorker(protocol.Config{URL: env.URL, Namespace: "default", Name: "iii-stream",
 		Description: "iii-stream, served by the engine", Version: env.Version, TokenFile: env.TokenFile,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.FromEnv(getenv(env.LookupEnv)))
 	cleanup, err := stream.Setup(ctx, Config(env), w, env.Log)
 	if err != nil {
 		return nil, err
@@ -69,4 +70,15 @@ func Serve(ctx context.Context, env cli.EngineWorkerEnv) (func(), error) {
 			cleanup()
 		})
 	}, nil
+}
+
+// getenv is the variable lookup of lookupEnv, "" when unset; nil is an empty environment.
+func getenv(lookupEnv func(string) (string, bool)) func(string) string {
+	if lookupEnv == nil {
+		return nil
+	}
+	return func(k string) string {
+		v, _ := lookupEnv(k)
+		return v
+	}
 }

@@ -54,7 +54,7 @@ func linkFirmware(bin string) error {
 	}
 	for _, triple := range release.FirmwareTriples() {
 		name := release.FirmwareDir
-		if triple != platform.Host().Triple {
+		if triple != platform.Host(os.Getenv).Triple {
 			arch, _, _ := strings.Cut(triple, "-")
 			name += "-" + arch
 		}

@@ -59,7 +59,7 @@ func Images(ctx context.Context) error {
 func emulatedArches() []string {
 	var out []string
 	for _, triple := range release.FirmwareTriples() {
-		if triple != platform.Host().Triple {
+		if triple != platform.Host(os.Getenv).Triple {
 			arch, _, _ := strings.Cut(triple, "-")
 			out = append(out, arch)
 		}
@@ -93,8 +93,8 @@ func setupHost(ctx context.Context, pkgs []string) error {
 	if err := hostsetup.Ensure(pkgs, nil, os.Stdout); err != nil {
 		return err
 	}
-	fmt.Println("==> VM firmware of " + platform.Host().Triple)
-	if err := buildFirmware(ctx, []string{platform.Host().Triple}); err != nil {
+	fmt.Println("==> VM firmware of " + platform.Host(os.Getenv).Triple)
+	if err := buildFirmware(ctx, []string{platform.Host(os.Getenv).Triple}); err != nil {
 		return fmt.Errorf("building the VM firmware: %w", err)
 	}
 	fmt.Println("==> preset images")
@@ -107,7 +107,7 @@ func firmwareDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(dist, "firmware", platform.Host().Triple), nil
+	return filepath.Join(dist, "firmware", platform.Host(os.Getenv).Triple), nil
 }
 
 // vmBuild runs sandbox-libkrun's iii-vmbuild command with args.

@@ -90,16 +90,17 @@ type Paths struct {
 	Manifest string
 }
 
-// Dir is the firmware directory: $III_LIB_DIR, else ~/.iii/lib (HOME honoured).
-func Dir() string { return iiidir.Env{}.Lib() }
+// Dir is the firmware directory: $III_LIB_DIR of getenv (the caller's environment, os.Getenv in a
+// main; nil is an empty one), else ~/.iii/lib (HOME honoured).
+func Dir(getenv func(string) string) string { return iiidir.Env{Getenv: getenv}.Lib() }
 
-// DirFor is the firmware directory of guest architecture a: Dir() for the host's, else its
+// DirFor is the firmware directory of guest architecture a: Dir(getenv) for the host's, else its
 // subdirectory <arch>.
-func DirFor(a guestarch.Arch) string {
+func DirFor(getenv func(string) string, a guestarch.Arch) string {
 	if a.Native() {
-		return Dir()
+		return Dir(getenv)
 	}
-	return filepath.Join(Dir(), a.Name)
+	return filepath.Join(Dir(getenv), a.Name)
 }
 
 // BundleDirFor is the directory beside the adapter binary that carries the firmware of guest
@@ -133,9 +134,10 @@ func At(dir string) Paths {
 	return Paths{Dir: dir, Kernel: filepath.Join(dir, KernelFile), Initrd: filepath.Join(dir, InitrdFile), Manifest: filepath.Join(dir, ManifestFile)}
 }
 
-// LocateFor returns the installed firmware of guest architecture a, or the host check's error.
-func LocateFor(a guestarch.Arch) (Paths, error) {
-	p := At(DirFor(a))
+// LocateFor returns the installed firmware of guest architecture a (DirFor(getenv, a)), or the
+// host check's error.
+func LocateFor(getenv func(string) string, a guestarch.Arch) (Paths, error) {
+	p := At(DirFor(getenv, a))
 	if pr := hostreq.Firmware(p.Dir); pr != nil {
 		return p, errors.New(pr.String())
 	}
@@ -163,7 +165,10 @@ type Options struct {
 	Package   string         // Debian kernel package (default Arch.KernelPackage)
 	Agent     string         // path of a built guest agent; empty: build it from ModuleDir
 	ModuleDir string         // the sandbox-libkrun module directory, to build the agent
-	Log       io.Writer      // progress lines; nil discards
+	// Env is the environment go build of the agent runs in, KEY=VALUE (os.Environ() in
+	// iii-vmbuild's main: the go tool needs its GOCACHE, HOME and PATH); required to build it.
+	Env []string
+	Log io.Writer // progress lines; nil discards
 }
 
 // Build downloads the kernel package with apt-get, extracts the uncompressed kernel and the
@@ -202,7 +207,7 @@ func Build(ctx context.Context, o Options) (Paths, error) {
 	agent := o.Agent
 	if agent == "" {
 		agent = filepath.Join(root, "init")
-		if err := BuildAgent(ctx, o.ModuleDir, o.Arch.GOARCH, agent); err != nil {
+		if err := BuildAgent(ctx, o.Env, o.ModuleDir, o.Arch.GOARCH, agent); err != nil {
 			return Paths{}, err
 		}
 	}
@@ -387,14 +392,17 @@ func Initramfs(agent string, mods, netMods, diskMods, ninePMods, blockMods []Mod
 }
 
 // BuildAgent compiles the static guest agent (package guest of moduleDir) for Go architecture
-// goarch.
-func BuildAgent(ctx context.Context, moduleDir, goarch, out string) error {
+// goarch, running go build in the environment env (the caller's; required).
+func BuildAgent(ctx context.Context, env []string, moduleDir, goarch, out string) error {
 	if moduleDir == "" {
 		return errors.New("firmware: ModuleDir (the sandbox-libkrun module) is required to build the agent")
 	}
+	if env == nil {
+		return errors.New("firmware: Env (the environment go build runs in) is required to build the agent")
+	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./guest")
 	cmd.Dir = moduleDir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
+	cmd.Env = append(env[:len(env):len(env)], "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build guest agent: %w\n%s", err, b)
 	}

@@ -196,17 +196,17 @@ func TestExtractARM64Image(t *testing.T) {
 }
 
 func TestDirsPerArch(t *testing.T) {
-	t.Setenv("III_LIB_DIR", "/lib-dir")
+	getenv := func(k string) string { return map[string]string{"III_LIB_DIR": "/lib-dir"}[k] }
 	host := guestarch.Host()
 	other := guestarch.AArch64
 	if host.Name == other.Name {
 		other = guestarch.X86_64
 	}
-	if DirFor(host) != "/lib-dir" || BundleDirFor(host) != "firmware" {
-		t.Fatalf("host arch: %s %s", DirFor(host), BundleDirFor(host))
+	if DirFor(getenv, host) != "/lib-dir" || BundleDirFor(host) != "firmware" {
+		t.Fatalf("host arch: %s %s", DirFor(getenv, host), BundleDirFor(host))
 	}
-	if DirFor(other) != "/lib-dir/"+other.Name || BundleDirFor(other) != "firmware-"+other.Name {
-		t.Fatalf("other arch: %s %s", DirFor(other), BundleDirFor(other))
+	if DirFor(getenv, other) != "/lib-dir/"+other.Name || BundleDirFor(other) != "firmware-"+other.Name {
+		t.Fatalf("other arch: %s %s", DirFor(getenv, other), BundleDirFor(other))
 	}
 }
 

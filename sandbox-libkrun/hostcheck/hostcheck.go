@@ -45,7 +45,7 @@ func (p Problem) String() string { return p.Check + ": " + p.Message }
 
 // Config is what the checks are run for. Zero fields take the running host's values.
 type Config struct {
-	Target platform.Target // the host: platform.Host() (III_TARGET honoured)
+	Target platform.Target // the host: platform.Host(Getenv) ($III_TARGET honoured)
 	Accel  string          // the accelerator (settings.Accel*)
 	Arch   guestarch.Arch  // the guest architecture: the host's
 	Share  string          // the file share: settings.DefaultFileShare of the host
@@ -60,8 +60,11 @@ type Config struct {
 // Run performs every check for c and returns the problems found (none on a ready host). The KVM,
 // libcap-ng and firmware checks are engine/hostreq's, which `iii doctor` runs too.
 func Run(c Config) []Problem {
+	if c.Getenv == nil {
+		c.Getenv = func(string) string { return "" }
+	}
 	if c.Target.Triple == "" {
-		c.Target = platform.Host()
+		c.Target = platform.Host(c.Getenv)
 	}
 	if p := Platform(c.Target); p != nil {
 		return []Problem{*p}
@@ -77,9 +80,6 @@ func Run(c Config) []Problem {
 	}
 	darwin := c.Target.GOOS == "darwin"
 	var ps []Problem
-	if c.Getenv == nil {
-		c.Getenv = func(string) string { return "" }
-	}
 	if q := cmp.Or(c.Getenv("III_QEMU"), qemu.QemuPathFor(c.Arch)); !found(q) {
 		where := q + " not found"
 		if darwin {
@@ -135,7 +135,7 @@ func Platform(t platform.Target) *Problem {
 // firmwareProblems checks the firmware of the guest architecture: present, and, where its
 // manifest says so, built for that architecture and able to mount the file share.
 func firmwareProblems(c Config) []Problem {
-	dir := firmware.Dir()
+	dir := firmware.Dir(c.Getenv)
 	native := c.Arch.GOARCH == c.Target.GOARCH
 	if !native {
 		dir = filepath.Join(dir, c.Arch.Name)

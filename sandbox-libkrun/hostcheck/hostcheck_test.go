@@ -30,12 +30,13 @@ func find(ps []Problem, check string) *Problem {
 
 func TestMissingPieces(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("III_QEMU", filepath.Join(dir, "no-qemu"))
-	t.Setenv("III_VIRTIOFSD", filepath.Join(dir, "no-virtiofsd"))
-	t.Setenv("III_KVM_DEVICE", filepath.Join(dir, "no-kvm"))
-	t.Setenv("III_LIBCAPNG", filepath.Join(dir, "no-libcap-ng.so.0"))
-	t.Setenv("III_LIB_DIR", filepath.Join(dir, "lib"))
-	ps := Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelKVM})
+	env := map[string]string{}
+	env["III_QEMU"] = filepath.Join(dir, "no-qemu")
+	env["III_VIRTIOFSD"] = filepath.Join(dir, "no-virtiofsd")
+	env["III_KVM_DEVICE"] = filepath.Join(dir, "no-kvm")
+	env["III_LIBCAPNG"] = filepath.Join(dir, "no-libcap-ng.so.0")
+	env["III_LIB_DIR"] = filepath.Join(dir, "lib")
+	ps := Run(Config{Getenv: getenvOf(env), Target: linux, Accel: settings.AccelKVM})
 	for check, want := range map[string]string{
 		"qemu":      "apt-get install " + guestarch.Host().QemuPackage,
 		"virtiofsd": "apt-get install qemu-system-common",
@@ -57,17 +58,18 @@ func TestMissingPieces(t *testing.T) {
 }
 
 func TestKVMNeededOnlyUnderKVM(t *testing.T) {
-	t.Setenv("III_KVM_DEVICE", filepath.Join(t.TempDir(), "no-kvm"))
+	env := map[string]string{}
+	env["III_KVM_DEVICE"] = filepath.Join(t.TempDir(), "no-kvm")
 	for _, accel := range []string{settings.AccelTCG, settings.AccelAuto} {
-		if p := find(Run(Config{Getenv: os.Getenv, Target: linux, Accel: accel}), "kvm"); p != nil {
+		if p := find(Run(Config{Getenv: getenvOf(env), Target: linux, Accel: accel}), "kvm"); p != nil {
 			t.Errorf("accelerator %s: %v", accel, p)
 		}
 	}
-	p := find(Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelKVM}), "kvm")
+	p := find(Run(Config{Getenv: getenvOf(env), Target: linux, Accel: settings.AccelKVM}), "kvm")
 	if p == nil || !strings.Contains(p.Message, "`accelerator: tcg`") {
 		t.Fatalf("kvm: %v, want the tcg alternative named", p)
 	}
-	if p := find(Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelHVF}), "accelerator"); p == nil {
+	if p := find(Run(Config{Getenv: getenvOf(env), Target: linux, Accel: settings.AccelHVF}), "accelerator"); p == nil {
 		t.Fatal("hvf accepted on Linux")
 	}
 }
@@ -84,12 +86,13 @@ func TestPresentPieces(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Setenv("III_QEMU", filepath.Join(dir, "qemu"))
-	t.Setenv("III_VIRTIOFSD", filepath.Join(dir, "virtiofsd"))
-	t.Setenv("III_KVM_DEVICE", filepath.Join(dir, "kvm"))
-	t.Setenv("III_LIBCAPNG", filepath.Join(dir, "libcap-ng.so.0"))
-	t.Setenv("III_LIB_DIR", dir)
-	if ps := Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelKVM}); len(ps) != 0 && !qemuNestedPVMOnly(ps) {
+	env := map[string]string{}
+	env["III_QEMU"] = filepath.Join(dir, "qemu")
+	env["III_VIRTIOFSD"] = filepath.Join(dir, "virtiofsd")
+	env["III_KVM_DEVICE"] = filepath.Join(dir, "kvm")
+	env["III_LIBCAPNG"] = filepath.Join(dir, "libcap-ng.so.0")
+	env["III_LIB_DIR"] = dir
+	if ps := Run(Config{Getenv: getenvOf(env), Target: linux, Accel: settings.AccelKVM}); len(ps) != 0 && !qemuNestedPVMOnly(ps) {
 		t.Fatalf("problems on a complete host: %v", ps)
 	}
 }
@@ -104,10 +107,11 @@ func qemuNestedPVMOnly(ps []Problem) bool {
 // firmware); there is no virtiofsd, /dev/kvm or libcap-ng check.
 func TestDarwinMissingPieces(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("III_QEMU", filepath.Join(dir, "qemu-system-aarch64"))
-	t.Setenv("III_LIB_DIR", filepath.Join(dir, "lib"))
-	t.Setenv("III_LIBCAPNG", filepath.Join(dir, "no-libcap-ng.so.0"))
-	ps := Run(Config{Getenv: os.Getenv, Target: darwin, Accel: settings.AccelHVF, Arch: guestarch.AArch64, HVF: func() bool { return false }})
+	env := map[string]string{}
+	env["III_QEMU"] = filepath.Join(dir, "qemu-system-aarch64")
+	env["III_LIB_DIR"] = filepath.Join(dir, "lib")
+	env["III_LIBCAPNG"] = filepath.Join(dir, "no-libcap-ng.so.0")
+	ps := Run(Config{Getenv: getenvOf(env), Target: darwin, Accel: settings.AccelHVF, Arch: guestarch.AArch64, HVF: func() bool { return false }})
 	for check, want := range map[string]string{
 		"qemu":     "qemu-system-aarch64 not found on PATH nor in /opt/homebrew/bin); install it with `brew install qemu`",
 		"hvf":      "Hypervisor.framework is not available",
@@ -122,10 +126,10 @@ func TestDarwinMissingPieces(t *testing.T) {
 			t.Errorf("darwin checks %s: %v", c, p)
 		}
 	}
-	if p := find(Run(Config{Getenv: os.Getenv, Target: darwin, Accel: settings.AccelKVM, HVF: func() bool { return true }}), "accelerator"); p == nil {
+	if p := find(Run(Config{Getenv: getenvOf(env), Target: darwin, Accel: settings.AccelKVM, HVF: func() bool { return true }}), "accelerator"); p == nil {
 		t.Error("kvm accepted on macOS")
 	}
-	if p := find(Run(Config{Getenv: os.Getenv, Target: darwin, Accel: settings.AccelHVF, Share: settings.ShareVirtiofs, HVF: func() bool { return true }}), "virtiofsd"); p == nil || !strings.Contains(p.Message, "file_share: 9p") {
+	if p := find(Run(Config{Getenv: getenvOf(env), Target: darwin, Accel: settings.AccelHVF, Share: settings.ShareVirtiofs, HVF: func() bool { return true }}), "virtiofsd"); p == nil || !strings.Contains(p.Message, "file_share: 9p") {
 		t.Errorf("virtiofs on macOS: %v", p)
 	}
 }
@@ -138,9 +142,10 @@ func TestDarwinReady(t *testing.T) {
 	if err := os.WriteFile(qemuBin, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("III_QEMU", qemuBin)
-	t.Setenv("III_LIB_DIR", dir)
-	if ps := Run(Config{Getenv: os.Getenv, Target: darwin, Accel: settings.AccelHVF, HVF: func() bool { return true }}); len(ps) != 0 {
+	env := map[string]string{}
+	env["III_QEMU"] = qemuBin
+	env["III_LIB_DIR"] = dir
+	if ps := Run(Config{Getenv: getenvOf(env), Target: darwin, Accel: settings.AccelHVF, HVF: func() bool { return true }}); len(ps) != 0 {
 		t.Fatalf("problems on a ready Mac: %v", ps)
 	}
 }
@@ -159,8 +164,9 @@ func TestUnsupportedPlatforms(t *testing.T) {
 // firmware without 9p cannot serve file_share 9p.
 func TestForeignArchFirmware(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("III_LIB_DIR", dir)
-	c := Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelTCG, Arch: guestarch.AArch64, Share: settings.Share9P}
+	env := map[string]string{}
+	env["III_LIB_DIR"] = dir
+	c := Config{Getenv: getenvOf(env), Target: linux, Accel: settings.AccelTCG, Arch: guestarch.AArch64, Share: settings.Share9P}
 	p := find(Run(c), "firmware")
 	if p == nil || !strings.Contains(p.Message, "VM firmware for aarch64 guests missing: "+filepath.Join(dir, "aarch64", "iii-vm-vmlinux")) ||
 		!strings.Contains(p.Message, "firmware-aarch64/ beside its binary") || !strings.Contains(p.Message, "dist/firmware/aarch64-unknown-linux-gnu/") {
@@ -197,8 +203,9 @@ func writeFirmware(t *testing.T, dir string, m firmware.Manifest) {
 // With state disks on (worker_disk_mb > 0), a host without mkfs.ext4 fails the host check
 // (MKFS_MISSING) instead of booting VM workers without their disk; with them off it is not needed.
 func TestMkfsNeededForStateDisks(t *testing.T) {
-	t.Setenv("III_MKFS", filepath.Join(t.TempDir(), "no-mkfs.ext4"))
-	ps := Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelTCG, StateDisk: true})
+	env := map[string]string{}
+	env["III_MKFS"] = filepath.Join(t.TempDir(), "no-mkfs.ext4")
+	ps := Run(Config{Getenv: getenvOf(env), Target: linux, Accel: settings.AccelTCG, StateDisk: true})
 	p := find(ps, "mkfs")
 	if p == nil || !p.Fatal || !strings.Contains(p.Message, "MKFS_MISSING") || !strings.Contains(p.Message, "worker_disk_mb: 0") {
 		t.Fatalf("mkfs problem %+v", p)
@@ -206,7 +213,12 @@ func TestMkfsNeededForStateDisks(t *testing.T) {
 	if err := Err(ps); err == nil || !strings.Contains(err.Error(), "mkfs: mkfs.ext4 not found") {
 		t.Fatalf("Err = %v", err)
 	}
-	if p := find(Run(Config{Getenv: os.Getenv, Target: linux, Accel: settings.AccelTCG}), "mkfs"); p != nil {
+	if p := find(Run(Config{Getenv: getenvOf(env), Target: linux, Accel: settings.AccelTCG}), "mkfs"); p != nil {
 		t.Fatalf("mkfs checked with state disks off: %+v", p)
 	}
+}
+
+// getenvOf is the lookup of the variables env, as the adapter's main hands os.Getenv down.
+func getenvOf(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
 }

@@ -40,8 +40,9 @@ var ErrNoBin = errors.New("image root filesystem has no bin/ (no linux image for
 // RefAnnotation names the reference of an image inside an OCI layout's index.
 const RefAnnotation = "org.opencontainers.image.ref.name"
 
-// DefaultDir is the cache directory: $III_CACHE_DIR, else ~/.iii/cache (HOME honoured).
-func DefaultDir() string { return iiidir.Env{}.Cache() }
+// DefaultDir is the cache directory: $III_CACHE_DIR of getenv (the caller's environment, os.Getenv
+// in a main; nil is an empty one), else ~/.iii/cache (HOME honoured).
+func DefaultDir(getenv func(string) string) string { return iiidir.Env{Getenv: getenv}.Cache() }
 
 // Cache is a rootfs cache directory. It is safe for concurrent use within a process; across
 // processes an install is atomic (extract to a temporary directory, then rename).
@@ -52,11 +53,11 @@ type Cache struct {
 	ref    map[string]*sync.Mutex
 }
 
-// NewCache returns the cache at dir (DefaultDir when empty) of images of the host's
-// architecture.
+// NewCache returns the cache at dir (~/.iii/cache when empty: DefaultDir of no variables) of
+// images of the host's architecture.
 func NewCache(dir string) *Cache {
 	if dir == "" {
-		dir = DefaultDir()
+		dir = DefaultDir(nil)
 	}
 	return &Cache{Dir: dir, GOARCH: runtime.GOARCH, ref: map[string]*sync.Mutex{}}
 }

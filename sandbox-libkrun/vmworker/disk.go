@@ -21,9 +21,26 @@ const DiskFile = "disk.img"
 // mkfsTimeout bounds one mkfs.ext4 run; formatting a sparse image takes well under a second.
 const mkfsTimeout = time.Minute
 
-// FindMkfs returns the host's mkfs.ext4 (e2fsprogs), or "" when there is none: $III_MKFS, else
-// PATH, else the usual places (hostreq.FindMkfs, which the host checks use too).
-func FindMkfs() string { return hostreq.FindMkfs(hostreq.Env{}) }
+// FindMkfs returns the host's mkfs.ext4 (e2fsprogs), or "" when there is none: $III_MKFS of
+// getenv (the adapter's environment; nil is an empty one), else PATH, else the usual places
+// (hostreq.FindMkfs, which the host checks use too).
+func FindMkfs(getenv func(string) string) string {
+	return hostreq.FindMkfs(hostreq.Env{Getenv: getenv})
+}
+
+// getenvOf is the variable lookup of env, a KEY=VALUE list (the last entry of a key wins, as
+// for a process).
+func getenvOf(env []string) func(string) string {
+	return func(k string) string {
+		v := ""
+		for _, kv := range env {
+			if name, val, ok := strings.Cut(kv, "="); ok && name == k {
+				v = val
+			}
+		}
+		return v
+	}
+}
 
 // errNoMkfs means the host cannot format a state disk.
 var errNoMkfs = errors.New("mkfs.ext4 not found: install e2fsprogs (apt-get install e2fsprogs; brew install e2fsprogs)")
@@ -35,7 +52,7 @@ var errNoMkfs = errors.New("mkfs.ext4 not found: install e2fsprogs (apt-get inst
 // a later boot would take for a formatted one. An existing disk smaller than sizeMB is made
 // larger (the file only: the guest grows its file system online at boot, see vm.Spec.Disk); a
 // larger one is kept, since shrinking could lose what the worker wrote.
-func ensureDisk(ctx context.Context, dir string, sizeMB int, mkfs string) (path string, change diskChange, err error) {
+func ensureDisk(ctx context.Context, dir string, sizeMB int, mkfs string, env []string) (path string, change diskChange, err error) {
 	path = filepath.Join(dir, DiskFile)
 	size := int64(sizeMB) << 20
 	if st, err := os.Stat(path); err == nil {
@@ -68,7 +85,7 @@ func ensureDisk(ctx context.Context, dir string, sizeMB int, mkfs string) (path 
 		err = cerr
 	}
 	if err == nil {
-		err = format(ctx, mkfs, tmp)
+		err = format(ctx, mkfs, tmp, env)
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)
@@ -93,12 +110,14 @@ const (
 // format makes an ext4 file system on the image at path. Root owns its root directory (as in
 // any image); the inode tables and journal are left lazy so the sparse file stays small (the
 // guest mounts it with noinit_itable); no blocks are reserved for root, since the worker is root.
-func format(ctx context.Context, mkfs, path string) error {
+// mkfs runs with the environment env (the adapter's) and LC_ALL=C, so its messages are the same
+// on every host.
+func format(ctx context.Context, mkfs, path string, env []string) error {
 	ctx, cancel := context.WithTimeout(ctx, mkfsTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, mkfs, "-q", "-F", "-t", "ext4", "-L", "iii-state", "-m", "0",
 		"-E", "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1,nodiscard", path)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Env = append(env[:len(env):len(env)], "LC_ALL=C")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", mkfs, filepath.Base(path), err, strings.TrimSpace(string(out)))

@@ -46,7 +46,7 @@ func stopW1(t *testing.T, m *Manager) {
 // 0600 in a 0700 directory) and hands it to the machine; the next boot gets the same file, not a
 // new one; worker::delete removes it with the state directory.
 func TestStateDiskLifecycle(t *testing.T) {
-	mkfs := FindMkfs()
+	mkfs := FindMkfs(os.Getenv)
 	if mkfs == "" {
 		t.Skip("mkfs.ext4 is not installed (e2fsprogs; go tool mage setup installs it)")
 	}

@@ -53,8 +53,11 @@ type Options struct {
 	// DiskMB is the size of the state disk each VM worker gets on its first boot (DiskFile);
 	// 0: none, the guest's writes outside its directory are lost when it stops.
 	DiskMB int
-	Mkfs   string // mkfs.ext4 that formats state disks; default FindMkfs()
-	Logf   func(format string, args ...any)
+	Mkfs   string // mkfs.ext4 that formats state disks; default FindMkfs of Env
+	// Env is the adapter's environment, KEY=VALUE (os.Environ() in its main): $III_MKFS, and
+	// what mkfs.ext4 runs with. nil is an empty one.
+	Env  []string
+	Logf func(format string, args ...any)
 	// EngineURL is the engine the adapter connects to; its loopback port is the only one of the
 	// host a VM worker's guest may reach (adapter.EngineAccess).
 	EngineURL string
@@ -116,7 +119,7 @@ func New(opt Options) *Manager {
 		opt.Logf = func(string, ...any) {}
 	}
 	if opt.DiskMB > 0 && opt.Mkfs == "" {
-		opt.Mkfs = FindMkfs()
+		opt.Mkfs = FindMkfs(getenvOf(opt.Env))
 	}
 	if opt.ComposeDir != "" {
 		opt.ComposeDir = canonical(opt.ComposeDir)
@@ -398,7 +401,7 @@ func (m *Manager) stateDisk(ctx context.Context, id, state string) (string, erro
 	if m.opt.DiskMB <= 0 {
 		return "", nil
 	}
-	disk, change, err := ensureDisk(ctx, state, m.opt.DiskMB, m.opt.Mkfs)
+	disk, change, err := ensureDisk(ctx, state, m.opt.DiskMB, m.opt.Mkfs, m.opt.Env)
 	switch {
 	case errors.Is(err, errNoMkfs):
 		m.opt.Logf("VM worker %s: no state disk, so what it writes outside its directory is lost when it stops: %v", id, err)

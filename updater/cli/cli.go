@@ -89,7 +89,7 @@ func run(ctx context.Context, version string, args []string, stdout, stderr io.W
 	u := &updater{
 		stderr: stderr,
 		src:    release.From(getenv(release.URLEnv)),
-		target: platform.Host(),
+		target: platform.Host(getenv),
 		binDir: binDir,
 		path:   getenv("PATH"),
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -54,6 +53,10 @@ type Config struct {
 	IdleTimeoutMS            int `yaml:"idle_timeout_ms"`
 	MaxConnections           int `yaml:"max_connections"`
 	MaxConnectionsPerAddress int `yaml:"max_connections_per_address"`
+	// LookupEnv is the worker's environment (os.LookupEnv in its main; the engine's for
+	// iii-stream in the engine's process): $III_COMPOSE_DIR, the base of a relative file_path
+	// under Compose. nil is an empty one.
+	LookupEnv func(string) (string, bool) `yaml:"-"`
 }
 
 // Limits are the stream port's limits c sets.
@@ -144,10 +147,10 @@ func (c Config) Validate() (Store, error) {
 	if st.DataDir != "" && (c.NATS.URL != "" || c.NATS.DataDir != "") {
 		return st, errcode.New(errcode.ConfigInvalid, "adapter.config.file_path and nats.url/nats.data_dir both say where the streams live; keep one")
 	}
-	if st.DataDir != "" && !filepath.IsAbs(st.DataDir) {
+	if st.DataDir != "" && !filepath.IsAbs(st.DataDir) && c.LookupEnv != nil {
 		// As the other workers' file_path: the Compose file's directory under Compose, else
 		// the working directory (the engine's, for iii-stream in the engine's process).
-		if base, _ := os.LookupEnv(jsstore.EnvComposeDir); base != "" {
+		if base, _ := c.LookupEnv(jsstore.EnvComposeDir); base != "" {
 			st.DataDir = filepath.Join(base, st.DataDir)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -313,6 +314,20 @@ func TestValidate(t *testing.T) {
 	st, err := Config{Host: "h", Port: 1, Adapter: &Adapter{Name: "kv", Config: map[string]any{"store_method": "in_memory", "file_path": "/d"}}}.Validate()
 	if err != nil || !st.Memory || st.DataDir != "/d" {
 		t.Errorf("kv: %+v %v", st, err)
+	}
+	// A relative file_path is under $III_COMPOSE_DIR of the environment the caller hands down,
+	// never of the process's own.
+	t.Setenv("III_COMPOSE_DIR", "/from-process")
+	rel := Config{Host: "h", Port: 1, Adapter: &Adapter{Name: "kv", Config: map[string]any{"file_path": "data"}}}
+	if st, err := rel.Validate(); err != nil || st.DataDir != "data" {
+		t.Errorf("no environment: %+v %v", st, err)
+	}
+	rel.LookupEnv = func(k string) (string, bool) {
+		v, ok := map[string]string{"III_COMPOSE_DIR": "/project"}[k]
+		return v, ok
+	}
+	if st, err := rel.Validate(); err != nil || st.DataDir != filepath.Join("/project", "data") {
+		t.Errorf("under Compose: %+v %v", st, err)
 	}
 }
 

@@ -60,7 +60,7 @@ func (m Main) Run(lookupEnv func(string) (string, bool)) {
 		name = m.Name
 	}
 	w := protocol.NewWorker(protocol.Config{Name: name, Version: m.Version, Description: "iii " + m.Name + " worker",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}.FromEnv(func(k string) string { v, _ := lookupEnv(k); return v }))
 	cleanup, err := m.Setup(ctx, w, log)
 	if err != nil {
 		fail(errcode.StartFailed, err)

@@ -72,7 +72,7 @@ func buildFirmware(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = firmware.Build(ctx, firmware.Options{WorkDir: *work, OutDir: *out, Arch: a, ModuleDir: *mod, Log: os.Stdout})
+	_, err = firmware.Build(ctx, firmware.Options{WorkDir: *work, OutDir: *out, Arch: a, ModuleDir: *mod, Log: os.Stdout, Env: os.Environ()})
 	return err
 }
 
@@ -84,7 +84,7 @@ func archCache(arch, dir string) (guestarch.Arch, *image.Cache, error) {
 		return a, nil, err
 	}
 	if dir == "" {
-		dir = image.DefaultDir()
+		dir = image.DefaultDir(os.Getenv)
 	}
 	return a, image.NewCacheFor(image.DirFor(dir, a), a), nil
 }
@@ -92,7 +92,7 @@ func archCache(arch, dir string) (guestarch.Arch, *image.Cache, error) {
 func buildImages(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("images", flag.ExitOnError)
 	work := fs.String("work", filepath.Join(os.TempDir(), "iii-image-build"), "scratch directory")
-	cacheDir := fs.String("cache", image.DefaultDir(), "image cache directory")
+	cacheDir := fs.String("cache", image.DefaultDir(os.Getenv), "image cache directory")
 	force := fs.Bool("force", false, "rebuild presets already in the cache")
 	arch := fs.String("arch", guestarch.Host().Name, "guest architecture: "+strings.Join(guestarch.Names(), ", "))
 	_ = fs.Parse(args)
@@ -128,7 +128,7 @@ func buildImages(ctx context.Context, args []string) error {
 
 func listPresets(args []string) error {
 	fs := flag.NewFlagSet("presets", flag.ExitOnError)
-	cacheDir := fs.String("cache", image.DefaultDir(), "image cache directory")
+	cacheDir := fs.String("cache", image.DefaultDir(os.Getenv), "image cache directory")
 	arch := fs.String("arch", guestarch.Host().Name, "guest architecture: "+strings.Join(guestarch.Names(), ", "))
 	_ = fs.Parse(args)
 	_, cache, err := archCache(*arch, *cacheDir)

@@ -130,14 +130,14 @@ func guestSection(ctx context.Context, name, fw, accel string, n int) error {
 	if fw == "" {
 		fw = filepath.Join("dist", "firmware", a.Triple)
 		if _, err := os.Stat(filepath.Join(fw, firmware.ManifestFile)); err != nil {
-			fw = firmware.DirFor(a)
+			fw = firmware.DirFor(os.Getenv, a)
 		}
 	}
 	if !a.Native() {
 		accel = "tcg"
 	}
 	p := firmware.At(fw)
-	cache := image.NewCacheFor(image.DirFor(image.DefaultDir(), a), a)
+	cache := image.NewCacheFor(image.DirFor(image.DefaultDir(os.Getenv), a), a)
 	fmt.Printf("%s guests: accelerator %s; firmware %s\n", a.Name, accel, fw)
 	for _, share := range []string{qemu.ShareVirtiofs, qemu.Share9P} {
 		d, err := qemu.New(qemu.Options{Arch: a, Share: share, Accel: accel, Kernel: p.Kernel, Initrd: p.Initrd,
@@ -190,11 +190,11 @@ func defaultAccel() string {
 // defaultFirmware is the firmware mage builds for this host (dist/firmware/<target>, from the
 // repository root where mage runs the bench), else the installed one.
 func defaultFirmware() string {
-	dir := filepath.Join("dist", "firmware", platform.Host().Triple)
+	dir := filepath.Join("dist", "firmware", platform.Host(os.Getenv).Triple)
 	if _, err := os.Stat(filepath.Join(dir, firmware.ManifestFile)); err == nil {
 		return dir
 	}
-	return firmware.Dir()
+	return firmware.Dir(os.Getenv)
 }
 
 // fsSection runs measureFS with at most 5 runs (each moves 64 MiB twice under emulation).

@@ -49,15 +49,18 @@ const (
 
 // Options configure a Driver. Empty fields take the defaults below.
 type Options struct {
-	Arch        guestarch.Arch // guest architecture; default the host's
-	Share       string         // ShareVirtiofs (default on Linux) or Share9P (default on macOS)
-	Qemu        string         // qemu-system binary (the adapter passes $III_QEMU); default QemuPathFor(Arch)
-	Virtiofsd   string         // virtiofsd binary (the adapter passes $III_VIRTIOFSD); default DefaultVirtiofsd
-	KVMDevice   string         // the KVM device auto probes (the adapter passes $III_KVM_DEVICE); default DefaultKVMDevice
-	Kernel      string         // uncompressed kernel; default from firmware.LocateFor(Arch)
-	Initrd      string         // agent initramfs; default from firmware.LocateFor(Arch)
-	Accel       string         // "kvm", "hvf", "tcg" or "auto" (the default: KVM/HVF when usable, else TCG)
-	BootTimeout time.Duration  // bound on boot until the agent answers; default 30 s
+	Arch      guestarch.Arch // guest architecture; default the host's
+	Share     string         // ShareVirtiofs (default on Linux) or Share9P (default on macOS)
+	Qemu      string         // qemu-system binary (the adapter passes $III_QEMU); default QemuPathFor(Arch)
+	Virtiofsd string         // virtiofsd binary (the adapter passes $III_VIRTIOFSD); default DefaultVirtiofsd
+	KVMDevice string         // the KVM device auto probes (the adapter passes $III_KVM_DEVICE); default DefaultKVMDevice
+	Kernel    string         // uncompressed kernel; default from firmware.LocateFor(Getenv, Arch)
+	Initrd    string         // agent initramfs; default from firmware.LocateFor(Getenv, Arch)
+	// Getenv is the adapter's environment (os.Getenv in its main), whose $III_LIB_DIR moves the
+	// firmware Kernel and Initrd default to; nil is an empty one.
+	Getenv      func(string) string
+	Accel       string        // "kvm", "hvf", "tcg" or "auto" (the default: KVM/HVF when usable, else TCG)
+	BootTimeout time.Duration // bound on boot until the agent answers; default 30 s
 }
 
 // Driver boots qemu machines: microvm for x86_64 guests, virt for aarch64. It is safe for
@@ -100,7 +103,7 @@ func New(opt Options) (*Driver, error) {
 		opt.KVMDevice = DefaultKVMDevice
 	}
 	if opt.Kernel == "" || opt.Initrd == "" {
-		p, err := firmware.LocateFor(opt.Arch)
+		p, err := firmware.LocateFor(opt.Getenv, opt.Arch)
 		if err != nil {
 			return nil, err
 		}

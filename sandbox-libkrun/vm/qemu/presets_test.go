@@ -4,6 +4,7 @@ package qemu
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 // (`go tool mage images` puts it there).
 func TestPresets(t *testing.T) {
 	d := newDriver(t)
-	cache := image.NewCache("")
+	cache := image.NewCache(image.DefaultDir(os.Getenv))
 	cmds := map[string][]string{
 		"python": {"python3", "-c", "import json; print(json.dumps([1]))"},
 		"node":   {"node", "-e", "console.log(JSON.stringify([1]))"},

@@ -29,7 +29,7 @@ func aarch64Driver(t *testing.T) (*Driver, string) {
 	if _, err := exec.LookPath(guestarch.AArch64.Qemu); err != nil {
 		t.Skip("qemu-system-aarch64 is not installed (apt-get install qemu-system-arm)")
 	}
-	cache := image.NewCacheFor(image.DirFor(image.DefaultDir(), guestarch.AArch64), guestarch.AArch64)
+	cache := image.NewCacheFor(image.DirFor(image.DefaultDir(os.Getenv), guestarch.AArch64), guestarch.AArch64)
 	root, ok := cache.RootFS("docker.io/iiidev/python:latest")
 	if !ok {
 		t.Skipf("no aarch64 python preset in %s (go tool mage images)", cache.Dir)

@@ -26,7 +26,7 @@ func TestSnapshotRestore(t *testing.T) {
 	d := newDriver(t)
 	root := busyboxRoot(t)
 	python := false
-	if r, ok := image.NewCache("").RootFS("docker.io/iiidev/python:latest"); ok && os.Getenv("III_TEST_SNAPSHOT_PYTHON") != "" {
+	if r, ok := image.NewCache(image.DefaultDir(os.Getenv)).RootFS("docker.io/iiidev/python:latest"); ok && os.Getenv("III_TEST_SNAPSHOT_PYTHON") != "" {
 		root, python = r, true
 	}
 	dir := t.TempDir()

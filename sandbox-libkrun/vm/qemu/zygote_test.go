@@ -5,6 +5,7 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,7 @@ print("forked" if b"_zygote" in open("/proc/self/cmdline", "rb").read() else "st
 func TestZygote(t *testing.T) {
 	d := newDriver(t)
 	ref := debimage.Presets[0].Ref
-	root, ok := image.NewCache("").RootFS(ref)
+	root, ok := image.NewCache(image.DefaultDir(os.Getenv)).RootFS(ref)
 	if !ok {
 		cannotRun(t, fmt.Sprintf("image %s not in the cache; build it with `go tool mage images`", ref))
 	}

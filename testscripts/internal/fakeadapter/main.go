@@ -63,7 +63,7 @@ func main() {
 	ctx, orphaned := context.WithCancel(ctx)
 	go exitWithParent(orphaned)
 	if ns := os.Getenv("FAKE_STRAY_NS"); ns != "" {
-		stray := protocol.NewWorker(protocol.Config{Name: env("III_WORKER_NAME", "fakeadapter") + "-stray", Namespace: ns, Version: "0.0.0-fake"})
+		stray := protocol.NewWorker(protocol.Config{Name: env("III_WORKER_NAME", "fakeadapter") + "-stray", Namespace: ns, Version: "0.0.0-fake"}.FromEnv(os.Getenv))
 		_ = stray.Register("stray::fn", func(context.Context, json.RawMessage) (any, error) { return "stray", nil })
 		if err := stray.Start(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "fakeadapter: stray worker:", err)
@@ -71,7 +71,7 @@ func main() {
 		}
 		defer stray.Close()
 	}
-	w := protocol.NewWorker(protocol.Config{Name: env("FAKE_NAME", env("III_WORKER_NAME", "fakeadapter")), Version: "0.0.0-fake"})
+	w := protocol.NewWorker(protocol.Config{Name: env("FAKE_NAME", env("III_WORKER_NAME", "fakeadapter")), Version: "0.0.0-fake"}.FromEnv(os.Getenv))
 	switch env("FAKE_ROLE", "adapter") {
 	case "worker":
 		registerWorker(w)

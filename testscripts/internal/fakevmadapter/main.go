@@ -66,7 +66,7 @@ func main() {
 	}
 	a.home, _ = os.UserHomeDir()
 	a.roots = hostRoots(a.home)
-	w := protocol.NewWorker(protocol.Config{Version: "0.0.0-fakevm"})
+	w := protocol.NewWorker(protocol.Config{Version: "0.0.0-fakevm"}.FromEnv(os.Getenv))
 	reg := func(op string, h protocol.Handler) { _ = w.Register(a.prefix+"::"+op, h) }
 	reg("adapter::info", func(context.Context, json.RawMessage) (any, error) {
 		return map[string]any{"adapter": a.prefix, "contract": map[string]int{"major": 1, "minor": 1}, "host_roots": a.roots}, nil

@@ -33,6 +33,7 @@ var version = "0.0.0-dev"
 func main() {
 	cfg := stream.Default()
 	wmain.Main{Name: "stream", Version: version, Config: &cfg, Setup: func(ctx context.Context, w *protocol.Worker, log *slog.Logger) (func(), error) {
+		cfg.LookupEnv = os.LookupEnv
 		return stream.Setup(ctx, cfg, w, log)
 	}}.Run(os.LookupEnv)
 }
