@@ -70,6 +70,51 @@ func TestNothingImportsTheAdapter(t *testing.T) {
 	}
 }
 
+// TestModuleLayers fails when a package imports a repository module it must not: internal/base
+// (the shared leaf packages) imports none, and the engine module only internal/base. The modules
+// above may use both; a leaf that needed the engine would make the layers a cycle.
+func TestModuleLayers(t *testing.T) {
+	const repo, base = "github.com/iii-go/iii/", "github.com/iii-go/iii/internal/base"
+	allowed := map[string][]string{
+		"internal/base": {base},
+		"engine":        {base, repo + "engine"},
+	}
+	fset := token.NewFileSet()
+	for dir, ok := range allowed {
+		files := 0
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+				return err
+			}
+			files++
+			f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			for _, im := range f.Imports {
+				p, _ := strconv.Unquote(im.Path.Value)
+				if !strings.HasPrefix(p, repo) {
+					continue
+				}
+				fine := false
+				for _, a := range ok {
+					fine = fine || p == a || strings.HasPrefix(p, a+"/")
+				}
+				if !fine {
+					t.Errorf("%s imports %s: %s may import only %v of this repository", fset.Position(im.Pos()), p, dir, ok)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if files < 10 {
+			t.Fatalf("walked only %d Go files under %s; is the test running from the repository root?", files, dir)
+		}
+	}
+}
+
 // TestNoTrackedExecutables fails on any file git tracks that is an executable binary (ELF,
 // Mach-O, PE): a go build in the checkout leaves such outputs beside the sources, and a commit
 // of one adds megabytes to every clone for good. Build outputs belong in dist/ or bin/, ignored.

@@ -28,6 +28,7 @@ require (
 	github.com/gobwas/ws v1.4.0 // indirect
 	github.com/google/go-tpm v0.9.7 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/iii-go/iii/internal/base v0.0.0
 	github.com/klauspost/compress v1.19.2 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	github.com/minio/highwayhash v1.0.4-0.20251030100505-070ab1a87a76 // indirect
@@ -56,3 +57,5 @@ replace (
 )
 
 tool github.com/magefile/mage
+
+replace github.com/iii-go/iii/internal/base => ./internal/base

@@ -10,7 +10,7 @@ import (
 	compose "github.com/iii-go/iii/compose/cli"
 	"github.com/iii-go/iii/doctor"
 	engine "github.com/iii-go/iii/engine/cli"
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/internal/enginestream"
 	"github.com/iii-go/iii/internal/sandboxcli"
 	updater "github.com/iii-go/iii/updater/cli"

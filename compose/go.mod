@@ -20,7 +20,10 @@ require (
 	github.com/gobwas/pool v0.2.1 // indirect
 	github.com/gobwas/ws v1.4.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/iii-go/iii/internal/base v0.0.0
 	golang.org/x/text v0.14.0 // indirect
 )
 
 replace github.com/iii-go/iii/engine => ../engine
+
+replace github.com/iii-go/iii/internal/base => ../internal/base

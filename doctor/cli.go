@@ -11,7 +11,7 @@ import (
 	"time"
 
 	composeerr "github.com/iii-go/iii/compose/errcode"
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 const usage = `Usage: iii doctor [-f worker-compose.yaml] [--config config.yaml] [--json] [--fix] [--host]

@@ -2,7 +2,7 @@ package doctor
 
 import (
 	composeerr "github.com/iii-go/iii/compose/errcode"
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // The codes `iii doctor` reports that no other command has. Findings that come from Compose, the

@@ -4,7 +4,7 @@
 // or key it concerns, what it means and the fix. Every check reuses the code of the command that
 // owns it: the updater's leftover list and shadow check, Compose's parser, prepare step, token
 // policy and file edits, the engine's config.yaml parser and the adapter's host requirements
-// (engine/hostreq). Fix applies only the safe fixes: it rewrites the compose file for
+// (internal/base/hostreq). Fix applies only the safe fixes: it rewrites the compose file for
 // SANDBOX_CONFIG_MOVED and moves leftovers into ~/.iii/trash/<UTC timestamp>/, deleting nothing.
 package doctor
 
@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 )
 
 // Finding is one problem.

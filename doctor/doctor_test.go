@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/iii-go/iii/compose/state"
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 )
 
 // write creates path (and its parents) with content.

@@ -9,8 +9,8 @@ import (
 
 	"github.com/iii-go/iii/compose/sandboxadapter"
 	"github.com/iii-go/iii/engine/config"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // sandboxEntryID is the configuration id 0.25 users may have stored sandbox settings under.

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/hostreq"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/hostreq"
 	"github.com/iii-go/iii/updater/leftover"
 	"github.com/iii-go/iii/updater/shadow"
 )

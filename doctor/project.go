@@ -20,7 +20,7 @@ import (
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/engine/config"
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // projectInfo is what the project checks learned, for the host and engine checks.

@@ -19,6 +19,7 @@ require (
 	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/gobwas/pool v0.2.1 // indirect
 	github.com/gobwas/ws v1.4.0 // indirect
+	github.com/iii-go/iii/internal/base v0.0.0
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
@@ -28,3 +29,5 @@ require (
 )
 
 replace github.com/iii-go/iii/engine => ../engine
+
+replace github.com/iii-go/iii/internal/base => ../internal/base

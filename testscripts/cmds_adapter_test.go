@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 	"github.com/iii-go/iii/internal/hostsetup"
 	"github.com/iii-go/iii/internal/release"
 	"github.com/rogpeppe/go-internal/testscript"

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 	"github.com/iii-go/iii/internal/release"
 	"github.com/rogpeppe/go-internal/testscript"
 )

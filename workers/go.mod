@@ -19,6 +19,7 @@ require (
 	github.com/gobwas/pool v0.2.1 // indirect
 	github.com/gobwas/ws v1.4.0 // indirect
 	github.com/google/go-tpm v0.9.7 // indirect
+	github.com/iii-go/iii/internal/base v0.0.0
 	github.com/klauspost/compress v1.18.2 // indirect
 	github.com/kr/pretty v0.1.0 // indirect
 	github.com/minio/highwayhash v1.0.4-0.20251030100505-070ab1a87a76 // indirect
@@ -32,3 +33,5 @@ require (
 )
 
 replace github.com/iii-go/iii/engine => ../engine
+
+replace github.com/iii-go/iii/internal/base => ../internal/base

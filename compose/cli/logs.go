@@ -17,9 +17,9 @@ import (
 	"github.com/iii-go/iii/compose/daemon"
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/supervisor"
-	engineerr "github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
-	"github.com/iii-go/iii/engine/usertoken"
+	engineerr "github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/tokens"
 )
 
 const logsUsage = `Usage:
@@ -137,7 +137,7 @@ func runLogs(ctx context.Context, args []string, stdout, stderr io.Writer, looku
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	w, err := protocol.Connect(cctx, protocol.Config{URL: url, Name: "iii-cli:compose-logs", Namespace: protocol.DefaultNamespace, NoReconnect: true,
-		Token: usertoken.ForCLI(url, ns, getenv(lookupEnv), stderr)}.FromEnv(getenv(lookupEnv)))
+		Token: tokens.ForCLI(url, ns, getenv(lookupEnv), stderr)}.FromEnv(getenv(lookupEnv)))
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {

@@ -3,7 +3,7 @@
 // as cancellable operations (operations.go), synchronous unless the caller sets wait=false.
 // Every compose::* function is registered protected: the engine answers FORBIDDEN to callers
 // without the project token (or Compose's owner token); `iii call` finds the token through
-// package usertoken.
+// package tokens.
 package daemon
 
 import (

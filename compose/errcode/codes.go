@@ -3,7 +3,7 @@
 // Callers match on the code; the message wording may change.
 package errcode
 
-import "github.com/iii-go/iii/engine/errcode"
+import "github.com/iii-go/iii/internal/base/errcode"
 
 // Compose file and CLI.
 const (

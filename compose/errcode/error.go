@@ -3,10 +3,10 @@ package errcode
 import (
 	"io"
 
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
-// Error is the coded error every module shares (engine/errcode.Error). The CLI prints it as
+// Error is the coded error every module shares (internal/base/errcode.Error). The CLI prints it as
 // error[CODE]: message; compose::* callers receive {code, message}.
 type Error = errcode.Error
 

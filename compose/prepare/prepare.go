@@ -22,7 +22,7 @@ import (
 	"github.com/iii-go/iii/compose/lock"
 	"github.com/iii-go/iii/compose/registry"
 	"github.com/iii-go/iii/compose/sandboxadapter"
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 )
 
 // UpdateAll in Options.Update re-resolves every package container.

@@ -10,7 +10,7 @@ import (
 	"github.com/iii-go/iii/compose/composefile"
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/registry"
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 )
 
 // project writes a registry (sandbox-libkrun 0.2.2 and 0.3.1 for glibc Linux, a bundle) and a

@@ -16,11 +16,11 @@ import (
 	"github.com/iii-go/iii/compose/sandboxadapter"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
-	engineerr "github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/fspath"
-	"github.com/iii-go/iii/engine/privfile"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	engineerr "github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/fspath"
+	"github.com/iii-go/iii/internal/base/privfile"
 )
 
 // Outcome is one container's part of an operation result.

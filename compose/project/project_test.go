@@ -16,9 +16,9 @@ import (
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/engine/enginetest"
-	engineerr "github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
+	engineerr "github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/procgroup"
 )
 
 // fakeEngine answers the engine functions the project uses. A worker counts as registered once

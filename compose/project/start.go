@@ -29,12 +29,12 @@ import (
 	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/compose/token"
 	"github.com/iii-go/iii/compose/vmstate"
-	engineerr "github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/excerpt"
-	"github.com/iii-go/iii/engine/fspath"
-	"github.com/iii-go/iii/engine/ownercred"
-	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
+	engineerr "github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/excerpt"
+	"github.com/iii-go/iii/internal/base/fspath"
+	"github.com/iii-go/iii/internal/base/procgroup"
+	"github.com/iii-go/iii/internal/base/tokens"
 )
 
 // Engine functions Compose relies on besides engine::workers::list.
@@ -224,7 +224,7 @@ func (p *Project) grantHint(key, id, refusal string) string {
 		"for a Compose of its own user (~/%s/<host>_<port>); this one gave none, so it protects namespaces or runs as another user. "+
 		"Grant Compose's owner token in that engine's config.yaml (the files are mode 0600; Compose keeps both):\n%s"+
 		"then restart the engine and run iii compose --up again",
-		key, p.opts.EngineURL, id, refusal, ownercred.Dir, engineconf.OwnerGrant(ns, p.opts.TokenFile, p.opts.OwnerTokenFile))
+		key, p.opts.EngineURL, id, refusal, tokens.OwnerDir, engineconf.OwnerGrant(ns, p.opts.TokenFile, p.opts.OwnerTokenFile))
 }
 
 // currentEntry returns the entry's stored value (template form), nil when there is none: an

@@ -13,9 +13,9 @@ import (
 
 	"github.com/iii-go/iii/compose/errcode"
 	"github.com/iii-go/iii/compose/state"
-	"github.com/iii-go/iii/engine/fetch"
-	"github.com/iii-go/iii/engine/procgroup"
-	"github.com/iii-go/iii/engine/untar"
+	"github.com/iii-go/iii/internal/base/fetch"
+	"github.com/iii-go/iii/internal/base/procgroup"
+	"github.com/iii-go/iii/internal/base/untar"
 )
 
 // markerFile inside an installed package records the SHA-256 of the archive it came from.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/compose/errcode"
-	"github.com/iii-go/iii/engine/fetch"
+	"github.com/iii-go/iii/internal/base/fetch"
 )
 
 const (
@@ -29,7 +29,7 @@ const fetchTimeout = 5 * time.Minute
 // maxIndexSize bounds a package's index.json.
 const maxIndexSize = 16 << 20
 
-// Client reads one registry. Every file is read through engine/fetch: regular files only over
+// Client reads one registry. Every file is read through internal/base/fetch: regular files only over
 // file://, no redirect from https to plain http.
 type Client struct {
 	base *url.URL

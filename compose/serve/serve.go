@@ -6,7 +6,7 @@
 // when Compose is gone, SIGKILL of Compose included. A clean shutdown lets a compose::*
 // operation in flight finish, stops the workers (polite stop, then kill after stop_timeout),
 // then the engine, and removes engine-config.yaml. While it serves, the user's record of the
-// project token for `iii call` (package usertoken) exists.
+// project token for `iii call` (package tokens) exists.
 package serve
 
 import (
@@ -31,10 +31,9 @@ import (
 	"github.com/iii-go/iii/compose/state"
 	"github.com/iii-go/iii/compose/supervisor"
 	"github.com/iii-go/iii/compose/token"
-	engineerr "github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/ownercred"
 	"github.com/iii-go/iii/engine/protocol"
-	"github.com/iii-go/iii/engine/usertoken"
+	engineerr "github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/tokens"
 )
 
 // EngineStartupTimeout bounds how long the managed engine may take to listen.
@@ -142,7 +141,7 @@ type session struct {
 	teardowns          []func()
 
 	// connPath is the token Compose's own connection presents: ownerPath, or on an engine it
-	// attaches to the owner credential that engine wrote for this user (ownercred).
+	// attaches to the owner credential that engine wrote for this user (package tokens).
 	connPath string
 }
 
@@ -281,11 +280,11 @@ func (s *session) startManagedEngine(ctx context.Context) error {
 // which that engine's config.yaml must grant (an engine that protects namespaces writes no
 // credential). An untrusted credential is a warning that says why.
 func (s *session) attachedOwnerToken() string {
-	path, err := ownercred.Lookup(s.url)
+	path, err := tokens.LookupOwner(s.url)
 	if err == nil {
 		return path
 	}
-	if !errors.Is(err, ownercred.ErrNone) {
+	if !errors.Is(err, tokens.ErrNoOwner) {
 		fmt.Fprintf(s.o.Err, "warning: not using the owner credential of the engine at %s: %v\n", s.url, err)
 	}
 	return s.ownerPath
@@ -353,7 +352,7 @@ func (s *session) connectDaemon(ctx context.Context) error {
 // compose::up listed also finds the token; while another live Compose holds the record it
 // waits for connectDaemon, which refuses a second daemon for the namespace, to succeed.
 func (s *session) publishUserToken(context.Context) error {
-	s.userTokDeferred = usertoken.Held(s.url, s.ns)
+	s.userTokDeferred = tokens.Held(s.url, s.ns)
 	if !s.userTokDeferred {
 		s.recordUserToken()
 	}
@@ -367,10 +366,10 @@ func (s *session) recordUserToken() {
 	if !s.managed {
 		userTok = s.connPath
 	}
-	_, remove, err := usertoken.Publish(s.url, s.ns, userTok)
+	_, remove, err := tokens.Publish(s.url, s.ns, userTok)
 	if err != nil {
 		fmt.Fprintf(s.o.Err, "warning: cannot record the project token for iii call in ~/%s: %v; "+
-			"run iii call compose::* with III_TOKEN_FILE=%s\n", usertoken.Dir, err, userTok)
+			"run iii call compose::* with III_TOKEN_FILE=%s\n", tokens.ProjectDir, err, userTok)
 		return
 	}
 	s.onTeardown(func() { _ = remove() })

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/iii-go/iii/engine/excerpt"
+	"github.com/iii-go/iii/internal/base/excerpt"
 )
 
 // Streams a log line can come from.

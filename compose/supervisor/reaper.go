@@ -11,7 +11,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/procgroup"
 )
 
 // EnvReaper marks a process started as the reaper; `iii compose` hands over to RunReaper when it

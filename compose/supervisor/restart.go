@@ -3,11 +3,11 @@ package supervisor
 import (
 	"time"
 
-	"github.com/iii-go/iii/engine/backoff"
+	"github.com/iii-go/iii/internal/base/backoff"
 )
 
 // Backoff is the delay schedule of a restart policy (the one schedule of every module,
-// engine/backoff): the first restart after a failure waits Initial, each consecutive one twice
+// internal/base/backoff): the first restart after a failure waits Initial, each consecutive one twice
 // as long as the one before, never more than Max. A worker that stayed up for ResetAfter starts
 // the schedule again. Compose waits the schedule's Delay, unjittered: its restarts are local,
 // and it prints each wait.

@@ -3,7 +3,7 @@ package supervisor
 import (
 	"os/exec"
 
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/procgroup"
 )
 
 // Spawn starts cmd from the process-lifetime spawn thread (procgroup.OnSpawnThread), so that a

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/procgroup"
 )
 
 // Spec describes one process.

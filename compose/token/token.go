@@ -22,7 +22,7 @@ import (
 
 	"github.com/Masterminds/semver/v3"
 
-	"github.com/iii-go/iii/engine/privfile"
+	"github.com/iii-go/iii/internal/base/privfile"
 )
 
 // File names inside the state directory.

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
-	"github.com/iii-go/iii/engine/usertoken"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/tokens"
 )
 
 const callUsage = `Usage: iii call FUNCTION [KEY=VALUE ...] [flags]      (aliases: iii trigger, iii t)
@@ -122,13 +122,13 @@ func scanCall(args []string, a *callArgs) (*callWords, error) {
 }
 
 // userToken is the token Compose recorded for this user, engine and namespace (package
-// usertoken), when neither III_TOKEN_FILE nor III_TOKEN names one; "" when there is none.
+// tokens), when neither III_TOKEN_FILE nor III_TOKEN names one; "" when there is none.
 func userToken(a *callArgs) string {
 	ns := protocol.DefaultNamespace
 	if a.namespace != nil {
 		ns = *a.namespace
 	}
-	return usertoken.ForCLI(a.url, ns, a.getenv, os.Stderr)
+	return tokens.ForCLI(a.url, ns, a.getenv, os.Stderr)
 }
 
 // timeoutMS reads the value of --timeout-ms.
@@ -268,10 +268,10 @@ func EngineURL(flag string, getenv func(string) string) string {
 
 // ConnectCLI connects a command-line client called name to the engine at url, as `iii call`
 // does: in the default namespace, presenting the token in $III_TOKEN_FILE, else $III_TOKEN, else
-// the one Compose recorded for this user, engine and namespace (package usertoken), without
+// the one Compose recorded for this user, engine and namespace (package tokens), without
 // reconnecting. Nothing answering is EngineUnreachable.
 func ConnectCLI(ctx context.Context, url, name, namespace string, getenv func(string) string) (*protocol.Worker, error) {
-	return connectCLI(ctx, url, name, usertoken.ForCLI(url, namespace, getenv, os.Stderr), getenv)
+	return connectCLI(ctx, url, name, tokens.ForCLI(url, namespace, getenv, os.Stderr), getenv)
 }
 
 func connectCLI(ctx context.Context, url, name, token string, getenv func(string) string) (*protocol.Worker, error) {

@@ -18,13 +18,13 @@ import (
 
 	"github.com/iii-go/iii/engine/cluster"
 	"github.com/iii-go/iii/engine/config"
-	"github.com/iii-go/iii/engine/configuration"
+	"github.com/iii-go/iii/engine/configworker"
 	"github.com/iii-go/iii/engine/core"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
-	"github.com/iii-go/iii/engine/observability"
-	"github.com/iii-go/iii/engine/ownercred"
 	"github.com/iii-go/iii/engine/sandbox"
+	"github.com/iii-go/iii/engine/telemetry"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/tokens"
 )
 
 const engineUsage = `Usage: iii [--config FILE]
@@ -78,7 +78,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker, l
 	if err != nil {
 		return err
 	}
-	logs := observability.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := telemetry.NewHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	log := slog.New(logs)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -102,7 +102,7 @@ func runEngine(version string, args []string, workers map[string]EngineWorker, l
 	defer removeOwner()
 	eng := core.New(core.Options{Grace: time.Duration(cfg.GraceMS) * time.Millisecond, Namespaces: policies, Logger: log,
 		OwnerTokenFile: ownerFile, AllowedOrigins: bound[0].AllowedOrigins, HandshakeTimeout: bound[0].HandshakeTimeout, HTTP: httpInv})
-	store, err := configuration.New(cfg.ConfigDir, log, lookupEnv)
+	store, err := configworker.New(cfg.ConfigDir, log, lookupEnv)
 	if err != nil {
 		closeAll()
 		return errcode.New(errcode.AdapterError, "loading configuration entries from %s: %w", cfg.ConfigDir, err)
@@ -254,19 +254,19 @@ func gateSummary(l core.Listener) string {
 }
 
 // ownerCredential writes the owner credential a Compose of this user presents when it attaches
-// to addr (package ownercred) and returns its path and its removal at a clean stop. An engine
+// to addr (package tokens) and returns its path and its removal at a clean stop. An engine
 // that protects namespaces writes none, so only a grant in its config.yaml gives owner rights,
 // and drops one a dead engine left at addr. A failure costs only the credential: a warning.
 func ownerCredential(addr string, protected bool, log *slog.Logger) (string, func()) {
 	if protected {
-		if err := ownercred.Clear(addr); err != nil {
+		if err := tokens.ClearOwner(addr); err != nil {
 			log.Warn("cannot remove a stale owner credential", "addr", addr, "err", err)
 		}
 		return "", func() {}
 	}
-	path, remove, err := ownercred.Write(addr)
+	path, remove, err := tokens.WriteOwner(addr)
 	if err != nil {
-		log.Warn("no owner credential for Compose: attaching it needs a namespaces: grant", "dir", "~/"+ownercred.Dir, "err", err)
+		log.Warn("no owner credential for Compose: attaching it needs a namespaces: grant", "dir", "~/"+tokens.OwnerDir, "err", err)
 		return "", func() {}
 	}
 	log.Info("owner credential for a Compose of this user written", "path", path)

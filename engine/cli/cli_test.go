@@ -16,8 +16,8 @@ import (
 
 	"github.com/iii-go/iii/engine/config"
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/usertoken"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/tokens"
 )
 
 func TestParseCallPayloads(t *testing.T) {
@@ -159,7 +159,7 @@ func TestUserToken(t *testing.T) {
 	if err := os.WriteFile(tf, []byte("proj-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rec, remove, err := usertoken.Publish("ws://127.0.0.1:4567", "shop", tf)
+	rec, remove, err := tokens.Publish("ws://127.0.0.1:4567", "shop", tf)
 	if err != nil {
 		t.Fatal(err)
 	}

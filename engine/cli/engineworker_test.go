@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 func streamConfig(t *testing.T) (string, int) {

@@ -9,20 +9,20 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/config"
-	"github.com/iii-go/iii/engine/configuration"
+	"github.com/iii-go/iii/engine/configworker"
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/discovery"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
-	"github.com/iii-go/iii/engine/observability"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox"
+	"github.com/iii-go/iii/engine/telemetry"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // observer is the engine's core.Observer: discovery's part and observability's.
 type observer struct {
 	d *discovery.Discovery
-	o *observability.Worker
+	o *telemetry.Worker
 }
 
 func (x observer) StartCall(c core.Call) (string, func(*protocol.Error)) { return x.o.StartCall(c) }
@@ -36,20 +36,20 @@ func (x observer) WorkerRegistered(id string) {
 // installObservers adds discovery and the iii-observability worker (configured by the
 // configuration entry iii-observability of store, read once at start as iii does) to eng and
 // starts the worker's exporters; logs (the engine's handler) feeds it the engine's own log lines.
-func installObservers(ctx context.Context, eng *core.Engine, store *configuration.Worker, version string, logs *observability.Handler, log *slog.Logger,
-	ln net.Listener, comps []observability.Component) (*observability.Worker, error) {
+func installObservers(ctx context.Context, eng *core.Engine, store *configworker.Worker, version string, logs *telemetry.Handler, log *slog.Logger,
+	ln net.Listener, comps []telemetry.Component) (*telemetry.Worker, error) {
 	cfg, err := observabilityConfig(store, version, log)
 	if err != nil {
 		return nil, err
 	}
-	w := observability.New(cfg, version, log)
+	w := telemetry.New(cfg, version, log)
 	w.Install(eng)
 	started := time.Now()
-	w.AddComponent(observability.Component{Name: "engine", Check: func() (string, any) {
+	w.AddComponent(telemetry.Component{Name: "engine", Check: func() (string, any) {
 		return "healthy", map[string]any{"version": version, "uptime_seconds": int(time.Since(started).Seconds()),
 			"workers": len(eng.Workers()), "functions": len(eng.Functions()), "pending_invocations": eng.PendingCount(), "channels": eng.ChannelCount()}
 	}})
-	w.AddComponent(observability.Component{Name: "listener", Check: func() (string, any) {
+	w.AddComponent(telemetry.Component{Name: "listener", Check: func() (string, any) {
 		return "healthy", map[string]any{"address": "ws://" + ln.Addr().String(), "connections": len(eng.Workers())}
 	}})
 	for _, c := range comps {
@@ -69,37 +69,37 @@ func installObservers(ctx context.Context, eng *core.Engine, store *configuratio
 // directory, the owner's register or set, a publish) counts. One stored for anyone else (possible
 // only before engine-consumed entries were the owner's) is logged and left out, so it neither
 // stops the engine from starting nor changes where telemetry goes.
-func observabilityConfig(store *configuration.Worker, version string, log *slog.Logger) (observability.Config, error) {
-	cfg := observability.DefaultConfig(version)
-	value, err := store.Own(observability.Name)
+func observabilityConfig(store *configworker.Worker, version string, log *slog.Logger) (telemetry.Config, error) {
+	cfg := telemetry.DefaultConfig(version)
+	value, err := store.Own(telemetry.Name)
 	if err != nil {
 		var perr *protocol.Error
 		if errors.As(err, &perr) && perr.Code == errcode.Forbidden {
-			log.Warn("configuration entry not used; iii-observability runs with its defaults", "id", observability.Name, "code", perr.Code, "reason", perr.Message)
+			log.Warn("configuration entry not used; iii-observability runs with its defaults", "id", telemetry.Name, "code", perr.Code, "reason", perr.Message)
 			return cfg, nil
 		}
-		return cfg, errcode.New(errcode.ConfigInvalid, "reading the configuration entry %s: %w", observability.Name, err)
+		return cfg, errcode.New(errcode.ConfigInvalid, "reading the configuration entry %s: %w", telemetry.Name, err)
 	}
 	if value == nil {
 		return cfg, nil
 	}
 	var m map[string]any
 	if err := json.Unmarshal(value, &m); err != nil {
-		return cfg, errcode.New(errcode.ConfigInvalid, "the configuration entry %s must hold an object of iii-observability's keys: %w", observability.Name, err)
+		return cfg, errcode.New(errcode.ConfigInvalid, "the configuration entry %s must hold an object of iii-observability's keys: %w", telemetry.Name, err)
 	}
-	return observability.ParseConfig(cfg, m)
+	return telemetry.ParseConfig(cfg, m)
 }
 
 // builtinComponents are the built-in workers engine::health::check reports on.
-func builtinComponents(cfg *config.Config, bind *sandbox.Binding) []observability.Component {
-	ok := func(name string, details any) observability.Component {
-		return observability.Component{Name: name, Check: func() (string, any) { return "healthy", details }}
+func builtinComponents(cfg *config.Config, bind *sandbox.Binding) []telemetry.Component {
+	ok := func(name string, details any) telemetry.Component {
+		return telemetry.Component{Name: name, Check: func() (string, any) { return "healthy", details }}
 	}
 	router := map[string]any{"bound": bind != nil}
 	if bind != nil {
 		router["adapter"], router["namespace"] = bind.Adapter, bind.Namespace
 	}
-	return []observability.Component{
+	return []telemetry.Component{
 		ok(discovery.WorkerName, map[string]any{"functions": "engine::*"}),
 		ok("configuration", map[string]any{"adapter": "fs", "directory": cfg.ConfigDir}),
 		ok("iii-http-functions", map[string]any{"require_https": cfg.HTTPSecurity.RequireHTTPS, "block_private_ips": cfg.HTTPSecurity.BlockPrivateIPs}),

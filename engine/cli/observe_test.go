@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iii-go/iii/engine/configuration"
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/engine/configworker"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // The engine's own iii-observability entry is used only when the user wrote it: one stored for
@@ -30,7 +30,7 @@ func TestObservabilityConfigTrustsOnlyTheUser(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "iii-observability.json"), []byte(tc.file), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		store, err := configuration.New(dir, nil, func(k string) (string, bool) { return "http://127.0.0.1:4318", k == "OTLP_URL" })
+		store, err := configworker.New(dir, nil, func(k string) (string, bool) { return "http://127.0.0.1:4318", k == "OTLP_URL" })
 		if err != nil {
 			t.Fatal(err)
 		}

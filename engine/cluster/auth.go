@@ -20,8 +20,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/privfile"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/privfile"
 )
 
 // MinKeyBytes is the least a cluster key holds: 32 bytes, the size of the HMAC-SHA256 output.

@@ -33,10 +33,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/iii-go/iii/engine/backoff"
-	"github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/privfile"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/backoff"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/privfile"
 )
 
 // subjectPrefix starts every function's subject: iii.fn.<hex namespace>.<hex function id>.

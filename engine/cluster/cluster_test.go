@@ -22,8 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 var testKey = []byte("0123456789abcdef0123456789abcdef")

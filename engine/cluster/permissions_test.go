@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // engineSubjects are the subjects the README tells to reserve to the engines' NATS user.

@@ -70,10 +70,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/interpolate"
 	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/interpolate"
 )
 
 // Defaults.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // TestKVSet: the three keys of iii's kv adapter config, as the engine and the workers read them.

@@ -21,8 +21,8 @@ import (
 
 	"github.com/iii-go/iii/engine/cluster"
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // natsURL runs an embedded NATS server on a free loopback port until the test ends.

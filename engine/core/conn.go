@@ -14,12 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // workerInfo is what engine::workers::register tells about a worker. Unknown keys are dropped.

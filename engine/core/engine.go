@@ -17,13 +17,13 @@ import (
 
 	"github.com/iii-go/iii/engine/cluster"
 	"github.com/iii-go/iii/engine/core/channels"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/observe"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/triggers"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // NamespacePolicy protects one namespace with a project token kept in a file (mode 0600). Token
@@ -44,7 +44,7 @@ type Options struct {
 	Namespaces map[string]NamespacePolicy
 	// OwnerTokenFile, when set, holds a token that grants the owner-only engine functions
 	// without admitting anything else: the owner credential an engine with no Namespaces writes
-	// for a Compose of its user (package ownercred).
+	// for a Compose of its user (package tokens).
 	OwnerTokenFile string
 	Logger         *slog.Logger
 	// ChannelIdle is how long a stream channel may sit without traffic before it is aborted and

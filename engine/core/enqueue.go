@@ -3,8 +3,8 @@ package core
 import (
 	"encoding/json"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // FnQueueEnqueue is the function of the queue worker that takes invocations with action

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // framesHeld is how many bytes of the engine's frame budget are held.

@@ -4,8 +4,8 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/webguard"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/webguard"
 )
 
 // checkHandshake admits an upgrade request to the worker listener (engine and channel endpoints

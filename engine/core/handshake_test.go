@@ -13,8 +13,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // rawHandshake sends a WebSocket upgrade request for path with the given Host and Origin (none

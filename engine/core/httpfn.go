@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // registerTimeout bounds the DNS lookup of an HTTP-invoked function's host at registration.

@@ -13,10 +13,10 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/httpfn"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // An HTTP-invoked function registered by a raw socket is served by the engine over HTTP (from

@@ -17,8 +17,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 func rawSend(t *testing.T, c *websocket.Conn, m map[string]any) error {

@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/triggers"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // AuthError is the code of the error frame a connection refused by its listener's auth

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // serveListeners serves an engine on a main listener and the gated ones given, each on a free

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/observe"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // seen collects what an observer's target receives.

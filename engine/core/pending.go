@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // pendingCall is an invocation the engine forwarded to a worker and awaits. Its outcome goes

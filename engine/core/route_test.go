@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // TestRoutedBuiltin: a routed built-in's call reaches the function its Route names with the

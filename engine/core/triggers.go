@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/triggers"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // Engine functions of the trigger registry, named as iii's engine names them.

@@ -10,9 +10,9 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/triggers"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // tickProvider is a provider of trigger type "tick" that refuses configs with "bad": true.

@@ -4,8 +4,8 @@ import (
 	"crypto/subtle"
 	"strings"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // TokenLookupHint says where `iii call` finds a token when neither III_TOKEN_FILE nor III_TOKEN

@@ -13,8 +13,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 func writeToken(t *testing.T, name, value string) string {

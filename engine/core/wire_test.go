@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // rawWorker is a worker spoken to frame by frame: every frame it receives is kept.

@@ -32,9 +32,9 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/triggers"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // Names of the functions and trigger types, as iii's.

@@ -10,9 +10,9 @@ import (
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 type fakeMetrics map[string]any

@@ -46,8 +46,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // DefaultTimeout is the timeout of a call whose invocation names none (iii's 30000 ms).

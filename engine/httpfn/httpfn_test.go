@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // open is an invoker for 127.0.0.1 that grants each variable of env as a secret of that name,

@@ -9,8 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/wire"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // DefaultCallTimeout bounds a Call whose context has no deadline.

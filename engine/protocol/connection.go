@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/engine/backoff"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/internal/wire"
+	"github.com/iii-go/iii/internal/base/backoff"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // Start connects and registers. It returns once the engine has accepted the worker and every

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/batchconn"
 	"github.com/iii-go/iii/engine/internal/wire"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 func TestPendingSettleOnce(t *testing.T) {

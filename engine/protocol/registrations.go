@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/wire"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // Handler serves one invocation. The returned value is sent as JSON (a json.RawMessage as is);

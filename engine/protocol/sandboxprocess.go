@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // The router functions of sandbox processes (contract 1.2). Whoever may call sandbox::exec may

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // The gate's decisions on frames, shared by the engine's RBAC listeners (package core) and the

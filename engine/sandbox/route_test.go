@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // spans is a core.Observer that records the engine's spans.

@@ -41,10 +41,10 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/internal/wire"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // The contract version this engine speaks (scode holds it for the adapter too).
@@ -178,7 +178,7 @@ func unbound(op string) *protocol.Error {
 
 // howToStart is the fix of S301. On an engine with token-protected namespaces the Compose that
 // starts the adapter must hold an owner token the engine's config.yaml grants, so the text says
-// that too; elsewhere the engine's owner credential (package ownercred) lets a Compose of the
+// that too; elsewhere the engine's owner credential (package tokens) lets a Compose of the
 // engine's user publish the adapter's entry with no grant.
 func (r *Router) howToStart(b *Binding) string {
 	s := "Start or install the adapter in namespace '" + b.Namespace + "': if a Compose project runs there, " +

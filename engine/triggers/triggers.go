@@ -44,8 +44,8 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // Peer is one worker connection as the registry sees it.

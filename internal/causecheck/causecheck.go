@@ -30,7 +30,7 @@ import (
 var WireBodies = map[string]string{
 	"github.com/iii-go/iii/engine/protocol.NewError":            "the {code, message} body of a function error sent to a worker or caller",
 	"github.com/iii-go/iii/engine/internal/wire.NewError":       "the {code, message} body of a frame's error",
-	"github.com/iii-go/iii/engine/configuration.fail":           "a configuration::* function error body sent to the caller",
+	"github.com/iii-go/iii/engine/configworker.fail":            "a configuration::* function error body sent to the caller",
 	"github.com/iii-go/iii/engine/httpfn.perr":                  "the error body of an HTTP-invoked function's invocation result",
 	"github.com/iii-go/iii/sandbox-libkrun/guest/fsops.invalid": "an S210 body the guest agent sends to the host",
 }

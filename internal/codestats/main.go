@@ -44,6 +44,7 @@ type stats struct {
 	causes             []causecheck.Finding
 	tables             []string
 	codes              []codetables.Decl
+	packages           map[string]map[string]bool // module → its package directories
 }
 
 // sdkDir is the public Go SDK's package, whose exported identifiers are counted.
@@ -76,7 +77,7 @@ func main() {
 
 // collect parses every non-test Go file below root; this command's own directory is left out.
 func collect(root string) (*stats, error) {
-	st := &stats{sdk: map[string]int{}}
+	st := &stats{sdk: map[string]int{}, packages: map[string]map[string]bool{}}
 	fset := token.NewFileSet()
 	modules := map[string]bool{}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -100,6 +101,10 @@ func collect(root string) (*stats, error) {
 			return err
 		}
 		mod := moduleOf(path, modules)
+		if st.packages[mod] == nil {
+			st.packages[mod] = map[string]bool{}
+		}
+		st.packages[mod][filepath.Dir(path)] = true
 		if rel, err := filepath.Rel(root, filepath.Dir(path)); err == nil && filepath.ToSlash(rel) == sdkDir {
 			if err := st.countSDK(root, f); err != nil {
 				return err
@@ -160,6 +165,7 @@ func (st *stats) report(top int, verbose bool) {
 		fmt.Printf("  %-16s %4d %s %s\n", f.module, f.lines, f.name, f.pos)
 	}
 	fmt.Printf("non-test functions over 80 lines: %d\n", over)
+	st.reportPackages()
 	var coded, elsewhere, wire int
 	for _, c := range st.causes {
 		switch {
@@ -360,6 +366,20 @@ func moduleOf(path string, modules map[string]bool) string {
 		if dir == "." || dir == "/" || dir == filepath.Dir(dir) {
 			return "?"
 		}
+	}
+}
+
+// reportPackages prints how many packages each module holds: the engine module's count says
+// whether shared leaves still live in it (they belong in internal/base).
+func (st *stats) reportPackages() {
+	mods := make([]string, 0, len(st.packages))
+	for m := range st.packages {
+		mods = append(mods, m)
+	}
+	slices.Sort(mods)
+	fmt.Println("packages per module (non-test Go files; commands and benches included):")
+	for _, m := range mods {
+		fmt.Printf("  %-16s %3d\n", m, len(st.packages[m]))
 	}
 }
 

@@ -32,9 +32,9 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/compose/registry"
-	"github.com/iii-go/iii/engine/iiidir"
-	"github.com/iii-go/iii/engine/platform"
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/iiidir"
+	"github.com/iii-go/iii/internal/base/platform"
+	"github.com/iii-go/iii/internal/base/procgroup"
 	"github.com/iii-go/iii/internal/release"
 )
 

@@ -55,7 +55,7 @@ func TestAllows(t *testing.T) {
 	if _, ok := Allows(r); !ok {
 		t.Fatalf("%s: a package of developer tooling is allowed", r.Key())
 	}
-	r = Read{Pos: tokenPos("engine/platform/platform.go"), Func: "Host"}
+	r = Read{Pos: tokenPos("internal/base/platform/platform.go"), Func: "Host"}
 	if _, ok := Allows(r); ok {
 		t.Fatalf("%s allowed", r.Key())
 	}

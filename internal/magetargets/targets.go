@@ -11,15 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 	"github.com/iii-go/iii/internal/hostsetup"
 	"github.com/iii-go/iii/internal/release"
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
 )
-
-// modules are the workspace's modules, root first.
-var modules = []string{".", "engine", "compose", "sandbox-libkrun", "updater", "workers"}
 
 // Build builds iii and sandbox-libkrun for this host into bin/, and points bin/firmware at the
 // VM firmware the adapter carries (and bin/firmware-<arch> at the other guest architecture's)

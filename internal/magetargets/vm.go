@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 	"github.com/iii-go/iii/internal/hostsetup"
 	"github.com/iii-go/iii/internal/release"
 	"github.com/magefile/mage/mg"

@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // processExited is the S-code of a signal that found the process already exited: its exit

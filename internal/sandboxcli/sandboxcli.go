@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/cli"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 const usage = `Usage: iii sandbox COMMAND [flags]

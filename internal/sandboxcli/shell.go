@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // loginShell runs bash as a login shell when the image has it, else sh: one start, without a

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/iii-go/iii/engine/excerpt"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/internal/base/excerpt"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 

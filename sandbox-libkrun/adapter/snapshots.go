@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iii-go/iii/engine/excerpt"
+	"github.com/iii-go/iii/internal/base/excerpt"
 
 	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"

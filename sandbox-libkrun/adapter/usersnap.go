@@ -16,8 +16,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/iii-go/iii/engine/excerpt"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/internal/base/excerpt"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 

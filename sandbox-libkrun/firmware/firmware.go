@@ -25,8 +25,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/iii-go/iii/engine/hostreq"
-	"github.com/iii-go/iii/engine/iiidir"
+	"github.com/iii-go/iii/internal/base/hostreq"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"

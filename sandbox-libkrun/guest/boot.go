@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/iii-go/iii/engine/unixmode"
+	"github.com/iii-go/iii/internal/base/unixmode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"
 )
 

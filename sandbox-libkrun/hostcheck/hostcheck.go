@@ -23,8 +23,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/iii-go/iii/engine/hostreq"
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/hostreq"
+	"github.com/iii-go/iii/internal/base/platform"
 
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
@@ -58,7 +58,7 @@ type Config struct {
 }
 
 // Run performs every check for c and returns the problems found (none on a ready host). The KVM,
-// libcap-ng and firmware checks are engine/hostreq's, which `iii doctor` runs too.
+// libcap-ng and firmware checks are internal/base/hostreq's, which `iii doctor` runs too.
 func Run(c Config) []Problem {
 	if c.Getenv == nil {
 		c.Getenv = func(string) string { return "" }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"

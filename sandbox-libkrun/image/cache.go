@@ -29,8 +29,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/iii-go/iii/engine/iiidir"
-	"github.com/iii-go/iii/engine/untar"
+	"github.com/iii-go/iii/internal/base/iiidir"
+	"github.com/iii-go/iii/internal/base/untar"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/engine/hostreq"
+	"github.com/iii-go/iii/internal/base/hostreq"
 )
 
 // DiskFile is the name of a VM worker's state disk in its state directory: a sparse raw image

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/iii-go/iii/engine/fspath"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/internal/base/fspath"
 )
 
 // Roots are the host directories a VM worker may mount, fixed when the adapter starts.

@@ -26,8 +26,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iii-go/iii/engine/fspath"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/internal/base/fspath"
 	"github.com/iii-go/iii/sandbox-libkrun/adapter"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )

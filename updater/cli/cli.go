@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/iii-go/iii/engine/platform"
+	"github.com/iii-go/iii/internal/base/platform"
 	"github.com/iii-go/iii/updater/errcode"
 	"github.com/iii-go/iii/updater/install"
 	"github.com/iii-go/iii/updater/release"

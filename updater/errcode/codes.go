@@ -2,7 +2,7 @@
 // prints them as error[CODE]: message on stderr.
 package errcode
 
-import "github.com/iii-go/iii/engine/errcode"
+import "github.com/iii-go/iii/internal/base/errcode"
 
 const (
 	// InvalidArguments: a flag or argument of `iii update` is not understood; the engine's code,

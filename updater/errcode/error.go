@@ -3,10 +3,10 @@ package errcode
 import (
 	"io"
 
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
-// Error is the coded error every module shares (engine/errcode.Error).
+// Error is the coded error every module shares (internal/base/errcode.Error).
 type Error = errcode.Error
 
 // New returns an *Error with code and a message built like fmt.Errorf (%w keeps the cause).

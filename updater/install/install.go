@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/procgroup"
 	"github.com/iii-go/iii/updater/errcode"
 )
 

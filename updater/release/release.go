@@ -1,6 +1,6 @@
 // Package release reads an iii release tree: the channel pointer <base>/iii/latest, and per
 // version <base>/iii/v<version>/ with manifest.json, the asset archives and their <asset>.sha256
-// sidecars. The base is a file:// or http(s):// URL, read through engine/fetch (regular files
+// sidecars. The base is a file:// or http(s):// URL, read through internal/base/fetch (regular files
 // only, no redirect from https to http). Every asset is checked against its digest before it is
 // returned.
 package release
@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
-	"github.com/iii-go/iii/engine/fetch"
+	"github.com/iii-go/iii/internal/base/fetch"
 	"github.com/iii-go/iii/updater/errcode"
 )
 

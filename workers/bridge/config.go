@@ -5,8 +5,8 @@ import (
 	"net/url"
 	"os"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/workers/wconfig"
 )
 

@@ -5,8 +5,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // Codes of the error envelope that iii's http worker also sends.

@@ -53,8 +53,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/workers/triggerkeys"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // poolEngine runs an engine with o in the process and a worker connected to it.

@@ -20,8 +20,8 @@ import (
 
 	"github.com/iii-go/iii/engine/core"
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // handler is a fake route function that gets the request with its channel refs.

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/iii-go/iii/engine/config"
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // EnvComposeDir is the directory of the Compose file a worker runs for (Compose sets it): a

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 var stateRule = AdapterRule{Worker: "state", Store: []string{"kv"}, Refused: []string{"redis", "bridge"}}

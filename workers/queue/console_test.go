@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/workers/jsstore"
 )
 

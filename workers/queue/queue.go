@@ -50,9 +50,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/iii-go/iii/engine/backoff"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/backoff"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/workers/condition"
 	"github.com/iii-go/iii/workers/triggerkeys"
 )

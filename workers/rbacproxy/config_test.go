@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/workers/wconfig"
 )
 

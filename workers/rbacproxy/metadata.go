@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // The engine's discovery names (package engine/discovery, which the proxy does not link: it

@@ -12,9 +12,9 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/rbac"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // writeTimeout bounds one frame's write to either side; a peer that does not read ends the pair.

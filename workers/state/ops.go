@@ -5,8 +5,8 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // Op is one step of state::update.

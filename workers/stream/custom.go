@@ -6,8 +6,8 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // CodeJSONError is iii's code for a custom stream function whose result is not the shape its

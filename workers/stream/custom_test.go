@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // customCaller is a worker with iii-sdk's createStream("mem", …): stream::get/set/delete/

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
-	"github.com/iii-go/iii/engine/webguard"
+	"github.com/iii-go/iii/internal/base/errcode"
+	"github.com/iii-go/iii/internal/base/webguard"
 )
 
 // Codes of the stream port's refusals, this worker's own (iii's port refuses nothing).

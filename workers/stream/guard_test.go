@@ -20,8 +20,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/iii-go/iii/engine/enginetest"
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // handshake sends a WebSocket upgrade for / to addr with Host host and Origin origin (none when

@@ -11,7 +11,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/iii-go/iii/engine/interpolate"
+	"github.com/iii-go/iii/internal/base/interpolate"
 )
 
 // EnvConfig names the configuration file Compose hands a worker.

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/workers/wconfig"
 )
 

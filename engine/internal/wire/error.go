@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/iii-go/iii/engine/errcode"
+	"github.com/iii-go/iii/internal/base/errcode"
 )
 
 // Error is a wire error body {"code","message","stacktrace"?}. Bodies with more keys (such as the

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/sandbox/scode"
-	"github.com/iii-go/iii/engine/unixmode"
+	"github.com/iii-go/iii/internal/base/unixmode"
 )
 
 // Error is an operation failure with its S21x code.

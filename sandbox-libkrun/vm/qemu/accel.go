@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/iii-go/iii/engine/excerpt"
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/excerpt"
+	"github.com/iii-go/iii/internal/base/procgroup"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iii-go/iii/engine/excerpt"
+	"github.com/iii-go/iii/internal/base/excerpt"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 	"github.com/iii-go/iii/sandbox-libkrun/vm/proto"

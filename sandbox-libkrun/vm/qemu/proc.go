@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/procgroup"
 )
 
 // startCmd starts cmd on the process-lifetime spawn thread, so its parent-death signal comes

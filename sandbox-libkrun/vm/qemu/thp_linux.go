@@ -5,7 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/procgroup"
 )
 
 // startWithoutHugePages starts cmd with transparent huge pages off for its whole life: the

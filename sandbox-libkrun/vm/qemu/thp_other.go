@@ -5,7 +5,7 @@ package qemu
 import (
 	"os/exec"
 
-	"github.com/iii-go/iii/engine/procgroup"
+	"github.com/iii-go/iii/internal/base/procgroup"
 )
 
 // startWithoutHugePages starts cmd as any other child: transparent huge pages, and the reason

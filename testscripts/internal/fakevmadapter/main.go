@@ -33,10 +33,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/iii-go/iii/engine/fspath"
-	"github.com/iii-go/iii/engine/procgroup"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
+	"github.com/iii-go/iii/internal/base/fspath"
+	"github.com/iii-go/iii/internal/base/procgroup"
 )
 
 type vm struct {

@@ -29,8 +29,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/workers/httpworker"
 	"github.com/iii-go/iii/workers/wmain"
 )

@@ -19,8 +19,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/iii-go/iii/engine/errcode"
 	"github.com/iii-go/iii/engine/protocol"
+	"github.com/iii-go/iii/internal/base/errcode"
 	"github.com/iii-go/iii/workers/condition"
 	"github.com/iii-go/iii/workers/jsstore"
 	"github.com/iii-go/iii/workers/state"
