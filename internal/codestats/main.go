@@ -73,6 +73,12 @@ func main() {
 		os.Exit(1)
 	}
 	st.report(*top, *verbose)
+	kit, err := collectTestKit(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "codestats:", err)
+		os.Exit(1)
+	}
+	kit.report(*verbose)
 }
 
 // collect parses every non-test Go file below root; this command's own directory is left out.

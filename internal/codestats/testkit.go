@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strings"
+)
+
+// testKit is what the tests do by hand that engine/enginetest offers: engines started and
+// served outside Start, deadline loops written out, and private helpers that poll a condition.
+type testKit struct {
+	starts, loops, helpers []string
+}
+
+// collectTestKit walks the _test.go files below root (the kit's own package left out).
+func collectTestKit(root string) (*testKit, error) {
+	k := &testKit{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "dist" || d.Name() == "bin" || d.Name() == "testdata" || d.Name() == "enginetest") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		k.inspect(fset, path, f)
+		return nil
+	})
+	return k, err
+}
+
+func (k *testKit) inspect(fset *token.FileSet, path string, f *ast.File) {
+	news, serves := false, false
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
+				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "core" && sel.Sel.Name == "New" {
+					news = true
+				}
+				if (sel.Sel.Name == "Serve" || sel.Sel.Name == "ServeAll") && len(n.Args) == 2 {
+					serves = true
+				}
+			}
+		case *ast.ForStmt:
+			if (n.Cond != nil && isDeadline(n.Cond)) || waitsInBody(n.Body) {
+				k.loops = append(k.loops, fset.Position(n.Pos()).String())
+			}
+		case *ast.FuncDecl:
+			if polls(n) {
+				k.helpers = append(k.helpers, fmt.Sprintf("%s %s", fset.Position(n.Pos()), n.Name.Name))
+			}
+		}
+		return true
+	})
+	if news && serves && filepath.Base(filepath.Dir(path)) != "core" {
+		k.starts = append(k.starts, path)
+	}
+}
+
+// isDeadline reports whether a loop condition compares the clock with a deadline: it calls
+// time.Now, time.Since or time.Until, or names a variable called deadline.
+func isDeadline(e ast.Expr) bool {
+	found := false
+	ast.Inspect(e, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.SelectorExpr:
+			if x, ok := n.X.(*ast.Ident); ok && x.Name == "time" && (n.Sel.Name == "Now" || n.Sel.Name == "Since" || n.Sel.Name == "Until") {
+				found = true
+			}
+		case *ast.Ident:
+			if strings.EqualFold(n.Name, "deadline") {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
+}
+
+// waitsInBody reports whether a loop body sleeps and leaves (or fails) on a deadline: an if
+// whose condition reads the clock or a deadline, beside a time.Sleep or time.After.
+func waitsInBody(b *ast.BlockStmt) bool {
+	deadline, sleeps := false, false
+	for _, st := range b.List {
+		ast.Inspect(st, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit, *ast.ForStmt, *ast.RangeStmt:
+				return false
+			case *ast.IfStmt:
+				if isDeadline(n.Cond) {
+					deadline = true
+				}
+			case *ast.SelectorExpr:
+				if x, ok := n.X.(*ast.Ident); ok && x.Name == "time" && (n.Sel.Name == "Sleep" || n.Sel.Name == "After") {
+					sleeps = true
+				}
+			}
+			return true
+		})
+	}
+	return deadline && sleeps
+}
+
+// polls reports whether fd is a test helper that waits for a condition: it takes a func() bool
+// and sleeps in a loop.
+func polls(fd *ast.FuncDecl) bool {
+	if fd.Body == nil || fd.Recv != nil {
+		return false
+	}
+	takesCond := false
+	for _, p := range fd.Type.Params.List {
+		if ft, ok := p.Type.(*ast.FuncType); ok && ft.Params.NumFields() == 0 && ft.Results.NumFields() == 1 {
+			if id, ok := ft.Results.List[0].Type.(*ast.Ident); ok && id.Name == "bool" {
+				takesCond = true
+			}
+		}
+	}
+	if !takesCond {
+		return false
+	}
+	sleeps := false
+	ast.Inspect(fd.Body, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == "time" && (sel.Sel.Name == "Sleep" || sel.Sel.Name == "After" || sel.Sel.Name == "NewTicker") {
+				sleeps = true
+			}
+		}
+		return !sleeps
+	})
+	return sleeps
+}
+
+// report prints the three counts; verbose lists each site.
+func (k *testKit) report(verbose bool) {
+	for _, s := range []struct {
+		what  string
+		sites []string
+	}{
+		{"test files that start and serve an engine by hand (core.New and Serve, not enginetest.Start)", k.starts},
+		{"deadline loops written out in tests (a for whose condition reads the clock or a deadline)", k.loops},
+		{"private poll helpers in tests (take a func() bool, sleep in a loop)", k.helpers},
+	} {
+		fmt.Printf("%s: %d\n", s.what, len(s.sites))
+		if verbose {
+			for _, site := range s.sites {
+				fmt.Println("  " + site)
+			}
+		}
+	}
+}
