@@ -34,9 +34,11 @@ type EgressRule struct {
 // SpecialRanges are refused under a policy unless an allow entry names them: the private
 // (RFC 1918, fc00::/7), shared (100.64/10), link-local (169.254/16 with cloud metadata services,
 // fe80::/10), "this network" (0/8), multicast, reserved (240/4 with the broadcast address) and
-// IPv4-compatible IPv6 ranges. The host's own loopback is never reachable (the guard's check
-// before any policy).
+// IPv4-compatible IPv6 ranges, and loopback (which the driver's guard refuses before any policy
+// is asked: the host's own services are never reachable).
 var SpecialRanges = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("::1/128"),
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("172.16.0.0/12"),
 	netip.MustParsePrefix("192.168.0.0/16"),
