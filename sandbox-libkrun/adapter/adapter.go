@@ -207,12 +207,14 @@ type InfoReply struct {
 	FileShare      string                `json:"file_share,omitempty"`
 	WarmPool       map[string]PoolStatus `json:"warm_pool,omitempty"`
 	Snapshots      *SnapshotStatus       `json:"snapshots,omitempty"`
+	// PerImageNetwork is the operator's network ceiling of each image it names (contract 1.4).
+	PerImageNetwork map[string]settings.ImageNetwork `json:"per_image_network,omitempty"`
 }
 
 // Info answers adapter::info.
 func (s *Service) Info(context.Context, json.RawMessage) (any, error) {
 	r := InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract, Accelerator: s.opt.Accelerator,
-		GuestArch: s.opt.GuestArch, FileShare: s.opt.Settings.FileShare}
+		GuestArch: s.opt.GuestArch, FileShare: s.opt.Settings.FileShare, PerImageNetwork: s.opt.Settings.PerImageNetwork}
 	if s.opt.Driver != nil {
 		r.Driver = s.opt.Driver.Name()
 	}

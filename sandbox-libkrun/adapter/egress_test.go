@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/iii-go/iii/engine/sandbox/scode"
@@ -83,6 +84,10 @@ func TestPerImageNetworkCeiling(t *testing.T) {
 	h.create(t, `{"image":"python","network":{"deny":["evil.pypi.org"]}}`)
 	if s := h.drv.specs[len(h.drv.specs)-1]; len(s.Egress) != 2 || s.Egress[0] != img || s.Egress[1].Deny[0].Text != "evil.pypi.org" {
 		t.Fatalf("the image's and the creator's policy: %+v", s.Egress)
+	}
+	b, _ := json.Marshal(h.mustCall(t, "adapter::info", `{}`)["per_image_network"])
+	if string(b) != `{"node":"off","python":{"allow":["*.pypi.org:443"],"deny":[]}}` {
+		t.Errorf("adapter::info shows per_image_network %s", b)
 	}
 	for _, row := range h.mustCall(t, "list", `{}`)["sandboxes"].([]any) {
 		m := row.(map[string]any)
