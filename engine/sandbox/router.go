@@ -108,7 +108,8 @@ type adapterInfo struct {
 // appended, its other bytes kept), in one span. The other (forwarder) serves the rest: no
 // binding (S303), no local adapter (S301, or one on another engine of a cluster), an
 // adapter::info not asked yet (asked there, which may wait), an adapter of another major
-// (S302), and void calls.
+// (S302), an op or a create/run network form newer than the adapter's minor (S304), and void
+// calls.
 type Router struct {
 	e *core.Engine
 
