@@ -197,3 +197,30 @@ func TestEgressTCPDNS(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseEgressRule: no entry panics the parser, and an accepted one is of exactly one form
+// with a sane port range.
+func FuzzParseEgressRule(f *testing.F) {
+	for _, s := range []string{"api.example.com:443", "*.example.com", "[2001:db8::/32]:1-2", "10.0.0.0/8", ":443", "*:80-81", "::ffff:10.0.0.0/104"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseEgressRule(s)
+		if err != nil {
+			return
+		}
+		forms := 0
+		if r.Name != "" {
+			forms++
+		}
+		if r.Prefix.IsValid() {
+			forms++
+			if r.Prefix.Addr().Is4In6() || r.Prefix != r.Prefix.Masked() {
+				t.Fatalf("%q: prefix %v", s, r.Prefix)
+			}
+		}
+		if forms > 1 || forms == 0 && r.Lo == 0 || r.Lo > r.Hi || (r.Lo == 0) != (r.Hi == 0) {
+			t.Fatalf("%q: parsed as %+v", s, r)
+		}
+	})
+}
