@@ -3,6 +3,7 @@ package vm
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -83,13 +84,7 @@ func ParseNetwork(key string, v any) (bool, *Egress, error) {
 		return false, nil, fmt.Errorf("%s: %q is not a network mode (accepted: false or \"off\", true or \"on\", or a policy {\"allow\": [...], \"deny\": [...]})", key, t)
 	case map[string]any:
 		e := &Egress{}
-		for _, k := range slices.Sorted(func(yield func(string) bool) {
-			for k := range t {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, k := range slices.Sorted(maps.Keys(t)) {
 			var dst *[]EgressRule
 			switch k {
 			case "allow":
