@@ -102,10 +102,11 @@ type Route struct {
 	Error func(*protocol.Error) *protocol.Error
 }
 
-// Router picks the Route of one call of a routed built-in. It runs on the caller's read loop,
-// so it must not block; false sends the call through the built-in (whatever needs a wait or
-// answers an error of its own: an adapter not asked yet, none bound).
-type Router func() (Route, bool)
+// Router picks the Route of one call of a routed built-in from its payload (the frame's bytes,
+// valid only during the call; most routers need only the function). It runs on the caller's
+// read loop, so it must not block; false sends the call through the built-in (whatever needs a
+// wait or answers an error of its own: an adapter not asked yet, none bound).
+type Router func(payload json.RawMessage) (Route, bool)
 
 // HandleRouted adds a built-in function like Handle whose calls route sends, when it can,
 // straight to a worker's function by rewriting the function id of the frame it arrived in: one
@@ -156,7 +157,7 @@ func (e *Engine) routeAsync(c *conn, m *protocol.Message, route Router) bool {
 	if perr != nil {
 		return false
 	}
-	rt, ok := route()
+	rt, ok := route(m.Data)
 	if !ok {
 		return false
 	}

@@ -25,7 +25,7 @@ func TestRoutedBuiltin(t *testing.T) {
 	var declined, served atomic.Int64
 	var workerID atomic.Value // the worker the Route names
 	workerID.Store("")
-	route := func() (Route, bool) {
+	route := func(json.RawMessage) (Route, bool) {
 		if declined.Load() > 0 {
 			return Route{}, false
 		}
@@ -100,7 +100,7 @@ func TestRoutedBuiltinFiresBothObservers(t *testing.T) {
 		t.Fatal("target::fn not registered")
 	}
 	e.HandleRouted("routed::fn", "test", func(context.Context, Caller, json.RawMessage) (any, error) { return "built-in", nil },
-		func() (Route, bool) {
+		func(json.RawMessage) (Route, bool) {
 			return Route{Namespace: "boxes", FunctionID: "target::fn", WorkerID: id,
 				Result: func(res json.RawMessage) json.RawMessage { return append(append(json.RawMessage("["), res...), ']') }}, true
 		})

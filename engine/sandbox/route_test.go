@@ -404,3 +404,63 @@ func TestGatedSessionNeedsSandboxGrant(t *testing.T) {
 		t.Fatalf("granted session: %s", got)
 	}
 }
+
+// TestNetworkPolicyNeedsContract14: a create or run whose network is a string or an object (an
+// egress policy) reaches an adapter of contract 1.4; one of contract 1.3, which reads network
+// as a bool, gets the caller S304 naming 1.4 (every call, the first one and those after its
+// adapter::info is known), while its create with network true or false, or without network,
+// is served as before.
+func TestNetworkPolicyNeedsContract14(t *testing.T) {
+	b := &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}
+	var seen []string
+	ok := func(_ context.Context, payload json.RawMessage) (any, error) {
+		seen = append(seen, string(payload))
+		return map[string]any{"sandbox_id": "s"}, nil
+	}
+	policy := map[string]any{"image": "python", "network": map[string]any{"allow": []any{"192.0.2.2:8080"}}}
+
+	url, _ := observed(t, b)
+	fakeAdapter(t, url, Contract{Major: 1, Minor: 4}, map[string]op{"create": ok, "run": ok})
+	c := caller(t, url)
+	for range 2 {
+		if _, err := c.Call(context.Background(), "sandbox::create", policy); err != nil {
+			t.Fatalf("1.4 adapter: %v", err)
+		}
+	}
+	if len(seen) != 2 || !strings.Contains(seen[0], `"allow":["192.0.2.2:8080"]`) {
+		t.Fatalf("the 1.4 adapter received %q", seen)
+	}
+
+	seen = nil
+	url, _ = observed(t, b)
+	fakeAdapter(t, url, Contract{Major: 1, Minor: 3}, map[string]op{"create": ok, "run": ok})
+	c = caller(t, url)
+	for i, call := range []struct {
+		fn      string
+		payload any
+	}{
+		{"sandbox::create", policy},
+		{"sandbox::create", policy},
+		{"sandbox::create", map[string]any{"image": "python", "network": "on"}},
+		{"sandbox::run", map[string]any{"image": "python", "code": "1", "lang": "python", "network": "off"}},
+		{"sandbox::run", map[string]any{"network": map[string]any{}}},
+	} {
+		_, err := c.Call(context.Background(), call.fn, call.payload)
+		if errCode(err) != scode.S304 || !strings.Contains(err.Error(), call.fn+` with network as "off", "on" or an egress policy object needs sandbox contract 1.4`) ||
+			!strings.Contains(err.Error(), "implements sandbox contract 1.3") {
+			t.Fatalf("call %d %s: %v, want S304", i, call.fn, err)
+		}
+	}
+	for _, payload := range []any{
+		map[string]any{"image": "python", "network": true},
+		map[string]any{"image": "python", "network": false},
+		map[string]any{"image": "python", "name": "network", "env": map[string]any{"network": "x"}}, // not the top-level key
+	} {
+		if _, err := c.Call(context.Background(), "sandbox::create", payload); err != nil {
+			t.Fatalf("1.3 adapter, %v: %v", payload, err)
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("the 1.3 adapter received %q", seen)
+	}
+}

@@ -108,7 +108,8 @@ type adapterInfo struct {
 // appended, its other bytes kept), in one span. The other (forwarder) serves the rest: no
 // binding (S303), no local adapter (S301, or one on another engine of a cluster), an
 // adapter::info not asked yet (asked there, which may wait), an adapter of another major
-// (S302), and void calls.
+// (S302), an op or a create/run network form newer than the adapter's minor (S304), and void
+// calls.
 type Router struct {
 	e *core.Engine
 
@@ -236,7 +237,8 @@ func itoa(n uint32) string {
 func (r *Router) route(i int) core.Router {
 	fill := Ops[i] == "exec" || Ops[i] == "run"
 	need := sinceMinor[Ops[i]]
-	return func() (core.Route, bool) {
+	network := takesNetwork(Ops[i])
+	return func(payload json.RawMessage) (core.Route, bool) {
 		cur := r.cur.Load()
 		if cur == nil {
 			return core.Route{}, false
@@ -250,6 +252,9 @@ func (r *Router) route(i int) core.Router {
 		r.mu.RUnlock()
 		if !known || info.contract != nil && (info.contract.Major != ContractMajor || info.contract.Minor < need) {
 			return core.Route{}, false
+		}
+		if network && info.contract != nil && info.contract.Minor < scode.EgressMinor && networkIsPolicy(payload) {
+			return core.Route{}, false // the forwarder answers S304
 		}
 		rt := core.Route{Namespace: cur.Namespace, FunctionID: cur.fns[i], WorkerID: wid, Error: cur.errs[i]}
 		if fill && info.contract != nil && info.contract.Minor == 0 {
@@ -294,6 +299,12 @@ func (r *Router) forwarder(op string) core.Builtin {
 		if info.contract != nil && info.contract.Minor < need {
 			return nil, tooOld(b, op, info.contract)
 		}
+		if takesNetwork(op) && info.contract != nil && info.contract.Minor < scode.EgressMinor && networkIsPolicy(payload) {
+			return nil, sErr(scode.New(scode.S304,
+				"sandbox::"+op+" with network as \"off\", \"on\" or an egress policy object needs sandbox contract "+itoa(ContractMajor)+"."+itoa(scode.EgressMinor)+
+					", but the sandbox adapter '"+b.Adapter+"' in namespace '"+b.Namespace+"' implements sandbox contract "+itoa(info.contract.Major)+"."+itoa(info.contract.Minor)+
+					" (it takes network as true or false only)"))
+		}
 		res, perr := r.e.Relay(ctx, b.Namespace, fn, payload, 0)
 		if perr != nil {
 			if perr.Code == errcode.FunctionNotFound && need > 0 && info.raw != nil {
@@ -312,6 +323,22 @@ func (r *Router) forwarder(op string) core.Builtin {
 		}
 		return res, nil
 	}
+}
+
+// takesNetwork reports whether op's request has a network key (create, run).
+func takesNetwork(op string) bool { return op == "create" || op == "run" }
+
+// networkIsPolicy reports whether a create or run payload gives network as a string or an
+// object (contract 1.4's forms), reading only its top-level keys and the first byte of their
+// values; a payload that is not one JSON object is left to the adapter to refuse.
+func networkIsPolicy(payload json.RawMessage) bool {
+	found := false
+	wire.ObjectMembers(payload, func(k string, first byte) {
+		if k == "network" && (first == '{' || first == '"') {
+			found = true
+		}
+	})
+	return found
 }
 
 // fillTruncation adds stdout_truncated/stderr_truncated = false to a contract 1.0 reply that

@@ -7,6 +7,7 @@
 package adapter
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,6 +136,7 @@ type sandbox struct {
 	atts            map[string]*procAttach // the live attachment of each attached process, by process id
 	pending         map[string]pending     // output a departed reader did not take, by process id
 	exposed         map[int]*exposure      // the exposed ports, by guest port; guarded by Service.mu
+	network         string                 // "on" or "policy" (networkMode); "": off
 }
 
 // New builds a Service.
@@ -205,12 +207,14 @@ type InfoReply struct {
 	FileShare      string                `json:"file_share,omitempty"`
 	WarmPool       map[string]PoolStatus `json:"warm_pool,omitempty"`
 	Snapshots      *SnapshotStatus       `json:"snapshots,omitempty"`
+	// PerImageNetwork is the operator's network ceiling of each image it names (contract 1.4).
+	PerImageNetwork map[string]settings.ImageNetwork `json:"per_image_network,omitempty"`
 }
 
 // Info answers adapter::info.
 func (s *Service) Info(context.Context, json.RawMessage) (any, error) {
 	r := InfoReply{Adapter: Name, AdapterVersion: s.opt.Version, Contract: Contract, Accelerator: s.opt.Accelerator,
-		GuestArch: s.opt.GuestArch, FileShare: s.opt.Settings.FileShare}
+		GuestArch: s.opt.GuestArch, FileShare: s.opt.Settings.FileShare, PerImageNetwork: s.opt.Settings.PerImageNetwork}
 	if s.opt.Driver != nil {
 		r.Driver = s.opt.Driver.Name()
 	}
@@ -238,11 +242,13 @@ func (s *Service) CatalogList(context.Context, json.RawMessage) (any, error) {
 
 // CreateRequest is the body of create.
 type CreateRequest struct {
-	Image           *string         `json:"image"`
-	CPUs            *uint32         `json:"cpus"`
-	MemoryMB        *uint32         `json:"memory_mb"`
-	Name            *string         `json:"name"`
-	Network         *bool           `json:"network"`
+	Image    *string `json:"image"`
+	CPUs     *uint32 `json:"cpus"`
+	MemoryMB *uint32 `json:"memory_mb"`
+	Name     *string `json:"name"`
+	// Network is false or "off" (none, the default), true or "on" (the outside, never the
+	// host's loopback), or an egress policy {"allow": [...], "deny": [...]} (contract 1.4).
+	Network         json.RawMessage `json:"network"`
 	IdleTimeoutSecs *uint64         `json:"idle_timeout_secs"`
 	Env             json.RawMessage `json:"env"`
 	// SnapshotID restores a copy of a snapshot sandbox::snapshot made instead of booting an image.
@@ -289,6 +295,9 @@ func (s *Service) create(ctx context.Context, req CreateRequest) (*sandbox, erro
 		s.mu.Unlock()
 	}()
 
+	if err := s.imageNetwork(img.Name, &p); err != nil {
+		return nil, err
+	}
 	st := s.opt.Settings
 	if s.pool != nil && poolable(st, p.cpus, p.mem, p.network) {
 		if got, ok := s.pool.take(ctx, img.Name); ok {
@@ -304,6 +313,7 @@ type createParams struct {
 	cpus, mem uint32
 	idle      time.Duration
 	network   bool
+	egress    []*vm.Egress // the policies the network is held to (the image's, then the creator's)
 }
 
 // createParams checks a create request against the minimums and fills in the defaults.
@@ -333,8 +343,57 @@ func (s *Service) createParams(req CreateRequest) (createParams, error) {
 	if req.IdleTimeoutSecs != nil {
 		p.idle = time.Duration(*req.IdleTimeoutSecs) * time.Second
 	}
-	p.network = req.Network != nil && *req.Network
+	on, e, err := parseNetwork(req.Network)
+	if err != nil {
+		return createParams{}, err
+	}
+	p.network = on
+	if e != nil {
+		p.egress = []*vm.Egress{e}
+	}
 	return p, nil
+}
+
+// parseNetwork reads the network of a create or run request: absent, false or "off" is none;
+// a malformed value or policy entry is S001 naming it.
+func parseNetwork(raw json.RawMessage) (bool, *vm.Egress, error) {
+	if len(raw) == 0 {
+		return false, nil, nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return false, nil, scode.Invalid("network: " + err.Error())
+	}
+	on, e, err := vm.ParseNetwork("network", v)
+	if err != nil {
+		return false, nil, scode.Invalid(err.Error())
+	}
+	return on, e, nil
+}
+
+// imageNetwork holds a networked sandbox of image to the operator's per_image_network: an
+// image set off refuses the network (S400), one with a policy adds it to the creator's, so a
+// destination must pass both; the creator can narrow the operator's policy, never widen it.
+func (s *Service) imageNetwork(image string, p *createParams) error {
+	n, ok := s.opt.Settings.PerImageNetwork[image]
+	switch {
+	case !p.network || !ok:
+		return nil
+	case !n.On:
+		return scode.Limit(fmt.Sprintf("network: the adapter setting per_image_network.%s is off, so sandboxes of image %s have no network", image, image))
+	case n.Egress != nil:
+		p.egress = append([]*vm.Egress{n.Egress}, p.egress...)
+	}
+	return nil
+}
+
+// networkMode is how list shows a sandbox's network: off, on, or policy (held to one or more
+// egress policies).
+func networkMode(p createParams) string {
+	if p.network && len(p.egress) > 0 {
+		return "policy"
+	}
+	return vm.NetworkMode(p.network, nil)
 }
 
 // reserve checks the concurrency limit and the image's caps under one lock and, when the sandbox
@@ -403,6 +462,7 @@ func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.
 		MemoryMB:  int(p.mem),
 		Env:       env,
 		Network:   p.network,
+		Egress:    p.egress,
 		StateDir:  stateDir,
 		ScratchMB: int(p.mem) / 2,
 		Hostname:  hostname(id),
@@ -414,7 +474,11 @@ func (s *Service) bootFresh(ctx context.Context, req CreateRequest, img catalog.
 	if makeSnapshot != nil {
 		makeSnapshot()
 	}
-	return s.addBox(req, id, img.Name, p.idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB", p.cpus, p.mem)), nil
+	box := s.addBox(req, id, img.Name, p.idle, pooled{m: m, stateDir: stateDir}, nil, fmt.Sprintf("%d cpus, %d MiB, network %s", p.cpus, p.mem, networkMode(p)))
+	s.mu.Lock()
+	box.network = networkMode(p)
+	s.mu.Unlock()
+	return box, nil
 }
 
 // addBox records a booted machine as a live sandbox; env is layered under each exec's.
@@ -636,7 +700,8 @@ type ListEntry struct {
 	ExecInFlight   uint32 `json:"exec_in_flight"`
 	ExecSlotsFree  uint32 `json:"exec_slots_free"`
 	Stopped        bool   `json:"stopped"`
-	Paused         bool   `json:"paused"` // contract 1.3: its machine is saved to files and ended (sandbox::pause)
+	Paused         bool   `json:"paused"`  // contract 1.3: its machine is saved to files and ended (sandbox::pause)
+	Network        string `json:"network"` // contract 1.4: off, on, or policy (an egress policy holds it)
 }
 
 // List answers list.
@@ -662,7 +727,7 @@ func (s *Service) List(_ context.Context, raw json.RawMessage) (any, error) {
 			SandboxID: b.id, Name: b.name, Image: b.image,
 			AgeSecs:        uint64(now.Sub(b.created) / time.Second),
 			ExecInProgress: b.inflight > 0, ExecInFlight: b.inflight, ExecSlotsFree: free,
-			Stopped: b.stopped, Paused: b.parked() && !b.stopped,
+			Stopped: b.stopped, Paused: b.parked() && !b.stopped, Network: cmp.Or(b.network, "off"),
 		})
 		created[b.id] = b.created
 	}
@@ -832,4 +897,11 @@ func (s *Service) Shutdown(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// networkAsked reports whether a request's network value asks for any network (a malformed one
+// counts, so it is refused rather than ignored).
+func networkAsked(raw json.RawMessage) bool {
+	on, _, err := parseNetwork(raw)
+	return on || err != nil
 }

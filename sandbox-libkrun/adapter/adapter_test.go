@@ -236,7 +236,7 @@ func TestInfoAndCatalog(t *testing.T) {
 	if info["adapter"] != "sandbox-libkrun" || info["adapter_version"] != "9.9.9" {
 		t.Fatalf("info %v", info)
 	}
-	if c := info["contract"].(map[string]any); c["major"] != 1.0 || c["minor"] != 3.0 {
+	if c := info["contract"].(map[string]any); c["major"] != 1.0 || c["minor"] != 4.0 {
 		t.Fatalf("contract %v", c)
 	}
 	imgs := h.mustCall(t, "catalog::list", `{}`)["images"].([]any)

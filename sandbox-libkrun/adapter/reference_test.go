@@ -18,7 +18,8 @@ func sortedNames(names ...string) []string {
 
 // The request and reply fields of sandbox::create, exec, run, list, stop and fs::read are those of
 // the 0.25 in-engine daemon, plus only contract 1.1's two truncation
-// flags on the exec and run replies (req A4, A5) and contract 1.3's snapshot_id of create and paused of list. The fs::* requests are the guest agent's
+// flags on the exec and run replies (req A4, A5), contract 1.3's snapshot_id of create and paused of list, and
+// contract 1.4's network of run and of list. The fs::* requests are the guest agent's
 // (guest/fsops), checked there.
 func TestFieldsMatchTheReference(t *testing.T) {
 	exec10 := []string{"stdout", "stderr", "exit_code", "timed_out", "duration_ms", "success"}
@@ -31,11 +32,11 @@ func TestFieldsMatchTheReference(t *testing.T) {
 		"create reply":   {reflect.TypeOf(CreateReply{}), sortedNames("sandbox_id", "image")},
 		"exec request":   {reflect.TypeOf(ExecRequest{}), sortedNames("sandbox_id", "cmd", "args", "argv", "stdin", "env", "timeout_ms", "workdir")},
 		"exec reply":     {reflect.TypeOf(ExecReply{}), sortedNames(exec11...)},
-		"run request":    {reflect.TypeOf(RunRequest{}), sortedNames("image", "code", "lang", "files", "env", "stdin", "timeout_ms", "keep_sandbox")},
+		"run request":    {reflect.TypeOf(RunRequest{}), sortedNames("image", "code", "lang", "files", "env", "stdin", "timeout_ms", "keep_sandbox", "network")},
 		"run files[]":    {reflect.TypeOf(RunFile{}), sortedNames("path", "content")},
 		"run reply":      {reflect.TypeOf(RunReply{}), sortedNames(append(append([]string(nil), exec11...), "sandbox_id")...)},
 		"list sandboxes[]": {reflect.TypeOf(ListEntry{}), sortedNames("sandbox_id", "name", "image", "age_secs", "exec_in_progress",
-			"exec_in_flight", "exec_slots_free", "stopped", "paused")},
+			"exec_in_flight", "exec_slots_free", "stopped", "paused", "network")},
 		"stop request":   {reflect.TypeOf(StopRequest{}), sortedNames("sandbox_id", "wait")},
 		"stop reply":     {reflect.TypeOf(StopReply{}), sortedNames("sandbox_id", "stopped")},
 		"fs::read reply": {reflect.TypeOf(ReadReply{}), sortedNames("content", "body", "size", "mode", "mtime")},

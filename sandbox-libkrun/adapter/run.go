@@ -14,9 +14,11 @@ type RunFile struct {
 	Content string `json:"content"`
 }
 
-// RunRequest is the body of run. It takes no cpus, memory_mb, network, name or idle timeout.
+// RunRequest is the body of run. It takes no cpus, memory_mb, name or idle timeout; network is
+// create's (contract 1.4).
 type RunRequest struct {
 	Image       *string         `json:"image"`
+	Network     json.RawMessage `json:"network"`
 	Code        *string         `json:"code"`
 	Lang        *string         `json:"lang"`
 	Files       []RunFile       `json:"files"`
@@ -73,7 +75,7 @@ func (s *Service) Run(ctx context.Context, raw json.RawMessage) (any, error) {
 	if _, err := s.execTimeout(req.TimeoutMS); err != nil {
 		return nil, err
 	}
-	box, err := s.create(ctx, CreateRequest{Image: req.Image, Env: req.Env})
+	box, err := s.create(ctx, CreateRequest{Image: req.Image, Env: req.Env, Network: req.Network})
 	if err != nil {
 		return nil, stepError("create", "", err)
 	}

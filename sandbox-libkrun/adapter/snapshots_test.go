@@ -145,7 +145,7 @@ func TestSnapshotMadeThenRestored(t *testing.T) {
 		t.Fatalf("info: %+v", st)
 	}
 	// Networking cannot be restored: it boots.
-	net, err := svc.create(ctx, CreateRequest{Image: strp("python"), Network: boolp(true)})
+	net, err := svc.create(ctx, CreateRequest{Image: strp("python"), Network: json.RawMessage(`true`)})
 	if err != nil || net.fromSnapshot {
 		t.Fatalf("network create: %v", err)
 	}

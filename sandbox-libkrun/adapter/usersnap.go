@@ -381,7 +381,7 @@ func (s *Service) createFromSnapshot(ctx context.Context, req CreateRequest) (*s
 		return nil, scode.Invalid(fmt.Sprintf("cpus %d: snapshot %s has %d (leave cpus out)", *req.CPUs, id, meta.CPUs))
 	case req.MemoryMB != nil && int(*req.MemoryMB) != meta.MemoryMB:
 		return nil, scode.Invalid(fmt.Sprintf("memory_mb %d: snapshot %s has %d (leave memory_mb out)", *req.MemoryMB, id, meta.MemoryMB))
-	case req.Network != nil && *req.Network:
+	case networkAsked(req.Network):
 		return nil, scode.Invalid("network: a sandbox restored from a snapshot has no networking")
 	case len(req.Env) > 0 && string(req.Env) != "null":
 		return nil, scode.Invalid("env: a sandbox restored from a snapshot keeps the snapshot's environment")

@@ -43,6 +43,20 @@ type ImageCaps struct {
 	MaxMemoryMB uint32 `json:"max_memory_mb,omitempty"`
 }
 
+// ImageNetwork is one image's entry of per_image_network.
+type ImageNetwork struct {
+	On     bool
+	Egress *vm.Egress // with On, the policy; nil: the outside
+}
+
+// MarshalJSON shows the entry as it is written: "off", "on" or the policy object.
+func (n ImageNetwork) MarshalJSON() ([]byte, error) {
+	if n.Egress != nil {
+		return json.Marshal(n.Egress.Entries())
+	}
+	return json.Marshal(vm.NetworkMode(n.On, nil))
+}
+
 // Settings is the validated adapter configuration.
 type Settings struct {
 	AutoInstall                 bool                 `json:"auto_install"`
@@ -55,6 +69,10 @@ type Settings struct {
 	DefaultCPUs                 uint32               `json:"default_cpus"`
 	DefaultMemoryMB             uint32               `json:"default_memory_mb"`
 	PerImageCaps                map[string]ImageCaps `json:"per_image_caps"`
+	// PerImageNetwork is the operator's ceiling on the network of each named image's
+	// sandboxes: off (none may have a network), on (no ceiling; the default for an image not
+	// named) or a policy every sandbox of the image is held to, beside the creator's own.
+	PerImageNetwork map[string]ImageNetwork `json:"per_image_network,omitempty"`
 	// WarmPool is the number of pre-booted machines kept per image, resolved from warm_pool (a
 	// map image → count, or one count for every allowlisted catalog image). Empty: no pool.
 	WarmPool map[string]uint32 `json:"warm_pool"`
@@ -501,6 +519,25 @@ var fields = map[string]func(s *Settings, key string, v any) error{
 		n, err := uintValue(k, v, math.MaxUint32)
 		s.UserSnapshotsMB = n
 		return err
+	},
+	"per_image_network": func(s *Settings, k string, v any) error {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return bad(k, "must be a map of image name to a network (\"off\", \"on\" or {\"allow\": [...], \"deny\": [...]}), got %s", describe(v))
+		}
+		out := map[string]ImageNetwork{}
+		for _, name := range slices.Sorted(maps.Keys(m)) {
+			if strings.TrimSpace(name) == "" {
+				return bad(k, "image name must not be empty")
+			}
+			on, e, err := vm.ParseNetwork(k+"."+name, m[name])
+			if err != nil {
+				return &Error{Key: k + "." + name, Message: err.Error()}
+			}
+			out[name] = ImageNetwork{On: on, Egress: e}
+		}
+		s.PerImageNetwork = out
+		return nil
 	},
 	"warm_pool": func(s *Settings, k string, v any) error {
 		if m, ok := v.(map[string]any); ok {

@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -75,6 +76,10 @@ func TestFailsClosed(t *testing.T) {
 		{`{"custom_images":{"python":"docker.io/evil/python"}}`, "custom_images.python", "custom_images key 'python' shadows a built-in preset — rename it (presets: python, node)"},
 		{`{"custom_images":{"":"docker.io/x/y"}}`, "custom_images", "custom_images key must not be empty"},
 		{`{"custom_images":{"x":""}}`, "custom_images.x", "must not be empty"},
+		{`{"per_image_network":"off"}`, "per_image_network", "must be a map of image name"},
+		{`{"per_image_network":{"python":"closed"}}`, "per_image_network.python", `per_image_network.python: "closed" is not a network mode`},
+		{`{"per_image_network":{"python":{"allow":["10.0.0.1/8"]}}}`, "per_image_network.python", `per_image_network.python.allow[0]: entry "10.0.0.1/8": bits are set beyond the prefix length`},
+		{`{"per_image_network":{"python":{"allow":[],"ports":[]}}}`, "per_image_network.python", "per_image_network.python.ports: unknown key"},
 		{`{"per_image_caps":{"python":{"max_gpus":1}}}`, "per_image_caps.python.max_gpus", "unknown key"},
 		{`{"per_image_caps":{"python":{"max_cpus":-2}}}`, "per_image_caps.python.max_cpus", "non-negative"},
 		{`{"imageallowlist":[]}`, "imageallowlist", "unknown key (accepted: accelerator, auto_install, custom_images"},
@@ -231,5 +236,30 @@ func TestExposeKeys(t *testing.T) {
 	d := Defaults()
 	if d.ExposeHost != "127.0.0.1" || d.MaxExposedPorts != 8 || d.MaxExposeConnections != 64 {
 		t.Fatalf("defaults %q %d %d", d.ExposeHost, d.MaxExposedPorts, d.MaxExposeConnections)
+	}
+}
+
+// TestPerImageNetwork: per_image_network takes off, on or a policy per image, written in YAML as
+// in JSON, and shows each as written.
+func TestPerImageNetwork(t *testing.T) {
+	s, _, err := ParseYAML([]byte(`
+per_image_network:
+  python: {allow: ["*.pypi.org:443", "10.0.0.0/8"], deny: [":25"]}
+  node: off
+  tools: on
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	py := s.PerImageNetwork["python"]
+	if !py.On || py.Egress == nil || len(py.Egress.Allow) != 2 || len(py.Egress.Deny) != 1 || s.PerImageNetwork["node"].On || !s.PerImageNetwork["tools"].On {
+		t.Fatalf("parsed %+v", s.PerImageNetwork)
+	}
+	b, err := json.Marshal(s.PerImageNetwork)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"node":"off","python":{"allow":["*.pypi.org:443","10.0.0.0/8"],"deny":[":25"]},"tools":"on"}`; string(b) != want {
+		t.Fatalf("shown as %s, want %s", b, want)
 	}
 }

@@ -90,8 +90,11 @@ type Spec struct {
 	// still reach through its gateway 10.0.2.2 (127.0.0.1:<port>): a VM worker's engine, where
 	// it presents the project token. Sandboxes get none.
 	HostAccess []netip.AddrPort
-	StateDir   string        // host directory owned by this machine (sockets, console log, disks)
-	Deadline   time.Duration // wall-clock bound on the machine's life; 0 means no bound
+	// Egress narrows a guest with Network to what every one of these policies permits (the
+	// operator's per-image policy and the creator's); none: the outside, as Network says.
+	Egress   []*Egress
+	StateDir string        // host directory owned by this machine (sockets, console log, disks)
+	Deadline time.Duration // wall-clock bound on the machine's life; 0 means no bound
 	// ScratchMB bounds the tmpfs upper layer that receives the guest's writes (with Disk, the
 	// tmpfs /run and /tmp instead).
 	ScratchMB int

@@ -5,6 +5,13 @@ package wire
 // needs. It reports false when b is not exactly one valid JSON object; fn may then have been
 // called for the keys before the fault.
 func ObjectKeys(b []byte, fn func(key string)) bool {
+	return ObjectMembers(b, func(k string, _ byte) { fn(k) })
+}
+
+// ObjectMembers is ObjectKeys that also gives the first byte of each key's value ('{' for an
+// object, '"' for a string, 't' for true ...): enough to tell the kind of a value without
+// decoding it.
+func ObjectMembers(b []byte, fn func(key string, first byte)) bool {
 	p := parser{b: b}
 	p.ws()
 	if !p.eat('{') {
@@ -18,7 +25,10 @@ func ObjectKeys(b []byte, fn func(key string)) bool {
 		if err := p.colon(); err != nil {
 			return err
 		}
-		fn(k)
+		if p.i >= len(p.b) {
+			return p.fail("unexpected end")
+		}
+		fn(k, p.b[p.i])
 		return p.skip(1)
 	})
 	return err == nil && p.end() == nil

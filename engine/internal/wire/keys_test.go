@@ -37,3 +37,17 @@ func TestObjectKeysAgreesWithEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectMembers: each key comes with the first byte of its value.
+func TestObjectMembers(t *testing.T) {
+	var got []string
+	ok := ObjectMembers([]byte(` { "a" : {"x":1}, "b":"s", "c": true ,"d":[1],"e":null,"f":-1}`), func(k string, first byte) {
+		got = append(got, k+string(first))
+	})
+	if !ok || !slices.Equal(got, []string{"a{", `b"`, "ct", "d[", "en", "f-"}) {
+		t.Fatalf("%v %q", ok, got)
+	}
+	if ObjectMembers([]byte(`{"a":`), func(string, byte) {}) {
+		t.Fatal("a truncated object accepted")
+	}
+}

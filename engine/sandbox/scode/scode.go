@@ -19,7 +19,7 @@ const AdapterName = "sandbox-libkrun"
 // adapter of the same major.
 const (
 	ContractMajor = 1
-	ContractMinor = 3
+	ContractMinor = 4
 )
 
 // ProcessMinor is the contract minor that added the process operations (sandbox::process::*):
@@ -33,6 +33,11 @@ const ExposeMinor = 3
 // SnapshotMinor is the contract minor that added the snapshots of running sandboxes
 // (sandbox::snapshot, snapshot::list, snapshot::delete, fork, pause, resume).
 const SnapshotMinor = 3
+
+// EgressMinor is the contract minor whose create and run take network as "off", "on" or an
+// egress policy object: a router answers such a call S304 for an adapter of a lower minor, which
+// reads network as a bool only.
+const EgressMinor = 4
 
 // The documented sandbox codes (req A4). S301, S302 and S303 are answered by the engine's
 // router, the rest by the adapter; every code has its one home here.

@@ -128,6 +128,9 @@ func checkSpec(spec vm.Spec) (vm.Spec, error) {
 			return spec, bootError(fmt.Errorf("host access %s: only a loopback address and port of the host, for a machine with networking", a))
 		}
 	}
+	if len(spec.Egress) > 0 && !spec.Network {
+		return spec, bootError(errors.New("an egress policy is for a machine with networking"))
+	}
 	if spec.Disk != "" {
 		if st, err := os.Stat(spec.Disk); err != nil || !st.Mode().IsRegular() {
 			return spec, bootError(fmt.Errorf("state disk %q is not a file", spec.Disk))

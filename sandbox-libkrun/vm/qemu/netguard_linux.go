@@ -234,41 +234,65 @@ func checkCall(mems map[uint32]*os.File, req *seccompNotif, pol *netPolicy) bool
 		}
 		return nil
 	}
-	addr := func(ptr, n uint64) bool {
+	// payload reads at most maxDNSQuery bytes of a datagram from the iovecs at iov (the DNS
+	// check of a policy; read only when asked).
+	gather := func(iov, iovlen uint64) []byte {
+		var out []byte
+		for i := uint64(0); i < iovlen && i < 1024 && len(out) < maxDNSQuery; i++ {
+			v := read(iov+16*i, 16)
+			if v == nil {
+				return nil
+			}
+			base, n := binary.NativeEndian.Uint64(v), binary.NativeEndian.Uint64(v[8:])
+			n = min(n, uint64(maxDNSQuery-len(out)))
+			if n == 0 {
+				continue
+			}
+			b := read(base, n)
+			if b == nil {
+				return nil
+			}
+			out = append(out, b...)
+		}
+		return out
+	}
+	addr := func(ptr, n uint64, stream bool, payload func() []byte) bool {
 		if n > maxSockaddr {
 			n = maxSockaddr
 		}
 		sa := read(ptr, n)
-		return sa != nil && pol.permits(sa)
+		return sa != nil && pol.permitsCall(sa, stream, payload)
 	}
 	a := req.Args
 	switch req.Nr {
 	case int32(unix.SYS_CONNECT):
-		return addr(a[1], a[2])
+		return addr(a[1], a[2], true, nil)
 	case int32(unix.SYS_SENDTO):
-		return a[4] == 0 || addr(a[4], a[5])
+		return a[4] == 0 || addr(a[4], a[5], false, func() []byte { return read(a[1], min(a[2], maxDNSQuery)) })
 	case int32(unix.SYS_SENDMSG):
-		return msgNamesOK(read, a[1], 1, 0, addr)
+		return msgNamesOK(read, a[1], 1, 0, addr, gather)
 	case int32(unix.SYS_SENDMMSG):
 		n := a[2]
 		if n > 1024 { // UIO_MAXIOV: the kernel sends no more
 			n = 1024
 		}
-		return msgNamesOK(read, a[1], n, 64, addr)
+		return msgNamesOK(read, a[1], n, 64, addr, gather)
 	}
 	return false
 }
 
 // msgNamesOK checks msg_name of n struct msghdr at ptr, stride bytes apart (struct mmsghdr is 64
-// bytes on 64-bit hosts; msg_name is its first field, msg_namelen at offset 8).
-func msgNamesOK(read func(addr, n uint64) []byte, ptr, n, stride uint64, addr func(ptr, n uint64) bool) bool {
+// bytes on 64-bit hosts; msg_name is its first field, msg_namelen at offset 8, msg_iov at 16
+// and msg_iovlen at 24), each with its datagram (gather reads it from the iovecs).
+func msgNamesOK(read func(addr, n uint64) []byte, ptr, n, stride uint64, addr func(ptr, n uint64, stream bool, payload func() []byte) bool, gather func(iov, iovlen uint64) []byte) bool {
 	for i := uint64(0); i < n; i++ {
-		h := read(ptr+i*stride, 16)
+		h := read(ptr+i*stride, 32)
 		if h == nil {
 			return false
 		}
 		name, namelen := binary.NativeEndian.Uint64(h), uint64(binary.NativeEndian.Uint32(h[8:]))
-		if name != 0 && !addr(name, namelen) {
+		iov, iovlen := binary.NativeEndian.Uint64(h[16:]), binary.NativeEndian.Uint64(h[24:])
+		if name != 0 && !addr(name, namelen, false, func() []byte { return gather(iov, iovlen) }) {
 			return false
 		}
 	}
