@@ -3,6 +3,7 @@ package doctor
 import (
 	"errors"
 	"fmt"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"io"
 	"io/fs"
 	"os"
@@ -134,7 +135,7 @@ func trimSep(p string) string {
 // newTrash creates ~/.iii/trash/<UTC timestamp>/, with a suffix when a run in the same second
 // made one already.
 func newTrash(home string, now time.Time) (string, error) {
-	base := filepath.Join(home, ".iii", "trash", now.UTC().Format("20060102T150405Z"))
+	base := iiidir.Under(home, iiidir.TrashDir, now.UTC().Format("20060102T150405Z"))
 	if err := os.MkdirAll(filepath.Dir(base), 0o700); err != nil {
 		return "", err
 	}

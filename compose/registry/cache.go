@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"io"
 	"os"
 	"path/filepath"
@@ -55,7 +56,7 @@ func CacheDir(stateDir string) (string, error) {
 	if err != nil || home == "" {
 		return "", errcode.New(errcode.StateDirUnavailable, "no home directory for the package cache; set HOME or %s", state.EnvStateDir)
 	}
-	return filepath.Join(home, ".iii", "compose", "packages"), nil
+	return iiidir.Under(home, iiidir.PackagesDir), nil
 }
 
 // Cache installs artifacts into a package cache directory.

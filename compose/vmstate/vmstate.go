@@ -16,7 +16,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"regexp"
 	"strings"
 )
@@ -36,7 +36,7 @@ var unsafe = regexp.MustCompile(`[^a-z0-9_-]+`)
 
 // Dir is where the adapter keeps a VM worker's state under home.
 func Dir(home, vmID string) string {
-	return filepath.Join(home, ".iii", "sandbox", "workers", vmID)
+	return iiidir.Under(home, iiidir.WorkersDir, vmID)
 }
 
 // Caller calls an engine function; the daemon's worker connection satisfies it.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"io"
 	"os"
 	"path/filepath"
@@ -90,7 +91,7 @@ func DefaultDir() string {
 	if err != nil {
 		home = os.TempDir()
 	}
-	return filepath.Join(home, ".iii", "sandbox", "snapshots")
+	return iiidir.Under(home, iiidir.SnapshotsDir)
 }
 
 // NewStore is the store in dir bounded by limitMB.

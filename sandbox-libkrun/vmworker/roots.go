@@ -1,6 +1,7 @@
 package vmworker
 
 import (
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,13 +78,13 @@ func PackageCache(stateDir string) string {
 		return filepath.Join(d, "packages")
 	}
 	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".iii", "compose", "packages")
+	return iiidir.Under(home, iiidir.PackagesDir)
 }
 
 // StateRoot is where VM worker state lives: ~/.iii/sandbox/workers.
 func StateRoot() string {
 	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".iii", "sandbox", "workers")
+	return iiidir.Under(home, iiidir.WorkersDir)
 }
 
 // ownedByUs reports whether the file st describes belongs to the user this adapter runs as.

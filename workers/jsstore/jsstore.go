@@ -9,9 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -53,7 +53,7 @@ func DefaultDataDir(worker, namespace string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(home, ".iii", "data", worker, namespace), nil
+	return iiidir.Under(home, iiidir.DataDir, worker, namespace), nil
 }
 
 // Open connects to cfg.URL, or starts the embedded server in dataDir (cfg.DataDir when set).

@@ -35,3 +35,21 @@ func TestZeroEnvHasNoVariables(t *testing.T) {
 		t.Errorf("Lib() = %q", got)
 	}
 }
+
+// TestUnder: every part of ~/.iii is joined below the home directory, in the OS's separators.
+func TestUnder(t *testing.T) {
+	home := filepath.FromSlash("/home/u")
+	for _, c := range []struct {
+		part string
+		elem []string
+		want string
+	}{
+		{PackagesDir, nil, "/home/u/.iii/compose/packages"},
+		{WorkersDir, []string{"vm-1"}, "/home/u/.iii/sandbox/workers/vm-1"},
+		{DataDir, []string{"iii-state", "default"}, "/home/u/.iii/data/iii-state/default"},
+	} {
+		if got := Under(home, c.part, c.elem...); got != filepath.FromSlash(c.want) {
+			t.Errorf("Under(%q, %q, %q) = %q, want %q", home, c.part, c.elem, got, filepath.FromSlash(c.want))
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"io/fs"
 	"net"
 	"os"
@@ -30,7 +31,7 @@ import (
 )
 
 // OwnerDir is where the credentials live, relative to the home directory.
-const OwnerDir = ".iii/engine/owners"
+const OwnerDir = ".iii/" + iiidir.OwnersDir
 
 // ErrNoOwner means no engine of this user recorded a credential for the address.
 var ErrNoOwner = errors.New("no owner credential recorded for this engine address")

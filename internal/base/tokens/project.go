@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"io"
 	"io/fs"
 	"net/url"
@@ -28,7 +29,7 @@ import (
 )
 
 // ProjectDir is where the files live, relative to the home directory.
-const ProjectDir = ".iii/compose/tokens"
+const ProjectDir = ".iii/" + iiidir.ProjectTokensDir
 
 // maxEntry bounds the size of a file LookupProject reads.
 const maxEntry = 4096

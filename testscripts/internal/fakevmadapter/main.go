@@ -23,6 +23,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/iii-go/iii/internal/base/iiidir"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -110,7 +111,7 @@ func hostRoots(home string) []string {
 	if s := os.Getenv("III_COMPOSE_STATE_DIR"); s != "" {
 		roots = append(roots, filepath.Join(s, "packages"))
 	} else {
-		roots = append(roots, filepath.Join(home, ".iii", "compose", "packages"))
+		roots = append(roots, iiidir.Under(home, iiidir.PackagesDir))
 	}
 	sort.Strings(roots)
 	out := roots[:0]
@@ -129,7 +130,7 @@ func sErr(code, typ, msg string) error {
 }
 
 func (a *adapter) stateDir(id string) string {
-	return filepath.Join(a.home, ".iii", "sandbox", "workers", id)
+	return iiidir.Under(a.home, iiidir.WorkersDir, id)
 }
 
 func (a *adapter) start(_ context.Context, raw json.RawMessage) (any, error) {
