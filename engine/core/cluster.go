@@ -56,11 +56,7 @@ func (e *Engine) serveCluster(ctx context.Context, k cluster.Key, r cluster.Requ
 // deadline), and reports whether it did: false for a built-in, a function no worker here
 // serves, an HTTP function or a protected one, which dispatch serves or refuses.
 func (e *Engine) forwardCluster(caller Caller, k cluster.Key, r cluster.Request, timeout time.Duration, answer func(json.RawMessage, *protocol.Error)) bool {
-	e.mu.RLock()
-	_, isBuiltin := e.builtins[k.FunctionID]
-	head := e.funcs[fkey{k.Namespace, k.FunctionID}]
-	f, several := head.pick(), head != nil && len(head.more) > 0
-	e.mu.RUnlock()
+	_, isBuiltin, f, several := e.lookup(k.Namespace, k.FunctionID)
 	if isBuiltin || f == nil || f.http != nil || f.frame.Protected {
 		return false
 	}
