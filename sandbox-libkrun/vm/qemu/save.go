@@ -28,8 +28,11 @@ func (d *Driver) Save(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles)
 	return d.saveRunning(ctx, vmm, dst, true)
 }
 
-// Park saves the running machine vmm to dst as Save does, and ends it once its state is written
-// (vm.Saver), after its snapshot is complete: a failed park lets it go on.
+// Park writes the running machine vmm whole (RAM and devices) to dst.Machine and ends it once
+// the stream is complete (vm.Saver); dst.RAM is not written. No other machine maps a parked
+// machine's RAM, so the RAM file Save makes (a second qemu loading the stream) would only cost
+// time: Restore loads this stream whole instead, given no RAM file. A failed park lets the
+// machine go on.
 func (d *Driver) Park(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error) {
 	return d.saveRunning(ctx, vmm, dst, false)
 }
@@ -62,7 +65,14 @@ func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.Snapsho
 	info.Paused = time.Since(t)
 	spec := vm.Spec{RootDisk: m.spec.RootDisk, CPUs: m.spec.CPUs, MemoryMB: m.spec.MemoryMB, ScratchMB: m.spec.ScratchMB,
 		Env: append([]string(nil), m.spec.Env...)}
-	if err := d.split(ctx, spec, full, dst); err != nil {
+	files := []string{dst.Machine}
+	if goOn {
+		err = d.split(ctx, spec, full, dst)
+		files = append(files, dst.RAM)
+	} else {
+		err = keepStream(full, dst)
+	}
+	if err != nil {
 		if !goOn {
 			// Nothing was kept: the machine goes on rather than being lost.
 			if q, qerr := dialQMP(ctx, m.qmpSock, m.qemu); qerr == nil {
@@ -77,7 +87,7 @@ func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.Snapsho
 	}
 	info.Save = time.Since(t)
 	info.KernelRelease = m.release
-	for _, f := range []string{dst.Machine, dst.RAM} {
+	for _, f := range files {
 		n, err := diskBytes(f)
 		if err != nil {
 			return vm.Spec{}, info, err
@@ -105,9 +115,7 @@ func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bo
 		errs = append(errs, err)
 	} else if _, err := q.execute("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
 		errs = append(errs, err)
-	} else if _, err := q.execute("migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}); err != nil {
-		errs = append(errs, err)
-	} else if err := q.migrationDone(ctx); err != nil {
+	} else if err := q.migrateToFile(ctx, path); err != nil {
 		errs = append(errs, err)
 	}
 	// After a completed migration qemu has let go of the disk; cont takes it back and runs the guest.
@@ -119,6 +127,23 @@ func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bo
 		errs = append(errs, fmt.Errorf("resuming the saved machine: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// keepStream renames the whole-machine stream full to dst.Machine, synced to disk first unless
+// dst is transient.
+func keepStream(full string, dst vm.SnapshotFiles) error {
+	if !dst.Transient {
+		f, err := os.Open(full)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return os.Rename(full, dst.Machine)
 }
 
 // cont runs a machine stopped by a save. qemu reports the migration completed before its own
