@@ -171,22 +171,30 @@ func (q *qmp) sendFile(name string, f *os.File) error {
 	}
 }
 
-// migrateToFile has qemu write its migration stream straight into the file at path (which
-// exists: its mode is kept) through a descriptor it is handed, with no copying process or pipe
-// in between, and waits until the stream is complete.
-func (q *qmp) migrateToFile(ctx context.Context, path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+// migrateTo has qemu write its migration stream straight into f (a file or a pipe) through a
+// descriptor it is handed, with no copying process in between, and waits until the stream is
+// complete. f is closed once qemu holds its own descriptor, so a reader of a pipe sees the end
+// of the stream when qemu closes it.
+func (q *qmp) migrateTo(ctx context.Context, f *os.File) error {
+	err := q.sendFile("snapshot", f)
+	f.Close()
 	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := q.sendFile("snapshot", f); err != nil {
 		return err
 	}
 	if _, err := q.execute("migrate", map[string]any{"uri": "fd:snapshot"}); err != nil {
 		return err
 	}
 	return q.migrationDone(ctx)
+}
+
+// migrateToFile writes the migration stream into the file at path, which exists (its mode is
+// kept), as migrateTo does.
+func (q *qmp) migrateToFile(ctx context.Context, path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	return q.migrateTo(ctx, f)
 }
 
 func (q *qmp) Close() error { return q.conn.Close() }

@@ -53,33 +53,18 @@ func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.Snapsho
 		return vm.Spec{}, info, ErrStopped
 	default:
 	}
-	full, err := tempBeside(dst.Machine)
-	if err != nil {
-		return vm.Spec{}, info, err
-	}
-	defer os.Remove(full)
-	t := time.Now()
-	if err := d.saveWhole(ctx, m, full, goOn); err != nil {
-		return vm.Spec{}, info, err
-	}
-	info.Paused = time.Since(t)
 	spec := vm.Spec{RootDisk: m.spec.RootDisk, CPUs: m.spec.CPUs, MemoryMB: m.spec.MemoryMB, ScratchMB: m.spec.ScratchMB,
 		Env: append([]string(nil), m.spec.Env...)}
+	t := time.Now()
 	files := []string{dst.Machine}
+	var err error
 	if goOn {
-		err = d.split(ctx, spec, full, dst)
 		files = append(files, dst.RAM)
+		info.Paused, err = d.saveSplit(ctx, m, spec, dst)
 	} else {
-		err = keepStream(full, dst)
+		info.Paused, err = d.saveParked(ctx, m, dst)
 	}
 	if err != nil {
-		if !goOn {
-			// Nothing was kept: the machine goes on rather than being lost.
-			if q, qerr := dialQMP(ctx, m.qmpSock, m.qemu); qerr == nil {
-				_ = cont(ctx, q)
-				q.Close()
-			}
-		}
 		return vm.Spec{}, info, err
 	}
 	if !goOn {
@@ -97,15 +82,68 @@ func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.Snapsho
 	return spec, info, nil
 }
 
-// saveWhole pauses m, writes its RAM and devices to path and lets it go on, unless goOn is false
-// and the save succeeded.
-func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bool) error {
+// saveParked writes m whole to dst.Machine, leaving it stopped, and reports how long that took.
+// A failure lets m go on.
+func (d *Driver) saveParked(ctx context.Context, m *machine, dst vm.SnapshotFiles) (time.Duration, error) {
+	full, err := tempBeside(dst.Machine)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(full)
+	t := time.Now()
+	f, err := os.OpenFile(full, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return 0, err
+	}
+	if err := d.saveWhole(ctx, m, f, false); err != nil {
+		return 0, err
+	}
+	paused := time.Since(t)
+	if err := keepStream(full, dst); err != nil {
+		// Nothing was kept: the machine goes on rather than being lost.
+		if q, qerr := dialQMP(ctx, m.qmpSock, m.qemu); qerr == nil {
+			_ = cont(ctx, q)
+			q.Close()
+		}
+		return 0, err
+	}
+	return paused, nil
+}
+
+// saveSplit saves m to dst (a RAM file and its devices) and lets it go on; it reports how long m
+// was paused. m's whole stream is piped into split's qemu, started meanwhile, which loads it as
+// it comes: nothing is written to disk but the snapshot's own files, and the second qemu's start
+// overlaps the first's stopping.
+func (d *Driver) saveSplit(ctx context.Context, m *machine, spec vm.Spec, dst vm.SnapshotFiles) (time.Duration, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	growPipe(pw)
+	split := make(chan error, 1)
+	go func() {
+		err := d.split(ctx, spec, pr, dst)
+		pr.Close() // a split that never started its qemu must not leave the writer blocked
+		split <- err
+	}()
+	t := time.Now()
+	err = d.saveWhole(ctx, m, pw, true)
+	paused := time.Since(t)
+	pw.Close() // a save that failed before qemu took the pipe ends the loading qemu's wait
+	return paused, errors.Join(err, <-split)
+}
+
+// saveWhole pauses m, writes its RAM and devices to f (closed once qemu holds it) and lets it go
+// on, unless goOn is false and the save succeeded.
+func (d *Driver) saveWhole(ctx context.Context, m *machine, f *os.File, goOn bool) error {
 	q, err := dialQMP(ctx, m.qmpSock, m.qemu)
 	if err != nil {
+		f.Close()
 		return err
 	}
 	defer q.Close()
 	if _, err := q.execute("stop", nil); err != nil {
+		f.Close()
 		return err
 	}
 	var errs []error
@@ -113,9 +151,11 @@ func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bo
 	// carry the RAM, in the format the loading qemu (without the capability) expects.
 	if _, err := q.execute("migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": false}}}); err != nil {
 		errs = append(errs, err)
+		f.Close()
 	} else if _, err := q.execute("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
 		errs = append(errs, err)
-	} else if err := q.migrateToFile(ctx, path); err != nil {
+		f.Close()
+	} else if err := q.migrateTo(ctx, f); err != nil {
 		errs = append(errs, err)
 	}
 	// After a completed migration qemu has let go of the disk; cont takes it back and runs the guest.
@@ -164,10 +204,10 @@ func cont(ctx context.Context, q *qmp) error {
 	}
 }
 
-// split loads the whole-machine stream full into a stopped qemu of spec whose RAM is a new file
-// beside dst.RAM, mapped shared, saves its devices to dst.Machine and renames the RAM file, made
-// sparse, to dst.RAM.
-func (d *Driver) split(ctx context.Context, spec vm.Spec, full string, dst vm.SnapshotFiles) error {
+// split loads the whole-machine stream read from full into a stopped qemu of spec whose RAM is a
+// new file beside dst.RAM, mapped shared, saves its devices to dst.Machine and renames the RAM
+// file, made sparse, to dst.RAM.
+func (d *Driver) split(ctx context.Context, spec vm.Spec, full *os.File, dst vm.SnapshotFiles) error {
 	spec, err := checkSpec(spec)
 	if err != nil {
 		return err
@@ -204,17 +244,15 @@ func (d *Driver) split(ctx context.Context, spec vm.Spec, full string, dst vm.Sn
 	return os.Rename(ram, dst.RAM)
 }
 
-// load starts h's qemu waiting for a stream and loads the stream in the file path into it.
-func (d *Driver) load(ctx context.Context, h *machine, path string) error {
+// load starts h's qemu waiting for a stream and loads the stream read from f into it; f is
+// closed once qemu holds its own descriptor.
+func (d *Driver) load(ctx context.Context, h *machine, f *os.File) error {
 	log, err := os.Create(h.console)
 	if err != nil {
+		f.Close()
 		return err
 	}
 	defer log.Close()
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
 	h.snapFile = f
 	err = d.startQemu(ctx, h, d.Accel(), nil, log)
 	f.Close()
