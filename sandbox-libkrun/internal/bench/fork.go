@@ -123,7 +123,7 @@ func forkSection(ctx context.Context, d *qemu.Driver, rootfs string, n int, floo
 		}
 		wg.Wait()
 		forks = append(forks, time.Since(t0))
-		saveB.Add([]qemu.Phase{{Name: "parent paused", D: sinfo.Paused}, {Name: "split into RAM file + devices", D: saved - sinfo.Paused},
+		saveB.Add([]qemu.Phase{{Name: "parent paused, its stream loaded by the splitting qemu", D: sinfo.Paused}, {Name: "devices saved + RAM file finished", D: saved - sinfo.Paused},
 			{Name: fmt.Sprintf("%d restores + true, at once", forkChildren), D: time.Since(t0) - saved}})
 		for k, m := range ms {
 			if m != nil {
@@ -140,6 +140,7 @@ func forkSection(ctx context.Context, d *qemu.Driver, rootfs string, n int, floo
 	fs := summarize(forks)
 	fmt.Printf("%s %s  %s\n", pad(fmt.Sprintf("fork of %d (python, ~100 MiB of objects):", forkChildren), 44), fs, verdict(fs, floor, 0.25))
 	saveB.Print(os.Stdout, "the fork")
+	var bootedPSS int64 // 0: no PSS on this host
 	if runtime.GOOS == "linux" {
 		pids := parent.PIDs()
 		for _, c := range children {
@@ -153,7 +154,8 @@ func forkSection(ctx context.Context, d *qemu.Driver, rootfs string, n int, floo
 		if err != nil {
 			return err
 		}
-		bootedRSS, bootedPSS, err := bootedKiB(ctx, d, rootfs, spec, filepath.Join(dir, "booted"))
+		var bootedRSS int64
+		bootedRSS, bootedPSS, err = bootedKiB(ctx, d, rootfs, spec, filepath.Join(dir, "booted"))
 		if err != nil {
 			return err
 		}
@@ -167,7 +169,7 @@ func forkSection(ctx context.Context, d *qemu.Driver, rootfs string, n int, floo
 	for _, c := range children {
 		stop(c)
 	}
-	if err := forkBound(ctx, d, filepath.Join(dir, "bound"), n, spec, image, info.KernelRelease, execTrue, stop, floor); err != nil {
+	if err := forkBound(ctx, d, filepath.Join(dir, "bound"), n, spec, image, info.KernelRelease, execTrue, stop, floor, bootedPSS); err != nil {
 		return err
 	}
 
@@ -276,10 +278,12 @@ func bootedKiB(ctx context.Context, d *qemu.Driver, rootfs string, spec vm.Spec,
 // forkBound measures what any fork of forkChildren costs on this machine at the least: as many
 // copies restored at once from the image's snapshot (nothing to save first, every page already
 // in a RAM file), until each answered a first exec. Above the fork's target, that target cannot
-// be met here, whatever the save costs.
+// be met here, whatever the save costs. With bootedPSS (KiB, Linux) it also prints the PSS of
+// those idle copies: a fork's parent and copies cannot take less than one such copy each.
 func forkBound(ctx context.Context, d *qemu.Driver, dir string, n int, spec vm.Spec, image vm.SnapshotFiles, release string,
-	execTrue func(vm.Machine) error, stop func(vm.Machine), floor Stats) error {
+	execTrue func(vm.Machine) error, stop func(vm.Machine), floor Stats, bootedPSS int64) error {
 	var runs []time.Duration
+	var copiesPSS int64
 	for i := 0; i < n; i++ {
 		ms := make([]vm.Machine, forkChildren)
 		errs := make([]error, forkChildren)
@@ -302,6 +306,15 @@ func forkBound(ctx context.Context, d *qemu.Driver, dir string, n int, spec vm.S
 		}
 		wg.Wait()
 		runs = append(runs, time.Since(t0))
+		var pids []int
+		for _, m := range ms {
+			if m != nil {
+				pids = append(pids, m.PIDs()...)
+			}
+		}
+		if bootedPSS > 0 && len(pids) > 0 {
+			copiesPSS, _ = proportionalKiB(pids)
+		}
 		for _, m := range ms {
 			if m != nil {
 				stop(m)
@@ -320,6 +333,17 @@ func forkBound(ctx context.Context, d *qemu.Driver, dir string, n int, spec vm.S
 	}
 	fmt.Printf("%s %s  (%.2fx the floor; %s)\n", pad(fmt.Sprintf("bound: %d restores from the image + true:", forkChildren), 44), bs,
 		float64(bs.Median)/float64(floor.Median), note)
+	if bootedPSS > 0 && copiesPSS > 0 {
+		each := copiesPSS / forkChildren
+		least := each * (forkChildren + 1)
+		note := "the memory target is within reach"
+		if least > 2*bootedPSS {
+			note = "the fork's memory target (2x) cannot be met: that much is each qemu's own"
+		}
+		fmt.Printf("%s PSS %d MiB, %d MiB each: a parent + %d copies at least %d MiB, %.2fx a booted sandbox's PSS (%s)\n",
+			pad(fmt.Sprintf("bound: %d idle copies' memory:", forkChildren), 44), copiesPSS>>10, each>>10, forkChildren, least>>10,
+			float64(least)/float64(bootedPSS), note)
+	}
 	return nil
 }
 
