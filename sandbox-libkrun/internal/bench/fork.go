@@ -140,31 +140,9 @@ func forkSection(ctx context.Context, d *qemu.Driver, rootfs string, n int, floo
 	fs := summarize(forks)
 	fmt.Printf("%s %s  %s\n", pad(fmt.Sprintf("fork of %d (python, ~100 MiB of objects):", forkChildren), 44), fs, verdict(fs, floor, 0.25))
 	saveB.Print(os.Stdout, "the fork")
-	var bootedPSS int64 // 0: no PSS on this host
-	if runtime.GOOS == "linux" {
-		pids := parent.PIDs()
-		for _, c := range children {
-			pids = append(pids, c.PIDs()...)
-		}
-		rss, err := residentKiB(pids)
-		if err != nil {
-			return err
-		}
-		pss, err := proportionalKiB(pids)
-		if err != nil {
-			return err
-		}
-		var bootedRSS int64
-		bootedRSS, bootedPSS, err = bootedKiB(ctx, d, rootfs, spec, filepath.Join(dir, "booted"))
-		if err != nil {
-			return err
-		}
-		mark := "met"
-		if pss > 2*bootedPSS {
-			mark = "NOT met"
-		}
-		fmt.Printf("%s parent + %d copies PSS %d MiB (RSS %d MiB), one booted sandbox PSS %d MiB (RSS %d MiB)  (target: PSS at most 2x, %.2fx, %s)\n",
-			pad("host memory, fork:", 44), forkChildren, pss>>10, rss>>10, bootedPSS>>10, bootedRSS>>10, float64(pss)/float64(bootedPSS), mark)
+	bootedPSS, err := forkMemory(ctx, d, rootfs, spec, filepath.Join(dir, "booted"), parent, children)
+	if err != nil {
+		return err
 	}
 	for _, c := range children {
 		stop(c)
@@ -204,9 +182,60 @@ func forkSection(ctx context.Context, d *qemu.Driver, rootfs string, n int, floo
 	fmt.Printf("%s %s  (%+.0f%% of the image snapshot's: target at most +10%%, %s)\n", pad("restore + true, user snapshot:", 44), us,
 		100*(float64(us.Median)/float64(is.Median)-1), mark)
 
-	// Pause then resume of an idle sandbox: park it (its whole stream, no RAM file), restore it
-	// from that stream, one exec.
-	idle, err := restore(spec, image, info.KernelRelease)
+	return pauseSection(ctx, d, dir, n, restore, spec, image, info.KernelRelease, execTrue, stop, floor)
+}
+
+// forkMemory prints the host memory of a fork's parent and copies (RSS and PSS sums) against one
+// booted sandbox's, and the parent's apart; it returns the booted sandbox's PSS in KiB, or 0 where
+// the host has no PSS (not Linux).
+func forkMemory(ctx context.Context, d *qemu.Driver, rootfs string, spec vm.Spec, state string, parent vm.Machine, children []vm.Machine) (int64, error) {
+	if runtime.GOOS != "linux" {
+		return 0, nil
+	}
+	pids := parent.PIDs()
+	for _, c := range children {
+		pids = append(pids, c.PIDs()...)
+	}
+	rss, err := residentKiB(pids)
+	if err != nil {
+		return 0, err
+	}
+	pss, err := proportionalKiB(pids)
+	if err != nil {
+		return 0, err
+	}
+	bootedRSS, bootedPSS, err := bootedKiB(ctx, d, rootfs, spec, state)
+	if err != nil {
+		return 0, err
+	}
+	mark := "met"
+	if pss > 2*bootedPSS {
+		mark = "NOT met"
+	}
+	fmt.Printf("%s parent + %d copies PSS %d MiB (RSS %d MiB), one booted sandbox PSS %d MiB (RSS %d MiB)  (target: PSS at most 2x, %.2fx, %s)\n",
+		pad("host memory, fork:", 44), forkChildren, pss>>10, rss>>10, bootedPSS>>10, bootedRSS>>10, float64(pss)/float64(bootedPSS), mark)
+	// The save reads every page of the parent's RAM, so its private mapping of the image's RAM
+	// file holds every page afterwards (clean page cache, the file's holes too), counted
+	// wholly in its PSS: said apart, it is what keeps the sum above the copies' bound.
+	parentPSS, err := proportionalKiB(parent.PIDs())
+	if err != nil {
+		return 0, err
+	}
+	parentFile, err := rollupKiB(parent.PIDs(), "Pss_File:")
+	if err != nil {
+		return 0, err
+	}
+	fmt.Printf("%s PSS %d MiB, of which %d MiB file pages (its image RAM mapping, every page read by the save); the %d copies PSS %d MiB\n",
+		pad("host memory, fork's parent:", 44), parentPSS>>10, parentFile>>10, forkChildren, (pss-parentPSS)>>10)
+	return bootedPSS, nil
+}
+
+// pauseSection measures pause then resume of an idle sandbox restored from the image's snapshot:
+// park it (its whole stream, no RAM file), restore it from that stream, one exec; each apart,
+// with the phases that bound them.
+func pauseSection(ctx context.Context, d *qemu.Driver, dir string, n int, restore func(vm.Spec, vm.SnapshotFiles, string) (vm.Machine, error),
+	spec vm.Spec, image vm.SnapshotFiles, release string, execTrue func(vm.Machine) error, stop func(vm.Machine), floor Stats) error {
+	idle, err := restore(spec, image, release)
 	if err != nil {
 		return err
 	}
@@ -349,7 +378,10 @@ func forkBound(ctx context.Context, d *qemu.Driver, dir string, n int, spec vm.S
 
 // proportionalKiB sums Pss over pids (Linux's /proc/<pid>/smaps_rollup): pages shared between
 // the processes count once in all.
-func proportionalKiB(pids []int) (int64, error) {
+func proportionalKiB(pids []int) (int64, error) { return rollupKiB(pids, "Pss:") }
+
+// rollupKiB sums the field (e.g. "Pss:") of /proc/<pid>/smaps_rollup over pids.
+func rollupKiB(pids []int, field string) (int64, error) {
 	var sum int64
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
@@ -357,10 +389,10 @@ func proportionalKiB(pids []int) (int64, error) {
 			return 0, err
 		}
 		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "Pss:"); ok {
+			if v, ok := strings.CutPrefix(l, field); ok {
 				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 				if err != nil {
-					return 0, fmt.Errorf("/proc/%d/smaps_rollup: Pss %q", pid, v)
+					return 0, fmt.Errorf("/proc/%d/smaps_rollup: %s %q", pid, field, v)
 				}
 				sum += kb
 			}
