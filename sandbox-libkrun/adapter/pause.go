@@ -156,7 +156,7 @@ func (s *Service) resumeBox(ctx context.Context, box *sandbox) error {
 	start := time.Now()
 	m, err := rs.Restore(ctx, vm.Spec{RootDisk: filepath.Join(dir, userDiskFile), CPUs: meta.CPUs, MemoryMB: meta.MemoryMB, ScratchMB: meta.ScratchMB,
 		Env: meta.Env, StateDir: box.stateDir, Hostname: hostname(box.id)},
-		vm.SnapshotFiles{Machine: filepath.Join(dir, userMachineFile), RAM: filepath.Join(dir, userRAMFile)}, meta.KernelRelease)
+		vm.SnapshotFiles{Machine: filepath.Join(dir, userMachineFile)}, meta.KernelRelease)
 	if err != nil {
 		s.mu.Lock()
 		s.markStoppedLocked(box)
@@ -166,6 +166,8 @@ func (s *Service) resumeBox(ctx context.Context, box *sandbox) error {
 	s.mu.Lock()
 	box.machine, box.paused, box.lastActive = m, nil, s.opt.Now()
 	s.mu.Unlock()
+	// The machine has loaded its stream into its own memory: only its root disk stays in use.
+	os.Remove(filepath.Join(dir, userMachineFile))
 	s.opt.Logf("sandbox %s resumed in %s", box.id, time.Since(start).Round(time.Millisecond))
 	return nil
 }

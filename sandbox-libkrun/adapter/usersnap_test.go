@@ -33,9 +33,9 @@ func (d *snapDriver) Save(_ context.Context, m vm.Machine, dst vm.SnapshotFiles)
 		vm.SnapshotInfo{KernelRelease: "6.1.0-fake", Size: 10}, nil
 }
 
-// Park saves as Save does, then ends the machine.
+// Park saves as Save does, but the machine's stream alone (no RAM file), then ends the machine.
 func (d *snapDriver) Park(ctx context.Context, m vm.Machine, dst vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error) {
-	spec, info, err := d.Save(ctx, m, dst)
+	spec, info, err := d.Save(ctx, m, vm.SnapshotFiles{Machine: dst.Machine, RAM: dst.Machine})
 	if err == nil {
 		_ = m.Stop(ctx)
 	}

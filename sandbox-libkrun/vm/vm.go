@@ -39,8 +39,9 @@ type Saver interface {
 	// Save writes m's RAM and devices to dst and returns the Spec a copy is restored with (its
 	// RootDisk, CPUs, MemoryMB, ScratchMB and Env) and the guest kernel's release in Info.
 	Save(ctx context.Context, m Machine, dst SnapshotFiles) (Spec, SnapshotInfo, error)
-	// Park saves m as Save does and stops it instead of letting it go on: the machine is ended
-	// (no process, no RAM) once its state is written.
+	// Park saves m and stops it instead of letting it go on: the machine is ended (no process,
+	// no RAM) once its state is written. It writes the whole machine, RAM included, to
+	// dst.Machine alone (nothing shares a parked machine's pages), restored with RAM empty.
 	Park(ctx context.Context, m Machine, dst SnapshotFiles) (Spec, SnapshotInfo, error)
 }
 
@@ -52,7 +53,9 @@ var ErrNotSavable = errors.New("the machine cannot be saved")
 // a new snapshot is written beside it and renamed over it.
 type SnapshotFiles struct {
 	Machine string // the devices' state: qemu's migration stream without the guest's RAM
-	RAM     string // the guest's RAM, a sparse file of the machine's memory size
+	// RAM is the guest's RAM, a sparse file of the machine's memory size; empty when Machine is
+	// a parked machine's whole stream (Saver.Park), which a restore loads into its own memory.
+	RAM string
 	// Transient files are not synced to disk when written: they do not outlive the adapter
 	// (a fork's, a paused sandbox's), so a host crash loses nothing they would have kept.
 	Transient bool

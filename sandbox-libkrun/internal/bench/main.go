@@ -4,7 +4,8 @@
 // The fs section times fs::write and fs::read of a 32 MiB file through stream channels; the
 // process section streamed exec, a large stdout and re-attached background processes. The fork
 // section (-fork alone) saves a running python sandbox and forks it into 8 copies, creates from
-// such a snapshot, and pauses and resumes a sandbox, with the targets of each.
+// such a snapshot, and pauses and resumes a sandbox, with the targets of each and the bounds of
+// this machine (8 copies restored at once from the image snapshot: their time and memory).
 // A last section does the same cold for the other guest architecture (aarch64 on an x86_64 host,
 // under TCG emulation), over virtiofs and over 9p (the share of macOS).
 package main

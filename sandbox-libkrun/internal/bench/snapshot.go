@@ -30,7 +30,20 @@ var snapshotCases = []struct {
 // by the commands of snapshotCases), then restores n machines per case, runs the command once in
 // each and stops it. Each line is restore + first exec, against the floor.
 func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int, floor Stats) error {
-	img, err := newImageSnapshot(ctx, d, rootfs, "iii-bench-snap-", func(ctx context.Context, m vm.Machine) error {
+	dir, err := os.MkdirTemp("", "iii-bench-snap-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	disk := filepath.Join(dir, "root.ext4")
+	file := vm.SnapshotFiles{Machine: filepath.Join(dir, "machine.snap"), RAM: filepath.Join(dir, "ram.img")}
+	t0 := time.Now()
+	if err := snapshot.BuildRootDisk(ctx, rootfs, disk); err != nil {
+		return err
+	}
+	diskTime := time.Since(t0)
+	spec := vm.Spec{RootDisk: disk, CPUs: 1, MemoryMB: sandboxMemoryMB, ScratchMB: sandboxMemoryMB / 2}
+	info, err := d.Snapshot(ctx, spec, file, func(ctx context.Context, m vm.Machine) error {
 		for _, c := range snapshotCases {
 			if _, err := m.Exec(ctx, vm.ExecRequest{Argv: c.Argv, Timeout: time.Minute}); err != nil {
 				return err
@@ -41,11 +54,9 @@ func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int,
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(img.dir)
-	dir, spec, file, info := img.dir, img.spec, img.files, img.info
-	st, _ := os.Stat(img.disk)
+	st, _ := os.Stat(disk)
 	fmt.Printf("snapshot: root disk %d MiB in %s; machine %d MiB in %s (boot %s, warm %s, save %s)\n",
-		st.Size()>>20, img.diskTime.Round(time.Millisecond), info.Size>>20, (info.Boot + info.Warm + info.Save).Round(time.Millisecond),
+		st.Size()>>20, diskTime.Round(time.Millisecond), info.Size>>20, (info.Boot + info.Warm + info.Save).Round(time.Millisecond),
 		info.Boot.Round(time.Millisecond), info.Warm.Round(time.Millisecond), info.Save.Round(time.Millisecond))
 	fmt.Printf("targets (from a snapshot): restore + first exec of shell at most 0.25x the floor, python at most 0.50x\n")
 	for _, c := range snapshotCases {
@@ -87,100 +98,49 @@ func idleMemory(ctx context.Context, d *qemu.Driver, spec vm.Spec, file vm.Snaps
 		fmt.Println("host memory, idle machine: not measured (it reads Linux's /proc)")
 		return nil
 	}
+	idle := func(m vm.Machine, err error) (int64, error) {
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = m.Stop(ctx); <-m.Done() }()
+		if _, err := m.Exec(ctx, vm.ExecRequest{Argv: []string{"python3", "-c", "pass"}, Timeout: time.Minute}); err != nil {
+			return 0, err
+		}
+		return residentKiB(m.PIDs())
+	}
 	r := spec
 	r.StateDir = filepath.Join(dir, "restored")
-	m, err := d.Restore(ctx, r, file, release)
-	restored, err := idleKiB(ctx, m, err)
+	restored, err := idle(d.Restore(ctx, r, file, release))
 	if err != nil {
 		return fmt.Errorf("restored machine: %w", err)
 	}
-	booted, err := bootedKiB(ctx, d, rootfs, spec, filepath.Join(dir, "booted"))
+	b := vm.Spec{RootFS: rootfs, CPUs: spec.CPUs, MemoryMB: spec.MemoryMB, ScratchMB: spec.ScratchMB, StateDir: filepath.Join(dir, "booted")}
+	booted, err := idle(d.Boot(ctx, b))
 	if err != nil {
 		return fmt.Errorf("booted machine: %w", err)
 	}
+	mark := "met"
+	if restored > booted {
+		mark = "NOT met"
+	}
 	fmt.Printf("%s restored %d MiB, booted %d MiB  (target: restored at most booted, %s)\n",
-		pad(fmt.Sprintf("host memory, idle machine (%d MiB):", spec.MemoryMB), 44), restored>>10, booted>>10, met(restored <= booted))
+		pad(fmt.Sprintf("host memory, idle machine (%d MiB):", spec.MemoryMB), 44), restored>>10, booted>>10, mark)
 	return nil
 }
 
-// imageSnapshot is a root disk of a rootfs and the snapshot of a machine booted on it, in a
-// temporary directory of their own: what the snapshot and fork sections restore from.
-type imageSnapshot struct {
-	dir      string        // the temporary directory, which the caller removes
-	disk     string        // the root disk
-	diskTime time.Duration // building the root disk
-	spec     vm.Spec       // the machine: one CPU and a sandbox's memory on the root disk
-	files    vm.SnapshotFiles
-	info     vm.SnapshotInfo
-}
-
-// newImageSnapshot builds an imageSnapshot of rootfs in a new directory named after pattern
-// (os.MkdirTemp), the machine warmed by warm before it is saved. On error the directory is
-// removed.
-func newImageSnapshot(ctx context.Context, d *qemu.Driver, rootfs, pattern string, warm func(context.Context, vm.Machine) error) (*imageSnapshot, error) {
-	dir, err := os.MkdirTemp("", pattern)
-	if err != nil {
-		return nil, err
-	}
-	img := &imageSnapshot{dir: dir, disk: filepath.Join(dir, "root.ext4"),
-		files: vm.SnapshotFiles{Machine: filepath.Join(dir, "machine.snap"), RAM: filepath.Join(dir, "ram.img")}}
-	t0 := time.Now()
-	if err := snapshot.BuildRootDisk(ctx, rootfs, img.disk); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	img.diskTime = time.Since(t0)
-	img.spec = vm.Spec{RootDisk: img.disk, CPUs: 1, MemoryMB: sandboxMemoryMB, ScratchMB: sandboxMemoryMB / 2}
-	if img.info, err = d.Snapshot(ctx, img.spec, img.files, warm); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	return img, nil
-}
-
-// restorable is what restores a machine from the image snapshot.
-func (img *imageSnapshot) restorable() restorable {
-	return restorable{img.spec, img.files, img.info.KernelRelease}
-}
-
-// idleKiB is the resident set of m, just booted or restored (err: its start failed), idle after
-// one python run; m is stopped.
-func idleKiB(ctx context.Context, m vm.Machine, err error) (int64, error) {
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = m.Stop(ctx); <-m.Done() }()
-	if _, err := m.Exec(ctx, vm.ExecRequest{Argv: []string{"python3", "-c", "pass"}, Timeout: time.Minute}); err != nil {
-		return 0, err
-	}
-	return residentKiB(m.PIDs())
-}
-
-// met is how a target line ends: "met" or "NOT met".
-func met(ok bool) string {
-	if ok {
-		return "met"
-	}
-	return "NOT met"
-}
-
 // residentKiB sums VmRSS over pids (Linux's /proc).
-func residentKiB(pids []int) (int64, error) { return procKiB(pids, "status", "VmRSS") }
-
-// procKiB sums the field (in kB) of /proc/<pid>/<file> over pids.
-func procKiB(pids []int, file, field string) (int64, error) {
+func residentKiB(pids []int) (int64, error) {
 	var sum int64
 	for _, pid := range pids {
-		path := fmt.Sprintf("/proc/%d/%s", pid, file)
-		b, err := os.ReadFile(path)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			return 0, err
 		}
 		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, field+":"); ok {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
 				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 				if err != nil {
-					return 0, fmt.Errorf("%s: %s %q", path, field, v)
+					return 0, fmt.Errorf("/proc/%d/status: VmRSS %q", pid, v)
 				}
 				sum += kb
 			}

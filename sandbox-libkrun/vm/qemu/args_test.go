@@ -92,7 +92,9 @@ func TestAutoForeignArchIsTCG(t *testing.T) {
 }
 
 // A machine whose root is a disk image (one that can be snapshotted) has no vhost-user device
-// and no shared RAM, under every accelerator; a restore waits for its snapshot.
+// and no shared RAM, under every accelerator; a restore waits for its snapshot, and one of a
+// parked machine's whole stream (no RAM file) loads it into plain memory named as the saved
+// machine's.
 func TestArgsRootDisk(t *testing.T) {
 	spec := vm.Spec{RootDisk: "/snap/ro,ot.ext4", CPUs: 1, MemoryMB: 512}
 	for _, arch := range []guestarch.Arch{guestarch.X86_64, guestarch.AArch64} {
@@ -101,7 +103,8 @@ func TestArgsRootDisk(t *testing.T) {
 			a := strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: accel, ctrlSock: "/run/ctrl.sock", qmpSock: "/run/qmp.sock", incoming: true}), " ")
 			has(t, a, "-drive file=/snap/ro,,ot.ext4,format=raw,if=none,id=root,readonly=on", "-device virtio-blk-device,drive=root",
 				"-qmp unix:/run/qmp.sock,server=on,wait=off", "-incoming defer", "virtserialport,chardev=ctrl,name=ctrl")
-			hasNot(t, a, "memory-backend", "vhost-user", "virtio-9p", "force-legacy")
+			has(t, a, "-object memory-backend-ram,id=mem,size=512M", ",memory-backend=mem -drive")
+			hasNot(t, a, "memory-backend-file", "vhost-user", "virtio-9p", "force-legacy")
 			// A snapshot's RAM file: shared by the machine that is saved, private in each copy.
 			restored := strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: accel, ctrlSock: "/run/ctrl.sock", incoming: true, ram: "/snap/r,am.img"}), " ")
 			has(t, restored, "-object memory-backend-file,id=mem,size=512M,mem-path=/snap/r,,am.img,share=off", ",memory-backend=mem -drive")
@@ -110,5 +113,5 @@ func TestArgsRootDisk(t *testing.T) {
 		}
 	}
 	d := fakeDriver(t, Options{Arch: guestarch.X86_64, Share: ShareVirtiofs})
-	hasNot(t, strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: "tcg", ctrlSock: "/run/ctrl.sock"}), " "), "-qmp", "-incoming")
+	hasNot(t, strings.Join(d.qemuArgs(qemuConfig{spec: spec, accel: "tcg", ctrlSock: "/run/ctrl.sock"}), " "), "-qmp", "-incoming", "memory-backend")
 }

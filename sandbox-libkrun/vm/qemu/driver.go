@@ -316,6 +316,11 @@ func (d *Driver) rootArgs(c qemuConfig, machine, mem string) []string {
 			}
 			a = append(a, "-object", "memory-backend-file,id=mem,size="+mem+",mem-path="+optEscape(c.ram)+",share="+share)
 			machine += ",memory-backend=mem"
+		} else if c.incoming {
+			// A parked machine's whole stream (RAM included) names the RAM block of the machine
+			// it was saved from, "mem": it is loaded into plain memory of that name.
+			a = append(a, "-object", "memory-backend-ram,id=mem,size="+mem)
+			machine += ",memory-backend=mem"
 		}
 		a = append(a, "-M", machine,
 			"-drive", "file="+optEscape(c.spec.RootDisk)+",format=raw,if=none,id=root,readonly=on",

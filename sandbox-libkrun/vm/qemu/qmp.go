@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"syscall"
 	"time"
 )
 
@@ -139,6 +141,60 @@ func (q *qmp) migrationDone(ctx context.Context) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// sendFile hands f to qemu under name (getfd: the descriptor travels beside the command over the
+// monitor's Unix socket), for a later fd:name migration.
+func (q *qmp) sendFile(name string, f *os.File) error {
+	uc, ok := q.conn.(*net.UnixConn)
+	if !ok {
+		return errors.New("qemu monitor: getfd needs a Unix socket")
+	}
+	b, err := json.Marshal(map[string]any{"execute": "getfd", "arguments": map[string]any{"fdname": name}})
+	if err != nil {
+		return err
+	}
+	if _, _, err := uc.WriteMsgUnix(append(b, '\n'), syscall.UnixRights(int(f.Fd())), nil); err != nil {
+		return fmt.Errorf("qemu monitor: getfd: %w", err)
+	}
+	for {
+		m, err := q.next()
+		if err != nil {
+			return fmt.Errorf("qemu monitor: getfd: %w", err)
+		}
+		if m.Error != nil {
+			return fmt.Errorf("qemu monitor: getfd: %s", m.Error.Desc)
+		}
+		if m.Event == "" {
+			return nil
+		}
+	}
+}
+
+// migrateTo has qemu write its migration stream straight into f (a file or a pipe) through a
+// descriptor it is handed, with no copying process in between, and waits until the stream is
+// complete. f is closed once qemu holds its own descriptor, so a reader of a pipe sees the end
+// of the stream when qemu closes it.
+func (q *qmp) migrateTo(ctx context.Context, f *os.File) error {
+	err := q.sendFile("snapshot", f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	if _, err := q.execute("migrate", map[string]any{"uri": "fd:snapshot"}); err != nil {
+		return err
+	}
+	return q.migrationDone(ctx)
+}
+
+// migrateToFile writes the migration stream into the file at path, which exists (its mode is
+// kept), as migrateTo does.
+func (q *qmp) migrateToFile(ctx context.Context, path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	return q.migrateTo(ctx, f)
 }
 
 func (q *qmp) Close() error { return q.conn.Close() }

@@ -17,3 +17,6 @@ func finishRAM(path string, transient bool) error {
 	defer f.Close()
 	return f.Sync()
 }
+
+// growPipe leaves the pipe as it is: only Linux resizes pipes.
+func growPipe(*os.File) {}

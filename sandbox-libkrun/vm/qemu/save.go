@@ -28,8 +28,11 @@ func (d *Driver) Save(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles)
 	return d.saveRunning(ctx, vmm, dst, true)
 }
 
-// Park saves the running machine vmm to dst as Save does, and ends it once its state is written
-// (vm.Saver), after its snapshot is complete: a failed park lets it go on.
+// Park writes the running machine vmm whole (RAM and devices) to dst.Machine and ends it once
+// the stream is complete (vm.Saver); dst.RAM is not written. No other machine maps a parked
+// machine's RAM, so the RAM file Save makes (a second qemu loading the stream) would only cost
+// time: Restore loads this stream whole instead, given no RAM file. A failed park lets the
+// machine go on.
 func (d *Driver) Park(ctx context.Context, vmm vm.Machine, dst vm.SnapshotFiles) (vm.Spec, vm.SnapshotInfo, error) {
 	return d.saveRunning(ctx, vmm, dst, false)
 }
@@ -50,26 +53,18 @@ func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.Snapsho
 		return vm.Spec{}, info, ErrStopped
 	default:
 	}
-	full, err := tempBeside(dst.Machine)
-	if err != nil {
-		return vm.Spec{}, info, err
-	}
-	defer os.Remove(full)
-	t := time.Now()
-	if err := d.saveWhole(ctx, m, full, goOn); err != nil {
-		return vm.Spec{}, info, err
-	}
-	info.Paused = time.Since(t)
 	spec := vm.Spec{RootDisk: m.spec.RootDisk, CPUs: m.spec.CPUs, MemoryMB: m.spec.MemoryMB, ScratchMB: m.spec.ScratchMB,
 		Env: append([]string(nil), m.spec.Env...)}
-	if err := d.split(ctx, spec, full, dst); err != nil {
-		if !goOn {
-			// Nothing was kept: the machine goes on rather than being lost.
-			if q, qerr := dialQMP(ctx, m.qmpSock, m.qemu); qerr == nil {
-				_ = cont(ctx, q)
-				q.Close()
-			}
-		}
+	t := time.Now()
+	files := []string{dst.Machine}
+	var err error
+	if goOn {
+		files = append(files, dst.RAM)
+		info.Paused, err = d.saveSplit(ctx, m, spec, dst)
+	} else {
+		info.Paused, err = d.saveParked(ctx, m, dst)
+	}
+	if err != nil {
 		return vm.Spec{}, info, err
 	}
 	if !goOn {
@@ -77,7 +72,7 @@ func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.Snapsho
 	}
 	info.Save = time.Since(t)
 	info.KernelRelease = m.release
-	for _, f := range []string{dst.Machine, dst.RAM} {
+	for _, f := range files {
 		n, err := diskBytes(f)
 		if err != nil {
 			return vm.Spec{}, info, err
@@ -87,15 +82,68 @@ func (d *Driver) saveRunning(ctx context.Context, vmm vm.Machine, dst vm.Snapsho
 	return spec, info, nil
 }
 
-// saveWhole pauses m, writes its RAM and devices to path and lets it go on, unless goOn is false
-// and the save succeeded.
-func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bool) error {
+// saveParked writes m whole to dst.Machine, leaving it stopped, and reports how long that took.
+// A failure lets m go on.
+func (d *Driver) saveParked(ctx context.Context, m *machine, dst vm.SnapshotFiles) (time.Duration, error) {
+	full, err := tempBeside(dst.Machine)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(full)
+	t := time.Now()
+	f, err := os.OpenFile(full, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return 0, err
+	}
+	if err := d.saveWhole(ctx, m, f, false); err != nil {
+		return 0, err
+	}
+	paused := time.Since(t)
+	if err := keepStream(full, dst); err != nil {
+		// Nothing was kept: the machine goes on rather than being lost.
+		if q, qerr := dialQMP(ctx, m.qmpSock, m.qemu); qerr == nil {
+			_ = cont(ctx, q)
+			q.Close()
+		}
+		return 0, err
+	}
+	return paused, nil
+}
+
+// saveSplit saves m to dst (a RAM file and its devices) and lets it go on; it reports how long m
+// was paused. m's whole stream is piped into split's qemu, started meanwhile, which loads it as
+// it comes: nothing is written to disk but the snapshot's own files, and the second qemu's start
+// overlaps the first's stopping.
+func (d *Driver) saveSplit(ctx context.Context, m *machine, spec vm.Spec, dst vm.SnapshotFiles) (time.Duration, error) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	growPipe(pw)
+	split := make(chan error, 1)
+	go func() {
+		err := d.split(ctx, spec, pr, dst)
+		pr.Close() // a split that never started its qemu must not leave the writer blocked
+		split <- err
+	}()
+	t := time.Now()
+	err = d.saveWhole(ctx, m, pw, true)
+	paused := time.Since(t)
+	pw.Close() // a save that failed before qemu took the pipe ends the loading qemu's wait
+	return paused, errors.Join(err, <-split)
+}
+
+// saveWhole pauses m, writes its RAM and devices to f (closed once qemu holds it) and lets it go
+// on, unless goOn is false and the save succeeded.
+func (d *Driver) saveWhole(ctx context.Context, m *machine, f *os.File, goOn bool) error {
 	q, err := dialQMP(ctx, m.qmpSock, m.qemu)
 	if err != nil {
+		f.Close()
 		return err
 	}
 	defer q.Close()
 	if _, err := q.execute("stop", nil); err != nil {
+		f.Close()
 		return err
 	}
 	var errs []error
@@ -103,11 +151,11 @@ func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bo
 	// carry the RAM, in the format the loading qemu (without the capability) expects.
 	if _, err := q.execute("migrate-set-capabilities", map[string]any{"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": false}}}); err != nil {
 		errs = append(errs, err)
+		f.Close()
 	} else if _, err := q.execute("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
 		errs = append(errs, err)
-	} else if _, err := q.execute("migrate", map[string]any{"uri": "exec:cat > " + shellQuote(path)}); err != nil {
-		errs = append(errs, err)
-	} else if err := q.migrationDone(ctx); err != nil {
+		f.Close()
+	} else if err := q.migrateTo(ctx, f); err != nil {
 		errs = append(errs, err)
 	}
 	// After a completed migration qemu has let go of the disk; cont takes it back and runs the guest.
@@ -119,6 +167,23 @@ func (d *Driver) saveWhole(ctx context.Context, m *machine, path string, goOn bo
 		errs = append(errs, fmt.Errorf("resuming the saved machine: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// keepStream renames the whole-machine stream full to dst.Machine, synced to disk first unless
+// dst is transient.
+func keepStream(full string, dst vm.SnapshotFiles) error {
+	if !dst.Transient {
+		f, err := os.Open(full)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return os.Rename(full, dst.Machine)
 }
 
 // cont runs a machine stopped by a save. qemu reports the migration completed before its own
@@ -139,10 +204,10 @@ func cont(ctx context.Context, q *qmp) error {
 	}
 }
 
-// split loads the whole-machine stream full into a stopped qemu of spec whose RAM is a new file
-// beside dst.RAM, mapped shared, saves its devices to dst.Machine and renames the RAM file, made
-// sparse, to dst.RAM.
-func (d *Driver) split(ctx context.Context, spec vm.Spec, full string, dst vm.SnapshotFiles) error {
+// split loads the whole-machine stream read from full into a stopped qemu of spec whose RAM is a
+// new file beside dst.RAM, mapped shared, saves its devices to dst.Machine and renames the RAM
+// file, made sparse, to dst.RAM.
+func (d *Driver) split(ctx context.Context, spec vm.Spec, full *os.File, dst vm.SnapshotFiles) error {
 	spec, err := checkSpec(spec)
 	if err != nil {
 		return err
@@ -179,17 +244,15 @@ func (d *Driver) split(ctx context.Context, spec vm.Spec, full string, dst vm.Sn
 	return os.Rename(ram, dst.RAM)
 }
 
-// load starts h's qemu waiting for a stream and loads the stream in the file path into it.
-func (d *Driver) load(ctx context.Context, h *machine, path string) error {
+// load starts h's qemu waiting for a stream and loads the stream read from f into it; f is
+// closed once qemu holds its own descriptor.
+func (d *Driver) load(ctx context.Context, h *machine, f *os.File) error {
 	log, err := os.Create(h.console)
 	if err != nil {
+		f.Close()
 		return err
 	}
 	defer log.Close()
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
 	h.snapFile = f
 	err = d.startQemu(ctx, h, d.Accel(), nil, log)
 	f.Close()

@@ -4,6 +4,7 @@ package qemu
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -126,14 +127,18 @@ func TestSaveRunning(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a parked machine is still running")
 	}
+	// Nothing maps a parked machine's RAM: it is in its stream, and no RAM file is made.
+	if _, err := os.Stat(pfiles.RAM); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a park wrote a RAM file (%v)", err)
+	}
 	pspec.StateDir = t.TempDir()
 	start := time.Now()
-	back, err := d.Restore(ctx, pspec, pfiles, pinfo.KernelRelease)
+	back, err := d.Restore(ctx, pspec, vm.SnapshotFiles{Machine: pfiles.Machine}, pinfo.KernelRelease)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = back.Stop(context.Background()) })
-	t.Logf("parked in %s (stopped after %s), restored in %s", pinfo.Save.Round(time.Millisecond), pinfo.Paused.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("parked in %s (stopped after %s, a stream of %d MiB), restored in %s", pinfo.Save.Round(time.Millisecond), pinfo.Paused.Round(time.Millisecond), pinfo.Size>>20, time.Since(start).Round(time.Millisecond))
 	resumed := counter(back)
 	if resumed < before || resumed > before+20 {
 		t.Fatalf("parked at %d or a little more, restored at %d", before, resumed)

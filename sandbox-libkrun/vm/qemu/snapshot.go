@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -138,11 +137,7 @@ func (d *Driver) save(ctx context.Context, m *machine, dst string, transient boo
 	if err := setCapabilities(q, "x-ignore-shared"); err != nil {
 		return err
 	}
-	// The shell's redirection keeps the mode CreateTemp gave the file (0600).
-	if _, err := q.execute("migrate", map[string]any{"uri": "exec:cat > " + shellQuote(tmpPath)}); err != nil {
-		return err
-	}
-	if err := q.migrationDone(ctx); err != nil {
+	if err := q.migrateToFile(ctx, tmpPath); err != nil {
 		return err
 	}
 	if !transient {
@@ -181,8 +176,9 @@ func (t RestoreTimes) Phases() []Phase {
 	}
 }
 
-// Restore starts a machine of spec from the snapshot files src, which Snapshot made from a
-// machine of the same CPUs, memory, scratch size and root disk. release is the guest kernel's
+// Restore starts a machine of spec from the snapshot files src, which Snapshot (or Save) made
+// from a machine of the same CPUs, memory, scratch size and root disk; with src.RAM empty,
+// src.Machine is the whole stream Park wrote, loaded into the machine's own memory. release is the guest kernel's
 // release the snapshot recorded. The machine gets its own randomness, the host's clock and
 // spec.Hostname before Restore returns. A snapshot qemu cannot load (damaged, truncated, of
 // another machine) fails like a boot, with qemu's message from the console in the error.
@@ -199,6 +195,9 @@ func (d *Driver) Restore(ctx context.Context, spec vm.Spec, src vm.SnapshotFiles
 		return nil, err
 	}
 	for _, f := range []string{src.Machine, src.RAM} {
+		if f == "" {
+			continue // a parked machine's stream: no RAM file
+		}
 		if _, err := os.Stat(f); err != nil {
 			return nil, bootError(fmt.Errorf("snapshot: %w", err))
 		}
@@ -253,8 +252,13 @@ func (d *Driver) restore(ctx context.Context, m *machine, src vm.SnapshotFiles) 
 	}
 	defer q.Close()
 	// Without the events capability qemu announces only the start of an incoming migration;
-	// x-ignore-shared is the stream's format (no RAM in it).
-	if err := setCapabilities(q, "events", "x-ignore-shared"); err != nil {
+	// x-ignore-shared is the format of a snapshot's stream (no RAM in it), not of a parked
+	// machine's (src.RAM empty: its RAM is in the stream).
+	caps := []string{"events"}
+	if src.RAM != "" {
+		caps = append(caps, "x-ignore-shared")
+	}
+	if err := setCapabilities(q, caps...); err != nil {
 		return err
 	}
 	if _, err := q.execute("migrate-incoming", map[string]any{"uri": "fd:3"}); err != nil {
@@ -306,6 +310,3 @@ func setCapabilities(q *qmp, names ...string) error {
 	_, err := q.execute("migrate-set-capabilities", map[string]any{"capabilities": caps})
 	return err
 }
-
-// shellQuote quotes s as one word for /bin/sh.
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
