@@ -1,8 +1,7 @@
 package sandbox
 
 import (
-	"context"
-	"net"
+	"github.com/iii-go/iii/engine/enginetest"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/iii-go/iii/engine/cluster"
 	"github.com/iii-go/iii/engine/core"
-	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 )
 
@@ -18,27 +16,17 @@ import (
 // NATS server at natsURL.
 func clustered(t *testing.T, natsURL, name string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := core.New(core.Options{})
 	if err := e.JoinCluster(cluster.Options{URL: natsURL, Name: name, Insecure: true, Key: []byte("0123456789abcdef0123456789abcdef")}); err != nil {
 		t.Fatal(err)
 	}
 	New(e, &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}).Install()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "ws://" + ln.Addr().String()
+	return enginetest.Start(t, e).URL
 }
 
 // sandbox::* on an engine of a cluster reaches the adapter a worker of another engine serves;
 // with no adapter anywhere it is S301, as on a lone engine.
 func TestRouterReachesAdapterOnAnotherEngine(t *testing.T) {
-	t.Setenv(protocol.EnvTokenFile, "")
-	t.Setenv(protocol.EnvToken, "")
 	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
+	"github.com/iii-go/iii/engine/enginetest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,21 +57,11 @@ func (s *spans) take(adapterID string) []string {
 // observed serves an engine with the router bound to b (unbound when nil) and a span recorder.
 func observed(t *testing.T, b *Binding) (string, *spans) {
 	t.Helper()
-	t.Setenv(protocol.EnvTokenFile, "")
-	t.Setenv(protocol.EnvToken, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := core.New(core.Options{})
 	s := &spans{}
 	e.SetObserver(s)
 	New(e, b).Install()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "ws://" + ln.Addr().String(), s
+	return enginetest.Start(t, e).URL, s
 }
 
 // op serves one adapter operation.
@@ -357,8 +347,6 @@ func TestSnapshotOpsNeedContract13(t *testing.T) {
 // exposes only its own functions is refused each of them (and sandbox::exec) FORBIDDEN before
 // anything reaches the adapter; one that exposes sandbox::* reaches it.
 func TestGatedSessionNeedsSandboxGrant(t *testing.T) {
-	t.Setenv(protocol.EnvTokenFile, "")
-	t.Setenv(protocol.EnvToken, "")
 	e := core.New(core.Options{})
 	New(e, &Binding{Adapter: DefaultAdapter, Namespace: "default", Source: "config"}).Install()
 	bound := []core.Bound{
@@ -368,16 +356,9 @@ func TestGatedSessionNeedsSandboxGrant(t *testing.T) {
 	}
 	urls := make([]string, len(bound))
 	for i := range bound {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		bound[i].Net, urls[i] = ln, "ws://"+ln.Addr().String()
+		bound[i].Net, urls[i] = enginetest.Listen(t)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.ServeAll(ctx, bound); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	enginetest.Go(t, func(ctx context.Context) error { return e.ServeAll(ctx, bound) })
 
 	var reached atomic.Int64
 	fakeAdapter(t, urls[0], Contract{Major: 1, Minor: 2}, map[string]op{

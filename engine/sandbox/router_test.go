@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
+	"github.com/iii-go/iii/engine/enginetest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,20 +53,10 @@ func TestEnvelope(t *testing.T) {
 
 func serve(t *testing.T, opts core.Options, b *Binding) (*core.Engine, *Router, string) {
 	t.Helper()
-	t.Setenv(protocol.EnvTokenFile, "")
-	t.Setenv(protocol.EnvToken, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e := core.New(opts)
 	r := New(e, b)
 	r.Install()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return e, r, "ws://" + ln.Addr().String()
+	return e, r, enginetest.Start(t, e).URL
 }
 
 // adapter connects a worker in ns presenting token that answers every op with {"who": who}.

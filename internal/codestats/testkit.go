@@ -44,17 +44,11 @@ func collectTestKit(root string) (*testKit, error) {
 }
 
 func (k *testKit) inspect(fset *token.FileSet, path string, f *ast.File) {
-	news, serves := false, false
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
-		case *ast.CallExpr:
-			if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
-				if x, ok := sel.X.(*ast.Ident); ok && x.Name == "core" && sel.Sel.Name == "New" {
-					news = true
-				}
-				if (sel.Sel.Name == "Serve" || sel.Sel.Name == "ServeAll") && len(n.Args) == 2 {
-					serves = true
-				}
+		case *ast.GoStmt:
+			if servesEngine(n) {
+				k.starts = append(k.starts, fset.Position(n.Pos()).String())
 			}
 		case *ast.ForStmt:
 			if (n.Cond != nil && isDeadline(n.Cond)) || waitsInBody(n.Body) {
@@ -67,9 +61,22 @@ func (k *testKit) inspect(fset *token.FileSet, path string, f *ast.File) {
 		}
 		return true
 	})
-	if news && serves && filepath.Base(filepath.Dir(path)) != "core" {
-		k.starts = append(k.starts, path)
-	}
+}
+
+// servesEngine reports whether a go statement serves an engine by hand: it calls a Serve or
+// ServeAll of two arguments (a context and the listeners), which enginetest.Start and Go do
+// with their clean-up.
+func servesEngine(g *ast.GoStmt) bool {
+	found := false
+	ast.Inspect(g, func(n ast.Node) bool {
+		if c, ok := n.(*ast.CallExpr); ok {
+			if sel, ok := c.Fun.(*ast.SelectorExpr); ok && (sel.Sel.Name == "Serve" || sel.Sel.Name == "ServeAll") && len(c.Args) == 2 {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 // isDeadline reports whether a loop condition compares the clock with a deadline: it calls
@@ -151,7 +158,7 @@ func (k *testKit) report(verbose bool) {
 		what  string
 		sites []string
 	}{
-		{"test files that start and serve an engine by hand (core.New and Serve, not enginetest.Start)", k.starts},
+		{"engines served by hand in tests (a go statement calling Serve or ServeAll, not enginetest.Start or Go)", k.starts},
 		{"deadline loops written out in tests (a for whose condition reads the clock or a deadline)", k.loops},
 		{"private poll helpers in tests (take a func() bool, sleep in a loop)", k.helpers},
 	} {
