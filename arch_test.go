@@ -26,47 +26,32 @@ const adapterModule = "github.com/iii-go/iii/sandbox-libkrun"
 // module or a go.mod outside it requires it. go.work joins every module, so such an import would
 // otherwise compile in workspace mode and quietly pull VM code into iii (req A1).
 func TestNothingImportsTheAdapter(t *testing.T) {
-	fset := token.NewFileSet()
-	files := 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	outside := func(dir string) bool { return dir == "sandbox-libkrun" || dir == "dist" || dir == "bin" }
+	files := walkImports(t, ".", outside, func(pos token.Position, p string) {
+		if p == adapterModule || strings.HasPrefix(p, adapterModule+"/") {
+			t.Errorf("%s imports %s: VM code stays in sandbox-libkrun (req A1)", pos, p)
 		}
-		if d.IsDir() {
-			if path == "sandbox-libkrun" || path == "dist" || path == "bin" || (path != "." && strings.HasPrefix(d.Name(), ".")) {
-				return filepath.SkipDir
-			}
+	})
+	if files < 100 {
+		t.Fatalf("walked only %d Go files; is the test running from the repository root?", files)
+	}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && path != "." && (outside(path) || strings.HasPrefix(d.Name(), ".")):
+			return filepath.SkipDir
+		case d.Name() != "go.mod":
 			return nil
 		}
-		switch {
-		case d.Name() == "go.mod":
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			if strings.Contains(string(b), adapterModule) {
-				t.Errorf("%s requires %s: only the adapter's own module may", path, adapterModule)
-			}
-		case strings.HasSuffix(path, ".go"):
-			files++
-			f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
-			if err != nil {
-				return err
-			}
-			for _, im := range f.Imports {
-				p, _ := strconv.Unquote(im.Path.Value)
-				if p == adapterModule || strings.HasPrefix(p, adapterModule+"/") {
-					t.Errorf("%s imports %s: VM code stays in sandbox-libkrun (req A1)", fset.Position(im.Pos()), p)
-				}
-			}
+		b, err := os.ReadFile(path)
+		if err == nil && strings.Contains(string(b), adapterModule) {
+			t.Errorf("%s requires %s: only the adapter's own module may", path, adapterModule)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if files < 100 {
-		t.Fatalf("walked only %d Go files; is the test running from the repository root?", files)
 	}
 }
 
@@ -79,40 +64,55 @@ func TestModuleLayers(t *testing.T) {
 		"internal/base": {base},
 		"engine":        {base, repo + "engine"},
 	}
-	fset := token.NewFileSet()
 	for dir, ok := range allowed {
-		files := 0
-		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
-				return err
+		files := walkImports(t, dir, func(string) bool { return false }, func(pos token.Position, p string) {
+			if !strings.HasPrefix(p, repo) {
+				return
 			}
-			files++
-			f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
-			if err != nil {
-				return err
-			}
-			for _, im := range f.Imports {
-				p, _ := strconv.Unquote(im.Path.Value)
-				if !strings.HasPrefix(p, repo) {
-					continue
-				}
-				fine := false
-				for _, a := range ok {
-					fine = fine || p == a || strings.HasPrefix(p, a+"/")
-				}
-				if !fine {
-					t.Errorf("%s imports %s: %s may import only %v of this repository", fset.Position(im.Pos()), p, dir, ok)
+			for _, a := range ok {
+				if p == a || strings.HasPrefix(p, a+"/") {
+					return
 				}
 			}
-			return nil
+			t.Errorf("%s imports %s: %s may import only %v of this repository", pos, p, dir, ok)
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if files < 10 {
 			t.Fatalf("walked only %d Go files under %s; is the test running from the repository root?", files, dir)
 		}
 	}
+}
+
+// walkImports calls check with every import of the Go files below root, leaving out hidden
+// directories and those skip names (paths from the repository root); it returns how many files
+// it read.
+func walkImports(t *testing.T, root string, skip func(dir string) bool, check func(pos token.Position, path string)) int {
+	t.Helper()
+	fset := token.NewFileSet()
+	files := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && path != root && (skip(path) || strings.HasPrefix(d.Name(), ".")):
+			return filepath.SkipDir
+		case d.IsDir() || !strings.HasSuffix(path, ".go"):
+			return nil
+		}
+		files++
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, im := range f.Imports {
+			p, _ := strconv.Unquote(im.Path.Value)
+			check(fset.Position(im.Pos()), p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }
 
 // TestNoTrackedExecutables fails on any file git tracks that is an executable binary (ELF,

@@ -389,19 +389,12 @@ func (st *stats) reportPackages() {
 	}
 }
 
-// types renders a receiver type: T, *T or T[...] as T.
+// types renders a receiver type: T, *T or T[...] as T or *T.
 func types(e ast.Expr) string {
-	switch t := e.(type) {
-	case *ast.StarExpr:
-		return "*" + types(t.X)
-	case *ast.Ident:
-		return t.Name
-	case *ast.IndexExpr:
-		return types(t.X)
-	case *ast.IndexListExpr:
-		return types(t.X)
+	if st, ok := e.(*ast.StarExpr); ok {
+		return "*" + envreads.RecvName(st.X)
 	}
-	return "?"
+	return envreads.RecvName(e)
 }
 
 // printsErrorLine reports whether body holds a string literal with "error[" in it.

@@ -109,7 +109,7 @@ func reads(fset *token.FileSet, f *ast.File) []Read {
 		if fd, ok := decl.(*ast.FuncDecl); ok {
 			name = fd.Name.Name
 			if fd.Recv != nil && len(fd.Recv.List) == 1 {
-				name = recvName(fd.Recv.List[0].Type) + "." + name
+				name = RecvName(fd.Recv.List[0].Type) + "." + name
 			}
 		}
 		ast.Inspect(decl, func(n ast.Node) bool {
@@ -129,17 +129,17 @@ func reads(fset *token.FileSet, f *ast.File) []Read {
 	return out
 }
 
-// recvName renders a receiver type T, *T or T[...] as T.
-func recvName(e ast.Expr) string {
+// RecvName renders a receiver type T, *T or T[...] as T.
+func RecvName(e ast.Expr) string {
 	switch t := e.(type) {
 	case *ast.StarExpr:
-		return recvName(t.X)
+		return RecvName(t.X)
 	case *ast.Ident:
 		return t.Name
 	case *ast.IndexExpr:
-		return recvName(t.X)
+		return RecvName(t.X)
 	case *ast.IndexListExpr:
-		return recvName(t.X)
+		return RecvName(t.X)
 	}
 	return "?"
 }
