@@ -130,42 +130,8 @@ func TestNetGuard(t *testing.T) {
 	} else {
 		t.Log("this host has no IPv4 address on a network interface: the outside is not probed")
 	}
-	var targets []string
-	for k := range want {
-		targets = append(targets, k)
-	}
-	log, err := os.Create(filepath.Join(t.TempDir(), "probe.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	pol := &netPolicy{grants: []netip.AddrPort{netip.MustParseAddrPort(granted)}}
-	os.Setenv("III_NETGUARD_PROBE", strings.Join(targets, " "))
-	p, err := startNetProc("probe", []string{exe}, log, pol)
-	os.Unsetenv("III_NETGUARD_PROBE")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !p.waitFor(30 * time.Second) {
-		p.kill()
-		t.Fatal("the probe did not finish in 30 s")
-	}
-	out, _ := os.ReadFile(log.Name())
-	for target, w := range want {
-		line := ""
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(l, target+" ") {
-				line = l
-			}
-		}
-		if w == "ok" && line != target+" ok" || w != "ok" && !strings.HasSuffix(line, w) {
-			t.Errorf("%s: got %q, want %s\n%s", target, line, w, out)
-		}
-	}
+	probe(t, pol, want)
 }
 
 // TestNetGuardEgress starts a process under the guard with a policy and checks its system calls:
@@ -226,6 +192,40 @@ func TestNetGuardEgress(t *testing.T) {
 		"dnsmsg:denied.example.org@" + resAddr.String(): "permission denied",
 		"udp:" + resAddr.String():                       "permission denied", // not a query
 	}
+	_, e, err := vm.ParseNetwork("network", map[string]any{"allow": []any{allowed, "*.example.com:443"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := &netPolicy{
+		dns: []netip.AddrPort{resAddr}, resolvers: []netip.Addr{resAddr.Addr()}, queryPort: resAddr.Port(),
+		egress: []*vm.Egress{e}, names: newNameCache(),
+	}
+	pol.names.lookup = func(context.Context, string) ([]netip.Addr, error) { return nil, errors.New("offline") }
+	probe(t, pol, want)
+	arrived := map[string]bool{}
+	deadline := time.After(5 * time.Second)
+	for len(arrived) < 2 {
+		select {
+		case n := <-got:
+			arrived[n] = true
+		case <-deadline:
+			t.Fatalf("the resolver received %v, want api.example.com and www.example.com", arrived)
+		}
+	}
+	if !arrived["api.example.com"] || !arrived["www.example.com"] {
+		t.Fatalf("the resolver received %v", arrived)
+	}
+	select {
+	case n := <-got:
+		t.Fatalf("the resolver also received %q", n)
+	default:
+	}
+}
+
+// probe runs this test binary as a child under pol's network guard, trying each target of want
+// (TestMain in lifetime_test.go runs them), and checks each one's outcome: "ok" or the end of its error.
+func probe(t *testing.T, pol *netPolicy, want map[string]string) {
+	t.Helper()
 	var targets []string
 	for k := range want {
 		targets = append(targets, k)
@@ -239,15 +239,6 @@ func TestNetGuardEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, e, err := vm.ParseNetwork("network", map[string]any{"allow": []any{allowed, "*.example.com:443"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol := &netPolicy{
-		dns: []netip.AddrPort{resAddr}, resolvers: []netip.Addr{resAddr.Addr()}, queryPort: resAddr.Port(),
-		egress: []*vm.Egress{e}, names: newNameCache(),
-	}
-	pol.names.lookup = func(context.Context, string) ([]netip.Addr, error) { return nil, errors.New("offline") }
 	os.Setenv("III_NETGUARD_PROBE", strings.Join(targets, " "))
 	p, err := startNetProc("probe", []string{exe}, log, pol)
 	os.Unsetenv("III_NETGUARD_PROBE")
@@ -269,23 +260,5 @@ func TestNetGuardEgress(t *testing.T) {
 		if w == "ok" && line != target+" ok" || w != "ok" && !strings.HasSuffix(line, w) {
 			t.Errorf("%s: got %q, want %s\n%s", target, line, w, out)
 		}
-	}
-	arrived := map[string]bool{}
-	deadline := time.After(5 * time.Second)
-	for len(arrived) < 2 {
-		select {
-		case n := <-got:
-			arrived[n] = true
-		case <-deadline:
-			t.Fatalf("the resolver received %v, want api.example.com and www.example.com", arrived)
-		}
-	}
-	if !arrived["api.example.com"] || !arrived["www.example.com"] {
-		t.Fatalf("the resolver received %v", arrived)
-	}
-	select {
-	case n := <-got:
-		t.Fatalf("the resolver also received %q", n)
-	default:
 	}
 }
