@@ -163,8 +163,9 @@ func TestEngineOwnerCredential(t *testing.T) {
 	}
 }
 
-// TestTokenFromEnvironment: a worker with no token file presents $III_TOKEN as its bearer
-// token, as 0.26 SDKs do; a token file, when named, wins.
+// TestTokenFromEnvironment: a worker with no token file presents $III_TOKEN of the environment
+// its main hands down (Config.FromEnv) as its bearer token, as 0.26 SDKs do; a token file, when
+// named, wins.
 func TestTokenFromEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "token")
@@ -174,20 +175,20 @@ func TestTokenFromEnvironment(t *testing.T) {
 	url := enginetest.Start(t, New(Options{Namespaces: map[string]NamespacePolicy{"proj": {TokenFile: tok}}})).URL
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	t.Setenv(protocol.EnvTokenFile, "")
-	t.Setenv(protocol.EnvToken, "env-token")
-	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj"})
+	env := func(token string) func(string) string {
+		return func(k string) string { return map[string]string{protocol.EnvToken: token}[k] }
+	}
+	w, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj"}.FromEnv(env("env-token")))
 	if err != nil {
 		t.Fatalf("III_TOKEN: %v", err)
 	}
 	w.Close()
 	bad := filepath.Join(dir, "bad")
 	_ = os.WriteFile(bad, []byte("nope"), 0o600)
-	if _, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj", TokenFile: bad}); code(err) != errcode.TokenInvalid {
+	if _, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj", TokenFile: bad}.FromEnv(env("env-token"))); code(err) != errcode.TokenInvalid {
 		t.Fatalf("a token file wins over III_TOKEN: %v", err)
 	}
-	t.Setenv(protocol.EnvToken, "wrong")
-	if _, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj"}); code(err) != errcode.TokenInvalid {
+	if _, err := protocol.Connect(ctx, protocol.Config{URL: url, Namespace: "proj"}.FromEnv(env("wrong"))); code(err) != errcode.TokenInvalid {
 		t.Fatalf("wrong III_TOKEN: %v", err)
 	}
 }
