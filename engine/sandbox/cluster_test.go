@@ -41,15 +41,12 @@ func TestRouterReachesAdapterOnAnotherEngine(t *testing.T) {
 		t.Fatalf("no adapter anywhere: %v, want S301", err)
 	}
 	adapter(t, c, "default", "", "on-c", "adapter::info", "run")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		who, err := call(t, a, "sandbox::run")
-		if err == nil && who == "on-c" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox::run on engine a: %q, %v", who, err)
-		}
-		time.Sleep(20 * time.Millisecond) // engine c's subscription is on its way
+	// Engine c's subscription is on its way.
+	var who string
+	if !enginetest.Poll(10*time.Second, func() bool {
+		who, err = call(t, a, "sandbox::run")
+		return err == nil && who == "on-c"
+	}) {
+		t.Fatalf("sandbox::run on engine a: %q, %v", who, err)
 	}
 }

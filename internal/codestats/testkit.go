@@ -51,7 +51,7 @@ func (k *testKit) inspect(fset *token.FileSet, path string, f *ast.File) {
 				k.starts = append(k.starts, fset.Position(n.Pos()).String())
 			}
 		case *ast.ForStmt:
-			if (n.Cond != nil && isDeadline(n.Cond)) || waitsInBody(n.Body) {
+			if pollsByHand(n) {
 				k.loops = append(k.loops, fset.Position(n.Pos()).String())
 			}
 		case *ast.FuncDecl:
@@ -99,10 +99,19 @@ func isDeadline(e ast.Expr) bool {
 	return found
 }
 
-// waitsInBody reports whether a loop body sleeps and leaves (or fails) on a deadline: an if
-// whose condition reads the clock or a deadline, beside a time.Sleep or time.After.
-func waitsInBody(b *ast.BlockStmt) bool {
-	deadline, sleeps := false, false
+// pollsByHand reports whether a for loop is a poll written out: it reads the clock or a
+// deadline (in its condition, or in an if of its body) and sleeps between two looks. A loop
+// on a deadline that does not sleep is something else: one that blocks on each read until the
+// deadline (frames, messages), or one that checks that a condition holds all along.
+func pollsByHand(f *ast.ForStmt) bool {
+	deadline, sleeps := waitsInBody(f.Body)
+	return sleeps && (deadline || (f.Cond != nil && isDeadline(f.Cond)))
+}
+
+// waitsInBody reports whether a loop body has an if whose condition reads the clock or a
+// deadline, and whether it calls time.Sleep or time.After; nested loops and functions are
+// left out.
+func waitsInBody(b *ast.BlockStmt) (deadline, sleeps bool) {
 	for _, st := range b.List {
 		ast.Inspect(st, func(n ast.Node) bool {
 			switch n := n.(type) {
@@ -120,7 +129,7 @@ func waitsInBody(b *ast.BlockStmt) bool {
 			return true
 		})
 	}
-	return deadline && sleeps
+	return deadline, sleeps
 }
 
 // polls reports whether fd is a test helper that waits for a condition: it takes a func() bool
@@ -159,7 +168,7 @@ func (k *testKit) report(verbose bool) {
 		sites []string
 	}{
 		{"engines served by hand in tests (a go statement calling Serve or ServeAll, not enginetest.Start or Go)", k.starts},
-		{"deadline loops written out in tests (a for whose condition reads the clock or a deadline)", k.loops},
+		{"deadline loops written out in tests (a for that reads the clock or a deadline and sleeps between looks)", k.loops},
 		{"private poll helpers in tests (take a func() bool, sleep in a loop)", k.helpers},
 	} {
 		fmt.Printf("%s: %d\n", s.what, len(s.sites))

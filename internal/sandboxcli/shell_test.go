@@ -17,6 +17,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/protocol/processtest"
 )
@@ -86,17 +87,16 @@ func (s *session) text() string {
 // waitFor waits until the screen shows want after what it showed at from (a length of text).
 func (s *session) waitFor(from int, want string) int {
 	s.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		txt := s.text()
-		if i := strings.Index(txt[from:], want); i >= 0 {
-			return from + i + len(want)
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("the screen does not show %q; it shows %q", want, txt)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var txt string
+	at := -1
+	if !enginetest.Poll(15*time.Second, func() bool {
+		txt = s.text()
+		at = strings.Index(txt[from:], want)
+		return at >= 0
+	}) {
+		s.t.Fatalf("the screen does not show %q; it shows %q", want, txt)
 	}
+	return from + at + len(want)
 }
 
 func (s *session) typ(keys string) {

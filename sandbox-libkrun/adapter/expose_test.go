@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -119,19 +121,16 @@ func (l *logs) logf(format string, args ...any) {
 // wait polls until a line contains part.
 func (l *logs) wait(t *testing.T, part string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	seen := enginetest.Poll(5*time.Second, func() bool {
 		l.mu.Lock()
-		for _, line := range l.lines {
-			if strings.Contains(line, part) {
-				l.mu.Unlock()
-				return
-			}
-		}
-		l.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
+		defer l.mu.Unlock()
+		return slices.ContainsFunc(l.lines, func(line string) bool { return strings.Contains(line, part) })
+	})
+	if !seen {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		t.Fatalf("no log line contains %q: %q", part, l.lines)
 	}
-	t.Fatalf("no log line contains %q: %q", part, l.lines)
 }
 
 // exposeHarness is a harness with one sandbox whose machine serves g's ports.
@@ -361,16 +360,12 @@ func TestExposeOpenConnectionKeepsSandbox(t *testing.T) {
 		t.Fatalf("reaped with an open connection: %s", e.Error())
 	}
 	c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		rows := h.mustCall(t, "expose::list", fmt.Sprintf(`{"sandbox_id":%q}`, id))["ports"].([]any)
-		if rows[0].(map[string]any)["connections"] == float64(0) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the connection is still counted: %v", rows)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var rows []any
+	if !enginetest.Poll(5*time.Second, func() bool {
+		rows = h.mustCall(t, "expose::list", fmt.Sprintf(`{"sandbox_id":%q}`, id))["ports"].([]any)
+		return rows[0].(map[string]any)["connections"] == float64(0)
+	}) {
+		t.Fatalf("the connection is still counted: %v", rows)
 	}
 	h.clock.Add(time.Hour)
 	h.svc.Reap()

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"sync"
 	"testing"
 	"testing/iotest"
@@ -16,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -117,19 +117,11 @@ func (m *fakeMachine) FSWrite(ctx context.Context, req json.RawMessage, body io.
 	return m.FS(ctx, "write", b)
 }
 
-// engineWorker starts an in-process engine and returns a worker connected to it.
-func engineWorker(t *testing.T) *protocol.Worker {
+// engineWorker starts an in-process engine of opts and returns a worker connected to it.
+func engineWorker(t *testing.T, opts core.Options) *protocol.Worker {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := core.New(core.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	w := protocol.NewWorker(protocol.Config{URL: "ws://" + ln.Addr().String(), Name: "adapter-test", NoReconnect: true})
+	srv := enginetest.Start(t, core.New(opts))
+	w := protocol.NewWorker(protocol.Config{URL: srv.URL, Name: "adapter-test", NoReconnect: true})
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	if err := w.Start(sctx); err != nil {
@@ -153,7 +145,7 @@ func refOf(t *testing.T, v any) protocol.ChannelRef {
 // filesystem (returned for inspection) and one python sandbox.
 func channelHarness(t *testing.T) (*harness, *protocol.Worker, *memFS, string) {
 	t.Helper()
-	w := engineWorker(t)
+	w := engineWorker(t, core.Options{})
 	h := newHarness(t, nil, nil)
 	h.svc.opt.Channels = w
 	mem := &memFS{files: map[string][]byte{}}
@@ -270,7 +262,7 @@ func TestFSWriteChannelErrors(t *testing.T) {
 
 // TestFSReadStreamEndsOnShutdown: a stream nobody reads ends when the service shuts down.
 func TestFSReadStreamEndsOnShutdown(t *testing.T) {
-	w := engineWorker(t)
+	w := engineWorker(t, core.Options{})
 	h := newHarness(t, nil, nil)
 	h.svc.opt.Channels = w
 	mem := &memFS{files: map[string][]byte{"/big": make([]byte, 30<<20)}}

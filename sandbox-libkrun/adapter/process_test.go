@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/iii-go/iii/engine/core"
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/protocol"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
@@ -26,22 +26,7 @@ import (
 // whose fake machine runs processes.
 func procHarness(t *testing.T, opts core.Options, mutate func(*settings.Settings)) (*harness, *protocol.Worker, *fakeProcs, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := core.New(opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = e.Serve(ctx, ln); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	w := protocol.NewWorker(protocol.Config{URL: "ws://" + ln.Addr().String(), Name: "adapter-test", NoReconnect: true})
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer scancel()
-	if err := w.Start(sctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
+	w := engineWorker(t, opts)
 	h := newHarness(t, mutate, nil)
 	h.svc.opt.Channels = w
 	id := h.create(t, `{"image":"python"}`)
@@ -101,18 +86,6 @@ func (s *stream) wait(t *testing.T) {
 	}
 }
 
-// eventually polls cond until it holds or 10 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func pre(id string) string { return `{"sandbox_id":"` + id + `"` }
 
 // TestProcessStreamsOutputThenExit: a started process's stdout and stderr reach their
@@ -153,7 +126,7 @@ func TestProcessSlowReaderBlocksProcess(t *testing.T) {
 	want := bytes.Repeat([]byte("y\n"), 3<<20) // 6 MiB, more than the channel and the window hold
 	wrote := make(chan struct{})
 	go func() { procs.write("p1", 0, want); procs.exit("p1", 0); close(wrote) }()
-	eventually(t, "the process blocks on a full window", func() bool { return procs.unread("p1", 0) == fakeWindow })
+	enginetest.Eventually(t, "the process blocks on a full window", 10*time.Second, func() bool { return procs.unread("p1", 0) == fakeWindow })
 	select {
 	case <-wrote:
 		t.Fatal("the process wrote everything with no one reading")
@@ -193,7 +166,7 @@ func TestProcessDetachedAttachReplaysRing(t *testing.T) {
 		t.Fatalf("attach reply %v", a)
 	}
 	out, errs := readStream(t, w, a["stdout"]), readStream(t, w, a["stderr"])
-	eventually(t, "the ring is replayed", func() bool { return procs.unread("p1", 0) == 0 && procs.unread("p1", 1) == 0 })
+	enginetest.Eventually(t, "the ring is replayed", 10*time.Second, func() bool { return procs.unread("p1", 0) == 0 && procs.unread("p1", 1) == 0 })
 	if h.mustCall(t, "process::list", pre(id)+`}`)["processes"].([]any)[0].(map[string]any)["attached"] != true {
 		t.Fatal("list does not show the attachment")
 	}
@@ -225,7 +198,7 @@ func TestProcessAttachTakesOver(t *testing.T) {
 	r := h.mustCall(t, "process::start", pre(id)+`,"cmd":"server"}`)
 	first, firstErr := readStream(t, w, r["stdout"]), readStream(t, w, r["stderr"])
 	procs.write("p1", 0, []byte("one\n"))
-	eventually(t, "the first reader gets the output", func() bool { first.mu.Lock(); defer first.mu.Unlock(); return len(first.data) == 4 })
+	enginetest.Eventually(t, "the first reader gets the output", 10*time.Second, func() bool { first.mu.Lock(); defer first.mu.Unlock(); return len(first.data) == 4 })
 	a := h.mustCall(t, "process::attach", pre(id)+`,"process_id":"p1"}`)
 	first.wait(t)
 	firstErr.wait(t)
@@ -258,12 +231,12 @@ func TestProcessReaderLeavesDetaches(t *testing.T) {
 	}
 	rd.Close()
 	errs.wait(t)
-	eventually(t, "the process is detached", func() bool { return procs.attachedGen("p1") == 0 })
+	enginetest.Eventually(t, "the process is detached", 10*time.Second, func() bool { return procs.attachedGen("p1") == 0 })
 	procs.write("p1", 0, []byte("missed\n"))
 	a := h.mustCall(t, "process::attach", pre(id)+`,"process_id":"p1"}`)
 	out := readStream(t, w, a["stdout"])
 	readStream(t, w, a["stderr"])
-	eventually(t, "the missed output arrives", func() bool { out.mu.Lock(); defer out.mu.Unlock(); return string(out.data) == "missed\n" })
+	enginetest.Eventually(t, "the missed output arrives", 10*time.Second, func() bool { out.mu.Lock(); defer out.mu.Unlock(); return string(out.data) == "missed\n" })
 	procs.exit("p1", 0)
 	out.wait(t)
 }
@@ -276,7 +249,7 @@ func TestProcessReaderNeverComesDetaches(t *testing.T) {
 	if procs.attachedGen("p1") == 0 {
 		t.Fatal("not attached after start")
 	}
-	eventually(t, "the process is detached", func() bool { return procs.attachedGen("p1") == 0 })
+	enginetest.Eventually(t, "the process is detached", 10*time.Second, func() bool { return procs.attachedGen("p1") == 0 })
 	procs.write("p1", 0, bytes.Repeat([]byte("x"), 4*fakeWindow)) // detached: the ring takes it, nothing blocks
 }
 
@@ -302,12 +275,12 @@ func TestProcessStdinAndTerminal(t *testing.T) {
 	if err := in.SendMessage(`{"type":"resize","rows":50,"cols":132}`); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "input and resize arrive", func() bool {
+	enginetest.Eventually(t, "input and resize arrive", 10*time.Second, func() bool {
 		p := procs.proc("p1")
 		return string(p.stdin) == "ls\n" && p.size == vm.TermSize{Rows: 50, Cols: 132}
 	})
 	in.Close()
-	eventually(t, "end-of-file arrives", func() bool { return procs.proc("p1").stdinEOF })
+	enginetest.Eventually(t, "end-of-file arrives", 10*time.Second, func() bool { return procs.proc("p1").stdinEOF })
 
 	r = h.mustCall(t, "process::start", pre(id)+`,"cmd":"cat","stdin":true,"env":{"TERM":"dumb"}}`)
 	if r["stdin"] == nil || r["stderr"] == nil || envHas(procs.requests[1].Env, "TERM=xterm") {
@@ -468,7 +441,7 @@ func TestProcessAttachmentKeepsSandboxAlive(t *testing.T) {
 	procs.exit("p1", 0)
 	out.wait(t)
 	errs.wait(t)
-	eventually(t, "the attachment is gone", func() bool { h.svc.mu.Lock(); defer h.svc.mu.Unlock(); return len(h.svc.boxes[id].atts) == 0 })
+	enginetest.Eventually(t, "the attachment is gone", 10*time.Second, func() bool { h.svc.mu.Lock(); defer h.svc.mu.Unlock(); return len(h.svc.boxes[id].atts) == 0 })
 	h.clock.Add(24 * time.Hour)
 	h.svc.Reap()
 	if !stopped(t, h, id) {
@@ -540,7 +513,7 @@ func TestProcessUnsentChunkGoesToNextAttach(t *testing.T) {
 	h.svc.opt.Channels = failingChannels{w, &fail}
 	h.mustCall(t, "process::start", pre(id)+`,"cmd":"server"}`)
 	procs.write("p1", 0, []byte("taken but unsent\n"))
-	eventually(t, "the process is detached", func() bool { return procs.attachedGen("p1") == 0 })
+	enginetest.Eventually(t, "the process is detached", 10*time.Second, func() bool { return procs.attachedGen("p1") == 0 })
 	procs.write("p1", 0, []byte("in the ring\n"))
 	fail.Store(false)
 	a := h.mustCall(t, "process::attach", pre(id)+`,"process_id":"p1"}`)

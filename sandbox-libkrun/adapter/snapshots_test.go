@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -108,12 +109,8 @@ func snapInfo(t *testing.T, svc *Service) SnapshotStatus {
 
 func awaitMade(t *testing.T, svc *Service, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for snapInfo(t, svc).Made < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot made: %+v", snapInfo(t, svc))
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !enginetest.Poll(20*time.Second, func() bool { return snapInfo(t, svc).Made >= n }) {
+		t.Fatalf("no snapshot made: %+v", snapInfo(t, svc))
 	}
 }
 
@@ -214,18 +211,12 @@ func TestPoolRefillsByRestoring(t *testing.T) {
 	if _, err := svc.create(context.Background(), CreateRequest{Image: strp("python")}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if !enginetest.Poll(20*time.Second, func() bool {
 		drv.smu.Lock()
-		n := len(drv.restored)
-		drv.smu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool did not refill by restoring: %+v", snapInfo(t, svc))
-		}
-		time.Sleep(5 * time.Millisecond)
+		defer drv.smu.Unlock()
+		return len(drv.restored) == 1
+	}) {
+		t.Fatalf("the pool did not refill by restoring: %+v", snapInfo(t, svc))
 	}
 	if got := svc.pool.status()["python"]; got.Served != 1 {
 		t.Fatalf("pool: %+v", got)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/settings"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -335,12 +336,10 @@ func TestIdlePause(t *testing.T) {
 	later := time.Now().Add(24 * time.Hour)
 	svc.opt.Now = func() time.Time { return later }
 	svc.Reap()
-	deadline := time.Now().Add(10 * time.Second)
-	for listRow(t, svc, box.id)["paused"] != true || listRow(t, svc, booted.id)["stopped"] != true {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the reap: %v, %v", listRow(t, svc, box.id), listRow(t, svc, booted.id))
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !enginetest.Poll(10*time.Second, func() bool {
+		return listRow(t, svc, box.id)["paused"] == true && listRow(t, svc, booted.id)["stopped"] == true
+	}) {
+		t.Fatalf("after the reap: %v, %v", listRow(t, svc, box.id), listRow(t, svc, booted.id))
 	}
 	if row := listRow(t, svc, box.id); row["stopped"] != false {
 		t.Fatalf("the paused sandbox: %v", row)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/engine/sandbox/scode"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
@@ -189,16 +190,12 @@ func TestWorkerLifecycle(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(wd, ".iii")); !os.IsNotExist(err) {
 		t.Fatal("the compose file's .iii/ reached the VM")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		b, _ := os.ReadFile(filepath.Join(state, "w1", "logs", "worker.log"))
-		if string(b) == "worker up\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker log %q", b)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var log []byte
+	if !enginetest.Poll(5*time.Second, func() bool {
+		log, _ = os.ReadFile(filepath.Join(state, "w1", "logs", "worker.log"))
+		return string(log) == "worker up\n"
+	}) {
+		t.Fatalf("worker log %q", log)
 	}
 
 	r, _ = call("worker::stop", `{"vm_id":"w1"}`)

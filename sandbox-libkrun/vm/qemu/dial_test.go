@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
 
@@ -60,19 +61,21 @@ func TestDialGuest(t *testing.T) {
 		}
 	}
 
+	// A DialError (nothing listens yet) is retried; any other error fails at once.
 	dial := func(port int) net.Conn {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			c, err := dm.DialGuest(ctx, port)
-			if err == nil {
-				return c
-			}
+		var c net.Conn
+		var err error
+		if !enginetest.Poll(20*time.Second, func() bool {
+			c, err = dm.DialGuest(ctx, port)
 			var de *vm.DialError
-			if !errors.As(err, &de) || time.Now().After(deadline) {
+			if err != nil && !errors.As(err, &de) {
 				t.Fatalf("dial %d: %v", port, err)
 			}
-			time.Sleep(50 * time.Millisecond)
+			return err == nil
+		}) {
+			t.Fatalf("dial %d: %v", port, err)
 		}
+		return c
 	}
 
 	c := dial(8000)

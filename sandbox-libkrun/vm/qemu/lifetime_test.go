@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
@@ -74,16 +75,9 @@ func processesMentioning(s string) []int {
 // waitGone polls until no process mentions s, or fails after the deadline.
 func waitGone(t *testing.T, s string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		left := processesMentioning(s)
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes still running %s later: %v", within, left)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var left []int
+	if !enginetest.Poll(within, func() bool { left = processesMentioning(s); return len(left) == 0 }) {
+		t.Fatalf("processes still running %s later: %v", within, left)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/sandbox-libkrun/firmware"
 	"github.com/iii-go/iii/sandbox-libkrun/guestarch"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
@@ -219,16 +220,10 @@ func TestMachine(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("exec under a cancelled context: %v", err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "test -s /tmp/victim && ! kill -0 $(cat /tmp/victim) 2>/dev/null"}})
-			if code(res) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the command outlived its cancelled exec")
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !enginetest.Poll(10*time.Second, func() bool {
+			return code(run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "test -s /tmp/victim && ! kill -0 $(cat /tmp/victim) 2>/dev/null"}})) == 0
+		}) {
+			t.Fatal("the command outlived its cancelled exec")
 		}
 	})
 	t.Run("output cap", func(t *testing.T) {
@@ -365,16 +360,12 @@ func TestMachine(t *testing.T) {
 			t.Fatalf("background sleep %s is gone: %q", pid, res.Stderr)
 		}
 		run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "(true &); (true &); sleep 0.2"}})
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			res := run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "grep -l ') Z ' /proc/[0-9]*/stat"}})
-			if len(bytes.TrimSpace(res.Stdout)) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("zombies left: %s", res.Stdout)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var zombies []byte
+		if !enginetest.Poll(15*time.Second, func() bool {
+			zombies = run(t, m, vm.ExecRequest{Argv: []string{"sh", "-c", "grep -l ') Z ' /proc/[0-9]*/stat"}}).Stdout
+			return len(bytes.TrimSpace(zombies)) == 0
+		}) {
+			t.Fatalf("zombies left: %s", zombies)
 		}
 	})
 	t.Run("stop kills every process", func(t *testing.T) {

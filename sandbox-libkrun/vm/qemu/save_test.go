@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/iii-go/iii/engine/enginetest"
 	"github.com/iii-go/iii/sandbox-libkrun/snapshot"
 	"github.com/iii-go/iii/sandbox-libkrun/vm"
 )
@@ -52,7 +53,7 @@ func TestSaveRunning(t *testing.T) {
 		n, _ := strconv.Atoi(strings.TrimSpace(string(res.Stdout)))
 		return n
 	}
-	waitFor(t, func() bool { return counter(parent) >= 3 })
+	enginetest.Eventually(t, "the counter to reach 3", time.Minute, func() bool { return counter(parent) >= 3 })
 
 	out := t.TempDir()
 	files := vm.SnapshotFiles{Machine: filepath.Join(out, "machine.snap"), RAM: filepath.Join(out, "ram.img")}
@@ -71,7 +72,7 @@ func TestSaveRunning(t *testing.T) {
 		t.Fatalf("saved spec %+v", saved)
 	}
 	// The parent goes on.
-	waitFor(t, func() bool { return counter(parent) > at })
+	enginetest.Eventually(t, "the parent's counter to go on after the save", time.Minute, func() bool { return counter(parent) > at })
 
 	var rand []string
 	for i := range 2 {
@@ -93,7 +94,7 @@ func TestSaveRunning(t *testing.T) {
 		if first < 3 {
 			t.Fatalf("copy %d: the counter is at %d, saved at 3 or more", i, first)
 		}
-		waitFor(t, func() bool { return counter(c) > first })
+		enginetest.Eventually(t, "the copy's counter to go on", time.Minute, func() bool { return counter(c) > first })
 		list, err := c.(vm.Processes).ListProcesses(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -143,16 +144,5 @@ func TestSaveRunning(t *testing.T) {
 	if resumed < before || resumed > before+20 {
 		t.Fatalf("parked at %d or a little more, restored at %d", before, resumed)
 	}
-	waitFor(t, func() bool { return counter(back) > resumed })
-}
-
-// waitFor polls cond until it holds, failing the test after a minute.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	enginetest.Eventually(t, "the restored counter to go on", time.Minute, func() bool { return counter(back) > resumed })
 }
