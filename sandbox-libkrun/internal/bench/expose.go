@@ -41,10 +41,7 @@ func exposeSection(ctx context.Context, d *qemu.Driver, n int) {
 		fmt.Println("expose: skipped, no python3 on the host to serve the same file")
 		return
 	}
-	if err := measureExpose(ctx, d, n, cache); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: expose:", err)
-		os.Exit(1)
-	}
+	exitOn("bench: expose:", measureExpose(ctx, d, n, cache))
 }
 
 // measureExpose starts the host's server and a python sandbox serving the same file behind its
