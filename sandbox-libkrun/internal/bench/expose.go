@@ -41,36 +41,18 @@ func exposeSection(ctx context.Context, d *qemu.Driver, n int) {
 		fmt.Println("expose: skipped, no python3 on the host to serve the same file")
 		return
 	}
-	if err := measureExpose(ctx, d, n, cache); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: expose:", err)
-		os.Exit(1)
-	}
+	exitOn("bench: expose:", measureExpose(ctx, d, n, cache))
 }
 
+// measureExpose starts the host's server and a python sandbox serving the same file behind its
+// exposed port, waits until both serve, and prints the GETs of each (compareGets) and the same
+// GET made inside the guest (inGuestGet).
 func measureExpose(ctx context.Context, d *qemu.Driver, n int, cache *image.Cache) error {
-	// The host's server.
-	dir, err := os.MkdirTemp("", "iii-bench-www-")
+	hostURL, stopHost, err := startHostServer()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte(exposeBody), 0o644); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	srv := exec.Command("python3", "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1", "--directory", dir)
-	if err := srv.Start(); err != nil {
-		return fmt.Errorf("host http.server: %w", err)
-	}
-	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
-	hostURL := fmt.Sprintf("http://127.0.0.1:%d/f.txt", port)
-
-	// The guest's, exposed.
+	defer stopHost()
 	st := settings.Defaults()
 	st.AutoInstall = false
 	st.ImageAllowlist = []string{"python"}
@@ -79,64 +61,144 @@ func measureExpose(ctx context.Context, d *qemu.Driver, n int, cache *image.Cach
 		return err
 	}
 	defer s.close()
-	call := func(fn string, req map[string]any) (json.RawMessage, error) {
-		raw, err := s.client.Call(ctx, fn, req, protocol.WithTimeout(processReplyWait))
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", fn, err)
-		}
-		return raw, nil
-	}
-	raw, err := call("sandbox::create", map[string]any{"image": "python"})
+	g, err := createExposeSandbox(ctx, s)
 	if err != nil {
 		return err
+	}
+	defer g.stop()
+	guestURL, err := g.serveExposed()
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+	if err := waitServing(client, hostURL, guestURL); err != nil {
+		return err
+	}
+	gm, err := compareGets(client, hostURL, guestURL, max(n, 10))
+	if err != nil {
+		return err
+	}
+	return g.inGuestGet(gm, max(n, 10))
+}
+
+// startHostServer serves exposeBody as f.txt from python's http.server on a free loopback port
+// of the host, from a temporary directory. It returns the file's URL and what stops the server
+// and removes the directory.
+func startHostServer() (string, func(), error) {
+	dir, err := os.MkdirTemp("", "iii-bench-www-")
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f.txt"), []byte(exposeBody), 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	srv := exec.Command("python3", "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1", "--directory", dir)
+	if err := srv.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("host http.server: %w", err)
+	}
+	stop := func() {
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+		os.RemoveAll(dir)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d/f.txt", port), stop, nil
+}
+
+// exposeSandbox is the python sandbox of the expose section, created through the stack's client.
+type exposeSandbox struct {
+	ctx context.Context
+	s   *stack
+	id  string
+}
+
+// createExposeSandbox creates a python sandbox; the caller stops it.
+func createExposeSandbox(ctx context.Context, s *stack) (*exposeSandbox, error) {
+	g := &exposeSandbox{ctx: ctx, s: s}
+	raw, err := g.call("sandbox::create", map[string]any{"image": "python"})
+	if err != nil {
+		return nil, err
 	}
 	var created struct {
 		SandboxID string `json:"sandbox_id"`
 	}
 	if err := json.Unmarshal(raw, &created); err != nil {
-		return err
+		return nil, err
 	}
-	id := created.SandboxID
-	defer s.client.Call(context.Background(), "sandbox::stop", map[string]any{"sandbox_id": id, "wait": true}, protocol.WithTimeout(time.Minute))
-	if _, err := call("sandbox::exec", map[string]any{"sandbox_id": id, "argv": []string{"sh", "-c", "mkdir -p /tmp/www && printf '" + exposeBody[:len(exposeBody)-1] + "\\n' > /tmp/www/f.txt"}}); err != nil {
-		return err
-	}
-	if _, err := call("sandbox::process::start", map[string]any{"sandbox_id": id, "detached": true,
-		"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/tmp/www"}}); err != nil {
-		return err
-	}
-	raw, err = call("sandbox::expose", map[string]any{"sandbox_id": id, "port": 8000})
+	g.id = created.SandboxID
+	return g, nil
+}
+
+// call calls fn with req through the stack's client, its error naming fn.
+func (g *exposeSandbox) call(fn string, req map[string]any) (json.RawMessage, error) {
+	raw, err := g.s.client.Call(g.ctx, fn, req, protocol.WithTimeout(processReplyWait))
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("%s: %w", fn, err)
+	}
+	return raw, nil
+}
+
+// stop stops the sandbox and waits for its end, whatever the section's context has become.
+func (g *exposeSandbox) stop() {
+	_, _ = g.s.client.Call(context.Background(), "sandbox::stop", map[string]any{"sandbox_id": g.id, "wait": true}, protocol.WithTimeout(time.Minute))
+}
+
+// serveExposed writes exposeBody to /tmp/www/f.txt in the sandbox, serves that directory from
+// python's http.server on the guest's port 8000, detached, and exposes the port. It returns the
+// file's URL through the exposed port.
+func (g *exposeSandbox) serveExposed() (string, error) {
+	if _, err := g.call("sandbox::exec", map[string]any{"sandbox_id": g.id, "argv": []string{"sh", "-c", "mkdir -p /tmp/www && printf '" + exposeBody[:len(exposeBody)-1] + "\\n' > /tmp/www/f.txt"}}); err != nil {
+		return "", err
+	}
+	if _, err := g.call("sandbox::process::start", map[string]any{"sandbox_id": g.id, "detached": true,
+		"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/tmp/www"}}); err != nil {
+		return "", err
+	}
+	raw, err := g.call("sandbox::expose", map[string]any{"sandbox_id": g.id, "port": 8000})
+	if err != nil {
+		return "", err
 	}
 	var exposed struct {
 		URL string `json:"url"`
 	}
 	if err := json.Unmarshal(raw, &exposed); err != nil {
-		return err
+		return "", err
 	}
-	guestURL := exposed.URL + "f.txt"
+	return exposed.URL + "f.txt", nil
+}
 
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
-	get := func(url string) (time.Duration, error) {
-		t0 := time.Now()
-		res, err := client.Get(url)
-		if err != nil {
-			return 0, err
-		}
-		b, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		el := time.Since(t0)
-		if err != nil || res.StatusCode != 200 || string(b) != exposeBody {
-			return 0, fmt.Errorf("GET %s: %d %q %w", url, res.StatusCode, b, err)
-		}
-		return el, nil
+// timedGet is the time of a GET of url with client until its whole body came, checked to be
+// exposeBody.
+func timedGet(client *http.Client, url string) (time.Duration, error) {
+	t0 := time.Now()
+	res, err := client.Get(url)
+	if err != nil {
+		return 0, err
 	}
-	// Until both serve; then a warm-up request each, so neither pays a first translation.
-	for _, url := range []string{hostURL, guestURL} {
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	el := time.Since(t0)
+	if err != nil || res.StatusCode != 200 || string(b) != exposeBody {
+		return 0, fmt.Errorf("GET %s: %d %q %w", url, res.StatusCode, b, err)
+	}
+	return el, nil
+}
+
+// waitServing GETs each of urls until it serves (2 minutes at most each): that GET is also its
+// warm-up request, so that no timed one pays a first translation.
+func waitServing(client *http.Client, urls ...string) error {
+	for _, url := range urls {
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
-			if _, err := get(url); err == nil {
+			if _, err := timedGet(client, url); err == nil {
 				break
 			} else if time.Now().After(deadline) {
 				return err
@@ -144,15 +206,21 @@ func measureExpose(ctx context.Context, d *qemu.Driver, n int, cache *image.Cach
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	return nil
+}
+
+// compareGets GETs hostURL then guestURL, runs times, and prints the medians with the target of
+// the exposed port; it returns the exposed port's median.
+func compareGets(client *http.Client, hostURL, guestURL string, runs int) (time.Duration, error) {
 	var hostT, guestT []time.Duration
-	for i := 0; i < max(n, 10); i++ {
-		h, err := get(hostURL)
+	for i := 0; i < runs; i++ {
+		h, err := timedGet(client, hostURL)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		g, err := get(guestURL)
+		g, err := timedGet(client, guestURL)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		hostT, guestT = append(hostT, h), append(guestT, g)
 	}
@@ -161,10 +229,14 @@ func measureExpose(ctx context.Context, d *qemu.Driver, n int, cache *image.Cach
 	fmt.Printf("%-44s %s (median of %d)\n", "expose: GET of a tiny file, host http.server:", hm.Round(time.Microsecond), len(hostT))
 	fmt.Printf("%-44s %s; %.2fx the host's: %s (<= %.1fx)\n", "expose: the same through an exposed port:", gm.Round(time.Microsecond), ratio,
 		meets(ratio <= exposeTarget), exposeTarget)
+	return gm, nil
+}
 
-	// The same GET made inside the guest, from python on its loopback: what the guest's server
-	// takes under this accelerator, which the relay adds to.
-	raw, err = call("sandbox::exec", map[string]any{"sandbox_id": id, "argv": []string{"python3", "-c", guestGetScript(max(n, 10))}})
+// inGuestGet makes the same GET inside the guest, runs times from python on its loopback
+// (guestGetScript), and prints its median against gm, the exposed port's: what the guest's
+// server takes under this accelerator, which the relay adds to.
+func (g *exposeSandbox) inGuestGet(gm time.Duration, runs int) error {
+	raw, err := g.call("sandbox::exec", map[string]any{"sandbox_id": g.id, "argv": []string{"python3", "-c", guestGetScript(runs)}})
 	if err != nil {
 		return err
 	}

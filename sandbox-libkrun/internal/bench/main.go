@@ -30,93 +30,122 @@ import (
 )
 
 func main() {
-	n := flag.Int("n", 10, "runs per measurement")
-	accel := flag.String("accel", defaultAccel(), "accelerator of the floor and of every sandbox: kvm, tcg or auto")
-	fw := flag.String("firmware", defaultFirmware(), "VM firmware directory")
-	other := otherArch()
-	guestArch := flag.String("guest-arch", other.Name, "architecture of the last section's guests (empty: no such section)")
-	guestFW := flag.String("guest-firmware", "", "VM firmware directory of -guest-arch (default dist/firmware/<its linux target>, else the installed one)")
-	fsOnly := flag.Bool("fs", false, "run only the fs::read / fs::write section")
-	procOnly := flag.Bool("processes", false, "run only the streamed exec and background process section")
-	snapOnly := flag.Bool("snapshots", false, "run only the floor, the snapshot section and sandbox::run cold with snapshots off and from a snapshot")
-	exposeOnly := flag.Bool("expose", false, "run only the exposed port section: an HTTP GET through sandbox::expose against the same server on the host")
-	forkOnly := flag.Bool("fork", false, "run only the floor and the section of snapshots of running sandboxes (fork, create from one, pause and resume)")
-	flag.Parse()
+	o := parseFlags()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	p := firmware.At(*fw)
-	d, err := qemu.New(qemu.Options{Accel: *accel, Kernel: p.Kernel, Initrd: p.Initrd, Qemu: os.Getenv("III_QEMU"), Virtiofsd: os.Getenv("III_VIRTIOFSD"), KVMDevice: os.Getenv("III_KVM_DEVICE")})
+	p := firmware.At(o.fw)
+	d, err := qemu.New(qemu.Options{Accel: o.accel, Kernel: p.Kernel, Initrd: p.Initrd, Qemu: os.Getenv("III_QEMU"), Virtiofsd: os.Getenv("III_VIRTIOFSD"), KVMDevice: os.Getenv("III_KVM_DEVICE")})
 	if err != nil {
 		fmt.Println("bench (sandbox-libkrun): skipped:", err)
 		return
 	}
-	fmt.Printf("accelerator %s (asked: %s); firmware %s; the floor and every sandbox::run below run under it\n", d.AccelChoice(), *accel, *fw)
-	if *fsOnly {
-		fsSection(ctx, d, *n)
+	fmt.Printf("accelerator %s (asked: %s); firmware %s; the floor and every sandbox::run below run under it\n", d.AccelChoice(), o.accel, o.fw)
+	if sectionAlone(ctx, d, o) {
 		return
 	}
-	if *procOnly {
-		processSection(ctx, d, *n)
+	floor, ok := floorSection(ctx, d, o.n)
+	if !ok {
 		return
 	}
-	if *exposeOnly {
-		exposeSection(ctx, d, *n)
-		return
-	}
-	floor, floorPhases, err := measureFloor(ctx, d, *n)
-	if err != nil {
-		fmt.Println("bench (sandbox-libkrun): skipped: the floor boot fails:", err)
-		return
-	}
-	fmt.Printf("%-44s %s\n", fmt.Sprintf("VM floor (%s, %d MiB, true):", d.Name(), sandboxMemoryMB), floor)
-	floorPhases.Print(os.Stdout, "the floor")
-
 	preset := debimage.Presets[0]
 	root, ok := image.NewCache("").RootFS(preset.Ref)
 	if !ok {
 		fmt.Printf("driver and sandbox::run: skipped, image %s not cached (go tool mage images)\n", preset.Ref)
 		return
 	}
-	if *forkOnly {
-		if err := forkSection(ctx, d, root, *n, floor); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: fork:", err)
-			os.Exit(1)
-		}
+	if o.forkOnly {
+		exitOn("bench: fork:", forkSection(ctx, d, root, o.n, floor))
 		return
 	}
-	if err := measureSnapshots(ctx, d, root, *n, floor); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: snapshots:", err)
-		os.Exit(1)
-	}
-	if *snapOnly {
-		runSection(ctx, d, *n, floor, debimage.Presets[0].Name, runModes[0:1:1])
-		runSection(ctx, d, *n, floor, debimage.Presets[0].Name, runModes[2:])
+	exitOn("bench: snapshots:", measureSnapshots(ctx, d, root, o.n, floor))
+	if o.snapOnly {
+		runSection(ctx, d, o.n, floor, debimage.Presets[0].Name, runModes[0:1:1])
+		runSection(ctx, d, o.n, floor, debimage.Presets[0].Name, runModes[2:])
 		return
 	}
-	ds, err := measureDriver(ctx, d, root, *n)
+	driverSection(ctx, d, root, o.n, floor, preset.Name)
+	runSection(ctx, d, o.n, floor, preset.Name, runModes)
+	exitOn("bench: fork:", forkSection(ctx, d, root, o.n, floor))
+	fsSection(ctx, d, o.n)
+	processSection(ctx, d, o.n)
+	exposeSection(ctx, d, o.n)
+	if o.guestArch != "" {
+		exitOn("bench: guest arch:", guestSection(ctx, o.guestArch, o.guestFW, o.accel, o.n))
+	}
+}
+
+// options are the command's flags.
+type options struct {
+	n                                                int
+	accel, fw, guestArch, guestFW                    string
+	fsOnly, procOnly, snapOnly, exposeOnly, forkOnly bool
+}
+
+// parseFlags defines the command's flags and parses them.
+func parseFlags() options {
+	var o options
+	flag.IntVar(&o.n, "n", 10, "runs per measurement")
+	flag.StringVar(&o.accel, "accel", defaultAccel(), "accelerator of the floor and of every sandbox: kvm, tcg or auto")
+	flag.StringVar(&o.fw, "firmware", defaultFirmware(), "VM firmware directory")
+	other := otherArch()
+	flag.StringVar(&o.guestArch, "guest-arch", other.Name, "architecture of the last section's guests (empty: no such section)")
+	flag.StringVar(&o.guestFW, "guest-firmware", "", "VM firmware directory of -guest-arch (default dist/firmware/<its linux target>, else the installed one)")
+	flag.BoolVar(&o.fsOnly, "fs", false, "run only the fs::read / fs::write section")
+	flag.BoolVar(&o.procOnly, "processes", false, "run only the streamed exec and background process section")
+	flag.BoolVar(&o.snapOnly, "snapshots", false, "run only the floor, the snapshot section and sandbox::run cold with snapshots off and from a snapshot")
+	flag.BoolVar(&o.exposeOnly, "expose", false, "run only the exposed port section: an HTTP GET through sandbox::expose against the same server on the host")
+	flag.BoolVar(&o.forkOnly, "fork", false, "run only the floor and the section of snapshots of running sandboxes (fork, create from one, pause and resume)")
+	flag.Parse()
+	return o
+}
+
+// sectionAlone runs the section that -fs, -processes or -expose asks for alone (none of them
+// needs the floor) and says whether one was.
+func sectionAlone(ctx context.Context, d *qemu.Driver, o options) bool {
+	switch {
+	case o.fsOnly:
+		fsSection(ctx, d, o.n)
+	case o.procOnly:
+		processSection(ctx, d, o.n)
+	case o.exposeOnly:
+		exposeSection(ctx, d, o.n)
+	default:
+		return false
+	}
+	return true
+}
+
+// floorSection measures and prints the floor with its phases; false (said) when the floor boot
+// fails, as then no sandbox boots either.
+func floorSection(ctx context.Context, d *qemu.Driver, n int) (Stats, bool) {
+	floor, floorPhases, err := measureFloor(ctx, d, n)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: driver:", err)
-		os.Exit(1)
+		fmt.Println("bench (sandbox-libkrun): skipped: the floor boot fails:", err)
+		return Stats{}, false
 	}
-	fmt.Printf("%-44s %s\n", "driver boot ("+preset.Name+" image):", ds.Boot)
+	fmt.Printf("%-44s %s\n", fmt.Sprintf("VM floor (%s, %d MiB, true):", d.Name(), sandboxMemoryMB), floor)
+	floorPhases.Print(os.Stdout, "the floor")
+	return floor, true
+}
+
+// driverSection times the driver alone on root, the image preset's rootfs: boot, first exec,
+// stop and the three together against the floor, with the phases of the boot and first exec.
+func driverSection(ctx context.Context, d *qemu.Driver, root string, n int, floor Stats, preset string) {
+	ds, err := measureDriver(ctx, d, root, n)
+	exitOn("bench: driver:", err)
+	fmt.Printf("%-44s %s\n", "driver boot ("+preset+" image):", ds.Boot)
 	fmt.Printf("%-44s %s\n", "driver exec true (booted):", ds.Exec)
 	fmt.Printf("%-44s %s\n", "driver stop:", ds.Stop)
 	fmt.Printf("%-44s %s  (%.2fx floor)\n", "driver boot+exec+stop:", ds.Cycle, float64(ds.Cycle.Median)/float64(floor.Median))
-	ds.Phases.Print(os.Stdout, "the driver boot ("+preset.Name+" image) and its first exec")
+	ds.Phases.Print(os.Stdout, "the driver boot ("+preset+" image) and its first exec")
+}
 
-	runSection(ctx, d, *n, floor, preset.Name, runModes)
-	if err := forkSection(ctx, d, root, *n, floor); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: fork:", err)
+// exitOn ends the command with status 1 on err, said on stderr after prefix (the section's
+// name): a section that fails leaves the figures after it meaningless.
+func exitOn(prefix string, err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, prefix, err)
 		os.Exit(1)
-	}
-	fsSection(ctx, d, *n)
-	processSection(ctx, d, *n)
-	exposeSection(ctx, d, *n)
-	if *guestArch != "" {
-		if err := guestSection(ctx, *guestArch, *guestFW, *accel, *n); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: guest arch:", err)
-			os.Exit(1)
-		}
 	}
 }
 
@@ -206,10 +235,7 @@ func fsSection(ctx context.Context, d *qemu.Driver, n int) {
 		fmt.Printf("fs::read / fs::write: skipped, image %s not cached (go tool mage images)\n", debimage.Presets[0].Ref)
 		return
 	}
-	if err := measureFS(ctx, d, min(n, 5), cache, root); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: fs:", err)
-		os.Exit(1)
-	}
+	exitOn("bench: fs:", measureFS(ctx, d, min(n, 5), cache, root))
 }
 
 // runMode is one way sandbox::run is timed: cold (every run boots, or restores with snaps) or
@@ -237,10 +263,7 @@ func runSection(ctx context.Context, d *qemu.Driver, n int, floor Stats, imageNa
 	fmt.Printf("targets: %s; from a snapshot: shell at most 0.25x, python at most 0.50x; a warm pool restored from a snapshot: python at most 100ms\n", strings.Join(targets, ", "))
 	for _, mode := range modes {
 		stats, phases, err := measureRuns(ctx, d, n, mode.pool, image.NewCache(""), mode.snaps)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: sandbox::run:", err)
-			os.Exit(1)
-		}
+		exitOn("bench: sandbox::run:", err)
 		for i, c := range runCases {
 			name := fmt.Sprintf("run %s, %s:", c.Label, mode.label)
 			if mode.pool > 0 {

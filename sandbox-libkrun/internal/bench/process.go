@@ -43,10 +43,7 @@ func processSection(ctx context.Context, d *qemu.Driver, n int) {
 		fmt.Printf("processes: skipped, image %s not cached (go tool mage images)\n", debimage.Presets[0].Ref)
 		return
 	}
-	if err := measureProcesses(ctx, d, n, cache); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: processes:", err)
-		os.Exit(1)
-	}
+	exitOn("bench: processes:", measureProcesses(ctx, d, n, cache))
 }
 
 func measureProcesses(ctx context.Context, d *qemu.Driver, n int, cache *image.Cache) error {

@@ -30,20 +30,7 @@ var snapshotCases = []struct {
 // by the commands of snapshotCases), then restores n machines per case, runs the command once in
 // each and stops it. Each line is restore + first exec, against the floor.
 func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int, floor Stats) error {
-	dir, err := os.MkdirTemp("", "iii-bench-snap-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	disk := filepath.Join(dir, "root.ext4")
-	file := vm.SnapshotFiles{Machine: filepath.Join(dir, "machine.snap"), RAM: filepath.Join(dir, "ram.img")}
-	t0 := time.Now()
-	if err := snapshot.BuildRootDisk(ctx, rootfs, disk); err != nil {
-		return err
-	}
-	diskTime := time.Since(t0)
-	spec := vm.Spec{RootDisk: disk, CPUs: 1, MemoryMB: sandboxMemoryMB, ScratchMB: sandboxMemoryMB / 2}
-	info, err := d.Snapshot(ctx, spec, file, func(ctx context.Context, m vm.Machine) error {
+	img, err := newImageSnapshot(ctx, d, rootfs, "iii-bench-snap-", func(ctx context.Context, m vm.Machine) error {
 		for _, c := range snapshotCases {
 			if _, err := m.Exec(ctx, vm.ExecRequest{Argv: c.Argv, Timeout: time.Minute}); err != nil {
 				return err
@@ -54,9 +41,11 @@ func measureSnapshots(ctx context.Context, d *qemu.Driver, rootfs string, n int,
 	if err != nil {
 		return err
 	}
-	st, _ := os.Stat(disk)
+	defer os.RemoveAll(img.dir)
+	dir, spec, file, info := img.dir, img.spec, img.files, img.info
+	st, _ := os.Stat(img.disk)
 	fmt.Printf("snapshot: root disk %d MiB in %s; machine %d MiB in %s (boot %s, warm %s, save %s)\n",
-		st.Size()>>20, diskTime.Round(time.Millisecond), info.Size>>20, (info.Boot + info.Warm + info.Save).Round(time.Millisecond),
+		st.Size()>>20, img.diskTime.Round(time.Millisecond), info.Size>>20, (info.Boot + info.Warm + info.Save).Round(time.Millisecond),
 		info.Boot.Round(time.Millisecond), info.Warm.Round(time.Millisecond), info.Save.Round(time.Millisecond))
 	fmt.Printf("targets (from a snapshot): restore + first exec of shell at most 0.25x the floor, python at most 0.50x\n")
 	for _, c := range snapshotCases {
@@ -119,13 +108,57 @@ func idleMemory(ctx context.Context, d *qemu.Driver, spec vm.Spec, file vm.Snaps
 	if err != nil {
 		return fmt.Errorf("booted machine: %w", err)
 	}
-	mark := "met"
-	if restored > booted {
-		mark = "NOT met"
-	}
 	fmt.Printf("%s restored %d MiB, booted %d MiB  (target: restored at most booted, %s)\n",
-		pad(fmt.Sprintf("host memory, idle machine (%d MiB):", spec.MemoryMB), 44), restored>>10, booted>>10, mark)
+		pad(fmt.Sprintf("host memory, idle machine (%d MiB):", spec.MemoryMB), 44), restored>>10, booted>>10, met(restored <= booted))
 	return nil
+}
+
+// imageSnapshot is a root disk of a rootfs and the snapshot of a machine booted on it, in a
+// temporary directory of their own: what the snapshot and fork sections restore from.
+type imageSnapshot struct {
+	dir      string        // the temporary directory, which the caller removes
+	disk     string        // the root disk
+	diskTime time.Duration // building the root disk
+	spec     vm.Spec       // the machine: one CPU and a sandbox's memory on the root disk
+	files    vm.SnapshotFiles
+	info     vm.SnapshotInfo
+}
+
+// newImageSnapshot builds an imageSnapshot of rootfs in a new directory named after pattern
+// (os.MkdirTemp), the machine warmed by warm before it is saved. On error the directory is
+// removed.
+func newImageSnapshot(ctx context.Context, d *qemu.Driver, rootfs, pattern string, warm func(context.Context, vm.Machine) error) (*imageSnapshot, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return nil, err
+	}
+	img := &imageSnapshot{dir: dir, disk: filepath.Join(dir, "root.ext4"),
+		files: vm.SnapshotFiles{Machine: filepath.Join(dir, "machine.snap"), RAM: filepath.Join(dir, "ram.img")}}
+	t0 := time.Now()
+	if err := snapshot.BuildRootDisk(ctx, rootfs, img.disk); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	img.diskTime = time.Since(t0)
+	img.spec = vm.Spec{RootDisk: img.disk, CPUs: 1, MemoryMB: sandboxMemoryMB, ScratchMB: sandboxMemoryMB / 2}
+	if img.info, err = d.Snapshot(ctx, img.spec, img.files, warm); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return img, nil
+}
+
+// restorable is what restores a machine from the image snapshot.
+func (img *imageSnapshot) restorable() restorable {
+	return restorable{img.spec, img.files, img.info.KernelRelease}
+}
+
+// met is how a target's verdict ends a line: "met" or "NOT met".
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
 }
 
 // residentKiB sums VmRSS over pids (Linux's /proc).
