@@ -45,6 +45,8 @@ type stats struct {
 	tables             []string
 	codes              []codetables.Decl
 	packages           map[string]map[string]bool // module → its package directories
+	imports            map[string]map[string]bool // package directory → the repository paths it imports
+	pkgModule          map[string]string          // package directory → its module
 }
 
 // sdkDir is the public Go SDK's package, whose exported identifiers are counted.
@@ -111,6 +113,9 @@ func collect(root string) (*stats, error) {
 			st.packages[mod] = map[string]bool{}
 		}
 		st.packages[mod][filepath.Dir(path)] = true
+		if rel, err := filepath.Rel(root, filepath.Dir(path)); err == nil {
+			st.addImports(mod, rel, f)
+		}
 		if rel, err := filepath.Rel(root, filepath.Dir(path)); err == nil && filepath.ToSlash(rel) == sdkDir {
 			if err := st.countSDK(root, f); err != nil {
 				return err
@@ -172,6 +177,7 @@ func (st *stats) report(top int, verbose bool) {
 	}
 	fmt.Printf("non-test functions over 80 lines: %d\n", over)
 	st.reportPackages()
+	st.reportRoles(verbose)
 	var coded, elsewhere, wire int
 	for _, c := range st.causes {
 		switch {
