@@ -109,6 +109,9 @@ func collect(root string) (*stats, error) {
 			return err
 		}
 		mod := moduleOf(path, modules)
+		if rel, err := filepath.Rel(root, mod); err == nil {
+			mod = filepath.ToSlash(rel) // the module as a directory of the tree, "." its root
+		}
 		if st.packages[mod] == nil {
 			st.packages[mod] = map[string]bool{}
 		}
