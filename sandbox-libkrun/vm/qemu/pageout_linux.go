@@ -29,8 +29,9 @@ func releaseFileRAM(p *proc, ram string) {
 		return
 	}
 	defer unix.Close(pidfd)
-	// Once p is reaped its pid may name another process: a pidfd opened while p had not been
-	// reaped names p.
+	// Once p is reaped its pid may name another process: a pidfd opened before p was reaped
+	// names p. Were it another all the same, only its clean pages of ram would be paged out,
+	// which it reads back as needed.
 	if p.exited() {
 		return
 	}
