@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if targets := os.Getenv("III_NETGUARD_PROBE"); targets != "" {
 		os.Exit(netProbe(targets))
 	}
+	if path := os.Getenv("III_PAGEOUT_MAPPER"); path != "" {
+		os.Exit(privateMapper(path))
+	}
 	if root := os.Getenv("III_VM_HELPER_ROOT"); root != "" {
 		os.Exit(helper(root, os.Getenv("III_VM_HELPER_STATE")))
 	}

@@ -129,6 +129,9 @@ func (d *Driver) saveSplit(ctx context.Context, m *machine, spec vm.Spec, dst vm
 	t := time.Now()
 	err = d.saveWhole(ctx, m, pw, true)
 	paused := time.Since(t)
+	// Writing the stream read every page of m's RAM file into m's memory; it needs back only
+	// what its guest touches.
+	releaseFileRAM(m.qemu, m.ram)
 	pw.Close() // a save that failed before qemu took the pipe ends the loading qemu's wait
 	return paused, errors.Join(err, <-split)
 }

@@ -62,6 +62,13 @@ func TestSaveRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("saved: %d MiB on disk, paused %s, done in %s", sinfo.Size>>20, sinfo.Paused.Round(time.Millisecond), sinfo.Save.Round(time.Millisecond))
+	// The save read every page of the parent's RAM file; it keeps of them little more than its
+	// guest touches again.
+	rss, anon := mappingMemory(t, parent.(*machine).qemu.pid(), image.RAM)
+	t.Logf("the parent's RAM mapping after the save: %d MiB resident, %d MiB of it written", rss>>20, anon>>20)
+	if rss-anon > 64<<20 {
+		t.Errorf("the parent holds %d MiB of its 256 MiB RAM file's pages after the save; want them paged out", (rss-anon)>>20)
+	}
 	at := counter(parent)
 	for _, f := range []string{files.Machine, files.RAM} {
 		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
