@@ -237,9 +237,9 @@ func (b *forkBench) forkMemory(rootfs string, parent vm.Machine, children []vm.M
 	}
 	fmt.Printf("%s parent + %d copies PSS %d MiB (RSS %d MiB), one booted sandbox PSS %d MiB (RSS %d MiB)  (target: PSS at most 2x, %.2fx, %s)\n",
 		pad("host memory, fork:", 44), forkChildren, pss>>10, rss>>10, bootedPSS>>10, bootedRSS>>10, float64(pss)/float64(bootedPSS), met(pss <= 2*bootedPSS))
-	// The save reads every page of the parent's RAM, so its private mapping of the image's RAM
-	// file holds every page afterwards (clean page cache, the file's holes too), counted
-	// wholly in its PSS: said apart, it is what keeps the sum above the copies' bound.
+	// The parent's PSS said apart: what its guest wrote is private to it (the copies share the
+	// fork's RAM file instead), and the file pages its save read are given back after the save
+	// (vm/qemu releaseFileRAM), so its file pages should be few.
 	parentPSS, err := proportionalKiB(parent.PIDs())
 	if err != nil {
 		return 0, err
@@ -248,7 +248,7 @@ func (b *forkBench) forkMemory(rootfs string, parent vm.Machine, children []vm.M
 	if err != nil {
 		return 0, err
 	}
-	fmt.Printf("%s PSS %d MiB, of which %d MiB file pages (its image RAM mapping, every page read by the save); the %d copies PSS %d MiB\n",
+	fmt.Printf("%s PSS %d MiB, of which %d MiB file pages (its image RAM mapping; the rest is what its guest wrote); the %d copies PSS %d MiB\n",
 		pad("host memory, fork's parent:", 44), parentPSS>>10, parentFile>>10, forkChildren, (pss-parentPSS)>>10)
 	return bootedPSS, nil
 }

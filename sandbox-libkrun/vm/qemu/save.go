@@ -175,8 +175,14 @@ func (d *Driver) saveWhole(ctx context.Context, m *machine, f *os.File, goOn boo
 // keepStream renames the whole-machine stream full to dst.Machine, synced to disk first unless
 // dst is transient.
 func keepStream(full string, dst vm.SnapshotFiles) error {
-	if !dst.Transient {
-		f, err := os.Open(full)
+	return renameSynced(full, dst.Machine, dst.Transient)
+}
+
+// renameSynced renames the file tmp to dst, syncing it to disk first unless transient (a file
+// that need not survive a crash of the host).
+func renameSynced(tmp, dst string, transient bool) error {
+	if !transient {
+		f, err := os.Open(tmp)
 		if err != nil {
 			return err
 		}
@@ -186,7 +192,7 @@ func keepStream(full string, dst vm.SnapshotFiles) error {
 			return err
 		}
 	}
-	return os.Rename(full, dst.Machine)
+	return os.Rename(tmp, dst)
 }
 
 // cont runs a machine stopped by a save. qemu reports the migration completed before its own

@@ -140,18 +140,7 @@ func (d *Driver) save(ctx context.Context, m *machine, dst string, transient boo
 	if err := q.migrateToFile(ctx, tmpPath); err != nil {
 		return err
 	}
-	if !transient {
-		f, err := os.Open(tmpPath)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmpPath, dst); err != nil {
+	if err := renameSynced(tmpPath, dst, transient); err != nil {
 		return err
 	}
 	ok = true
