@@ -10,6 +10,7 @@ package enginetest
 
 import (
 	"context"
+	"github.com/iii-go/iii/internal/base/poll"
 	"net"
 	"sync"
 	"testing"
@@ -19,7 +20,7 @@ import (
 )
 
 // Tick is how long Poll waits between two looks at its condition.
-const Tick = 10 * time.Millisecond
+const Tick = poll.Tick
 
 // StartTimeout bounds how long Worker waits for the engine to accept a worker.
 const StartTimeout = 10 * time.Second
@@ -112,16 +113,4 @@ func Eventually(tb testing.TB, what string, timeout time.Duration, cond func() b
 // Poll is Eventually for a caller that reports the failure itself (with the last state it saw,
 // or outside a testing.TB): it reports whether cond held within timeout. cond is always tried
 // at least once, and once more at the deadline.
-func Poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return false
-		}
-		time.Sleep(min(Tick, left))
-	}
-}
+func Poll(timeout time.Duration, cond func() bool) bool { return poll.Until(timeout, cond) }

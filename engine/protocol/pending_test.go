@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"errors"
+	"github.com/iii-go/iii/internal/base/poll"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -54,12 +55,8 @@ func TestPendingSettleAllAndSweep(t *testing.T) {
 	if got := <-gone.ch; got != nil {
 		t.Fatalf("a call on a lost connection got %v, want nil", got)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.sweeping.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper still runs with no call pending")
-		}
-		time.Sleep(sweepEvery)
+	if !poll.Until(5*time.Second, func() bool { return !p.sweeping.Load() }) {
+		t.Fatal("the sweeper still runs with no call pending")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/iii-go/iii/internal/base/poll"
 	"io"
 	"strings"
 	"testing"
@@ -221,13 +222,15 @@ func TestControlFramesNotBehindWriter(t *testing.T) {
 	}
 	written := make(chan error, 1)
 	go func() { written <- c.WriteText(run, false) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.mu.TryLock() { // wait for the writer to hold the socket
-		c.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatal("the writer never started")
+	writing := func() bool { // the writer holds the socket
+		if c.mu.TryLock() {
+			c.mu.Unlock()
+			return false
 		}
-		time.Sleep(time.Millisecond)
+		return true
+	}
+	if !poll.Until(10*time.Second, writing) {
+		t.Fatal("the writer never started")
 	}
 	go func() {
 		_, _ = peer.Write(append(frame(0x80|opPing, "p", true), frame(0x80|OpText, "after the ping", true)...))
