@@ -52,18 +52,11 @@ func measureFS(ctx context.Context, d *qemu.Driver, n int, cache *image.Cache, r
 		return err
 	}
 	defer s.close()
-	raw, err := s.client.Call(ctx, "sandbox::create", map[string]any{"image": "python"}, protocol.WithTimeout(2*time.Minute))
+	id, stop, err := s.createPython(ctx, 2*time.Minute)
 	if err != nil {
-		return fmt.Errorf("sandbox::create: %w", err)
-	}
-	var created struct {
-		SandboxID string `json:"sandbox_id"`
-	}
-	if err := json.Unmarshal(raw, &created); err != nil {
 		return err
 	}
-	id := created.SandboxID
-	defer s.client.Call(context.Background(), "sandbox::stop", map[string]any{"sandbox_id": id, "wait": true}, protocol.WithTimeout(time.Minute))
+	defer stop()
 
 	runtime.GC()
 	base := heapBytes()

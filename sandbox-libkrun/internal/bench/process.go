@@ -55,18 +55,11 @@ func measureProcesses(ctx context.Context, d *qemu.Driver, n int, cache *image.C
 		return err
 	}
 	defer s.close()
-	raw, err := s.client.Call(ctx, "sandbox::create", map[string]any{"image": "python"}, protocol.WithTimeout(processReplyWait))
+	id, stop, err := s.createPython(ctx, processReplyWait)
 	if err != nil {
-		return fmt.Errorf("sandbox::create: %w", err)
-	}
-	var created struct {
-		SandboxID string `json:"sandbox_id"`
-	}
-	if err := json.Unmarshal(raw, &created); err != nil {
 		return err
 	}
-	id := created.SandboxID
-	defer s.client.Call(context.Background(), "sandbox::stop", map[string]any{"sandbox_id": id, "wait": true}, protocol.WithTimeout(time.Minute))
+	defer stop()
 
 	var execT, firstT []time.Duration
 	for i := 0; i < max(n, 3); i++ {

@@ -46,6 +46,25 @@ type stack struct {
 	close  func()
 }
 
+// createPython creates a python sandbox on the stack, waiting up to timeout for it, and returns
+// its id and the stop that ends it (waiting for its machine).
+func (s *stack) createPython(ctx context.Context, timeout time.Duration) (id string, stop func(), err error) {
+	raw, err := s.client.Call(ctx, "sandbox::create", map[string]any{"image": "python"}, protocol.WithTimeout(timeout))
+	if err != nil {
+		return "", nil, fmt.Errorf("sandbox::create: %w", err)
+	}
+	var created struct {
+		SandboxID string `json:"sandbox_id"`
+	}
+	if err := json.Unmarshal(raw, &created); err != nil {
+		return "", nil, err
+	}
+	stop = func() {
+		_, _ = s.client.Call(context.Background(), "sandbox::stop", map[string]any{"sandbox_id": created.SandboxID, "wait": true}, protocol.WithTimeout(time.Minute))
+	}
+	return created.SandboxID, stop, nil
+}
+
 func startStack(ctx context.Context, d *qemu.Driver, st settings.Settings, cache *image.Cache) (*stack, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

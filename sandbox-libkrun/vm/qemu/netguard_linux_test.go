@@ -87,23 +87,7 @@ func hostAddr4() (netip.Addr, bool) {
 // sendto and sendmsg: permission denied) except for the granted address and port; local sockets
 // and the host's address on a network interface are reached.
 func TestNetGuard(t *testing.T) {
-	listen := func(addr string) string {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		return ln.Addr().String()
-	}
+	listen := func(addr string) string { return acceptAll(t, addr) }
 	denied, granted := listen("127.0.0.1:0"), listen("127.0.0.1:0")
 	udp, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
 	if err != nil {
@@ -144,23 +128,7 @@ func TestNetGuardEgress(t *testing.T) {
 	if !ok {
 		t.Fatal("this host has no IPv4 address on a network interface to serve the allowed and refused ports on")
 	}
-	serve := func() string {
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		return ln.Addr().String()
-	}
+	serve := func() string { return acceptAll(t, netip.AddrPortFrom(ip, 0).String()) }
 	allowed, refused := serve(), serve()
 	// The fake resolver listens on loopback (the host's resolver of resolv.conf, as slirp
 	// forwards the guest's DNS there) on a port of its own.
@@ -261,4 +229,25 @@ func probe(t *testing.T, pol *netPolicy, want map[string]string) {
 			t.Errorf("%s: got %q, want %s\n%s", target, line, w, out)
 		}
 	}
+}
+
+// acceptAll listens on addr until the test ends, closing every connection it accepts, and
+// returns the address it listens on.
+func acceptAll(t *testing.T, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
 }
